@@ -1,0 +1,168 @@
+"""`aiter-triton`: aiter's Triton MoE kernels (`aiter.ops.triton`), on ROCm and CUDA.
+
+Pipeline, as vLLM's Triton `fused_experts` does it:
+  moe_align_block_size_triton  sort (token, slot) pairs by expert, pad each expert to BLOCK_M
+  moe_op.fused_moe (gemm1)     x @ w1^T -> [T, k, 2I]
+  silu(gate) * up              PyTorch elementwise
+  moe_op.fused_moe (gemm2)     a @ w2^T -> [T, k, H], router weight applied
+  sum over k                   PyTorch reduce
+
+Details that matter for correctness:
+  * `import aiter` runs aiter/__init__.py, which needs ROCm. Off ROCm we register empty
+    package modules for `aiter` and `aiter.ops` pointing at the installed package's
+    folders, so `aiter.ops.triton.*` import without the ROCm-only top level.
+  * aiter's align kernels do not write the padding slots of `sorted_token_ids`; they
+    must be pre-filled with T*k (the kernel masks ids >= T*k) or rows are garbage.
+  * aiter's tuned configs are for MI300X/MI350X and carry AMD-only launch keys
+    (`waves_per_eu`, `matrix_instr_nonkdim`, `kpack`) that Triton on CUDA rejects.
+  * EP: remote experts go to one extra dummy expert whose blocks get expert id -1,
+    which the kernel turns into zero rows.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import types
+
+import torch
+
+from . import Backend, Weights, register
+
+AMD_ONLY_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+# aiter's own M thresholds for its small/medium/large configs (moe_config_utils.py)
+M_THRESHOLD_SMALL, M_THRESHOLD_MEDIUM = 256, 1024
+
+
+def aiter_root() -> str | None:
+    spec = importlib.util.find_spec("aiter")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def load_aiter_triton():
+    """(moe_op, moe_align_block_size) modules from the installed aiter, without running
+    aiter/__init__.py off ROCm."""
+    root = aiter_root()
+    if root is None:
+        raise ImportError("aiter is not installed (pip install amd-aiter)")
+    if torch.version.hip is None and "aiter" not in sys.modules:
+        for name, sub in (("aiter", ""), ("aiter.ops", "ops")):
+            mod = types.ModuleType(name)
+            mod.__path__ = [os.path.join(root, sub) if sub else root]
+            mod.__file__ = os.path.join(mod.__path__[0], "__init__.py")
+            mod.__moe_lab_stub__ = True
+            sys.modules[name] = mod
+        sys.modules["aiter"].ops = sys.modules["aiter.ops"]
+    moe_op = importlib.import_module("aiter.ops.triton.moe_op")
+    align = importlib.import_module("aiter.ops.triton.moe_align_block_size")
+    return moe_op, align
+
+
+def aiter_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("amd-aiter")
+    except Exception:
+        return "not installed"
+
+
+def aiter_moe_configs(device_name: str = "MI300X") -> dict:
+    """aiter's tuned bf16/fp16 MoE configs ({small_M, medium_M, large_M}) from its JSON."""
+    root = aiter_root()
+    path = os.path.join(root, "ops", "triton", "configs", "moe", f"{device_name}-MOE-DEFAULT.json")
+    with open(path) as f:
+        return json.load(f)
+
+
+def pick_config(configs: dict, tokens: int, strip_amd: bool) -> dict:
+    key = ("small_M" if tokens < M_THRESHOLD_SMALL else
+           "medium_M" if tokens < M_THRESHOLD_MEDIUM else "large_M")
+    cfg = dict(configs[key])
+    if strip_amd:
+        for k in AMD_ONLY_KEYS:
+            cfg.pop(k, None)
+    return cfg
+
+
+@register
+class AiterTritonBackend(Backend):
+    name = "aiter-triton"
+    description = "aiter's Triton MoE kernels (moe_align_block_size_triton + moe_op.fused_moe)"
+
+    def available(self):
+        if aiter_root() is None:
+            return False, "amd-aiter is not installed (pip install amd-aiter)"
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return False, "triton is not installed"
+        try:
+            load_aiter_triton()
+        except Exception as exc:  # report, never crash `backends`
+            return False, f"aiter Triton modules failed to import: {type(exc).__name__}: {exc}"
+        if not torch.cuda.is_available():
+            return False, "Triton kernels need a CUDA or ROCm GPU (none visible)"
+        return True, ""
+
+    def supports(self, problem, device):
+        if not str(device).startswith("cuda"):
+            return False, "Triton kernels run on GPU only"
+        if problem.dtype not in ("bf16", "fp16"):
+            return False, "aiter's Triton MoE configs are for bf16/fp16 here"
+        return True, ""
+
+    def info(self):
+        return {"aiter": aiter_version()}
+
+    def prepare(self, problem, weights: Weights, configs: dict | None = None):
+        import triton.language as tl
+        moe_op, align = load_aiter_triton()
+        configs = configs or aiter_moe_configs()
+        strip = torch.version.hip is None
+        compute_type = {"bf16": tl.bfloat16, "fp16": tl.float16}[problem.dtype]
+        w1, w2 = weights.w1, weights.w2
+        E_local, inter, k = w1.shape[0], problem.inter, problem.topk
+        woi = problem.weight_on_input
+        emap = weights.expert_map
+        self.last_config = None
+
+        def fn(x, topk_weights, topk_ids):
+            T = x.shape[0]
+            cfg = pick_config(configs, T, strip)
+            self.last_config = cfg
+            bm = cfg["BLOCK_SIZE_M"]
+            if emap is not None:
+                local = emap[topk_ids.long()]
+                ids = torch.where(local < 0, E_local, local).to(torch.int32)
+                n_exp = E_local + 1
+            else:
+                ids, n_exp = topk_ids, E_local
+            numel = T * k
+            max_pad = numel + n_exp * (bm - 1)
+            sorted_ids = torch.full((max_pad,), numel, dtype=torch.int32, device=x.device)
+            expert_ids = torch.full((triton_cdiv(max_pad, bm),), -1, dtype=torch.int32,
+                                    device=x.device)
+            n_post_pad = torch.empty(1, dtype=torch.int32, device=x.device)
+            align.moe_align_block_size_triton(ids, n_exp, bm, sorted_ids, expert_ids, n_post_pad)
+            if emap is not None:
+                expert_ids = torch.where(expert_ids == E_local, -1, expert_ids)
+            c1 = torch.empty(T, k, 2 * inter, dtype=x.dtype, device=x.device)
+            moe_op.fused_moe(x, w1, c1, None, None, None, topk_weights, ids, sorted_ids,
+                             expert_ids, n_post_pad, woi, k, compute_type,
+                             False, False, False, None, cfg)
+            g = c1.view(numel, 2 * inter)
+            a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
+            c2 = torch.empty(T, k, x.shape[1], dtype=x.dtype, device=x.device)
+            moe_op.fused_moe(a, w2, c2, None, None, None, topk_weights, ids, sorted_ids,
+                             expert_ids, n_post_pad, not woi, 1, compute_type,
+                             False, False, False, None, cfg)
+            return c2.sum(dim=1) if k > 1 else c2.view(T, -1)
+        return fn
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b

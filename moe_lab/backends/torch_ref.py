@@ -1,0 +1,63 @@
+"""`torch`: the reference. A per-expert loop in plain PyTorch, fp32 accumulation.
+
+With `compute_dtype=torch.float32/float64` the same loop upcasts every operand and is
+what `moe-lab check` compares all backends against. The loop reads expert token counts
+on the host (one sync), so it cannot be captured in a CUDA graph.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import Backend, Weights, register
+
+
+def torch_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
+              topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+              expert_map: torch.Tensor | None = None, weight_on_input: bool = False,
+              compute_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """MoE experts for the local experts in w1/w2. Returns x.dtype, or compute_dtype if set."""
+    T, H = x.shape
+    k = topk_ids.shape[1]
+    E_local, two_i, _ = w1.shape
+    inter = two_i // 2
+    cd = compute_dtype or x.dtype
+    acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
+    ids = topk_ids.long()
+    local = expert_map.long()[ids] if expert_map is not None else ids
+    flat = local.reshape(-1)
+    w_flat = topk_weights.reshape(-1).float()
+    token_of = torch.arange(T, device=x.device).repeat_interleave(k)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat[flat >= 0], minlength=E_local).tolist()
+    start = int((flat < 0).sum())  # remote experts (-1) sort first
+    out = torch.zeros(T, H, dtype=acc, device=x.device)
+    for e, n in enumerate(counts):
+        if n == 0:
+            continue
+        idx = order[start:start + n]
+        start += n
+        tok = token_of[idx]
+        xs = x[tok]
+        if weight_on_input:  # Llama-4: the router weight scales the input, in its dtype
+            xs = (xs.to(acc) * w_flat[idx, None].to(acc)).to(x.dtype)
+        h = xs.to(cd) @ w1[e].to(cd).t()
+        a = F.silu(h[:, :inter]) * h[:, inter:]
+        y = (a @ w2[e].to(cd).t()).to(acc)
+        if not weight_on_input:
+            y = y * w_flat[idx, None].to(acc)
+        out.index_add_(0, tok, y)
+    return out if compute_dtype is not None else out.to(x.dtype)
+
+
+@register
+class TorchBackend(Backend):
+    name = "torch"
+    description = "per-expert loop in PyTorch, fp32 accumulation (the reference)"
+
+    def prepare(self, problem, weights: Weights):
+        w1, w2, emap, woi = weights.w1, weights.w2, weights.expert_map, problem.weight_on_input
+
+        def fn(x, topk_weights, topk_ids):
+            return torch_moe(x, w1, w2, topk_weights, topk_ids, emap, woi)
+        return fn

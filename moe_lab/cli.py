@@ -1,0 +1,72 @@
+"""`moe-lab` command line. Each verb lives in the module that owns its concept; this file
+only wires them. Every verb module exposes `configure(parser)` and `run(args) -> int`.
+
+Bad input (UsageError, argparse errors) prints one line and exits 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import UsageError
+
+# verb -> (module, one-line help)
+VERBS = {
+    "backends": ("moe_lab.verbs", "list every backend, whether it can run here, and why not"),
+    "check": ("moe_lab.check", "run every available backend on fresh random inputs against the reference"),
+    "sweep": ("moe_lab.sweep", "measure models x sharding x tokens x backends x modes into data/runs/<run_id>"),
+    "profile": ("moe_lab.profile_cmd", "profile one point: per-kernel table and a Perfetto trace"),
+    "roofline": ("moe_lab.roofline_cmd", "print predicted roofline floors (no GPU needed)"),
+    "ceilings": ("moe_lab.ceilings", "measure this GPU's bandwidth and GEMM ceilings into data/ceilings/"),
+    "claims": ("moe_lab.claims.cli", "parse serving benchmarks and check the seeds' claims"),
+    "report": ("moe_lab.report", "execute the notebooks into HTML and export figures"),
+    "doctor": ("moe_lab.verbs", "print the environment: devices, versions, what will run"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        self.exit(2, f"moe-lab: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="moe-lab", description=(
+        "Performance workbook for fused Mixture-of-Experts kernels: correctness checks, "
+        "timed sweeps with per-kernel breakdowns, roofline floors and claim checks."))
+    sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    sub.required = True
+    for verb, (modname, help_) in VERBS.items():
+        sp = sub.add_parser(verb, help=help_, description=help_,
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        sp.set_defaults(_module=modname)
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError as exc:  # a verb whose module is missing must not break others
+            sp.set_defaults(_missing=str(exc))
+            continue
+        configure = getattr(mod, f"configure_{verb}", None) or getattr(mod, "configure")
+        configure(sp)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_missing", None):
+        print(f"moe-lab: error: verb {args.verb!r} unavailable: {args._missing}", file=sys.stderr)
+        return 2
+    mod = importlib.import_module(args._module)
+    run = getattr(mod, f"run_{args.verb}", None) or getattr(mod, "run")
+    try:
+        return int(run(args) or 0)
+    except UsageError as exc:
+        print(f"moe-lab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("moe-lab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

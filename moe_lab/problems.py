@@ -1,0 +1,236 @@
+"""MoE problem shapes: model presets and tensor/expert-parallel sharding as vLLM does it.
+
+A `Problem` is one MoE layer call on one GPU: tokens T, hidden H, the per-rank
+intermediate size I, the experts this rank holds, top-k, dtype and router.
+
+Sharding (vLLM's FusedMoE):
+  * TP without EP: every rank holds all E experts, each with I/tp of the intermediate.
+  * EP (ep == tp): rank r holds experts [r*E/ep, (r+1)*E/ep) with the full I;
+    `expert_map[E]` maps global ids to local ones, -1 for remote experts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+import torch
+
+from .errors import UsageError
+
+
+class ProblemError(UsageError):
+    """A problem that cannot exist (bad preset, bad sharding). One-line message."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    hf_id: str
+    hidden: int  # H
+    intermediate: int  # I, per expert, unsharded
+    experts: int  # E, routed experts
+    topk: int
+    shared_experts: int
+    moe_layers: int
+    router: str  # "llama4" | "deepseek" | "softmax"
+    # router details (DeepSeek-V3/R1 grouped top-k)
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling: float = 1.0
+    renormalize: bool = True
+
+    @property
+    def weight_on_input(self) -> bool:
+        """Llama-4 multiplies the router weight into the input (top-1 only)."""
+        return self.router == "llama4"
+
+
+# Numbers from each model's Hugging Face config.json.
+PRESETS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        ModelSpec("llama4-scout-16e", "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+                  5120, 8192, 16, 1, 1, 48, "llama4", renormalize=False),
+        ModelSpec("llama4-maverick-128e", "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+                  5120, 8192, 128, 1, 1, 24, "llama4", renormalize=False),
+        ModelSpec("deepseek-r1", "deepseek-ai/DeepSeek-R1",
+                  7168, 2048, 256, 8, 1, 58, "deepseek", n_group=8, topk_group=4,
+                  routed_scaling=2.5),
+        ModelSpec("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B",
+                  4096, 1536, 128, 8, 0, 94, "softmax"),
+        ModelSpec("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B",
+                  2048, 768, 128, 8, 0, 48, "softmax"),
+        ModelSpec("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1",
+                  4096, 14336, 8, 2, 0, 32, "softmax"),
+    ]
+}
+
+# The four models of the two upstream PRs (../shared/seeds).
+SEED_MODELS = ("llama4-scout-16e", "llama4-maverick-128e", "deepseek-r1", "qwen3-235b-a22b")
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+_CUSTOM_RE = re.compile(r"^custom:(.+)$")
+
+
+def parse_model(text: str) -> ModelSpec:
+    """A preset name, or `custom:H=..,I=..,E=..,k=..[,router=softmax|llama4|deepseek][,layers=N]`."""
+    if text in PRESETS:
+        return PRESETS[text]
+    m = _CUSTOM_RE.match(text)
+    if not m:
+        raise ProblemError(
+            f"unknown model {text!r}; presets: {', '.join(PRESETS)}; "
+            "or custom:H=4096,I=14336,E=8,k=2")
+    fields = {}
+    for part in m.group(1).split(","):
+        if "=" not in part:
+            raise ProblemError(f"custom model field {part!r} is not key=value")
+        key, val = (s.strip() for s in part.split("=", 1))
+        fields[key] = val
+    try:
+        h, i, e, k = (int(fields.pop(x)) for x in ("H", "I", "E", "k"))
+    except KeyError as exc:
+        raise ProblemError(f"custom model needs H, I, E and k; missing {exc.args[0]}") from None
+    except ValueError:
+        raise ProblemError("custom model H, I, E, k must be integers") from None
+    router = fields.pop("router", "llama4" if k == 1 and fields.get("woi") == "1" else "softmax")
+    fields.pop("woi", None)
+    layers = int(fields.pop("layers", 1))
+    if fields:
+        raise ProblemError(f"unknown custom model fields: {', '.join(fields)}")
+    if router not in ("softmax", "llama4", "deepseek"):
+        raise ProblemError(f"router must be softmax, llama4 or deepseek, not {router!r}")
+    if min(h, i, e, k) < 1 or k > e:
+        raise ProblemError("custom model needs positive H, I, E, k with k <= E")
+    if router == "llama4" and k != 1:
+        raise ProblemError("the llama4 router (weight on input) is top-1 only")
+    extra = {}
+    if router == "deepseek":
+        if e % 8:
+            raise ProblemError("the deepseek router needs E divisible by its 8 groups")
+        extra = dict(n_group=8, topk_group=4, routed_scaling=2.5)
+    return ModelSpec(text, "", h, i, e, k, 0, layers, router,
+                     renormalize=router != "llama4", **extra)
+
+
+@dataclass(frozen=True)
+class Problem:
+    model: ModelSpec
+    tokens: int
+    dtype: str = "bf16"
+    tp: int = 1
+    ep: int = 1
+    ep_rank: int = 0
+
+    def __post_init__(self):
+        m = self.model
+        if self.tokens < 1:
+            raise ProblemError(f"tokens must be >= 1, got {self.tokens}")
+        if self.dtype not in DTYPES:
+            raise ProblemError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.tp < 1 or self.ep < 1:
+            raise ProblemError("tp and ep must be >= 1")
+        if self.ep > 1 and self.ep != self.tp:
+            raise ProblemError(f"vLLM's EP uses ep == tp (got tp={self.tp}, ep={self.ep})")
+        if not 0 <= self.ep_rank < self.ep:
+            raise ProblemError(f"ep_rank must be in [0, {self.ep}), got {self.ep_rank}")
+        if m.experts % self.ep:
+            raise ProblemError(f"{m.name}: {m.experts} experts do not split over ep={self.ep}")
+        if self.ep == 1 and m.intermediate % self.tp:
+            raise ProblemError(f"{m.name}: I={m.intermediate} does not split over tp={self.tp}")
+
+    # --- derived shape -------------------------------------------------------
+    @property
+    def hidden(self) -> int:
+        return self.model.hidden
+
+    @property
+    def inter(self) -> int:
+        """Per-rank intermediate size of one expert."""
+        return self.model.intermediate if self.ep > 1 else self.model.intermediate // self.tp
+
+    @property
+    def experts(self) -> int:
+        """Global number of routed experts (router output width)."""
+        return self.model.experts
+
+    @property
+    def local_experts(self) -> int:
+        return self.model.experts // self.ep
+
+    @property
+    def topk(self) -> int:
+        return self.model.topk
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def weight_on_input(self) -> bool:
+        return self.model.weight_on_input
+
+    @property
+    def first_local_expert(self) -> int:
+        return self.ep_rank * self.local_experts
+
+    def expert_map(self, device="cpu") -> torch.Tensor | None:
+        """int32[E]: global -> local expert id, -1 if remote. None without EP."""
+        if self.ep == 1:
+            return None
+        emap = torch.full((self.experts,), -1, dtype=torch.int32)
+        lo = self.first_local_expert
+        emap[lo:lo + self.local_experts] = torch.arange(self.local_experts, dtype=torch.int32)
+        return emap.to(device)
+
+    @property
+    def sharding(self) -> str:
+        return f"TP{self.tp}" + (f"+EP{self.ep}" if self.ep > 1 else "")
+
+    def with_tokens(self, tokens: int) -> "Problem":
+        return dataclasses.replace(self, tokens=tokens)
+
+    def describe(self) -> str:
+        return (f"{self.model.name} {self.sharding} rank{self.ep_rank} T={self.tokens} "
+                f"H={self.hidden} I={self.inter} E={self.local_experts}/{self.experts} "
+                f"k={self.topk} {self.dtype}")
+
+    def key(self) -> dict:
+        """The columns that identify this problem in a results table."""
+        return dict(model=self.model.name, tp=self.tp, ep=self.ep, ep_rank=self.ep_rank,
+                    dtype=self.dtype, tokens=self.tokens, hidden=self.hidden,
+                    inter=self.inter, experts=self.experts,
+                    local_experts=self.local_experts, topk=self.topk)
+
+
+def make_problem(model: str | ModelSpec, tokens: int, dtype: str = "bf16",
+                 tp: int = 1, ep: int = 1, ep_rank: int = 0) -> Problem:
+    spec = parse_model(model) if isinstance(model, str) else model
+    return Problem(spec, int(tokens), dtype, int(tp), int(ep), int(ep_rank))
+
+
+def default_token_grid(max_tokens: int = 8192) -> list[int]:
+    """1, 2, 4, ..., max_tokens."""
+    out, t = [], 1
+    while t <= max_tokens:
+        out.append(t)
+        t *= 2
+    return out
+
+
+def parse_tokens(text: str) -> list[int]:
+    """`1,64,1024` or a range `1-8192` (powers of two inclusive)."""
+    try:
+        if "-" in text and "," not in text:
+            lo, hi = (int(s) for s in text.split("-"))
+            if lo < 1 or hi < lo:
+                raise ValueError
+            return [t for t in default_token_grid(hi) if t >= lo]
+        toks = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ProblemError(f"tokens must look like 1,64,1024 or 1-8192, not {text!r}") from None
+    if not toks or min(toks) < 1:
+        raise ProblemError(f"tokens must be positive integers, not {text!r}")
+    return toks
