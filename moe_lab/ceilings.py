@@ -1,0 +1,284 @@
+"""`moe-lab ceilings`: measure this GPU's achievable ceilings into data/ceilings/<slug>.json.
+
+Three numbers, each the median of many timed calls (device events around every call):
+  memory    device-to-device copy of a large buffer (default 2 GiB, far beyond any L2 or
+            Infinity Cache); bytes = read + written = 2 x buffer per call.
+  gemm_bf16 torch.matmul of 8192 x 8192 x 8192 on random bf16 data (never zeros: the
+            power, hence the clock, depends on the bits that toggle).
+  gemm_fp8  torch._scaled_mm, same shape, float8_e4m3fn (e4m3fnuz on MI300 / gfx94x),
+            fp32 scalar scales, second operand column-major, bf16 out. Null with an error
+            when this torch/device cannot run it.
+What it cannot see: clocks drop under sustained load; a 1-2 ms kernel repeated back to
+back is the steady state of a busy GPU, which is what the sweeps measure too.
+
+The JSON schema is CEILINGS_SCHEMA below; `validate_ceilings` checks an object against it.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from .errors import UsageError
+
+SCHEMA_ID = "moe-lab/ceilings/v1"
+_NUM = (int, float)
+_OPT_NUM = (int, float, type(None))
+_OPT_STR = (str, type(None))
+
+# dotted field -> (allowed types, meaning). Every field is required (it may be null
+# where its types allow None). Units are in the names.
+CEILINGS_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
+    "schema": ((str,), f"always {SCHEMA_ID!r}"),
+    "device.name": ((str,), "torch.cuda.get_device_name, e.g. 'NVIDIA H200'"),
+    "device.slug": ((str,), "file name stem: lower case, non-alphanumerics -> '-'"),
+    "device.vendor": ((str,), "'nvidia' or 'amd'"),
+    "device.arch": ((str,), "'sm_90' on NVIDIA, gcnArchName on ROCm"),
+    "device.multiprocessors": ((int,), "SMs (NVIDIA) or CUs (AMD)"),
+    "device.total_memory_bytes": ((int,), "device memory as torch reports it"),
+    "device.l2_cache_bytes": ((int, type(None)), "L2 as torch reports it (one XCD's on MI300)"),
+    "memory.tb_per_s": (_NUM, "achievable bandwidth: median over calls, decimal TB/s"),
+    "memory.best_tb_per_s": (_NUM, "the fastest call"),
+    "memory.method": ((str,), "what was timed"),
+    "memory.buffer_bytes": ((int,), "size of the source (and destination) buffer"),
+    "memory.bytes_per_call": ((int,), "bytes counted per call (read + written)"),
+    "memory.calls": ((int,), "timed calls"),
+    "memory.median_us": (_NUM, "median time of one call"),
+    "gemm_bf16.tflops": (_NUM, "achievable bf16 matrix FLOP/s: median, decimal TFLOP/s"),
+    "gemm_bf16.best_tflops": (_NUM, "the fastest call"),
+    "gemm_bf16.method": ((str,), "what was timed"),
+    "gemm_bf16.shape": ((list,), "[M, N, K]"),
+    "gemm_bf16.calls": ((int,), "timed calls"),
+    "gemm_bf16.median_us": (_NUM, "median time of one call"),
+    "gemm_fp8.tflops": (_OPT_NUM, "achievable fp8 matrix FLOP/s, null if it could not run"),
+    "gemm_fp8.best_tflops": (_OPT_NUM, "the fastest call"),
+    "gemm_fp8.method": ((str,), "what was timed"),
+    "gemm_fp8.shape": ((list,), "[M, N, K]"),
+    "gemm_fp8.fp8_dtype": (_OPT_STR, "float8_e4m3fn or float8_e4m3fnuz"),
+    "gemm_fp8.calls": ((int,), "timed calls (0 if it could not run)"),
+    "gemm_fp8.median_us": (_OPT_NUM, "median time of one call"),
+    "gemm_fp8.error": (_OPT_STR, "why fp8 could not run, else null"),
+    "vendor.spec": (_OPT_STR, "DEVICE_SPECS key of this device, null if unknown"),
+    "vendor.bf16_tflops": (_OPT_NUM, "vendor dense peak, for % of peak"),
+    "vendor.fp8_tflops": (_OPT_NUM, "vendor dense peak"),
+    "vendor.hbm_tb_s": (_OPT_NUM, "vendor peak bandwidth"),
+    "manifest.device_name": ((str,), "as device.name"),
+    "manifest.torch": ((str,), "torch.__version__"),
+    "manifest.cuda": (_OPT_STR, "torch.version.cuda (null on ROCm)"),
+    "manifest.hip": (_OPT_STR, "torch.version.hip (null on CUDA)"),
+    "manifest.date": ((str,), "ISO 8601 UTC time of the measurement"),
+    "manifest.command": ((str,), "the command line that measured it"),
+    "manifest.git_commit": (_OPT_STR, "HEAD of the moe-lab checkout, null outside git"),
+    "manifest.hostname": ((str,), "platform.node()"),
+}
+
+
+def validate_ceilings(obj) -> None:
+    """Raise ValueError naming the first field of `obj` that breaks CEILINGS_SCHEMA."""
+    if not isinstance(obj, dict):
+        raise ValueError("ceilings must be a JSON object")
+    for dotted, (types, meaning) in CEILINGS_SCHEMA.items():
+        node = obj
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise ValueError(f"ceilings field {dotted!r} is missing ({meaning})")
+            node = node[part]
+        if isinstance(node, bool) or not isinstance(node, types):
+            want = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            raise ValueError(f"ceilings field {dotted!r} must be {want}, "
+                             f"got {type(node).__name__} {node!r}")
+        if dotted.endswith(("tflops", "tb_per_s", "_us")) and node is not None and node <= 0:
+            raise ValueError(f"ceilings field {dotted!r} must be > 0, got {node!r}")
+    if obj["schema"] != SCHEMA_ID:
+        raise ValueError(f"ceilings field 'schema' must be {SCHEMA_ID!r}, got {obj['schema']!r}")
+    for g in ("gemm_bf16", "gemm_fp8"):
+        shape = obj[g]["shape"]
+        if len(shape) != 3 or not all(isinstance(s, int) and s > 0 for s in shape):
+            raise ValueError(f"ceilings field '{g}.shape' must be [M, N, K] positive ints")
+
+
+# --- measuring -------------------------------------------------------------------------
+
+def _time_calls(fn, calls: int, warmup: int) -> list[float]:
+    """Microseconds of each of `calls` calls, device events around each."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+          for _ in range(calls)]
+    for start, end in ev:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1e3 for s, e in ev]
+
+
+def _fp8_dtype(device):
+    """e4m3fnuz on MI300 (gfx94x), e4m3fn elsewhere (NVIDIA sm89+, MI350 gfx950)."""
+    import torch
+    arch = getattr(torch.cuda.get_device_properties(device), "gcnArchName", "") or ""
+    if torch.version.hip and arch.startswith("gfx94"):
+        return torch.float8_e4m3fnuz
+    return torch.float8_e4m3fn
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=10)
+        return (out.stdout.strip() or None) if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 8192,
+                     calls: int = 50, warmup: int = 10) -> dict:
+    """Measure bandwidth and bf16/fp8 GEMM ceilings on `device`; returns a dict that
+    validates against CEILINGS_SCHEMA (manifest included). Needs a CUDA/ROCm GPU."""
+    import torch
+    from .roofline import device_slug, spec_for
+
+    if not torch.cuda.is_available():
+        raise UsageError(f"no GPU: torch {torch.__version__} sees no CUDA/ROCm device; "
+                         "run `moe-lab ceilings` on a GPU machine")
+    dev = torch.device(device)
+    torch.cuda.set_device(dev)
+    props = torch.cuda.get_device_properties(dev)
+    name = props.name
+    gen = torch.Generator(device=dev).manual_seed(0)
+
+    # memory: D2D copy of random bytes
+    n = int(size_gib * 2**30)
+    src = torch.empty(n, dtype=torch.uint8, device=dev).random_(0, 256, generator=gen)
+    dst = torch.empty_like(src)
+    t = _time_calls(lambda: dst.copy_(src), calls, warmup)
+    med = statistics.median(t)
+    memory = dict(tb_per_s=2 * n / med / 1e6, best_tb_per_s=2 * n / min(t) / 1e6,
+                  method=f"dst.copy_(src), uint8 random, {size_gib:g} GiB each; "
+                         "bytes = read + written; median of calls, device events",
+                  buffer_bytes=n, bytes_per_call=2 * n, calls=calls, median_us=med)
+    del src, dst
+    torch.cuda.empty_cache()
+
+    M = N = K = gemm_n
+    flop = 2.0 * M * N * K
+    a = torch.randn(M, K, device=dev, dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(K, N, device=dev, dtype=torch.bfloat16, generator=gen)
+    t = _time_calls(lambda: torch.matmul(a, b), calls, warmup)
+    med = statistics.median(t)
+    gemm_bf16 = dict(tflops=flop / med / 1e6, best_tflops=flop / min(t) / 1e6,
+                     method="torch.matmul(a, b), bf16 randn, row-major; median of calls, "
+                            "device events", shape=[M, N, K], calls=calls, median_us=med)
+
+    fp8_t = _fp8_dtype(dev)
+    gemm_fp8 = dict(tflops=None, best_tflops=None, shape=[M, N, K],
+                    fp8_dtype=str(fp8_t).replace("torch.", ""), calls=0, median_us=None,
+                    error=None,
+                    method="torch._scaled_mm(a, b.t()), randn cast to fp8, fp32 scalar "
+                           "scales, b column-major, bf16 out; median of calls, device events")
+    try:
+        a8 = a.to(fp8_t)
+        b8 = torch.randn(N, K, device=dev, dtype=torch.bfloat16, generator=gen).to(fp8_t).t()
+        one = torch.ones((), device=dev, dtype=torch.float32)
+        t = _time_calls(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one,
+                                                 out_dtype=torch.bfloat16), calls, warmup)
+        med = statistics.median(t)
+        gemm_fp8.update(tflops=flop / med / 1e6, best_tflops=flop / min(t) / 1e6,
+                        calls=calls, median_us=med)
+    except (RuntimeError, TypeError, AttributeError) as exc:  # old torch / unsupported arch
+        gemm_fp8["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    del a, b
+    torch.cuda.empty_cache()
+
+    spec_key = None
+    spec = spec_for(name)
+    if spec is not None:
+        from .roofline import DEVICE_SPECS
+        spec_key = next(k for k, v in DEVICE_SPECS.items() if v is spec)
+    hip = torch.version.hip
+    result = {
+        "schema": SCHEMA_ID,
+        "device": dict(name=name, slug=device_slug(name), vendor="amd" if hip else "nvidia",
+                       arch=(getattr(props, "gcnArchName", "") if hip
+                             else f"sm_{props.major}{props.minor}"),
+                       multiprocessors=props.multi_processor_count,
+                       total_memory_bytes=props.total_memory,
+                       l2_cache_bytes=getattr(props, "L2_cache_size", None)),
+        "memory": memory,
+        "gemm_bf16": gemm_bf16,
+        "gemm_fp8": gemm_fp8,
+        "vendor": dict(spec=spec_key,
+                       bf16_tflops=spec.bf16_tflops if spec else None,
+                       fp8_tflops=spec.fp8_tflops if spec else None,
+                       hbm_tb_s=spec.hbm_tb_s if spec else None),
+        "manifest": dict(device_name=name, torch=torch.__version__, cuda=torch.version.cuda,
+                         hip=hip,
+                         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                         command=" ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
+                         git_commit=_git_commit(), hostname=platform.node()),
+    }
+    validate_ceilings(result)
+    return result
+
+
+def write_ceilings(result: dict, data_dir: str | os.PathLike = "data/ceilings") -> Path:
+    """Validate and write `<data_dir>/<device-slug>.json` atomically (tmp, then rename)."""
+    validate_ceilings(result)
+    out_dir = Path(data_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{result['device']['slug']}.json"
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def summary_lines(result: dict) -> list[str]:
+    """Human lines: each ceiling, and % of the vendor peak where one is known."""
+    v = result["vendor"]
+
+    def pct(x, peak):
+        return f" ({100 * x / peak:.0f}% of vendor {peak:g})" if x and peak else ""
+    m, g, f = result["memory"], result["gemm_bf16"], result["gemm_fp8"]
+    lines = [f"device  {result['device']['name']} ({result['device']['arch']})",
+             f"memory  {m['tb_per_s']:.2f} TB/s{pct(m['tb_per_s'], v['hbm_tb_s'])}",
+             f"bf16    {g['tflops']:.0f} TFLOP/s{pct(g['tflops'], v['bf16_tflops'])}"]
+    if f["tflops"] is not None:
+        lines.append(f"fp8     {f['tflops']:.0f} TFLOP/s{pct(f['tflops'], v['fp8_tflops'])}")
+    else:
+        lines.append(f"fp8     not measured: {f['error']}")
+    return lines
+
+
+# --- CLI verb ---------------------------------------------------------------------------
+
+def configure(parser) -> None:
+    parser.add_argument("--out-dir", default="data/ceilings",
+                        help="folder for <device-slug>.json")
+    parser.add_argument("--device", default="cuda", help="torch device to measure")
+    parser.add_argument("--size-gib", type=float, default=2.0,
+                        help="copy buffer size (each of source and destination)")
+    parser.add_argument("--calls", type=int, default=50, help="timed calls per ceiling")
+
+
+def run(args) -> int:
+    import torch
+    if not torch.cuda.is_available():
+        raise UsageError(f"no GPU here (torch {torch.__version__}, "
+                         f"cuda={torch.version.cuda}, hip={torch.version.hip}): "
+                         "run `moe-lab ceilings` on a CUDA or ROCm machine")
+    if not str(args.device).startswith("cuda"):
+        raise UsageError(f"--device must be a cuda device (ROCm too), not {args.device!r}")
+    result = measure_ceilings(args.device, size_gib=args.size_gib, calls=args.calls)
+    path = write_ceilings(result, args.out_dir)
+    for line in summary_lines(result):
+        print(line)
+    print(f"wrote {path}")
+    return 0

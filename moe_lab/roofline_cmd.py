@@ -1,0 +1,79 @@
+"""`moe-lab roofline`: predicted floors for one model and sharding over token counts.
+
+No GPU needed: expected experts hit under uniform routing, FLOPs, bytes, intensity and
+the roofline floor on a vendor spec (or measured ceilings, given a device name with a
+file in data/ceilings/).
+"""
+from __future__ import annotations
+
+from .errors import UsageError
+from .problems import make_problem, parse_model, parse_tokens
+from .roofline import (DEVICE_SPECS, INTERMEDIATES, Ceilings, bound, ceilings_for, cost,
+                       floor_us, intensity)
+
+COLUMNS = ("tokens", "experts_hit", "gflop", "mbytes", "flop_per_byte", "floor_us", "bound")
+
+
+def resolve_ceilings(text: str) -> Ceilings:
+    """A DEVICE_SPECS key (vendor peaks) or a torch device name (measured when a file
+    exists in data/ceilings, else the vendor spec it maps to)."""
+    if text in DEVICE_SPECS:
+        s = DEVICE_SPECS[text]
+        return Ceilings(s.name, s.bf16_tflops, s.fp8_tflops, s.hbm_tb_s, "vendor", s.source)
+    try:
+        return ceilings_for(text)
+    except UsageError:
+        raise UsageError(f"unknown device spec {text!r}; valid: {', '.join(DEVICE_SPECS)} "
+                         "(or a torch device name such as 'NVIDIA H200')") from None
+
+
+def floor_rows(model: str, tokens: list[int], ceil: Ceilings, dtype: str = "bf16",
+               tp: int = 1, ep: int = 1, backend: str | None = None) -> list[dict]:
+    """One dict per token count with the COLUMNS (expected routing, ep rank 0)."""
+    rows = []
+    for t in tokens:
+        p = make_problem(model, t, dtype, tp, ep)
+        c = cost(p, backend=backend)
+        rows.append(dict(tokens=t, experts_hit=c.experts_hit, gflop=c.flops / 1e9,
+                         mbytes=c.bytes / 1e6, flop_per_byte=intensity(c),
+                         floor_us=floor_us(c, ceil, dtype), bound=bound(c, ceil, dtype)))
+    return rows
+
+
+def configure(parser) -> None:
+    parser.add_argument("--model", required=True, help="preset name or custom:H=..,I=..,E=..,k=..")
+    parser.add_argument("--tokens", default="1-8192", help="1,64,1024 or 1-8192 (powers of two)")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--ep", type=int, default=1, help="expert parallel size (== tp when > 1)")
+    parser.add_argument("--dtype", default="bf16", help="bf16 or fp16 (fp32 has no quoted peak)")
+    parser.add_argument("--device-spec", default="h200-sxm",
+                        help=f"one of {', '.join(DEVICE_SPECS)}, or a torch device name")
+    parser.add_argument("--backend", default=None,
+                        help=f"add this backend's intermediates ({', '.join(INTERMEDIATES)}); "
+                             "default: the ideal fused floor")
+
+
+def run(args) -> int:
+    spec = parse_model(args.model)
+    tokens = parse_tokens(args.tokens)
+    ceil = resolve_ceilings(args.device_spec)
+    if args.backend is not None and args.backend not in INTERMEDIATES:
+        raise UsageError(f"unknown backend {args.backend!r} for the cost model; "
+                         f"valid: {', '.join(INTERMEDIATES)}")
+    if args.dtype not in ("bf16", "fp16"):
+        raise UsageError(f"--dtype must be bf16 or fp16 (the matrix peaks quoted), "
+                         f"not {args.dtype!r}")
+    p0 = make_problem(spec, tokens[0], args.dtype, args.tp, args.ep)
+    rows = floor_rows(spec, tokens, ceil, args.dtype, args.tp, args.ep, args.backend)
+    print(f"# {spec.name} {p0.sharding}: H={p0.hidden} I={p0.inter} "
+          f"E={p0.local_experts}/{p0.experts} k={p0.topk} {args.dtype}; "
+          f"{args.backend or 'ideal fused (no intermediates)'}; uniform routing, expected")
+    print(f"# {ceil.device} [{ceil.source}]: {ceil.tflops_bf16:g} TFLOP/s bf16, "
+          f"{ceil.tb_s:g} TB/s")
+    print(f"{'tokens':>7} {'experts_hit':>11} {'GFLOP':>10} {'MB':>10} "
+          f"{'FLOP/B':>8} {'floor_us':>9} {'bound':>7}")
+    for r in rows:
+        print(f"{r['tokens']:>7} {r['experts_hit']:>11.2f} {r['gflop']:>10.3f} "
+              f"{r['mbytes']:>10.2f} {r['flop_per_byte']:>8.1f} {r['floor_us']:>9.2f} "
+              f"{r['bound']:>7}")
+    return 0
