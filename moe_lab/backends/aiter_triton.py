@@ -21,6 +21,7 @@ Details that matter for correctness:
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -37,6 +38,10 @@ M_THRESHOLD_SMALL, M_THRESHOLD_MEDIUM = 256, 1024
 
 
 def aiter_root() -> str | None:
+    """Folder of the installed `aiter` package, found without importing it."""
+    mod = sys.modules.get("aiter")
+    if mod is not None and getattr(mod, "__path__", None):
+        return list(mod.__path__)[0]
     spec = importlib.util.find_spec("aiter")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -51,9 +56,12 @@ def load_aiter_triton():
         raise ImportError("aiter is not installed (pip install amd-aiter)")
     if torch.version.hip is None and "aiter" not in sys.modules:
         for name, sub in (("aiter", ""), ("aiter.ops", "ops")):
+            path = os.path.join(root, sub) if sub else root
             mod = types.ModuleType(name)
-            mod.__path__ = [os.path.join(root, sub) if sub else root]
-            mod.__file__ = os.path.join(mod.__path__[0], "__init__.py")
+            mod.__path__ = [path]
+            mod.__file__ = os.path.join(path, "__init__.py")
+            mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            mod.__spec__.submodule_search_locations = [path]
             mod.__moe_lab_stub__ = True
             sys.modules[name] = mod
         sys.modules["aiter"].ops = sys.modules["aiter.ops"]
@@ -151,15 +159,16 @@ class AiterTritonBackend(Backend):
             if emap is not None:
                 expert_ids = torch.where(expert_ids == E_local, -1, expert_ids)
             c1 = torch.empty(T, k, 2 * inter, dtype=x.dtype, device=x.device)
-            moe_op.fused_moe(x, w1, c1, None, None, None, topk_weights, ids, sorted_ids,
-                             expert_ids, n_post_pad, woi, k, compute_type,
-                             False, False, False, None, cfg)
+            common = dict(A_scale=None, B_scale=None, B_zp=None, topk_weights=topk_weights,
+                          topk_ids=ids, sorted_token_ids=sorted_ids, expert_ids=expert_ids,
+                          num_tokens_post_padded=n_post_pad, compute_type=compute_type,
+                          use_fp8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
+                          block_shape=None, config=cfg)
+            moe_op.fused_moe(A=x, B=w1, C=c1, mul_routed_weight=woi, top_k=k, **common)
             g = c1.view(numel, 2 * inter)
             a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
             c2 = torch.empty(T, k, x.shape[1], dtype=x.dtype, device=x.device)
-            moe_op.fused_moe(a, w2, c2, None, None, None, topk_weights, ids, sorted_ids,
-                             expert_ids, n_post_pad, not woi, 1, compute_type,
-                             False, False, False, None, cfg)
+            moe_op.fused_moe(A=a, B=w2, C=c2, mul_routed_weight=not woi, top_k=1, **common)
             return c2.sum(dim=1) if k > 1 else c2.view(T, -1)
         return fn
 
