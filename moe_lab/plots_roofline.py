@@ -106,24 +106,52 @@ def pct_of_roof_table(df: pd.DataFrame, values: str = "pct_of_roof") -> pd.DataF
 
 
 def predicted_floors(models=SEED_MODELS, shardings=SEED_SHARDINGS, tokens=None,
-                     devices=("mi300x", "h200-sxm"), dtype: str = "bf16") -> pd.DataFrame:
-    """Ideal fused floors (expected routing) for every model x (tp, ep) x tokens x device
-    spec: columns model, sharding, tp, ep, tokens, device, experts_hit, flops, bytes,
-    intensity, floor_us, bound, tokens_per_s (per rank)."""
+                     devices=("mi300x", "h200-sxm"), dtype: str = "bf16",
+                     straggler_seeds: int = 0) -> pd.DataFrame:
+    """Ideal fused floors (expected uniform routing) for every model x (tp, ep) x tokens
+    x device spec: columns model, sharding, tp, ep, tokens, device, experts_hit, flops,
+    bytes, intensity, floor_us, bound, tokens_per_s (per rank).
+
+    In expectation TP and EP cost the same per rank (EP reads 1/ep of the experts at ep
+    times the width). What differs is the slowest EP rank: with straggler_seeds > 0, EP
+    shardings get an extra sharding '<TPxEPy> slowest rank': the floor of the rank with
+    the most work under the model's real router on random logits, averaged over seeds."""
+    from .routing import make_routing
+
     tokens = tokens or default_token_grid(8192)
+    specs = [(d, DEVICE_SPECS[d] if isinstance(d, str) else d) for d in devices]
     rows = []
+
+    def add(m, sh, tp, ep, t, c_of_dev):
+        for d, spec in specs:
+            c = c_of_dev(spec)
+            f = floor_us(c, spec, dtype)
+            rows.append(dict(model=m, sharding=sh, tp=tp, ep=ep, tokens=t,
+                             device=d if isinstance(d, str) else spec.name,
+                             experts_hit=c.experts_hit, flops=c.flops, bytes=c.bytes,
+                             intensity=intensity(c), floor_us=f, bound=bound(c, spec, dtype),
+                             tokens_per_s=t / f * 1e6))
+
     for m in models:
         for tp, ep in shardings:
             for t in tokens:
                 c = cost(make_problem(m, t, dtype, tp, ep))
-                for d in devices:
-                    spec = DEVICE_SPECS[d] if isinstance(d, str) else d
-                    f = floor_us(c, spec, dtype)
-                    rows.append(dict(model=m, sharding=_sharding(tp, ep), tp=tp, ep=ep,
-                                     tokens=t, device=d if isinstance(d, str) else spec.name,
-                                     experts_hit=c.experts_hit, flops=c.flops,
-                                     bytes=c.bytes, intensity=intensity(c), floor_us=f,
-                                     bound=bound(c, spec, dtype), tokens_per_s=t / f * 1e6))
+                add(m, _sharding(tp, ep), tp, ep, t, lambda spec, c=c: c)
+                if ep > 1 and straggler_seeds > 0:
+                    probs = [make_problem(m, t, dtype, tp, ep, r) for r in range(ep)]
+                    per_seed = []
+                    for seed in range(straggler_seeds):
+                        _, ids, _ = make_routing(probs[0].model, t, "uniform", seed)
+                        per_seed.append([cost(p, ids) for p in probs])
+
+                    def slowest(spec, per_seed=per_seed):
+                        fs = [max(cs, key=lambda c: floor_us(c, spec, dtype)) for cs in per_seed]
+                        n = len(fs)
+                        return type(fs[0])(**{**fs[0].__dict__, **{
+                            k: sum(getattr(c, k) for c in fs) / n
+                            for k in ("flops", "bytes", "weight_bytes", "act_bytes",
+                                      "inter_bytes", "experts_hit", "pairs")}})
+                    add(m, _sharding(tp, ep) + " slowest rank", tp, ep, t, slowest)
     return pd.DataFrame(rows)
 
 
@@ -226,4 +254,5 @@ def fig_predicted_floors(table: pd.DataFrame, commit=None, dtype: str = "bf16"):
             ax.legend(fontsize=7, title="hollow: memory-bound", title_fontsize=6)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     return _footer(fig, provenance(", ".join(devices), "vendor", dtype, models, None,
-                                   commit) + " | predicted, uniform routing, ideal fused kernel")
+                                   commit) + " | predicted, ideal fused kernel; TP and EP "
+                   "coincide in expectation, the slowest EP rank does not")

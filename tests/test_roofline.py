@@ -1,0 +1,209 @@
+"""Cost model, floors and the roofline columns, against hand-computed cases."""
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from moe_lab.cli import main
+from moe_lab.problems import PRESETS, make_problem
+from moe_lab.roofline import (DEVICE_SPECS, Cost, DeviceSpec, INTERMEDIATES,
+                              add_roofline_columns, bound, ceilings_for, cost,
+                              expected_experts_hit, floor_us, intensity, spec_for)
+from moe_lab.routing import make_routing
+
+UNIT = DeviceSpec("unit", "test", bf16_tflops=1.0, fp8_tflops=2.0, hbm_tb_s=1.0, l2_mb=0,
+                  source="test")
+
+
+def test_mixtral_tp2_one_token_reads_two_experts():
+    p = make_problem("mixtral-8x7b", 1, "bf16", tp=2)
+    assert (p.hidden, p.inter, p.experts, p.topk) == (4096, 7168, 8, 2)
+    c = cost(p, ids=torch.tensor([[3, 5]], dtype=torch.int32))
+    assert c.exact and c.experts_hit == 2
+    assert c.weight_bytes == 2 * 3 * 4096 * 7168 * 2 == 352_321_536
+    assert c.act_bytes == 2 * 4096 * 2  # x in, out
+    assert c.bytes == c.weight_bytes + c.act_bytes
+    # expectation at T=1 is exactly k experts
+    assert cost(p).weight_bytes == 352_321_536
+
+
+def test_flops_hand_case():
+    p = make_problem("custom:H=64,I=32,E=4,k=2", 3)
+    # 3 tokens x 2 slots, each: gemm1 2*(2I*H) + gemm2 2*(I*H)
+    assert cost(p).flops == 3 * 2 * 2 * (2 * 32 * 64 + 32 * 64) == 73_728
+    # exact ids give the same FLOPs without EP; the weight read counts distinct experts
+    c = cost(p, ids=torch.tensor([[0, 1], [1, 0], [0, 1]], dtype=torch.int32))
+    assert c.flops == 73_728 and c.experts_hit == 2
+    assert c.weight_bytes == 2 * 3 * 64 * 32 * 2
+
+
+def test_ep_shard_counts_only_local_experts():
+    # DeepSeek-R1 TP8+EP8, rank 1 holds global experts 32..63, each with the full I
+    p = make_problem("deepseek-r1", 2, "bf16", tp=8, ep=8, ep_rank=1)
+    H, I = 7168, 2048
+    assert (p.local_experts, p.inter) == (32, I)
+    ids = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7],               # all remote
+                        [32, 33, 34, 35, 100, 101, 102, 103]],  # 4 local
+                       dtype=torch.int32)
+    c = cost(p, ids=ids)
+    assert c.experts_hit == 4 and c.pairs == 4
+    assert c.weight_bytes == 4 * 3 * H * I * 2
+    assert c.flops == 2 * 4 * 3 * I * H
+    # the same ids seen from rank 0: 8 local experts, 8 pairs
+    c0 = cost(make_problem("deepseek-r1", 2, "bf16", 8, 8, 0), ids=ids)
+    assert (c0.experts_hit, c0.pairs) == (8, 8)
+    # a rank no token routes to reads no weights and computes nothing
+    c7 = cost(make_problem("deepseek-r1", 2, "bf16", 8, 8, 7), ids=ids)
+    assert (c7.experts_hit, c7.flops, c7.weight_bytes) == (0, 0, 0)
+
+
+def test_expected_ep_equals_tp_per_rank():
+    """In expectation EP reads 1/ep of the experts at ep times the width: same per rank."""
+    for t in (1, 64, 4096):
+        a = cost(make_problem("qwen3-235b-a22b", t, "bf16", 8, 1))
+        b = cost(make_problem("qwen3-235b-a22b", t, "bf16", 8, 8, 3))
+        assert a.flops == pytest.approx(b.flops) and a.bytes == pytest.approx(b.bytes)
+
+
+def test_expected_experts_formula_forms():
+    for E, k, T in [(8, 2, 1), (128, 8, 7), (256, 8, 100)]:
+        assert expected_experts_hit(E, k, T) == pytest.approx(E * (1 - ((E - k) / E) ** T))
+    assert expected_experts_hit(8, 2, 1) == pytest.approx(2)
+    assert expected_experts_hit(256, 8, 10**6) == pytest.approx(256)
+
+
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "deepseek-r1"])
+@pytest.mark.parametrize("tokens", [1, 4, 16, 64])
+def test_expected_experts_matches_monte_carlo_of_real_router(model, tokens):
+    """The formula needs only that each expert is picked by a token with probability k/E
+    and tokens are independent. Random iid N(0,1) logits through the model's own router
+    give that by symmetry (experts are exchangeable), softmax and DeepSeek's grouped
+    top-k alike, even though DeepSeek's picks inside a token are correlated (same group).
+    So the Monte Carlo mean must match within its standard error. The number of distinct
+    experts has variance <= E/4 (occupancy counts are negatively correlated), so with
+    N=300 seeds the standard error is <= sqrt(E/4/300) ~ 0.46 experts for E=256; 4 standard
+    errors (1.9 experts) or 3% of the mean, whichever is larger, is a safe bound."""
+    spec = PRESETS[model]
+    E, k, n = spec.experts, spec.topk, 300
+    hits = [torch.unique(make_routing(spec, tokens, "uniform", seed)[1]).numel()
+            for seed in range(n)]
+    mean = sum(hits) / n
+    want = expected_experts_hit(E, k, tokens)
+    se = (sum((h - mean) ** 2 for h in hits) / (n - 1)) ** 0.5 / n ** 0.5
+    assert abs(mean - want) <= max(4 * se, 0.03 * want, 1e-9), (mean, want, se)
+
+
+def test_skewed_routing_hits_fewer_experts_than_uniform():
+    """Real routers are not uniform: a skewed load reads fewer experts, so the uniform
+    expectation is an upper bound on weight bytes for the same T."""
+    spec = PRESETS["qwen3-30b-a3b"]
+    zipf = sum(torch.unique(make_routing(spec, 16, "zipf:1.5", s)[1]).numel()
+               for s in range(50)) / 50
+    assert zipf < expected_experts_hit(spec.experts, spec.topk, 16) * 0.9
+
+
+def test_floor_is_max_of_compute_and_memory():
+    c = Cost(flops=2e12, bytes=1e12, weight_bytes=1e12, act_bytes=0, inter_bytes=0,
+             experts_hit=1)
+    assert floor_us(c, UNIT) == pytest.approx(2e6)  # 2 s of compute beats 1 s of memory
+    assert bound(c, UNIT) == "compute"
+    assert floor_us(c, UNIT, "fp8") == pytest.approx(1e6)  # fp8 peak is 2x: a tie
+    c2 = Cost(flops=1e12, bytes=3e12, weight_bytes=3e12, act_bytes=0, inter_bytes=0,
+              experts_hit=1)
+    assert floor_us(c2, UNIT) == pytest.approx(3e6) and bound(c2, UNIT) == "memory"
+    assert intensity(c2) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError):
+        floor_us(c, UNIT, "fp32")
+
+
+def test_backend_intermediates():
+    p = make_problem("mixtral-8x7b", 4, "bf16", tp=2)
+    T, k, H, I = 4, 2, 4096, 7168
+    ideal = cost(p)
+    assert ideal.inter_bytes == 0
+    tri = cost(p, backend="aiter-triton")
+    # c1 [T,k,2I], a [T,k,I], c2 [T,k,H], each written then read, bf16
+    assert tri.inter_bytes == 2 * T * k * (2 * I + I + H) * 2
+    assert tri.bytes == ideal.bytes + tri.inter_bytes
+    ck = cost(p, backend="aiter")
+    assert ck.inter_bytes == 2 * T * k * I * 2
+    for b in INTERMEDIATES:
+        assert cost(p, backend=b).bytes > ideal.bytes
+    with pytest.raises(ValueError, match="known"):
+        cost(p, backend="nope")
+
+
+def test_fp8_weights_add_scales():
+    p = make_problem("mixtral-8x7b", 1, "bf16", tp=2)
+    ids = torch.tensor([[0, 1]], dtype=torch.int32)
+    H, I = 4096, 7168
+    base = 2 * 3 * H * I
+    assert cost(p, ids, weight_dtype="fp8").weight_bytes == base + 2 * 2 * 4
+    assert cost(p, ids, weight_dtype="fp8", scales="per-channel").weight_bytes == \
+        base + 2 * (2 * I + H) * 4
+    tiles = (2 * I // 128) * (H // 128) + (H // 128) * (I // 128)
+    assert cost(p, ids, weight_dtype="fp8", scales="block:128").weight_bytes == \
+        base + 2 * tiles * 4
+
+
+def test_device_specs_are_dense_and_sourced():
+    assert set(DEVICE_SPECS) == {"mi300x", "mi325x", "mi355x", "h100-sxm", "h200-sxm", "b200"}
+    for s in DEVICE_SPECS.values():
+        assert s.source and s.fp8_tflops == pytest.approx(2 * s.bf16_tflops, rel=1e-3)
+    assert DEVICE_SPECS["mi300x"].bf16_tflops == 1307.4
+    assert DEVICE_SPECS["h200-sxm"].bf16_tflops == 989.4  # 1979 is with sparsity
+    assert spec_for("NVIDIA H200") is DEVICE_SPECS["h200-sxm"]
+    assert spec_for("NVIDIA H100 80GB HBM3") is DEVICE_SPECS["h100-sxm"]
+    assert spec_for("AMD Instinct MI300X") is DEVICE_SPECS["mi300x"]
+    assert spec_for("NVIDIA H200 NVL") is None  # PCIe part, lower peaks
+
+
+def test_add_roofline_columns_pct_of_roof(tmp_path):
+    p = make_problem("mixtral-8x7b", 1, "bf16", tp=2)
+    roof = floor_us(cost(p), DEVICE_SPECS["h200-sxm"])
+    df = pd.DataFrame([
+        dict(model="mixtral-8x7b", tp=2, ep=1, ep_rank=0, dtype="bf16", backend="torch",
+             tokens=1, median_us=2 * roof, experts_hit=2),
+        dict(model="mixtral-8x7b", tp=2, ep=1, ep_rank=0, dtype="bf16", backend="vllm",
+             tokens=1, median_us=float("nan"), experts_hit=float("nan")),
+        dict(model="mixtral-8x7b", tp=2, ep=1, ep_rank=0, dtype="fp32", backend="torch",
+             tokens=1, median_us=100.0, experts_hit=1),
+    ])
+    out = add_roofline_columns(df, "NVIDIA H200", data_dir=tmp_path)
+    assert out.loc[0, "roof_us"] == pytest.approx(roof)
+    assert out.loc[0, "pct_of_roof"] == pytest.approx(50.0)
+    assert out.loc[0, "flops"] == 352_321_536
+    assert out.loc[0, "backend_roof_us"] > out.loc[0, "roof_us"]
+    assert math.isnan(out.loc[1, "pct_of_roof"])
+    assert out.loc[1, "experts_hit"] == pytest.approx(2)  # NaN given -> expected
+    assert out.loc[2, "experts_hit"] == 1 and math.isnan(out.loc[2, "roof_us"])  # no fp32 peak
+    assert set(out["ceiling_source"]) == {"vendor"}
+    assert len(out) == len(df) and "pct_of_roof" not in df.columns
+
+
+def test_ceilings_for_vendor_fallback(tmp_path):
+    c = ceilings_for("NVIDIA H200", data_dir=tmp_path)
+    assert c.source == "vendor" and c.tflops_bf16 == 989.4 and c.tb_s == 4.8
+
+
+def test_roofline_cli_prints_one_row_per_token(capsys):
+    rc = main(["roofline", "--model", "deepseek-r1", "--tokens", "1,64,1024", "--tp", "8",
+               "--ep", "8", "--device-spec", "mi300x"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0
+    rows = [line for line in out if not line.startswith("#")]
+    assert rows[0].split()[0] == "tokens" and len(rows) == 1 + 3
+    assert [r.split()[0] for r in rows[1:]] == ["1", "64", "1024"]
+    assert "vendor" in out[1] and "MI300X" in out[1]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--model", "nope", "--tokens", "1"], "unknown model"),
+    (["--model", "deepseek-r1", "--tokens", "1", "--device-spec", "tpu9"], "valid: mi300x"),
+    (["--model", "deepseek-r1", "--tokens", "x"], "tokens"),
+])
+def test_roofline_cli_bad_input_exits_2_one_line(capsys, argv, needle):
+    assert main(["roofline"] + argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
