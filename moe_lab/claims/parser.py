@@ -46,7 +46,7 @@ class Row:
     name: str  # the label as printed
     line: int  # 1-based line number in the file
     column: str = ""  # comparison/lm_eval tables: which column (config) the value is from
-    text: str = ""  # text-valued fields ("Backend: sglang") and gain notes ("(better)")
+    text: str = ""  # text-valued fields ("Backend: sglang"); gain cells as printed ("-35.3% (better)")
 
 
 @dataclass
@@ -379,7 +379,7 @@ class _Parser:
                         raise self.err(i + 1, f"{cells[0]!r}: gain {cell!r} is not a number")
                     gunit = {"x": "x", "×": "x"}.get(gm.group("unit") or "", "%")
                     blk.rows.append(Row(metric, float(gm.group("num").replace("−", "-")), gunit,
-                                        cells[0], i + 1, hdr[gain_idx], gm.group("note").strip()))
+                                        cells[0], i + 1, hdr[gain_idx], cell.strip()))
             blk.line_end = i + 1
             i += 1
         if not blk.rows:

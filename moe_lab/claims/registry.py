@@ -122,6 +122,18 @@ def _num(v: float):
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
+def _decimals(text: str) -> int:
+    """Decimals of the first number in a printed cell: '+85.9%' -> 1, '+86%' -> 0."""
+    m = re.search(r"\d+(?:\.(\d+))?", text)
+    return len(m.group(1) or "") if m else 0
+
+
+def _gain_note(text: str) -> str:
+    """'-35.3% (better)' -> 'better'."""
+    m = re.search(r"\(([^)]*)\)", text)
+    return m.group(1).strip() if m else ""
+
+
 def _find(blocks: list[Block], kind: str, source: str, *, section=None, label=None,
           label_prefix=None) -> Block:
     hits = [b for b in blocks if b.kind == kind
@@ -177,7 +189,8 @@ def build_registry(sources_dir: str | Path = SOURCES_DIR) -> dict:
                     section=f"{cfg['section']}: {base.label} vs {new.label}", config=cid,
                     metric=m, unit=unit, direction=direction(m),
                     baseline=_num(base.get(m)), new=_num(new.get(m)),
-                    stated_gain_pct=None, stated_note="",
+                    stated_gain_pct=None, stated_gain_text="", stated_gain_decimals=None,
+                    stated_note="",
                     baseline_label=base.label, new_label=new.label,
                     lines=_lines(base, m) + _lines(new, m), decimals=2, work=work))
         else:  # comparison table: seed 002
@@ -204,7 +217,9 @@ def build_registry(sources_dir: str | Path = SOURCES_DIR) -> dict:
                     unit=unit, direction=direction(m), baseline=_num(tbl.get(m, bcol)),
                     new=_num(tbl.get(m, ncol)),
                     stated_gain_pct=gain.value if gain is not None and gain.unit == "%" else None,
-                    stated_note=gain.text if gain is not None else "",
+                    stated_gain_text=gain.text if gain is not None else "",
+                    stated_gain_decimals=_decimals(gain.text) if gain is not None else None,
+                    stated_note=_gain_note(gain.text) if gain is not None else "",
                     baseline_label=bcol, new_label=ncol, lines=_lines(tbl, m), decimals=2,
                     work=work))
 

@@ -1,0 +1,155 @@
+"""What a serving claim implies for the MoE kernels.
+
+A decode step of a batch of C sequences takes about one TPOT. If a PR cut mean TPOT
+from t0 to t1 and only the MoE layers changed, each of the model's L MoE layers must
+have become (t0 - t1) / L faster. This module puts that implied per-layer saving beside
+the layer's roofline floor on the claim's GPU for the decode batch (C tokens per step,
+the claim's TP/EP) and beside our measured kernel times where a committed run has them.
+
+Reading it: the baseline MoE layer took at least `saved + floor` (it cannot have been
+faster than the floor after the change); `saved / floor` large means the baseline was far
+from the roofline (or the saving came from elsewhere: eager-mode launch overhead, other
+aiter kernels the flags switched on, routing).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..problems import PRESETS, make_problem
+from .registry import REPO_ROOT, load_registry
+
+RUNS_DIR = REPO_ROOT / "data" / "runs"
+
+# Weight quantisation of the FP8 checkpoints of the seeds (per-config dtype "fp8").
+FP8_SCALES = {
+    "deepseek-r1": "block:128",  # DeepSeek-R1 ships 128x128 block-scaled fp8 weights
+    "llama4-maverick-128e": "per-channel",  # Llama-4-Maverick-...-FP8: per-channel weights
+    "llama4-scout-16e": "per-channel",
+    "qwen3-235b-a22b": "block:128",
+}
+
+COLUMNS = ["config", "source", "model", "dtype", "gpu", "tp", "ep", "tokens", "moe_layers",
+           "tpot_base_ms", "tpot_new_ms", "itl_base_ms", "itl_new_ms", "step_saved_ms",
+           "saved_per_layer_us", "saved_per_layer_itl_us", "floor_us", "bound",
+           "min_baseline_layer_us", "saved_over_floor", "measured_us", "measured_backend",
+           "measured_device", "measured_run", "note"]
+
+
+def _metric(reg: dict, config: str, metric: str) -> tuple[float, float]:
+    for c in reg["claims"]:
+        if c["kind"] == "perf" and c["config"] == config and c["metric"] == metric:
+            return c["baseline"], c["new"]
+    return math.nan, math.nan
+
+
+def roofline_floor(preset: str, tokens: int, tp: int, ep: int, dtype: str, gpu: str):
+    """(floor_us, bound, note) from moe_lab.roofline; NaN and a note if unavailable."""
+    try:
+        from .. import roofline
+    except ImportError as exc:
+        return math.nan, "", f"roofline unavailable ({exc})"
+    try:
+        prob = make_problem(preset, tokens, "bf16", tp=tp, ep=ep)
+        spec = roofline.DEVICE_SPECS[gpu]
+        kw = {}
+        if dtype == "fp8":
+            kw = dict(weight_dtype="fp8", scales=FP8_SCALES.get(preset, "per-channel"))
+        c = roofline.cost(prob, **kw)
+        fl = roofline.floor_us(c, spec, dtype=dtype) if dtype == "fp8" else roofline.floor_us(c, spec)
+        bnd = roofline.bound(c, spec, dtype=dtype) if hasattr(roofline, "bound") else ""
+        return float(fl), bnd, ""
+    except Exception as exc:  # the roofline module is young: report, do not crash
+        return math.nan, "", f"roofline failed: {type(exc).__name__}: {exc}"
+
+
+def load_measured(runs_dir: str | Path = RUNS_DIR):
+    """All committed results.parquet rows with status ok, plus run_id; None if none."""
+    import pandas as pd
+    runs_dir = Path(runs_dir)
+    frames = []
+    for p in sorted(runs_dir.glob("*/results.parquet")) if runs_dir.is_dir() else []:
+        try:
+            df = pd.read_parquet(p)
+        except Exception:
+            continue
+        need = {"model", "tp", "ep", "backend", "mode", "tokens", "status", "median_us"}
+        if not need <= set(df.columns):
+            continue
+        df = df[df["status"] == "ok"].copy()
+        df["run_id"] = p.parent.name
+        device = ""
+        man = p.parent / "manifest.json"
+        if man.is_file():
+            import json
+            try:
+                m = json.loads(man.read_text())
+                device = (m.get("device") or {}).get("name", "") if isinstance(m.get("device"), dict) else str(m.get("device", ""))
+            except Exception:
+                device = ""
+        df["device"] = device
+        frames.append(df)
+    if not frames:
+        return None
+    return pd.concat(frames, ignore_index=True)
+
+
+def implications(registry: dict | None = None, runs_dir: str | Path = RUNS_DIR,
+                 gpu: str | None = None):
+    """One row per performance configuration of the registry (see module docstring)."""
+    import pandas as pd
+    reg = registry if registry is not None else load_registry()
+    measured = load_measured(runs_dir)
+    rows = []
+    for cid, cfg in reg["configs"].items():
+        if "concurrency" not in cfg or cfg.get("preset") not in PRESETS:
+            continue  # accuracy configurations
+        preset = cfg["preset"]
+        spec = PRESETS[preset]
+        tb, tn = _metric(reg, cid, "mean_tpot")
+        ib, inn = _metric(reg, cid, "mean_itl")
+        if math.isnan(tb):
+            continue
+        L = spec.moe_layers
+        tokens, tp, ep = int(cfg["concurrency"]), int(cfg["tp"]), int(cfg.get("ep", 1) or 1)
+        dev = gpu or cfg.get("gpu", "mi300x")
+        floor, bnd, note = roofline_floor(preset, tokens, tp, ep, cfg.get("dtype", "bf16"), dev)
+        notes = [note] if note else []
+        saved_ms = tb - tn
+        per_layer = saved_ms * 1000 / L
+        per_layer_itl = (ib - inn) * 1000 / L if not math.isnan(ib) else math.nan
+        if not math.isnan(ib) and abs(tb / ib - 1) > 0.2:
+            notes.append(f"mean TPOT ({tb} ms) and mean ITL ({ib} ms) disagree by "
+                         f"{(tb / ib - 1) * 100:+.0f}%: per-request TPOT is skewed by short "
+                         "requests; the ITL-based saving is the better per-step estimate")
+        if "--enforce-eager" in cfg.get("flags", []):
+            notes.append("eager mode: part of the saving can be launch overhead, not kernel time")
+        if cfg.get("gpu_note"):
+            notes.append(cfg["gpu_note"])
+        m_us, m_backend, m_run, m_dev = math.nan, "", "", ""
+        if measured is None:
+            notes.append("no committed run yet in data/runs: measured_us is NaN")
+        else:
+            sel = measured[(measured["model"] == preset) & (measured["tp"] == tp)
+                           & (measured["ep"] == ep) & (measured["tokens"] == tokens)]
+            if "dtype" in sel.columns:
+                sel = sel[sel["dtype"] == cfg.get("dtype", "bf16")]
+            if len(sel):
+                best = sel.loc[sel["median_us"].idxmin()]
+                m_us, m_backend = float(best["median_us"]), f"{best['backend']}/{best['mode']}"
+                m_run, m_dev = str(best["run_id"]), str(best.get("device", ""))
+                notes.append(f"measured on {m_dev or 'the run device'}, not {dev}")
+            else:
+                notes.append(f"no committed measurement for {preset} TP{tp} EP{ep} "
+                             f"T={tokens} {cfg.get('dtype', 'bf16')}")
+        rows.append(dict(
+            config=cid, source=cfg["source"], model=preset, dtype=cfg.get("dtype", "bf16"),
+            gpu=dev, tp=tp, ep=ep, tokens=tokens, moe_layers=L, tpot_base_ms=tb,
+            tpot_new_ms=tn, itl_base_ms=ib, itl_new_ms=inn, step_saved_ms=saved_ms,
+            saved_per_layer_us=per_layer, saved_per_layer_itl_us=per_layer_itl,
+            floor_us=floor, bound=bnd,
+            min_baseline_layer_us=per_layer + floor if not math.isnan(floor) else math.nan,
+            saved_over_floor=per_layer / floor if floor and not math.isnan(floor) else math.nan,
+            measured_us=m_us, measured_backend=m_backend, measured_device=m_dev,
+            measured_run=m_run, note="; ".join(notes)))
+    return pd.DataFrame(rows, columns=COLUMNS)
