@@ -47,8 +47,16 @@ class Inputs:
         return self.x, self.topk_weights, self.topk_ids
 
 
-def make_inputs(problem: Problem, device: str, seed: int, routing: str = "uniform") -> Inputs:
-    w, ids, _ = make_routing(problem.model, problem.tokens, routing, seed)
+def make_inputs(problem: Problem, device: str, seed: int, routing: str = "uniform",
+                ensure_local: bool = True) -> Inputs:
+    """Fresh random x and routing. Under EP a draw that sends no token to this rank's
+    experts checks nothing and times empty launches, so with `ensure_local` the routing is
+    redrawn (next seeds, up to 64 times) until at least one (token, slot) is local."""
+    lo, hi = problem.first_local_expert, problem.first_local_expert + problem.local_experts
+    for attempt in range(64 if ensure_local and problem.ep > 1 else 1):
+        w, ids, _ = make_routing(problem.model, problem.tokens, routing, seed + 7919 * attempt)
+        if ((ids >= lo) & (ids < hi)).any():
+            break
     g = torch.Generator(device=device).manual_seed(seed + 1)
     x = torch.randn(problem.tokens, problem.hidden, generator=g, device=device,
                     dtype=problem.torch_dtype)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up moe-lab in the active Python environment (conda env, venv or system python).
+# Reuses an installed torch (ROCm, CUDA or CPU build); only where none is installed does
+# it add the CPU build, never a multi-gigabyte CUDA build.
+#   bash scripts/setup.sh          # package + notebooks
+#   bash scripts/setup.sh test     # + test dependencies (pytest, amd-aiter, triton)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+pip_q() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+if "$PY" -c "import torch" 2>/dev/null; then
+  echo "setup: using installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
+else
+  echo "setup: no torch found; installing the CPU build torch==2.13.0"
+  pip_q torch==2.13.0
+fi
+extras="notebooks"
+[ "${1:-}" = "test" ] && extras="notebooks,test"
+pip_q -e ".[$extras]"
+# aiter's Triton kernels need triton; ROCm/CUDA torch builds bring their own.
+"$PY" -c "import triton" 2>/dev/null || pip_q triton
+echo "setup: done ($("$PY" -m moe_lab backends | grep -c ' yes ') backends available here)"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run the test suite on a fresh machine: set up, then pytest. Exit 5 (no tests) is a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh test
+PY=${PYTHON:-python3}
+set +e
+"$PY" -m pytest -q "$@"
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then echo "test.sh: pytest collected no tests" >&2; exit 1; fi
+exit $rc
