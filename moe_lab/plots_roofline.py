@@ -9,7 +9,7 @@ import json
 import subprocess
 from pathlib import Path
 
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 import numpy as np
 import pandas as pd
 
@@ -76,6 +76,12 @@ def provenance(device: str | None = None, source: str | None = None, dtype=None,
         if v is not None and (not isinstance(v, (list, tuple, set)) or v):
             parts.append(f"{label} {join(v)}")
     return " | ".join(parts)
+
+
+def _figure(nrows=1, ncols=1, figsize=(8, 5.5), **kw):
+    """A Figure outside pyplot: no global state, shown once when a notebook returns it."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, **kw)
 
 
 def _footer(fig, text: str):
@@ -174,7 +180,7 @@ def fig_roofline(df: pd.DataFrame, ceil: Ceilings, run_id=None, commit=None,
     """Classic roofline: intensity (FLOP/B, log) vs achieved TFLOP/s (log), both roofs
     drawn, every measured point coloured by backend (marker by mode)."""
     d = ok_rows(df)
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = _figure(figsize=(8, 5.5))
     x = d["flops"] / d["bytes"]
     y = d["flops"] / d["median_us"] / 1e6  # TFLOP/s
     lo = max(min(x.min() if len(x) else 1.0, 1.0) / 2, 0.1)
@@ -203,7 +209,7 @@ def fig_floor_vs_tokens(df: pd.DataFrame, ceil: Ceilings, run_id=None, commit=No
     d["sharding"] = [_sharding(t, e) for t, e in zip(d["tp"], d["ep"])]
     models = sorted(d["model"].unique())
     n = max(len(models), 1)
-    fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 4.4), squeeze=False)
+    fig, axes = _figure(1, n, figsize=(5.2 * n, 4.4), squeeze=False)
     for ax, m in zip(axes[0], models):
         g = d[d["model"] == m]
         for i, (sh, gs) in enumerate(g.groupby("sharding")):
@@ -229,8 +235,8 @@ def fig_predicted_floors(table: pd.DataFrame, commit=None, dtype: str = "bf16"):
     a line per sharding; memory-bound points hollow, compute-bound filled."""
     models = list(dict.fromkeys(table["model"]))
     devices = list(dict.fromkeys(table["device"]))
-    fig, axes = plt.subplots(len(models), len(devices), figsize=(5 * len(devices),
-                             2.8 * len(models)), squeeze=False, sharey="row")
+    fig, axes = _figure(len(models), len(devices), squeeze=False, sharey="row",
+                        figsize=(5 * len(devices), 2.8 * len(models)))
     for r, m in enumerate(models):
         for c, dev in enumerate(devices):
             ax = axes[r][c]
