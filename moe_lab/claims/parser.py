@@ -169,13 +169,26 @@ _AUTHOR_RE = re.compile(r"^\[[^\]\s]+\]$")
 _LMEVAL_HDR_RE = re.compile(r"^\w+\s*\((?P<args>[^)]*)\),\s*gen_kwargs:.*$")
 
 
+_NOISE_RE = re.compile(r"\d+%\||it/s\]|s/it\]|^(?:INFO|WARNING|DEBUG|ERROR)\b|^\$ |^Namespace\(")
+
+
+def _strip_comment(line: str) -> str:
+    """'## Heading' / '# pasted output' -> the text; '#!/bin/bash' stays (noise)."""
+    s = line.strip()
+    if s.startswith("#") and not s.startswith("#!"):
+        s = s.lstrip("#").strip()
+    return s
+
+
 def _is_label_line(line: str) -> bool:
     s = line.strip()
     if not s or len(s) > 100 or _AUTHOR_RE.match(s) or _CMD_RE.search(s):
         return False
-    if _LMEVAL_HDR_RE.match(s) or s.startswith(("|", "#!", "```")):
+    if _LMEVAL_HDR_RE.match(s) or s.startswith(("|", "#!", "```")) or _NOISE_RE.search(s):
         return False
-    if "\t" in line:
+    if "\t" in line or s.endswith("...") or _KV_LINE_RE.match(s):
+        return False
+    if BANNER_RE.match(s) or END_RE.match(s) or SECTION_RE.match(s):
         return False
     return True
 
@@ -469,7 +482,7 @@ class _Parser:
                     _meta_from_command(c, perf_meta)
                 else:
                     _meta_from_context_line(c, perf_meta)
-            nonempty = [c.strip() for c in ctx if c.strip()]
+            nonempty = [_strip_comment(c) for c in ctx if _strip_comment(c)]
             labels = [c for c in nonempty if _is_label_line(c)]
             blk.label = labels[-1] if labels else ""
             recent = nonempty[-16:]

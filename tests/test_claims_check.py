@@ -1,0 +1,107 @@
+"""`claims check`: every registry claim gets a verdict, and hand-verified cases get the
+verdict worked out by hand."""
+import math
+
+import pytest
+
+from moe_lab.claims.check import (binomial_n_interval, check_gain, check_parity, gain_interval,
+                                  run_checks, summary)
+from moe_lab.claims.registry import load_registry
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return load_registry()
+
+
+@pytest.fixture(scope="module")
+def df(reg):
+    return run_checks(reg)
+
+
+def row(df, id_):
+    r = df[df["id"] == id_]
+    assert len(r) == 1, id_
+    return r.iloc[0]
+
+
+def test_every_claim_checked(reg, df):
+    assert set(c["id"] for c in reg["claims"]) <= set(df["id"])
+    assert set(df["status"]) <= {"pass", "warn", "fail"}
+    assert (df["reason"].str.len() > 10).all()
+    assert (df["kind"] == "consistency").sum() >= 12
+
+
+def test_deepseek_request_throughput_gain(df):
+    r = row(df, "002-deepseek-r1/request_throughput")
+    # 2.90 / 1.56 - 1 = +85.897% -> "+85.9%" as stated
+    assert r["recomputed_gain_pct"] == pytest.approx(85.897, abs=1e-3)
+    assert "stated +85.9% matches recomputed +85.9%" in r["reason"]
+    # per-request output differs (486.26/1.56 = 312 vs 891.14/2.90 = 307 tokens): warn
+    assert r["status"] == "warn" and "incomparable" in r["reason"]
+
+
+def test_deepseek_latency_gains_pass(df):
+    for m in ("mean_ttft", "mean_tpot", "mean_itl"):
+        assert row(df, f"002-deepseek-r1/{m}")["status"] == "pass"
+
+
+def test_scout_seed000_output_throughput_incomparable(df):
+    r = row(df, "000-scout-bf16/output_throughput")
+    assert r["status"] == "warn"
+    assert "incomparable" in r["reason"] and "41939" in r["reason"] and "46026" in r["reason"]
+    assert "mean TPOT" in r["reason"]  # the honest metric is named
+    # TPOT itself is per-token, so it stays comparable
+    assert row(df, "000-scout-bf16/mean_tpot")["status"] == "pass"
+    # Maverick generated 132925 vs 132622 tokens (0.2%): same work
+    assert row(df, "000-maverick-bf16/output_throughput")["status"] == "pass"
+
+
+def test_internal_consistency_seed000(df):
+    # 41939 / 97.64 = 429.53; printed 429.51: consistent within the rounding of 97.64
+    r = row(df, "000-scout-bf16/baseline/consistency/output_throughput")
+    assert r["status"] == "pass"
+    assert row(df, "000-scout-bf16/baseline/consistency/request_throughput")["status"] == "pass"
+    assert row(df, "000-maverick-bf16/w/ the change/consistency/total_token_throughput")["status"] == "pass"
+
+
+def test_gsm8k_parity(df):
+    # Scout FP8 flexible-extract: 0.7369 -> 0.7854, se = hypot(.0121, .0113) = .0166 -> 2.9 se
+    r = row(df, "002-gsm8k-scout-fp8-aiter-tkw1/vs/002-gsm8k-scout-fp8-noaiter/gsm8k_cot/flexible-extract/exact_match")
+    assert r["status"] == "fail" and "+2.9 se" in r["reason"]
+    r = row(df, "002-gsm8k-scout-bf16-aiter/vs/002-gsm8k-scout-bf16-noaiter/gsm8k_cot/flexible-extract/exact_match")
+    assert r["status"] == "pass" and "-0.9 se" in r["reason"]
+    # seed 000 GSM8K has no without-AITER score: unverifiable
+    r = row(df, "000-gsm8k-scout-aiter/gsm8k/flexible-extract/exact_match")
+    assert r["status"] == "warn" and "unverifiable" in r["reason"]
+
+
+def test_rounding_interval_logic():
+    # -35.3497% rounds to -35.3: must pass even though the point estimate is at the edge
+    c = dict(metric="mean_ttft", baseline=2432.53, new=1572.64, direction="lower",
+             stated_gain_pct=-35.3, stated_gain_decimals=1, stated_note="better",
+             stated_gain_text="-35.3% (better)")
+    assert check_gain(c).status == "pass"
+    lo, hi = gain_interval(1.56, 2.90)
+    assert lo < 85.9 < hi
+    assert check_gain({**c, "stated_gain_pct": -36.0}).status == "fail"
+    assert check_gain({**c, "stated_gain_pct": 35.35, "stated_gain_decimals": 2}).status == "fail"
+    # stated "better" but the latency went up
+    worse = dict(c, baseline=1572.64, new=2432.53, stated_gain_pct=54.7, stated_note="better")
+    v = check_gain(worse)
+    assert v.status == "fail" and "better" in v.reason
+
+
+def test_parity_and_binomial_helpers():
+    v = check_parity(dict(baseline=0.90, new=0.93, baseline_stderr=0.008, new_stderr=0.007))
+    assert v.status == "fail"
+    v = check_parity(dict(baseline=0.90, new=0.91, baseline_stderr=0.008, new_stderr=0.007))
+    assert v.status == "pass"
+    lo, hi = binomial_n_interval(0.9181, 0.0076)
+    assert lo <= 1319 <= hi
+
+
+def test_summary_counts(df):
+    s = summary(df)
+    assert sum(s.values()) == len(df)
+    assert s["fail"] >= 1 and s["pass"] > s["warn"]
