@@ -263,6 +263,8 @@ class Sweep:
                             args_sets = [inp.args()]
                             if not self.device.startswith("cuda"):
                                 t = time_cpu(fn, args_sets)
+                            elif mode == "graph" and backend.not_capturable:
+                                raise CaptureError(backend.not_capturable)
                             elif mode == "eager":
                                 t = time_eager(fn, args_sets, warmup_ms=self.warmup_ms,
                                                rep_ms=self.rep_ms)
@@ -348,6 +350,8 @@ def _experts_hit(prob, topk_ids) -> int:
 
 def _add_roofline(rows, prob, topk_ids, device):
     """flops, bytes, roof_us, pct_of_roof per row (ceilings measured when committed)."""
+    if not device.startswith("cuda"):
+        return  # no CPU roofline: the workbook's floors are for GPUs
     try:
         from . import roofline as R
     except ImportError:

@@ -36,6 +36,8 @@ class Weights:
 class Backend:
     name = "?"
     description = ""
+    # None: try graph capture. A string: why this backend cannot be captured (not tried).
+    not_capturable: str | None = None
 
     def available(self) -> tuple[bool, str]:
         return True, ""

@@ -54,6 +54,8 @@ def torch_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
 class TorchBackend(Backend):
     name = "torch"
     description = "per-expert loop in PyTorch, fp32 accumulation (the reference)"
+    not_capturable = ("the per-expert loop reads expert token counts on the host "
+                      "(bincount().tolist()), a sync that CUDA graph capture forbids")
 
     def prepare(self, problem, weights: Weights):
         w1, w2, emap, woi = weights.w1, weights.w2, weights.expert_map, problem.weight_on_input
