@@ -1,0 +1,341 @@
+"""Timers: one call of a MoE function, three ways. Every timer returns a `Timing` in us.
+
+    time_eager(fn, arg_sets)   GPU, as a user's Python calls it (mode `eager`)
+    time_graph(fn, arg_sets)   GPU, captured once in a CUDA/HIP graph, replayed (mode `graph`)
+    time_cpu(fn, arg_sets)     CPU, perf_counter around each call
+
+`arg_sets` is a list of argument tuples (several copies of the inputs); call i uses
+`arg_sets[i % len(arg_sets)]`, so consecutive calls read different input buffers.
+Warm-up and repeat counts are sized by time (`warmup_ms`, `rep_ms`) from a first
+estimate, as `triton.testing.do_bench` does, within [min_reps, max_reps].
+
+What each timer measures, and what it cannot see:
+
+* `time_eager`: before every call the L2 is flushed (a buffer larger than the
+  last-level cache is zeroed) and the host waits for the device to go idle, *then* the
+  start event is recorded, `fn` runs, the end event is recorded. The interval is
+  therefore the wall time of one call issued to an idle GPU: Python, dispatcher and
+  kernel-launch overhead and the gaps between kernels are all inside it; the flush is
+  not. It cannot tell launch overhead from kernel time (compare with `graph`, or the
+  profiler's kernel sum), and it does not show how much of that overhead would hide
+  behind earlier work in a real model, where the GPU is rarely idle.
+* `time_graph`: one graph per argument set, captured on a side stream after warm-up;
+  each replay is bracketed by events right after an (uncaptured) L2 flush, so the host
+  is ahead of the device and no launch gap is measured. This is device time of the
+  kernels plus the small gaps between graph nodes. It cannot see anything the function
+  does on the host (a `.tolist()`/`nonzero` sync makes capture fail: `CaptureError`),
+  and work whose size depends on data is frozen at capture time (the replay repeats
+  the captured launch grid). The profiler may not attribute graph-replayed kernels
+  (on ROCm they can vanish from traces altogether, as aiter's test_common notes), so
+  profile eagerly.
+* `time_cpu`: host wall time per call with `time.perf_counter`; no cache flush (CPU
+  caches are small next to MoE weights, and inputs rotate through `arg_sets`).
+* The L2 flush buffer is max(2 x L2, 256 MB), and 512 MB on ROCm so it also covers
+  MI300's 256 MB Infinity Cache. Weights larger than the cache are never warm anyway;
+  for small problems flushing makes the numbers pessimistic compared with a model
+  where the previous layer left activations in L2.
+* Event timestamps have ~0.5 us resolution on NVIDIA; below ~5 us per call the
+  quantiles are coarse.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+NOISE_LIMIT = 0.1  # (p90 - p10) / median above this marks a point `noisy`
+
+
+@dataclass
+class Timing:
+    median_us: float
+    p10_us: float
+    p90_us: float
+    n: int
+    noisy: bool
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class CaptureError(RuntimeError):
+    """The function cannot be captured in a CUDA/HIP graph; str(e) is the reason."""
+
+
+def _quantile(sorted_x: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if len(sorted_x) == 1:
+        return float(sorted_x[0])
+    pos = q * (len(sorted_x) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_x) - 1)
+    return float(sorted_x[lo] + (sorted_x[hi] - sorted_x[lo]) * (pos - lo))
+
+
+def summarize(times_us: Sequence[float], note: str = "") -> Timing:
+    """Median, p10, p90 of per-call times; `noisy` when (p90 - p10) / median > 0.1."""
+    xs = sorted(float(t) for t in times_us)
+    if not xs:
+        raise ValueError("summarize() needs at least one time")
+    med = statistics.median(xs)
+    p10, p90 = _quantile(xs, 0.1), _quantile(xs, 0.9)
+    spread = (p90 - p10) / med if med > 0 else math.inf
+    noisy = spread > NOISE_LIMIT
+    notes = [note] if note else []
+    if noisy:
+        notes.append(f"noisy: p10-p90 spread is {spread:.0%} of the median "
+                     f"(limit {NOISE_LIMIT:.0%}) over {len(xs)} calls; "
+                     "other work on the device, clock changes or too few repeats")
+    if len(xs) < 10:
+        notes.append(f"only {len(xs)} timed calls")
+    return Timing(med, p10, p90, len(xs), noisy, "; ".join(notes))
+
+
+def _counts(estimate_ms: float, warmup_ms: float, rep_ms: float,
+            min_reps: int, max_reps: int) -> tuple[int, int]:
+    est = max(estimate_ms, 1e-4)
+    n_warmup = max(1, int(warmup_ms / est))
+    n_rep = min(max_reps, max(min_reps, int(rep_ms / est)))
+    return min(n_warmup, max_reps), n_rep
+
+
+def _check_args(arg_sets) -> list[tuple]:
+    if not arg_sets:
+        raise ValueError("arg_sets must hold at least one argument tuple")
+    return [tuple(a) for a in arg_sets]
+
+
+# --- CPU -------------------------------------------------------------------------------
+
+def time_cpu(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_ms: float = 100,
+             min_reps: int = 5, max_reps: int = 10_000) -> Timing:
+    """Host wall time of one call (perf_counter), warm-up and repeats sized by time."""
+    arg_sets = _check_args(arg_sets)
+    t0 = time.perf_counter()
+    fn(*arg_sets[0])  # first call: lazy init, allocator warm-up
+    first_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    n_est = 3
+    for i in range(n_est):
+        fn(*arg_sets[i % len(arg_sets)])
+    est_ms = (time.perf_counter() - t0) * 1e3 / n_est
+    n_warmup, n_rep = _counts(est_ms, warmup_ms, rep_ms, min_reps, max_reps)
+    for i in range(n_warmup):
+        fn(*arg_sets[i % len(arg_sets)])
+    times = []
+    for i in range(n_rep):
+        args = arg_sets[i % len(arg_sets)]
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append((time.perf_counter() - t0) * 1e6)
+    return summarize(times, f"cpu perf_counter; first call {first_ms:.1f} ms")
+
+
+# --- GPU helpers -----------------------------------------------------------------------
+
+_FLUSH_BUFFERS: dict = {}
+
+
+def flush_bytes(device=None) -> int:
+    """Size of the buffer zeroed to flush the last-level cache (see module docstring)."""
+    import torch
+    mb = 1 << 20
+    l2 = 0
+    try:
+        l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+    except Exception:  # no device / old torch
+        l2 = 0
+    floor = 512 * mb if torch.version.hip else 256 * mb
+    return max(2 * l2, floor)
+
+
+def _flush_buffer(device=None):
+    import torch
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    buf = _FLUSH_BUFFERS.get(dev)
+    if buf is None:
+        buf = torch.empty(flush_bytes(dev) // 4, dtype=torch.int32, device=dev)
+        _FLUSH_BUFFERS[dev] = buf
+    return buf
+
+
+def _device_of(arg_sets) -> "object | None":
+    import torch
+    for args in arg_sets:
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.is_cuda:
+                return a.device
+    return None
+
+
+# --- eager -----------------------------------------------------------------------------
+
+def time_eager(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_ms: float = 100,
+               flush_l2: bool = True, min_reps: int = 10, max_reps: int = 2_000) -> Timing:
+    """Wall time of one call on an idle GPU, launch overhead included (see module doc).
+
+    Per timed call: [flush L2] -> synchronize -> start event -> fn(*args) -> end event.
+    """
+    import torch
+    arg_sets = _check_args(arg_sets)
+    dev = _device_of(arg_sets)
+    flush = _flush_buffer(dev).zero_ if flush_l2 else (lambda: None)
+    sync = torch.cuda.synchronize
+
+    fn(*arg_sets[0])  # compile / autotune / allocate outside every measurement
+    sync()
+    n_est = 5
+    est = []
+    for i in range(n_est):
+        flush()
+        sync()
+        t0 = time.perf_counter()
+        fn(*arg_sets[i % len(arg_sets)])
+        sync()
+        est.append(time.perf_counter() - t0)
+    est_ms = statistics.median(est) * 1e3
+    n_warmup, n_rep = _counts(est_ms, warmup_ms, rep_ms, min_reps, max_reps)
+    for i in range(n_warmup):
+        fn(*arg_sets[i % len(arg_sets)])
+    sync()
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    for i in range(n_rep):
+        args = arg_sets[i % len(arg_sets)]
+        flush()
+        sync()  # the device is idle: launch overhead lands inside the interval
+        starts[i].record()
+        fn(*args)
+        ends[i].record()
+    sync()
+    times_us = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    what = f"flush {flush_bytes(dev) >> 20} MB" if flush_l2 else "no flush"
+    return summarize(times_us, f"eager: events around each call from idle, {what}, "
+                               f"{len(arg_sets)} input set(s)")
+
+
+# --- graph -----------------------------------------------------------------------------
+
+def _exception_chain(exc: BaseException) -> list[BaseException]:
+    chain, seen = [], set()
+    e = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    return chain[::-1]  # the original error first
+
+
+def capture_reason(exc: BaseException) -> str:
+    """One line: the original error of a failed capture, then what capture_end said."""
+    parts = []
+    for e in _exception_chain(exc):
+        first = (str(e).strip().splitlines() or [""])[0].strip()
+        msg = f"{type(e).__name__}: {first}"[:300]
+        if msg not in parts:
+            parts.append(msg)
+    return " <- then: ".join(parts)
+
+
+def capture_graphs(fn: Callable, arg_sets: list[tuple], warmup_iters: int = 3) -> list:
+    """One torch.cuda.CUDAGraph per argument set (shared memory pool), captured on a side
+    stream after warm-up there. Raises CaptureError with the real reason on failure."""
+    import torch
+    arg_sets = _check_args(arg_sets)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(side):
+            for i in range(warmup_iters):
+                fn(*arg_sets[i % len(arg_sets)])
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+    except Exception as exc:  # fails before capture: not a capture problem
+        raise RuntimeError(f"warm-up before graph capture failed: {exc}") from exc
+    graphs, pool = [], None
+    for args in arg_sets:
+        g = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(g, pool=pool, stream=side):
+                fn(*args)
+        except Exception as exc:
+            reason = capture_reason(exc)
+            _recover_after_failed_capture()
+            raise CaptureError(f"graph capture failed: {reason}") from exc
+        pool = g.pool()
+        graphs.append(g)
+    torch.cuda.synchronize()
+    return graphs
+
+
+def _recover_after_failed_capture():
+    """Leave the device usable after an invalidated capture (best effort)."""
+    import torch
+    try:
+        torch.cuda.synchronize()
+    except Exception:
+        pass
+    try:
+        torch.cuda.empty_cache()
+    except Exception:
+        pass
+
+
+def time_graph(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_ms: float = 100,
+               flush_l2: bool = True, min_reps: int = 10, max_reps: int = 2_000) -> Timing:
+    """Device time of one call replayed from a CUDA/HIP graph (see module doc).
+
+    Per timed replay: [flush L2] -> start event -> graph.replay() -> end event, without
+    a host sync in between, so the launch of the replay hides behind the flush.
+    Raises CaptureError(reason) when the call cannot be captured.
+    """
+    import torch
+    arg_sets = _check_args(arg_sets)
+    dev = _device_of(arg_sets)
+    graphs = capture_graphs(fn, arg_sets)
+    flush = _flush_buffer(dev).zero_ if flush_l2 else (lambda: None)
+
+    graphs[0].replay()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for i in range(5):
+        graphs[i % len(graphs)].replay()
+    e.record()
+    torch.cuda.synchronize()
+    est_ms = s.elapsed_time(e) / 5
+    n_warmup, n_rep = _counts(est_ms, warmup_ms, rep_ms, min_reps, max_reps)
+    for i in range(n_warmup):
+        graphs[i % len(graphs)].replay()
+    torch.cuda.synchronize()
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    for i in range(n_rep):
+        flush()
+        starts[i].record()
+        graphs[i % len(graphs)].replay()
+        ends[i].record()
+        if i % 64 == 63:
+            torch.cuda.synchronize()  # keep the host from running far ahead
+    torch.cuda.synchronize()
+    times_us = [a.elapsed_time(b) * 1e3 for a, b in zip(starts, ends)]
+    what = f"flush {flush_bytes(dev) >> 20} MB" if flush_l2 else "no flush"
+    return summarize(times_us, f"graph: events around each replay, {what}, "
+                               f"{len(graphs)} graph(s)")
+
+
+def time_fn(mode: str, fn: Callable, arg_sets: list[tuple], device: str = "cuda", **kw) -> Timing:
+    """Dispatch by mode name: `eager` / `graph` on a GPU; any mode on CPU is `time_cpu`."""
+    if not str(device).startswith("cuda"):
+        return time_cpu(fn, arg_sets, **{k: v for k, v in kw.items()
+                                         if k in ("warmup_ms", "rep_ms", "min_reps", "max_reps")})
+    if mode == "graph":
+        return time_graph(fn, arg_sets, **kw)
+    if mode in ("eager", "compile"):
+        return time_eager(fn, arg_sets, **kw)
+    raise ValueError(f"unknown timing mode {mode!r}; use eager, graph or compile")

@@ -1,0 +1,118 @@
+"""Timers: quantiles, noise flag, a real CPU timing, capture-failure reasons; GPU paths on CUDA."""
+import math
+
+import pytest
+import torch
+
+from moe_lab import timing
+from moe_lab.timing import CaptureError, Timing, capture_reason, summarize, time_cpu
+
+
+def test_summarize_quantiles_match_numpy_linear():
+    xs = [float(v) for v in range(1, 101)]  # 1..100
+    t = summarize(xs)
+    assert t.median_us == pytest.approx(50.5)
+    assert t.p10_us == pytest.approx(10.9)
+    assert t.p90_us == pytest.approx(90.1)
+    assert t.n == 100
+    assert t.noisy  # (90.1 - 10.9) / 50.5 is far above 10 %
+    assert "noisy" in t.note
+
+
+def test_summarize_steady_times_are_not_noisy_and_order_does_not_matter():
+    xs = [10.0, 10.2, 9.9, 10.1, 10.05, 9.95, 10.0, 10.1, 9.9, 10.0, 10.02]
+    t = summarize(list(reversed(xs)))
+    assert not t.noisy
+    assert t.p10_us <= t.median_us <= t.p90_us
+    assert t.note == ""
+
+
+def test_summarize_edge_cases():
+    t = summarize([5.0])
+    assert (t.median_us, t.p10_us, t.p90_us, t.n) == (5.0, 5.0, 5.0, 1)
+    assert "only 1" in t.note
+    with pytest.raises(ValueError):
+        summarize([])
+    assert summarize([0.0, 0.0]).noisy is True  # zero median: spread undefined, flagged
+
+
+def test_time_cpu_real_function():
+    a = torch.randn(128, 128)
+    b = torch.randn(128, 128)
+    t = time_cpu(lambda x, y: x @ y, [(a, b), (b, a)], warmup_ms=2, rep_ms=20)
+    assert isinstance(t, Timing)
+    assert t.n >= 5
+    assert 0 < t.p10_us <= t.median_us <= t.p90_us < 1e6
+    assert "cpu" in t.note
+
+
+def test_time_cpu_sees_a_known_sleep():
+    import time
+    t = time_cpu(lambda: time.sleep(0.002), [()], warmup_ms=1, rep_ms=30, min_reps=5)
+    assert 1900 < t.median_us < 50_000
+
+
+def test_time_cpu_rotates_argument_sets():
+    seen = []
+    time_cpu(lambda i: seen.append(i), [(0,), (1,), (2,)], warmup_ms=0.01, rep_ms=0.01,
+             min_reps=6, max_reps=6)
+    assert {0, 1, 2} <= set(seen)
+
+
+def test_time_fn_on_cpu_uses_perf_counter():
+    t = timing.time_fn("graph", lambda: None, [()], device="cpu", warmup_ms=1, rep_ms=2)
+    assert t.n > 0 and "cpu" in t.note
+    with pytest.raises(ValueError):
+        timing.time_fn("bogus", lambda: None, [()], device="cuda")
+
+
+def test_empty_arg_sets_rejected():
+    with pytest.raises(ValueError):
+        time_cpu(lambda: None, [])
+
+
+def test_capture_reason_reports_the_original_error_first():
+    try:
+        try:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+    except RuntimeError as exc:
+        reason = capture_reason(exc)
+    first, _, second = reason.partition(" <- then: ")
+    assert "not permitted when stream is capturing" in first
+    assert "previous error" in second
+    assert "\n" not in reason
+
+
+def test_flush_buffer_is_larger_than_any_l2():
+    assert timing.flush_bytes() >= 256 << 20
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@cuda
+def test_gpu_eager_and_graph_time_a_matmul():
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    sets = [(a.clone(), a.clone()) for _ in range(2)]
+    e = timing.time_eager(torch.matmul, sets, warmup_ms=5, rep_ms=20)
+    g = timing.time_graph(torch.matmul, sets, warmup_ms=5, rep_ms=20)
+    assert e.n >= 10 and g.n >= 10
+    assert 0 < g.median_us and 0 < e.median_us
+    assert g.median_us <= e.median_us * 1.2  # no launch overhead in graph replay
+
+
+@cuda
+def test_gpu_graph_capture_failure_is_a_capture_error():
+    x = torch.arange(8, device="cuda")
+
+    def syncs(v):
+        return torch.tensor((v + 1).tolist(), device="cuda")
+    with pytest.raises(CaptureError) as info:
+        timing.time_graph(syncs, [(x,)], warmup_ms=1, rep_ms=2)
+    assert "captur" in str(info.value).lower()
+    # the device still works afterwards
+    assert int((x + 1).sum()) == 36
+    t = timing.time_eager(syncs, [(x,)], warmup_ms=1, rep_ms=2)
+    assert t.n > 0 and not math.isnan(t.median_us)
