@@ -1,0 +1,160 @@
+"""torch.compile of the MoE layer on the CPU: correctness, graph-break reasons, the custom
+op wrapper, recompile counting, and failures as rows."""
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from moe_lab import compile as C
+from moe_lab import custom_ops
+from moe_lab.check import make_weights
+from moe_lab.layer import MoELayer
+from moe_lab.problems import make_problem
+
+MODEL = "custom:H=64,I=32,E=4,k=2"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    C.reset_dynamo()
+    yield
+    C.reset_dynamo()
+
+
+def _setup(tokens=8, model=MODEL):
+    p = make_problem(model, tokens, dtype="fp32")
+    w = make_weights(p, "cpu", 0)
+    x, logits = C.layer_inputs(p, "cpu")
+    return p, w, x, logits
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_torch_layer_compiles_and_matches_reference(wrap):
+    p, w, x, logits = _setup()
+    layer = MoELayer(p, "torch", w, wrap=wrap)
+    ref = C.layer_reference(p, w, x, logits, None)
+    out = torch.compile(layer, dynamic=False)(x, logits)
+    assert out.shape == (8, 64) and out.dtype == torch.float32
+    assert (out - ref).abs().max() / ref.abs().max() < 2e-3
+
+
+def test_graph_break_reason_is_the_real_one():
+    def breaks(x):
+        y = x * 2
+        n = y.sum().tolist()  # host sync: Dynamo cannot keep it in the graph
+        return y + n
+
+    rep = C.graph_breaks(breaks, torch.randn(8))
+    assert rep["graph_breaks"] == 1
+    assert "tolist" in rep["reasons"][0]
+    assert "test_compile.py" in rep["reasons"][0]  # points at the user's line
+
+    def branches(x):
+        if x.sum().item() > 0:  # data-dependent Python control flow
+            return x + 1
+        return x - 1
+
+    rep = C.graph_breaks(branches, torch.randn(8))
+    assert rep["graph_breaks"] == 1 and "item()" in rep["reasons"][0]
+
+
+def test_torch_backend_breaks_unwrapped_not_wrapped():
+    """The reference loop reads expert counts on the host: a real finding, recorded."""
+    p, w, x, logits = _setup()
+    unwrapped = C.graph_breaks(MoELayer(p, "torch", w, wrap=False), x, logits)
+    wrapped = C.graph_breaks(MoELayer(p, "torch", w, wrap=True), x, logits)
+    assert unwrapped["graph_breaks"] >= 1
+    assert any("torch_ref.py" in r for r in unwrapped["reasons"])
+    assert wrapped["graph_breaks"] == 0 and wrapped["graphs"] == 1
+
+
+def test_custom_op_passes_opcheck():
+    p, w, x, logits = _setup()
+    from moe_lab.routing import route
+    tw, ti = route(p.model, logits)
+    op = custom_ops.experts_op("torch")
+    result = torch.library.opcheck(op, (x, w.w1, w.w2, tw, ti, None, False))
+    assert all(v == "SUCCESS" for v in result.values()), result
+    assert str(op._qualname) == "moe_lab::torch_experts"
+
+
+def test_custom_op_expert_map_and_weight_on_input():
+    """EP (expert_map) and Llama-4 weight-on-input go through the op unchanged."""
+    p = make_problem("custom:H=64,I=32,E=4,k=1,router=llama4", 8, dtype="fp32", tp=2, ep=2,
+                     ep_rank=1)
+    w = make_weights(p, "cpu", 0)
+    x, logits = C.layer_inputs(p, "cpu")
+    ref = C.layer_reference(p, w, x, logits, None)
+    out = MoELayer(p, "torch", w, wrap=True)(x, logits)
+    assert torch.allclose(out, ref, atol=1e-5)
+    from moe_lab.routing import route
+    tw, ti = route(p.model, logits)
+    result = torch.library.opcheck(custom_ops.experts_op("torch"),
+                                   (x, w.w1, w.w2, tw, ti, w.expert_map, True))
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+def test_recompiles_counted_static_vs_dynamic():
+    probs = [make_problem(MODEL, t, dtype="fp32") for t in (4, 8, 16)]
+    rows, crows = C.run_compile_sweep(probs, ["torch"], ["default", "default:dynamic"], "cpu",
+                                      wraps=(True,))
+    by = {c["mode"]: c for c in crows}
+    assert by["compile:default"]["recompiles"] >= 2  # a new graph per token count
+    assert by["compile:default:dynamic"]["recompiles"] < by["compile:default"]["recompiles"]
+    df = pd.DataFrame(rows)
+    assert (df.status == "ok").all(), df[["mode", "tokens", "status", "error"]]
+    assert (df.max_rel_err < 2e-3).all()
+    assert set(df.columns) >= {"model", "tp", "ep", "ep_rank", "dtype", "backend", "mode",
+                               "tokens", "routing", "status", "error", "median_us", "p10_us",
+                               "p90_us", "n", "max_rel_err", "compile_s", "graph_breaks",
+                               "recompiles", "wrapped"}
+    assert (df.compile_s > 0).all() and (df.median_us > 0).all()
+
+
+def test_failing_compile_is_a_row(monkeypatch):
+    def broken_backend(gm, example_inputs):
+        raise RuntimeError("backend exploded on purpose")
+
+    real = C.compile_fn
+    monkeypatch.setattr(C, "compile_fn", lambda fn, v: real(fn, v) if v == "compile:off"
+                        else torch.compile(fn, backend=broken_backend))
+    probs = [make_problem(MODEL, t, dtype="fp32") for t in (2, 4)]
+    rows, crows = C.run_compile_sweep(probs, ["torch"],
+                                      ["off", "default"], "cpu", wraps=(True,))
+    df = pd.DataFrame(rows)
+    failed = df[df["mode"] == "compile:default"]
+    assert (failed.status == "failed").all() and len(failed) == 2
+    assert failed.error.str.contains("exploded on purpose").all()
+    assert (df[df["mode"] == "compile:off"].status == "ok").all()  # the loop went on
+    assert crows[0]["status"] == "failed" and "exploded" in crows[0]["error"]
+
+
+def test_unavailable_backend_is_rows_not_exception():
+    probs = [make_problem(MODEL, t, dtype="fp32") for t in (2, 4)]
+    rows, crows = C.run_compile_sweep(probs, ["aiter"], ["default"], "cpu")
+    assert len(rows) == 4  # wrapped x unwrapped x 2 token counts
+    assert {r["status"] for r in rows} <= {"unavailable", "unsupported"}
+    assert all(r["error"] for r in rows) and crows == []
+
+
+def test_parse_variant():
+    assert C.parse_variant("compile:reduce-overhead:dynamic") == ("reduce-overhead", True)
+    assert C.parse_variant("default") == ("default", False)
+    assert C.parse_variant("compile:off") == (None, False)
+    with pytest.raises(ValueError):
+        C.parse_variant("compile:fast")
+
+
+def test_plots_render_from_rows(tmp_path):
+    from moe_lab import plots_compile as P
+    run = P.demo_run(tmp_path / "demo", tokens=(2, 8), variants=("default",))
+    loaded = P.load_run(run)
+    assert not loaded.compile.empty
+    for fig in (P.fig_time_vs_tokens(loaded), P.fig_gap(loaded), P.fig_payback(loaded)):
+        assert "demo" in fig.texts[-1].get_text()  # provenance names the run
+    gap = P.gap_table(loaded)
+    assert {"backend", "mode", "tokens", "ratio"} <= set(gap.columns)
+    pay = P.payback_table(loaded)
+    assert "calls_to_payback" in pay.columns
+    assert math.isfinite(float(pay.compile_s.iloc[0]))
