@@ -160,6 +160,11 @@ class RunStore:
     def __init__(self, run_dir: str | os.PathLike):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.dir.glob(".*.tmp"):  # left by a writer that was killed
+            try:
+                stale.unlink()
+            except OSError:
+                pass
 
     # manifest
     @property
