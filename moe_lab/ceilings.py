@@ -138,10 +138,18 @@ def _git_commit() -> str | None:
         return None
 
 
+def _command_line() -> str:
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 in ("-c", ""):
+        return f"{Path(sys.executable).name} -c (inline code)"
+    return " ".join([Path(argv0).name] + sys.argv[1:])
+
+
 def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 8192,
-                     calls: int = 50, warmup: int = 10) -> dict:
+                     calls: int = 50, warmup: int = 10, command: str | None = None) -> dict:
     """Measure bandwidth and bf16/fp8 GEMM ceilings on `device`; returns a dict that
-    validates against CEILINGS_SCHEMA (manifest included). Needs a CUDA/ROCm GPU."""
+    validates against CEILINGS_SCHEMA (manifest included). Needs a CUDA/ROCm GPU.
+    command: recorded in the manifest (default: this process's command line)."""
     import torch
     from .roofline import device_slug, spec_for
 
@@ -149,6 +157,8 @@ def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 
         raise UsageError(f"no GPU: torch {torch.__version__} sees no CUDA/ROCm device; "
                          "run `moe-lab ceilings` on a GPU machine")
     dev = torch.device(device)
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(dev)
     props = torch.cuda.get_device_properties(dev)
     name = props.name
@@ -221,7 +231,7 @@ def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 
         "manifest": dict(device_name=name, torch=torch.__version__, cuda=torch.version.cuda,
                          hip=hip,
                          date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                         command=" ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
+                         command=command or _command_line(),
                          git_commit=_git_commit(), hostname=platform.node()),
     }
     validate_ceilings(result)
@@ -276,7 +286,10 @@ def run(args) -> int:
                          "run `moe-lab ceilings` on a CUDA or ROCm machine")
     if not str(args.device).startswith("cuda"):
         raise UsageError(f"--device must be a cuda device (ROCm too), not {args.device!r}")
-    result = measure_ceilings(args.device, size_gib=args.size_gib, calls=args.calls)
+    command = (f"moe-lab ceilings --out-dir {args.out_dir} --device {args.device} "
+               f"--size-gib {args.size_gib:g} --calls {args.calls}")
+    result = measure_ceilings(args.device, size_gib=args.size_gib, calls=args.calls,
+                              command=command)
     path = write_ceilings(result, args.out_dir)
     for line in summary_lines(result):
         print(line)

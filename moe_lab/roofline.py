@@ -77,9 +77,10 @@ DEVICE_SPECS: dict[str, DeviceSpec] = {
                            "NVIDIA H100 data sheet (SXM5): 1979/3958 TFLOP/s bf16/fp8 with "
                            "sparsity, halved for dense; 3.35 TB/s; 50 MB L2"),
     # NVIDIA H200 data sheet (nvidia.com/en-us/data-center/h200/): same GH100 compute as
-    # H100 SXM (989.4 / 1978.9 dense), 141 GB HBM3E at 4.8 TB/s. NVIDIA's whitepaper says
-    # 50 MB L2; torch.cuda.get_device_properties reports L2_cache_size = 60 MB (the die's
-    # full L2, of which 50 MB are enabled/quoted): we keep the vendor's 50.
+    # H100 SXM (989.4 / 1978.9 dense), 141 GB HBM3E at 4.8 TB/s. NVIDIA quotes 50 MB L2
+    # for GH100 products, but torch.cuda.get_device_properties reports L2_cache_size =
+    # 62914560 (60 MiB) on the lent H200s (torch 2.11, CUDA 13): the spec keeps the
+    # vendor's 50; measured ceilings record what the device reports.
     "h200-sxm": DeviceSpec("NVIDIA H200 SXM 141GB", "nvidia", 989.4, 1978.9, 4.8, 50.0,
                            "NVIDIA H200 data sheet (SXM): 1979/3958 TFLOP/s bf16/fp8 with "
                            "sparsity, halved for dense; 4.8 TB/s HBM3E; 50 MB L2 "
