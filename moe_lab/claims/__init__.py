@@ -1,0 +1,16 @@
+"""Check published performance claims: parse the benchmark text a PR pastes, keep every
+numeric claim in a registry (data/claims/registry.json), check each claim, and say what
+it implies for the MoE kernels.
+
+    from moe_lab import claims
+    reg = claims.load_registry()
+    table = claims.run_checks(reg)          # pass / warn / fail with reasons
+    imp = claims.implications(reg)          # per-MoE-layer saving vs roofline floor
+"""
+from .check import format_report, run_checks, summary
+from .implications import implications
+from .parser import parse_file, parse_text, to_frame, tidy
+from .registry import build_registry, load_registry
+
+__all__ = ["build_registry", "format_report", "implications", "load_registry", "parse_file",
+           "parse_text", "run_checks", "summary", "tidy", "to_frame"]
