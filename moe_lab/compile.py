@@ -29,6 +29,7 @@ total recompiles over the grid, graph breaks and their reasons, the first error.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import time
 from typing import Callable
@@ -93,6 +94,20 @@ def recompile_limit(n: int):
     name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
     with cfg.patch(**{name: max(n, getattr(cfg, name))}):
         yield
+
+
+@contextlib.contextmanager
+def quiet_dynamo():
+    """Dynamo logs every graph break as a warning; the sweep records them in rows."""
+    loggers = [logging.getLogger(n) for n in ("torch._dynamo", "torch._inductor")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, lv in zip(loggers, levels):
+            lg.setLevel(lv)
 
 
 def graphs_compiled() -> int:
@@ -223,6 +238,12 @@ def run_compile_sweep(problems: list[Problem], backends: list[str], variants: li
     variants = [mode_name(v) for v in variants]
     for v in variants:
         parse_variant(v)  # bad names fail before any work
+    with quiet_dynamo():
+        return _run(problems, backends, variants, device, routing, seed, progress, wraps,
+                    budget_s)
+
+
+def _run(problems, backends, variants, device, routing, seed, progress, wraps, budget_s):
     rows, compile_rows = [], []
     for first, tokens in _group(problems):
         base = dict(model=first.model.name, tp=first.tp, ep=first.ep, ep_rank=first.ep_rank,

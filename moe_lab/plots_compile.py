@@ -210,7 +210,7 @@ def break_reasons(run: CompileRun | None) -> pd.DataFrame:
     if bt.empty:
         return bt
     bt = bt.assign(reason=bt["break_reasons"].fillna("").str.split("\n")).explode("reason")
-    bt = bt[bt["reason"].str.len() > 0]
+    bt = bt[bt["reason"].str.len() > 0].drop_duplicates(["backend", "wrapped", "mode", "reason"])
     return bt.groupby(["backend", "wrapped", "reason"], as_index=False).size() \
         .rename(columns={"size": "variants"})
 
