@@ -71,9 +71,13 @@ PATTERNS: list[tuple[re.Pattern, str]] = [(re.compile(p, f), k) for p, f, k in [
     (r"act_and_mul|silu|gelu|swiglu|swish|activation_kernel|^aten::(silu|gelu|mul|mul_)$", _I, "act"),
     # sort / histogram / scan: the bookkeeping of alignment
     (r"radixsort|radix_sort|bitonicSort|warpMergeSort|sortKeyValue|segmented_?sort|"
-     r"DeviceMergeSort|histogram|bincount|index_put|indexPut|cumsum|scan|cub::|"
+     r"DeviceMergeSort|histogram|bincount|index_put|indexPut|cumsum|scan|cub::|MinNanFunctor|"
+     r"MaxNanFunctor|"
      r"^aten::(sort|argsort|bincount|histc|cumsum|index_put_?|repeat_interleave|unique\w*)$",
      _I, "align"),
+    # comparisons, selects, index arithmetic: bookkeeping, not the activation
+    (r"compare_scalar|compare_kernel|where_kernel|div_floor|div_trunc|remainder_kernel|"
+     r"bitwise_|logical_|clamp_", _I, "other"),
     # combine: weighted sum of the k expert outputs per token
     (r"moe_sum|index_add|indexFunc(Small|Large)Index|scatter_add|_scatter_gather|"
      r"reduce_kernel|sum_functor|unpermute|finalize_moe|moe_finalize|"
@@ -215,7 +219,9 @@ def _run_profiled(fn: Callable, args: tuple, iters: int, device, activities,
     fn(*args)  # JIT compile, autotune, allocate: outside the profile
     if gpu:
         torch.cuda.synchronize()
-    with profile(activities=activities) as prof:
+    import inspect
+    kw = {"acc_events": True} if "acc_events" in inspect.signature(profile).parameters else {}
+    with profile(activities=activities, **kw) as prof:
         for _ in range(iters):
             with record_function(range_name):
                 fn(*args)
