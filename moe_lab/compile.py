@@ -110,6 +110,38 @@ def quiet_dynamo():
             lg.setLevel(lv)
 
 
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage().strip().splitlines()[0][:REASON_CHARS])
+
+
+@contextlib.contextmanager
+def cudagraph_skips():
+    """Messages of Inductor skipping CUDA graphs under reduce-overhead (the compiled
+    function then runs without graphs: a silent slowdown unless recorded)."""
+    handler = _Collect()
+    try:
+        from torch._inductor import cudagraph_utils
+        log = cudagraph_utils.cudagraphs_log
+    except Exception:  # another torch: no messages, the counter still works
+        yield handler.messages
+        return
+    saved = (log.level, log.propagate, log.disabled)
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING)
+    log.propagate, log.disabled = False, False
+    try:
+        yield handler.messages
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(saved[0])
+        log.propagate, log.disabled = saved[1], saved[2]
+
+
 def graphs_compiled() -> int:
     """Graphs Dynamo has compiled since the last `torch._dynamo.reset()` / counters clear."""
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
@@ -323,7 +355,7 @@ def _sweep_backend(first, tokens, backend, wrapped, variants, device, weights, b
         mode, _ = parse_variant(v)
         vrows = []
         reset_dynamo()
-        with recompile_limit(len(tokens) * 8 + 8):
+        with recompile_limit(len(tokens) * 8 + 8), cudagraph_skips() as skips:
             fn = compile_fn(layer, v)
             spent, before = 0.0, 0
             for i, t in enumerate(tokens):
@@ -361,11 +393,13 @@ def _sweep_backend(first, tokens, backend, wrapped, variants, device, weights, b
                 before = now
                 vrows.append(row)
                 _report(progress, f"{backend} {v} T={t}: {row['status']}")
+            n_skips = int(torch._dynamo.utils.counters["inductor"]["cudagraph_skips"])
         reset_dynamo()
         rows += vrows
         if mode is not None:
-            compile_rows.append(_compile_row(base, backend, v, wrapped, vrows, brk, brk_error,
-                                             device))
+            crow = _compile_row(base, backend, v, wrapped, vrows, brk, brk_error, device)
+            crow.update(cudagraph_skips=n_skips, cudagraph_skip_reasons="\n".join(dict.fromkeys(skips)))
+            compile_rows.append(crow)
     return rows, compile_rows
 
 

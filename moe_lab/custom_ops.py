@@ -55,8 +55,10 @@ def _key(backend, w1, w2, expert_map, weight_on_input, topk):
             w2.data_ptr(), tuple(w2.shape), emap, bool(weight_on_input), int(topk))
 
 
-def _alive(entry: _Entry, tensors) -> bool:
-    return all(r() is t for r, t in zip(entry.refs, tensors))
+def _alive(entry: _Entry) -> bool:
+    """While the bound tensors live, no other tensor can own their memory: a key hit
+    (same data pointers, shapes, dtype) is the same weights, even through an alias."""
+    return all(r() is not None for r in entry.refs)
 
 
 def problem_from_tensors(w1, w2, topk_ids, expert_map, weight_on_input, dtype) -> Problem:
@@ -88,11 +90,10 @@ def bind(backend: str, problem: Problem, weights: Weights) -> Callable:
 
 
 def prepared(backend, x, w1, w2, topk_ids, expert_map, weight_on_input) -> Callable:
-    tensors = [w1, w2] + ([expert_map] if expert_map is not None else [])
     key = _key(backend, w1, w2, expert_map, weight_on_input, topk_ids.shape[1])
     entry = _PREPARED.get(key)
-    if entry is None or not _alive(entry, tensors):
-        for k in [k for k, e in _PREPARED.items() if not all(r() is not None for r in e.refs)]:
+    if entry is None or not _alive(entry):
+        for k in [k for k, e in _PREPARED.items() if not _alive(e)]:
             del _PREPARED[k]  # drop entries whose tensors are gone
         problem = problem_from_tensors(w1, w2, topk_ids, expert_map, weight_on_input, x.dtype)
         return bind(backend, problem, Weights(w1, w2, expert_map))

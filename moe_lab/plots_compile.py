@@ -198,7 +198,8 @@ def break_table(run: CompileRun | None) -> pd.DataFrame:
     if run is None or run.compile.empty:
         return pd.DataFrame()
     cols = ["backend", "wrapped", "mode", "status", "graphs", "graph_breaks", "recompiles",
-            "compile_s", "compile_s_total", "points_ok", "points", "break_reasons", "error"]
+            "cudagraph_skips", "compile_s", "compile_s_total", "points_ok", "points",
+            "break_reasons", "error", "cudagraph_skip_reasons"]
     df = run.compile
     return df[[c for c in cols if c in df]].sort_values(["backend", "wrapped", "mode"]) \
         .reset_index(drop=True)
