@@ -194,8 +194,10 @@ def run(args) -> int:
     env = capture_environment()
     emit(f"# moe-lab check  {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
     emit(f"# command: moe-lab {' '.join(sys.argv[1:]) if sys.argv[0].endswith(('moe-lab', '__main__.py')) else ''}".rstrip())
-    emit(f"# device: {env.get('device_name')} ({env.get('device_vendor')}), "
-         f"driver {env.get('driver')}, runtime {env.get('runtime')}")
+    runtime = (f"HIP {env['hip_runtime']}" if env.get("hip_runtime") else
+               f"CUDA {env.get('cuda_runtime')}" if env.get("cuda_runtime") else "none")
+    emit(f"# device: {env.get('device_name')} ({env.get('vendor')}), "
+         f"driver {env.get('driver')}, runtime {runtime}")
     emit(f"# torch {env.get('torch')}, triton {env.get('triton')}, aiter {env.get('aiter')}, "
          f"vllm {env.get('vllm')}, git {env.get('git_commit')}")
     emit(f"# seed {seed}, routing {args.routing}, metric max|out-ref|/max|ref| vs "

@@ -3,6 +3,7 @@
 # Run on the lent H200 from the repo root with the amd-aiter wheel carried in .whl/.
 # Everything lands in $OUT/bundle.tar.gz (the tool returns at most 8 files).
 set -uo pipefail
+# the device copy has no .git: the caller passes MOE_LAB_GIT_COMMIT=<sha> in the command
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
 B=$OUT/bundle; mkdir -p $B/checks $B/ceilings $B/runs $B/evidence
