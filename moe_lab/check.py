@@ -15,7 +15,7 @@ import torch
 from . import backends as B
 from .backends.torch_ref import torch_moe
 from .errors import UsageError
-from .problems import Problem, make_problem, parse_tokens
+from .problems import Problem, make_problem, parse_tokens, split_models
 from .routing import make_routing, parse_routing
 
 # Pass/fail threshold on max|out-ref|/max|ref| per dtype. bf16 keeps 8 bits of mantissa:
@@ -174,7 +174,7 @@ def run(args) -> int:
         raise UsageError("--device cuda but no GPU is visible to torch")
     parse_routing(args.routing)
     tokens = parse_tokens(args.tokens)
-    models = args.model.split(",") if args.model else _models_default(device)
+    models = split_models(args.model) if args.model else _models_default(device)
     names = args.backends.split(",") if args.backends else B.names()
     for n in names:
         if n not in B.names():

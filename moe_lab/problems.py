@@ -211,6 +211,19 @@ def make_problem(model: str | ModelSpec, tokens: int, dtype: str = "bf16",
     return Problem(spec, int(tokens), dtype, int(tp), int(ep), int(ep_rank))
 
 
+def split_models(text: str) -> list[str]:
+    """`a,b,custom:H=..,I=..,E=..,k=..` -> names; the custom spec keeps its own commas."""
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if "=" in part and not part.startswith("custom:") and out and out[-1].startswith("custom:"):
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return out
+
+
 def default_token_grid(max_tokens: int = 8192) -> list[int]:
     """1, 2, 4, ..., max_tokens."""
     out, t = [], 1

@@ -237,6 +237,24 @@ class RunStore:
             old = old[~old["point_id"].astype(str).isin(ids)]
         atomic_write_parquet(self.results_path, _concat(old, new))
 
+    def append_table(self, name: str, rows: list[dict], key: tuple[str, ...] | None = None) -> None:
+        """Extra per-run table `<name>.parquet` (e.g. compile): rows appended atomically;
+        with `key`, a row whose key columns match an existing row replaces it."""
+        if not rows:
+            return
+        path = self.dir / f"{name}.parquet"
+        new = pd.DataFrame(rows)
+        old = _read(path)
+        if old is not None and key:
+            old_k = old[list(key)].astype(str).agg("|".join, axis=1)
+            new_k = set(new[list(key)].astype(str).agg("|".join, axis=1))
+            old = old[~old_k.isin(new_k)]
+        atomic_write_parquet(path, new if old is None else pd.concat([old, new], ignore_index=True))
+
+    def load_table(self, name: str) -> pd.DataFrame:
+        df = _read(self.dir / f"{name}.parquet")
+        return df if df is not None else pd.DataFrame()
+
     # traces
     def trace_path(self, pid: str, suffix: str = "") -> Path:
         d = self.dir / "traces"

@@ -22,7 +22,7 @@ from . import backends as B
 from .check import (THRESHOLDS, check_backend, classify_exception, default_device,
                     make_inputs, make_weights, one_line, reference)
 from .errors import UsageError
-from .problems import SEED_MODELS, make_problem, parse_model, parse_tokens
+from .problems import SEED_MODELS, make_problem, parse_model, parse_tokens, split_models
 from .routing import parse_routing
 
 BASE_MODES = ("eager", "graph")
@@ -329,12 +329,18 @@ class Sweep:
                     crows = []
                 for r in rows:
                     r.setdefault("routing", routing)
+                    if r.get("wrapped"):  # the custom-op wrapped layer is its own point
+                        r["mode"] = f"{r['mode']}:custom-op"
                     r["point_id"] = point_id(r)
                     prob = next((p for p in probs if p.tokens == r["tokens"]), probs[0])
                     _add_roofline([r], prob, None, self.device)
                 self.store.append(rows, [])
-                if crows and hasattr(self.store, "append_table"):
-                    self.store.append_table("compile", crows)
+                for c in crows:
+                    c.update({k: v for k, v in probs[0].key().items() if k != "tokens"},
+                             routing=routing, mode=m)
+                self.store.append_table("compile", crows,
+                                        key=("model", "tp", "ep", "ep_rank", "dtype", "routing",
+                                             "backend", "mode", "wrapped"))
                 counts["measured"] += len(rows)
                 bar.update(len(rows))
 
@@ -433,7 +439,7 @@ def run(args) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda but no GPU is visible to torch")
     gpu = device == "cuda"
-    models = _list(args.models) if args.models else (list(SEED_MODELS) if gpu else ["qwen3-30b-a3b"])
+    models = split_models(args.models) if args.models else (list(SEED_MODELS) if gpu else ["qwen3-30b-a3b"])
     for m in models:
         parse_model(m)
     tokens = parse_tokens(args.tokens or ("1-8192" if gpu else "1-64"))

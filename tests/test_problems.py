@@ -67,3 +67,9 @@ def test_token_grids():
     for bad in ["", "a", "0", "8-1"]:
         with pytest.raises(ProblemError):
             parse_tokens(bad)
+
+
+def test_model_lists_keep_custom_specs_whole():
+    from moe_lab.problems import split_models
+    assert split_models("deepseek-r1,custom:H=64,I=32,E=8,k=2,qwen3-30b-a3b") == [
+        "deepseek-r1", "custom:H=64,I=32,E=8,k=2", "qwen3-30b-a3b"]
