@@ -14,13 +14,14 @@ TOKENS=${TOKENS:-1,16,256,4096}
 MODES=eager,graph,compile:default,compile:default:dynamic,compile:reduce-overhead,compile:reduce-overhead:dynamic,compile:max-autotune-no-cudagraphs,compile:max-autotune-no-cudagraphs:dynamic
 MODELS=(llama4-scout-16e llama4-maverick-128e deepseek-r1 qwen3-235b-a22b)
 NG=$(python3 -c "import torch; print(torch.cuda.device_count())")
-echo "gpus=$NG tokens=$TOKENS"
+PER_MODEL_S=$(( PER_GPU_S / ((${#MODELS[@]} + NG - 1) / NG) ))
+echo "gpus=$NG tokens=$TOKENS per-model limit ${PER_MODEL_S}s"
 for g in $(seq 0 $((NG-1))); do
   (
     for i in "${!MODELS[@]}"; do
       [ $((i % NG)) -eq $g ] || continue
       m=${MODELS[$i]}
-      CUDA_VISIBLE_DEVICES=$g timeout $PER_GPU_S python3 -m moe_lab sweep --models $m --tp 8 --ep 1 \
+      CUDA_VISIBLE_DEVICES=$g timeout $PER_MODEL_S python3 -m moe_lab sweep --models $m --tp 8 --ep 1 \
         --tokens $TOKENS --backends torch,torch-grouped,aiter-triton --modes $MODES \
         --data-dir $B/runs --run-id h200-compile-$m-$STAMP --no-progress \
         > $B/runs/compile_$m.log 2>&1
