@@ -32,6 +32,7 @@ import contextlib
 import logging
 import math
 import time
+from collections import Counter
 from typing import Callable
 
 import torch
@@ -442,7 +443,8 @@ def _compile_row(base, backend, variant, wrapped, vrows, brk, brk_error, device)
         compile_s_total=sum(r["compile_s"] for r in vrows if not math.isnan(r["compile_s"])),
         recompiles=sum(r["recompiles"] for r in vrows),
         graphs=brk["graphs"], graph_breaks=brk["graph_breaks"],
-        break_reasons="\n".join(brk["reasons"]),
+        break_reasons="\n".join(f"{r} (x{n})" if n > 1 else r
+                                 for r, n in Counter(brk["reasons"]).items()),
         points=len(vrows), points_ok=sum(r["status"] == "ok" for r in vrows),
         status=status, error=(errors[0] if errors else brk_error),
     )

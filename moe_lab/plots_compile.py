@@ -35,6 +35,7 @@ class CompileRun:
     manifest: dict
     results: pd.DataFrame
     compile: pd.DataFrame = field(default_factory=pd.DataFrame)
+    manifests: list = field(default_factory=list)
 
 
 # --- loading ---------------------------------------------------------------------------
@@ -49,27 +50,67 @@ def _has_compile_rows(run_dir: Path) -> bool:
     return modes.astype(str).str.startswith("compile:").any()
 
 
-def find_run(runs_root: str | Path = RUNS_ROOT) -> Path | None:
-    """The newest run folder (run ids start with a timestamp) with compile rows, or None."""
+def find_runs(runs_root: str | Path = RUNS_ROOT) -> list[Path]:
+    """Every run folder under runs_root with compile rows, by name."""
     root = Path(runs_root)
     if not root.is_dir():
-        return None
-    runs = [p for p in root.iterdir() if (p / "results.parquet").is_file() and _has_compile_rows(p)]
-    return max(runs, key=lambda p: p.name) if runs else None
+        return []
+    return sorted(p for p in root.iterdir()
+                  if (p / "results.parquet").is_file() and _has_compile_rows(p))
 
 
-def load_run(run_dir: str | Path | None) -> CompileRun | None:
+def find_run(runs_root: str | Path = RUNS_ROOT) -> Path | None:
+    """The newest run folder with compile rows (manifest start time, then name), or None."""
+    runs = find_runs(runs_root)
+    return max(runs, key=lambda p: (_started(p), p.name)) if runs else None
+
+
+def _started(run_dir: Path) -> str:
+    try:
+        m = json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    return str(m.get("started") or m.get("start") or "")
+
+
+def _normalise(df: pd.DataFrame) -> pd.DataFrame:
+    """`wrapped` as a bool column; the sweep's `compile:<v>:custom-op` mode -> compile:<v>."""
+    df = df.copy()
+    if "wrapped" not in df:
+        df["wrapped"] = False
+    df["wrapped"] = df["wrapped"].astype("boolean").fillna(False).astype(bool)
+    if "mode" in df:
+        mode = df["mode"].astype(str)
+        op = mode.str.endswith(":custom-op")
+        df.loc[op, "wrapped"] = True
+        df["mode"] = mode.str.removesuffix(":custom-op")
+    return df
+
+
+def load_run(run_dir) -> CompileRun | None:
+    """One run folder, or several (a list: their rows concatenated, `run_id` column added)."""
     if run_dir is None:
         return None
+    if isinstance(run_dir, (list, tuple)):
+        runs = [load_run(p) for p in run_dir]
+        if not runs:
+            return None
+        if len(runs) == 1:
+            return runs[0]
+        cat = lambda frames: pd.concat([f for f in frames if len(f)], ignore_index=True) \
+            if any(len(f) for f in frames) else pd.DataFrame()
+        return CompileRun(", ".join(r.run_id for r in runs), runs[0].path, runs[0].manifest,
+                          cat([r.results for r in runs]), cat([r.compile for r in runs]),
+                          [r.manifest for r in runs])
     run_dir = Path(run_dir)
     mpath = run_dir / "manifest.json"
     manifest = json.loads(mpath.read_text()) if mpath.is_file() else {}
-    results = pd.read_parquet(run_dir / "results.parquet")
+    run_id = manifest.get("run_id", run_dir.name)
+    results = _normalise(pd.read_parquet(run_dir / "results.parquet")).assign(run_id=run_id)
     cpath = run_dir / "compile.parquet"
-    comp = pd.read_parquet(cpath) if cpath.is_file() else pd.DataFrame()
-    if "wrapped" in results.columns:
-        results["wrapped"] = results["wrapped"].fillna(False).astype(bool)
-    return CompileRun(manifest.get("run_id", run_dir.name), run_dir, manifest, results, comp)
+    comp = _normalise(pd.read_parquet(cpath)).assign(run_id=run_id) if cpath.is_file() \
+        else pd.DataFrame()
+    return CompileRun(run_id, run_dir, manifest, results, comp, [manifest])
 
 
 def _commit() -> str:
@@ -117,12 +158,18 @@ def _get(d: dict, *paths):
 def provenance(run: CompileRun | None) -> str:
     if run is None:
         return "no run"
-    m, df = run.manifest, run.results
-    device = _get(m, "device.name", "device_name", "device", "gpu.name") or "?"
-    commit = _get(m, "git_commit", "commit", "git.commit") or "?"
+    df = run.results
+    ms = run.manifests or [run.manifest]
+    def each(*paths):
+        vals = [_get(m, *paths) for m in ms]
+        return ", ".join(dict.fromkeys(v[:12] for v in vals if v)) or "?"
+    device = each("environment.device_name", "device.name", "device_name", "device")
+    commit = each("environment.git_commit", "git_commit", "commit", "git.commit")
     dtypes = ", ".join(sorted(df["dtype"].dropna().unique())) if "dtype" in df else "?"
     models = ", ".join(sorted(df["model"].dropna().unique())) if "model" in df else "?"
-    return f"device {device} | dtype {dtypes} | model {models} | run {run.run_id} | commit {commit[:12]}"
+    ids = [m.get("run_id") for m in ms if m.get("run_id")] or [run.run_id]
+    runs = ids[0] if len(ids) == 1 else f"{len(ids)} runs ({ids[0]}, ...)"
+    return f"device {device} | dtype {dtypes} | model {models} | run {runs} | commit {commit}"
 
 
 def _footer(fig, run):
@@ -197,23 +244,25 @@ def break_table(run: CompileRun | None) -> pd.DataFrame:
     cold compile time, first error."""
     if run is None or run.compile.empty:
         return pd.DataFrame()
-    cols = ["backend", "wrapped", "mode", "status", "graphs", "graph_breaks", "recompiles",
+    cols = ["model", "backend", "wrapped", "mode", "status", "graphs", "graph_breaks", "recompiles",
             "cudagraph_skips", "compile_s", "compile_s_total", "points_ok", "points",
             "break_reasons", "error", "cudagraph_skip_reasons"]
     df = run.compile
-    return df[[c for c in cols if c in df]].sort_values(["backend", "wrapped", "mode"]) \
+    return df[[c for c in cols if c in df]].sort_values(["model", "backend", "wrapped", "mode"]) \
         .reset_index(drop=True)
 
 
 def break_reasons(run: CompileRun | None) -> pd.DataFrame:
-    """Distinct graph-break reasons per backend x wrapped, one reason a row."""
+    """Distinct graph-break reasons per backend x wrapped, one a row, with the models and
+    the number of compile variants that hit it."""
     bt = break_table(run)
     if bt.empty:
         return bt
     bt = bt.assign(reason=bt["break_reasons"].fillna("").str.split("\n")).explode("reason")
-    bt = bt[bt["reason"].str.len() > 0].drop_duplicates(["backend", "wrapped", "mode", "reason"])
-    return bt.groupby(["backend", "wrapped", "reason"], as_index=False).size() \
-        .rename(columns={"size": "variants"})
+    bt = bt[bt["reason"].str.len() > 0].drop_duplicates(["model", "backend", "wrapped", "mode",
+                                                          "reason"])
+    return bt.groupby(["backend", "wrapped", "reason"], as_index=False) \
+        .agg(models=("model", lambda m: ", ".join(sorted(set(m)))), variants=("mode", "nunique"))
 
 
 def payback_table(run: CompileRun | None) -> pd.DataFrame:
@@ -235,59 +284,81 @@ def payback_table(run: CompileRun | None) -> pd.DataFrame:
 
 # --- figures ---------------------------------------------------------------------------
 
+_MODE_ORDER = ["eager", "graph", "compile:off"] + [
+    f"compile:{m}{d}" for m in ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
+    for d in ("", ":dynamic")]
+
+
+def _color(mode: str) -> str:
+    """The same colour for a mode in every panel; wrapped differs by line style."""
+    return f"C{_MODE_ORDER.index(mode) % 10}" if mode in _MODE_ORDER else "0.3"
+
+
 def _label(mode: str, wrapped) -> str:
     return mode.replace("compile:", "") + (" [op]" if wrapped else "")
 
 
+def _panels(df: pd.DataFrame, ylabel: str):
+    """A grid of axes: one row per model, one column per backend."""
+    models, backends = sorted(df["model"].unique()), sorted(df["backend"].unique())
+    fig, axes = plt.subplots(len(models), len(backends), squeeze=False, sharey=True,
+                             figsize=(5 * len(backends), 3.6 * len(models) + 0.4))
+    for i, m in enumerate(models):
+        axes[i][0].set_ylabel(ylabel if len(models) == 1 else f"{m}\n{ylabel}", fontsize=8)
+        for j, b in enumerate(backends):
+            ax = axes[i][j]
+            ax.set(xscale="log", yscale="log")
+            ax.set_title(b if len(models) == 1 else f"{b} · {m}", fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            if i == len(models) - 1:
+                ax.set_xlabel("tokens")
+            yield fig, ax, df[(df["model"] == m) & (df["backend"] == b)]
+
+
+def _finish(fig, run):
+    for ax in fig.axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return _footer(fig, run)
+
+
 def fig_time_vs_tokens(run: CompileRun | None):
-    """Time per call vs tokens: one panel per backend; the sweep's eager and graph
+    """Time per call vs tokens, a panel per model x backend: the sweep's eager and graph
     (experts only, dashed), the layer uncompiled (compile:off) and every compile variant,
-    wrapped ([op]) and not."""
+    plain (solid) and through the custom op ([op], dotted)."""
     if run is None:
         return _note_figure(run, NO_RUN)
     df = time_table(run)
     if df.empty:
         return _note_figure(run, "no ok points in this run")
-    backends = sorted(df["backend"].unique())
-    fig, axes = plt.subplots(1, len(backends), figsize=(5.5 * len(backends), 4.2),
-                             squeeze=False, sharey=True)
-    for ax, b in zip(axes[0], backends):
-        sub = df[df["backend"] == b]
+    fig = None
+    for fig, ax, sub in _panels(df, "time per call, us (median, p10-p90)"):
         for (mode, wrapped), g in sub.groupby(["mode", "wrapped"]):
             g = g.groupby("tokens", as_index=False)[["median_us", "p10_us", "p90_us"]].median()
             experts_only = not str(mode).startswith("compile:")
-            style = "--" if experts_only else ("-" if not wrapped else ":")
+            style = "--" if experts_only else (":" if wrapped else "-")
             label = f"{mode} (experts only)" if experts_only else _label(mode, wrapped)
-            ax.plot(g["tokens"], g["median_us"], style, marker="o", ms=3, label=label)
-            ax.fill_between(g["tokens"], g["p10_us"], g["p90_us"], alpha=0.15)
-        ax.set(xscale="log", yscale="log", title=b, xlabel="tokens")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("time per call, us (median, p10-p90 band)")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return _footer(fig, run)
+            ax.plot(g["tokens"], g["median_us"], style, marker="o", ms=3, label=label,
+                    color=_color(mode))
+            ax.fill_between(g["tokens"], g["p10_us"], g["p90_us"], alpha=0.12, color=_color(mode))
+    return _finish(fig, run)
 
 
 def fig_gap(run: CompileRun | None):
-    """Compiled / eager time vs tokens per backend; below 1 compile wins."""
+    """Compiled / eager time vs tokens, a panel per model x backend; below 1 compile wins."""
     gap = gap_table(run)
     if run is None or gap.empty or gap["ratio"].notna().sum() == 0:
         return _note_figure(run, NO_RUN if run is None else "no compiled point has an eager baseline")
-    backends = sorted(gap["backend"].unique())
-    fig, axes = plt.subplots(1, len(backends), figsize=(5.5 * len(backends), 4), squeeze=False,
-                             sharey=True)
-    for ax, b in zip(axes[0], backends):
-        for (mode, wrapped), g in gap[gap["backend"] == b].groupby(["mode", "wrapped"]):
+    gap = gap[gap["ratio"].notna()]
+    fig = None
+    for fig, ax, sub in _panels(gap, "compiled / eager (<1: compile faster)"):
+        for (mode, wrapped), g in sub.groupby(["mode", "wrapped"]):
             g = g.groupby("tokens", as_index=False)["ratio"].median()
-            ax.plot(g["tokens"], g["ratio"], "-" if not wrapped else ":", marker="o", ms=3,
-                    label=_label(mode, wrapped))
+            ax.plot(g["tokens"], g["ratio"], ":" if wrapped else "-", marker="o", ms=3,
+                    label=_label(mode, wrapped), color=_color(mode))
         ax.axhline(1.0, color="k", lw=0.8)
-        ax.set(xscale="log", yscale="log", title=b, xlabel="tokens")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("compiled / eager time (<1: compile faster)")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return _footer(fig, run)
+    return _finish(fig, run)
 
 
 def fig_payback(run: CompileRun | None):
