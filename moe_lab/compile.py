@@ -117,7 +117,8 @@ class _Collect(logging.Handler):
         self.messages: list[str] = []
 
     def emit(self, record):
-        self.messages.append(record.getMessage().strip().splitlines()[0][:REASON_CHARS])
+        lines = [ln.strip() for ln in record.getMessage().strip().splitlines() if ln.strip()]
+        self.messages.append(" ".join(lines[:2])[:REASON_CHARS])
 
 
 @contextlib.contextmanager
@@ -260,20 +261,31 @@ def _wraps(backend: str, wraps) -> tuple[bool, ...]:
 def run_compile_sweep(problems: list[Problem], backends: list[str], variants: list[str],
                       device: str, routing: str = "uniform", seed: int = 0, progress=None,
                       wraps: tuple[bool, ...] | None = None,
-                      budget_s: float = COMPILE_BUDGET_S) -> tuple[list[dict], list[dict]]:
+                      budget_s: float = COMPILE_BUDGET_S,
+                      cold_caches: bool = False) -> tuple[list[dict], list[dict]]:
     """Compile the MoE layer per backend x variant x wrapped and time it across the token
     grid of `problems`. Returns (rows, compile_rows); every failure is a row.
 
     `variants`: `default`, `compile:reduce-overhead:dynamic`, `off`, ... (see VARIANTS).
     `wraps`: which of wrapped=False/True to run; default both for WRAP_BOTH backends.
     `progress`: a tqdm-like object (update/set_description) or a callable taking a str.
+    `cold_caches`: disable Inductor's on-disk caches (FX graph, autotuning) so every
+    variant pays a cold compile; by default they are on, so a graph another variant (or an
+    earlier process) already compiled loads from cache: compile_s is then the warm-cache
+    time a restarted server sees. Triton's kernel cache stays on either way.
     """
     variants = [mode_name(v) for v in variants]
     for v in variants:
         parse_variant(v)  # bad names fail before any work
-    with quiet_dynamo():
-        return _run(problems, backends, variants, device, routing, seed, progress, wraps,
-                    budget_s)
+    caches = contextlib.nullcontext()
+    if cold_caches and hasattr(torch._inductor.config, "force_disable_caches"):
+        caches = torch._inductor.config.patch(force_disable_caches=True)
+    with quiet_dynamo(), caches:
+        rows, crows = _run(problems, backends, variants, device, routing, seed, progress,
+                           wraps, budget_s)
+    for c in crows:
+        c["inductor_caches"] = "off" if cold_caches else "on"
+    return rows, crows
 
 
 def _run(problems, backends, variants, device, routing, seed, progress, wraps, budget_s):
