@@ -1,0 +1,56 @@
+"""Phase classification on kernel names captured by the profiler on the H200
+(tests/data/kernel_names_h200_captured.json, distinct names per point in launch order)."""
+import json
+import os
+import re
+
+import pytest
+
+from moe_lab.profiling import classify, classify_sequence
+
+DATA = json.load(open(os.path.join(os.path.dirname(__file__), "data",
+                                   "kernel_names_h200_captured.json")))
+POINTS = {k: v for k, v in DATA.items() if not k.startswith("_")}
+ALL = sorted({n for v in POINTS.values() for n in v})
+
+FAMILIES = [  # (pattern on the real name, allowed phases)
+    (r"^_fused_moe_kernel", {"gemm1", "gemm2"}),
+    (r"^_moe_align_block_size_stage[1-4]", {"align"}),
+    (r"GemmUniversal|prepare_grouped_gemm_data", {"gemm1", "gemm2"}),
+    (r"^nvjet_sm90|splitKreduce", {"gemm1", "gemm2"}),
+    (r"silu_kernel", {"act"}),
+    (r"indexFunc(Small|Large)Index<float.*ReduceAdd", {"combine"}),
+    (r"radixSort", {"align"}),
+]
+
+
+def test_captured_file_has_every_backend():
+    backends = {k.split("|")[-1] for k in POINTS}
+    assert backends == {"torch", "torch-grouped", "aiter-triton"}
+    assert len(ALL) > 50
+
+
+@pytest.mark.parametrize("pattern,allowed", FAMILIES)
+def test_kernel_families_get_their_phase(pattern, allowed):
+    names = [n for n in ALL if re.search(pattern, n)]
+    assert names, f"no captured kernel matches {pattern}"
+    for n in names:
+        assert classify(n) in allowed, n[:120]
+
+
+@pytest.mark.parametrize("key", sorted(k for k in POINTS if k.endswith("aiter-triton")))
+def test_aiter_triton_sequence_two_gemms_in_order(key):
+    seq = POINTS[key]
+    phases = classify_sequence(seq)
+    fused = [p for n, p in zip(seq, phases) if n.startswith("_fused_moe_kernel")]
+    # distinct names: with k>1 the two launches differ (top_k, MUL_ROUTED_WEIGHT); with k=1
+    # and the weight on the input, too (MUL_ROUTED_WEIGHT 1 then 0)
+    assert fused[:2] == ["gemm1", "gemm2"]
+    first_gemm = phases.index("gemm1")
+    assert "align" in phases[:first_gemm], "align kernels run before gemm1"
+    assert "act" in phases[first_gemm:phases.index("gemm2")], "silu*mul between the gemms"
+
+
+def test_no_captured_moe_kernel_falls_to_other():
+    moe = [n for n in ALL if re.search(r"_fused_moe|_moe_align|GemmUniversal|nvjet|silu", n)]
+    assert all(classify(n) != "other" for n in moe)
