@@ -41,7 +41,12 @@ def floor_rows(model: str, tokens: list[int], ceil: Ceilings, dtype: str = "bf16
 
 
 def configure(parser) -> None:
-    parser.add_argument("--model", required=True, help="preset name or custom:H=..,I=..,E=..,k=..")
+    parser.add_argument("--model", default=None, help="preset name or custom:H=..,I=..,E=..,k=.. "
+                        "(required unless --annotate)")
+    parser.add_argument("--annotate", metavar="RUN_DIR", default=None,
+                        help="instead: recompute flops, bytes, roof_us, pct_of_roof of a run's "
+                             "results with the ceilings of the run's device (measured ones from "
+                             "data/ceilings when committed) and record that in its manifest")
     parser.add_argument("--tokens", default="1-8192", help="1,64,1024 or 1-8192 (powers of two)")
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--ep", type=int, default=1, help="expert parallel size (== tp when > 1)")
@@ -53,7 +58,41 @@ def configure(parser) -> None:
                              "default: the ideal fused floor")
 
 
+def annotate_run(run_dir: str) -> dict:
+    """Roofline columns of a run recomputed with the current ceilings of its device.
+    Only derived columns change; measurements are untouched. Returns the manifest note."""
+    import os
+    import time
+
+    from .store import RunStore, atomic_write_parquet, load_run
+    from .roofline import add_roofline_columns, ceilings_for
+    if not os.path.isfile(os.path.join(run_dir, "results.parquet")):
+        raise UsageError(f"{run_dir!r} has no results.parquet")
+    manifest, results, _ = load_run(run_dir)
+    device = (manifest.get("environment") or {}).get("device_name")
+    if not device:
+        raise UsageError(f"{run_dir}: manifest names no device")
+    out = add_roofline_columns(results, device)
+    out["pct_of_roof"] = 100.0 * out["roof_us"] / out["median_us"]
+    atomic_write_parquet(RunStore(run_dir).results_path, out)
+    ceil = ceilings_for(device)
+    note = dict(annotated=time.strftime("%Y-%m-%dT%H:%M:%S%z"), device=device,
+                ceiling_source=ceil.source, tflops_bf16=ceil.tflops_bf16, tb_s=ceil.tb_s,
+                roof="ideal fused cost (no intermediates), exact experts_hit where recorded; "
+                     "backend_roof_us adds each backend's intermediates")
+    RunStore(run_dir).update_manifest(roofline=note)
+    return note
+
+
 def run(args) -> int:
+    if args.annotate:
+        note = annotate_run(args.annotate)
+        print(f"{args.annotate}: roofline columns recomputed with {note['ceiling_source']} "
+              f"ceilings of {note['device']} ({note['tflops_bf16']:g} TFLOP/s bf16, "
+              f"{note['tb_s']:g} TB/s)")
+        return 0
+    if not args.model:
+        raise UsageError("--model is required (or --annotate RUN_DIR)")
     spec = parse_model(args.model)
     tokens = parse_tokens(args.tokens)
     ceil = resolve_ceilings(args.device_spec)
