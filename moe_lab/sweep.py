@@ -263,7 +263,8 @@ class Sweep:
                         with time_limit(self.point_timeout_s):
                             args_sets = [inp.args()]
                             if not self.device.startswith("cuda"):
-                                t = time_cpu(fn, args_sets)
+                                t = time_cpu(fn, args_sets, warmup_ms=self.warmup_ms,
+                                             rep_ms=self.rep_ms)
                             elif mode == "graph" and backend.not_capturable:
                                 raise CaptureError(backend.not_capturable)
                             elif mode == "eager":
