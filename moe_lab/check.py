@@ -193,7 +193,7 @@ def run(args) -> int:
 
     env = capture_environment()
     emit(f"# moe-lab check  {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
-    emit(f"# command: moe-lab {' '.join(sys.argv[1:]) if sys.argv[0].endswith(('moe-lab', '__main__.py')) else ''}".rstrip())
+    emit(f"# command: moe-lab {' '.join(getattr(args, '_argv', sys.argv[1:]))}")
     runtime = (f"HIP {env['hip_runtime']}" if env.get("hip_runtime") else
                f"CUDA {env.get('cuda_runtime')}" if env.get("cuda_runtime") else "none")
     emit(f"# device: {env.get('device_name')} ({env.get('vendor')}), "

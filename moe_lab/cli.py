@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args._argv = argv  # what this invocation was given (not the host process's argv)
     if getattr(args, "_missing", None):
         print(f"moe-lab: error: verb {args.verb!r} unavailable: {args._missing}", file=sys.stderr)
         return 2

@@ -262,7 +262,7 @@ def run_compile_sweep(problems: list[Problem], backends: list[str], variants: li
                       device: str, routing: str = "uniform", seed: int = 0, progress=None,
                       wraps: tuple[bool, ...] | None = None,
                       budget_s: float = COMPILE_BUDGET_S,
-                      cold_caches: bool = False) -> tuple[list[dict], list[dict]]:
+                      cold_caches: bool = False, on_row=None) -> tuple[list[dict], list[dict]]:
     """Compile the MoE layer per backend x variant x wrapped and time it across the token
     grid of `problems`. Returns (rows, compile_rows); every failure is a row.
 
@@ -275,6 +275,8 @@ def run_compile_sweep(problems: list[Problem], backends: list[str], variants: li
     time a restarted server sees. Triton's kernel cache stays on either way.
     """
     variants = [mode_name(v) for v in variants]
+    global _ON_ROW
+    _ON_ROW = on_row  # `on_row(row)`: each finished point at once, so a kill loses none
     for v in variants:
         parse_variant(v)  # bad names fail before any work
     caches = contextlib.nullcontext()
@@ -286,6 +288,15 @@ def run_compile_sweep(problems: list[Problem], backends: list[str], variants: li
     for c in crows:
         c["inductor_caches"] = "off" if cold_caches else "on"
     return rows, crows
+
+
+_ON_ROW = None
+
+
+def _emit(row: dict) -> dict:
+    if _ON_ROW is not None:
+        _ON_ROW(dict(row))
+    return row
 
 
 def _run(problems, backends, variants, device, routing, seed, progress, wraps, budget_s):
@@ -378,7 +389,7 @@ def _sweep_backend(first, tokens, backend, wrapped, variants, device, weights, b
                 if spent > budget_s:
                     row.update(status="timeout", error=f"skipped: {spent:.0f} s of compile "
                                f"for earlier token counts exceeded the {budget_s:.0f} s budget")
-                    vrows.append(row)
+                    vrows.append(_emit(row))
                     _report(progress, f"{backend} {v} T={t}: timeout")
                     continue
                 try:
@@ -404,7 +415,7 @@ def _sweep_backend(first, tokens, backend, wrapped, variants, device, weights, b
                 now = graphs_compiled()
                 row["recompiles"] = (now - before) if (i > 0 and mode) else 0
                 before = now
-                vrows.append(row)
+                vrows.append(_emit(row))
                 _report(progress, f"{backend} {v} T={t}: {row['status']}")
             n_skips = int(torch._dynamo.utils.counters["inductor"]["cudagraph_skips"])
         reset_dynamo()

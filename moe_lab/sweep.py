@@ -27,7 +27,8 @@ from .problems import SEED_MODELS, make_problem, parse_model, parse_tokens, spli
 from .routing import parse_routing
 
 BASE_MODES = ("eager", "graph")
-COMPILE_VARIANTS = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
+COMPILE_VARIANTS = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "off")
+# compile:off = the same layer (router + experts) run uncompiled: the fair baseline
 
 
 class PointTimeout(Exception):
@@ -300,6 +301,17 @@ class Sweep:
             bar.update(len(rows))
         del inp, ref
 
+    def _finish_compile_row(self, r, probs, routing):
+        from .store import point_id
+        r = dict(r)
+        r.setdefault("routing", routing)
+        if r.get("wrapped") and not r["mode"].endswith(":custom-op"):
+            r["mode"] = f"{r['mode']}:custom-op"  # the custom-op wrapped layer is its own point
+        r["point_id"] = point_id(r)
+        prob = next((p for p in probs if p.tokens == r["tokens"]), probs[0])
+        _add_roofline([r], prob, None, self.device)
+        return r
+
     def _run_compile(self, group, compile_modes, done, counts, bar):
         from .compile import run_compile_sweep
         from .store import point_id
@@ -322,20 +334,17 @@ class Sweep:
             variant = m.split(":", 1)[1]
             for b, probs in per_backend.items():
                 bar.set_description(f"{probs[0].model.name} {probs[0].sharding} {b} {m}")
+                def stream(r, probs=probs, routing=routing):  # each point lands at once
+                    self.store.append([self._finish_compile_row(r, probs, routing)], [])
                 try:
                     rows, crows = run_compile_sweep(probs, [b], [variant], self.device,
-                                                    routing=routing, seed=self.seed)
+                                                    routing=routing, seed=self.seed,
+                                                    on_row=stream)
                 except Exception as exc:
                     rows = [self._row(p, routing, b, m, None, status=classify_exception(exc),
                                       error=one_line(exc)) for p in probs]
                     crows = []
-                for r in rows:
-                    r.setdefault("routing", routing)
-                    if r.get("wrapped"):  # the custom-op wrapped layer is its own point
-                        r["mode"] = f"{r['mode']}:custom-op"
-                    r["point_id"] = point_id(r)
-                    prob = next((p for p in probs if p.tokens == r["tokens"]), probs[0])
-                    _add_roofline([r], prob, None, self.device)
+                rows = [self._finish_compile_row(r, probs, routing) for r in rows]
                 self.store.append(rows, [])
                 for c in crows:
                     c.update({k: v for k, v in probs[0].key().items() if k != "tokens"},
@@ -475,7 +484,7 @@ def run(args) -> int:
                   device=device, run_dir=run_dir, seed=args.seed, profile=not args.no_profile,
                   traces=args.traces, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
                   point_timeout_s=args.point_timeout, progress=not args.no_progress,
-                  command="moe-lab sweep " + " ".join(sys.argv[2:]))
+                  command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
     print(f"run {run_dir}: {sweep.total_points()} points ({device}: {dev_name})", flush=True)
     counts = sweep.run()
     res = sweep.store.load_results()

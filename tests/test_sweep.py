@@ -385,11 +385,33 @@ def test_manifest_records_command_times_environment_and_config(tmp_path):
     assert c["profile"] is False
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sweep.run() builds the manifest command from sys.argv[2:], not from the argv given to "
-    "moe_lab.cli.main(argv); in-process callers (notebook 01, tests) record the host's argv"))
 def test_manifest_command_in_process(tmp_path):
     argv = _sweep_args(tmp_path, "--rep-ms", "5", "--warmup-ms", "1", tokens=[2])
     assert main(argv) == 0
     m = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert m["command"] == "moe-lab " + " ".join(argv)
+
+
+def test_compile_rows_stream_into_the_store_as_they_finish(tmp_path, monkeypatch):
+    """A compile sweep killed mid-grid keeps every point already compiled and timed:
+    rows reach results.parquet one by one, not at the end of the token grid."""
+    from moe_lab import compile as C
+    from moe_lab.store import RunStore
+    seen_on_disk = []
+    real = C.run_compile_sweep
+
+    def spy(*a, on_row=None, **kw):
+        def hook(row):
+            on_row(row)
+            seen_on_disk.append(len(RunStore(tmp_path / "s").load_results()))
+        return real(*a, on_row=hook, **kw)
+    monkeypatch.setattr(C, "run_compile_sweep", spy)
+    argv = ["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--ep", "1",
+            "--tokens", "1,2,4", "--backends", "torch", "--modes", "compile:off",
+            "--dtype", "fp32", "--data-dir", str(tmp_path), "--run-id", "s", "--no-progress",
+            "--device", "cpu", "--rep-ms", "2", "--warmup-ms", "1"]
+    assert main(argv) == 0
+    assert seen_on_disk[:3] == [1, 2, 3]  # each point written before the next one ran
+    res = RunStore(tmp_path / "s").load_results()
+    assert set(res["mode"]) == {"compile:off", "compile:off:custom-op"}
+    assert res["point_id"].is_unique and (res["status"] == "ok").all()

@@ -30,9 +30,11 @@ class TorchGroupedBackend(Backend):
                 major, _ = torch.cuda.get_device_capability()
                 if major < 9:
                     return False, f"torch._grouped_mm needs sm90+ on NVIDIA (this is sm{major}x)"
-            # 16-byte aligned strides for the TMA-based kernels
-            if (problem.hidden * 2) % 16 or (problem.inter * 2) % 16:
-                return False, "torch._grouped_mm needs H and I multiples of 8 (16-byte rows)"
+        # torch._grouped_mm checks 16-byte aligned strides on every device (the CPU fallback too)
+        esz = problem.torch_dtype.itemsize
+        if (problem.hidden * esz) % 16 or (problem.inter * esz) % 16:
+            return False, (f"torch._grouped_mm needs 16-byte rows: H*{esz} and I*{esz} must be "
+                           f"multiples of 16 (H={problem.hidden}, I={problem.inter})")
         return True, ""
 
     def prepare(self, problem, weights: Weights):
