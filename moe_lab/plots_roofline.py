@@ -24,15 +24,18 @@ SEED_SHARDINGS = ((8, 1), (8, 8))  # (tp, ep): TP8 and TP8+EP8
 # --- data -------------------------------------------------------------------------------
 
 def latest_run(runs_root: str | Path = RUNS_ROOT) -> Path | None:
-    """The newest folder under runs_root holding a results.parquet (by folder name,
-    run ids start with a timestamp; ties by modification time), or None."""
+    """The folder under runs_root whose results.parquet holds the most points (the main
+    dataset rather than a small re-measurement); ties: the newest by name, then by
+    modification time. None when there is no run."""
     root = Path(runs_root)
     if not root.is_dir():
         return None
     runs = [p for p in root.iterdir() if (p / "results.parquet").is_file()]
     if not runs:
         return None
-    return max(runs, key=lambda p: (p.name, (p / "results.parquet").stat().st_mtime))
+    import pyarrow.parquet as pq
+    return max(runs, key=lambda p: (pq.ParquetFile(p / "results.parquet").metadata.num_rows,
+                                    p.name, (p / "results.parquet").stat().st_mtime))
 
 
 def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
