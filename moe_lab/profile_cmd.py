@@ -53,11 +53,13 @@ def run(args) -> int:
     trace = args.trace or os.path.join(
         "out", "traces", f"{prob.model.name}_{prob.sharding}_T{prob.tokens}_{args.backend}.json.gz")
     os.makedirs(os.path.dirname(os.path.abspath(trace)), exist_ok=True)
-    export_trace(fn, inp.args(), trace)
+    export_trace(fn, inp.args(), trace, device=device)
     with_share = df.assign(pct=100 * df["total_us"] / max(df["total_us"].sum(), 1e-9))
     print(with_share.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
-    print(f"# per call: {df['total_us'].sum():.1f} us device time in {int(df['calls'].sum())} "
-          f"kernel launches; by phase: "
+    what = ("us device time in {} kernel launches" if device.startswith("cuda") else
+            "us CPU time in {} top-level aten ops")
+    print(f"# per call: {df['total_us'].sum():.1f} " + what.format(int(df["calls"].sum()))
+          + "; by phase: "
           + ", ".join(f"{k} {v:.1f}" for k, v in df.groupby('phase')['total_us'].sum().items()))
     print(f"# trace: {trace} (open in https://ui.perfetto.dev)")
     return 0
