@@ -346,6 +346,12 @@ def _device_info() -> dict:
     return info
 
 
+def _repo_relative(argv: list[str], repo_dir=None) -> list[str]:
+    """argv with paths inside the repository made relative to it (manifests travel)."""
+    root = str(Path(repo_dir or Path(__file__).resolve().parent.parent).resolve()) + os.sep
+    return [a[len(root):] if a.startswith(root) else a for a in argv]
+
+
 def capture_environment(repo_dir: str | os.PathLike | None = None) -> dict:
     """What a reader needs to trust and reproduce the numbers of a run."""
     import torch
@@ -364,7 +370,7 @@ def capture_environment(repo_dir: str | os.PathLike | None = None) -> dict:
         cpu_count=os.cpu_count(),
         env={k: v for k, v in sorted(os.environ.items())
              if k in ENV_NAMES or k.startswith(ENV_PREFIXES)},
-        argv=list(sys.argv),
+        argv=_repo_relative(sys.argv, repo_dir),
         captured=_now(),
     )
     if env["vendor"] == "CUDA":
