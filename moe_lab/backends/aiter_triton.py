@@ -78,8 +78,22 @@ def aiter_version() -> str:
         return "not installed"
 
 
-def aiter_moe_configs(device_name: str = "MI300X") -> dict:
+# aiter ships tuned Triton MoE configs per AMD arch (ops/triton/utils/_triton/arch_info.py)
+_ARCH_CONFIGS = {"gfx942": "MI300X", "gfx950": "MI350X"}
+
+
+def config_device() -> str:
+    """Which aiter config file fits this GPU: the arch's own on ROCm; MI300X elsewhere
+    (aiter has no NVIDIA configs, so CUDA runs use the MI300X ones, AMD keys stripped)."""
+    if torch.version.hip and torch.cuda.is_available():
+        arch = getattr(torch.cuda.get_device_properties(0), "gcnArchName", "").split(":")[0]
+        return _ARCH_CONFIGS.get(arch, "MI300X")
+    return "MI300X"
+
+
+def aiter_moe_configs(device_name: str | None = None) -> dict:
     """aiter's tuned bf16/fp16 MoE configs ({small_M, medium_M, large_M}) from its JSON."""
+    device_name = device_name or config_device()
     root = aiter_root()
     path = os.path.join(root, "ops", "triton", "configs", "moe", f"{device_name}-MOE-DEFAULT.json")
     with open(path) as f:
@@ -124,7 +138,7 @@ class AiterTritonBackend(Backend):
         return True, ""
 
     def info(self):
-        return {"aiter": aiter_version()}
+        return {"aiter": aiter_version(), "aiter_triton_configs": config_device()}
 
     def prepare(self, problem, weights: Weights, configs: dict | None = None):
         import triton.language as tl
