@@ -137,6 +137,7 @@ class Sweep:
                         seed=self.seed, warmup_ms=self.warmup_ms, rep_ms=self.rep_ms,
                         profile=self.profile),
             where=("measured on " + str(env.get("device_name"))),
+            backends={b: _backend_info(b) for b in self.backends},
             status="running",
         )
         if prior:
@@ -354,6 +355,19 @@ class Sweep:
                                              "backend", "mode", "wrapped"))
                 counts["measured"] += len(rows)
                 bar.update(len(rows))
+
+
+def _backend_info(name: str) -> dict:
+    """What a backend says of itself here (available, why not, versions, configs)."""
+    b = B.get(name)
+    ok, why = b.available()
+    info = dict(available=ok, reason=why, description=b.description)
+    if ok:
+        try:
+            info.update(b.info())
+        except Exception as exc:
+            info["info_error"] = one_line(exc)
+    return info
 
 
 def _experts_hit(prob, topk_ids) -> int:
