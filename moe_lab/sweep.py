@@ -116,8 +116,16 @@ class Sweep:
                 for mode in self.modes}
 
     def total_points(self) -> int:
+        """Rows the sweep will write; compile modes add a custom-op row per wrapped backend."""
         n_shard = len(self.models) * len(self.tps) * len(self.eps)
-        return n_shard * len(self.tokens) * len(self.routings) * len(self.backends) * len(self.modes)
+        per_backend = len(self.modes)
+        n_compile = sum(m.startswith("compile:") for m in self.modes)
+        wrapped = 0
+        if n_compile:
+            from .compile import WRAP_BOTH
+            wrapped = sum(b in WRAP_BOTH for b in self.backends) * n_compile
+        return n_shard * len(self.tokens) * len(self.routings) * (
+            len(self.backends) * per_backend + wrapped)
 
     # --- running ------------------------------------------------------------------------
     def run(self) -> dict:
