@@ -20,10 +20,14 @@ def configure(p):
     p.add_argument("--timeout", type=int, default=900, help="seconds per cell")
 
 
-def execute_notebook(path: str, timeout: int = 900):
+def execute_notebook(path: str, timeout: int = 900, edit=None):
+    """Run a notebook headless from its own folder; `edit(nb)` may change it first (e.g.
+    a parameter). Raises CellExecutionError on the first failing cell."""
     import nbformat
     from nbclient import NotebookClient
     nb = nbformat.read(path, as_version=4)
+    if edit is not None:
+        edit(nb)
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
                    resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}}).execute()
     return nb
