@@ -354,6 +354,20 @@ class _Parser:
             i += 1
         raise self.err(start + 1, "serving benchmark block never ends (no closing '=====' line)")
 
+    def table_body(self, i: int) -> tuple[list[tuple[int, list[str]]], int]:
+        """Body rows (line index, cells) of the table whose header is line i, rule rows
+        skipped, up to the first blank or non-table line; and that line's index."""
+        rows = []
+        i += 1
+        while i < len(self.lines):
+            cells = _cells(self.lines[i])
+            if cells is None or not any(cells):
+                break
+            if not _is_rule_row(cells):
+                rows.append((i, cells))
+            i += 1
+        return rows, i
+
     # comparison table --------------------------------------------------------
     def comparison(self, i: int, header: list[str]) -> tuple[Block, int]:
         start = i
@@ -366,14 +380,8 @@ class _Parser:
         configs = hdr[1:gain_idx] if gain_idx else hdr[1:]
         blk = Block(len(self.blocks), "comparison", "", "", start + 1, start + 1,
                     columns=list(hdr[1:]))
-        i += 1
-        while i < len(self.lines):
-            cells = _cells(self.lines[i])
-            if cells is None or not any(cells):
-                break
-            if _is_rule_row(cells):
-                i += 1
-                continue
+        rows, rows_end = self.table_body(i)
+        for i, cells in rows:
             if not cells[0]:
                 break
             metric, unit = canonical_metric(cells[0])
@@ -394,7 +402,8 @@ class _Parser:
                     blk.rows.append(Row(metric, float(gm.group("num").replace("−", "-")), gunit,
                                         cells[0], i + 1, hdr[gain_idx], cell.strip()))
             blk.line_end = i + 1
-            i += 1
+        else:
+            i = rows_end
         if not blk.rows:
             raise self.err(start + 1, "comparison table has a header but no rows")
         blk.meta["gain_column"] = hdr[gain_idx] if gain_idx else None
@@ -412,14 +421,8 @@ class _Parser:
             raise self.err(i + 1, "lm_eval table header lacks Metric/Value columns")
         blk = Block(len(self.blocks), "lm_eval", "", "", start + 1, start + 1)
         task = ""
-        i += 1
-        while i < len(self.lines):
-            cells = _cells(self.lines[i])
-            if cells is None or not any(cells):
-                break
-            if _is_rule_row(cells):
-                i += 1
-                continue
+        rows, rows_end = self.table_body(i)
+        for i, cells in rows:
             cells = cells + [""] * (len(header) - len(cells))
             if cells[0]:
                 task = cells[0].lstrip("- ").strip()
@@ -438,10 +441,9 @@ class _Parser:
             blk.rows.append(Row(base, v, "", met, i + 1, nshot))
             blk.rows.append(Row(base + "_stderr", se, "", met + " stderr", i + 1, nshot))
             blk.line_end = i + 1
-            i += 1
         if not blk.rows:
             raise self.err(start + 1, "lm_eval table has a header but no rows")
-        return blk, i
+        return blk, rows_end
 
     # driver ------------------------------------------------------------------
     def run(self) -> list[Block]:
