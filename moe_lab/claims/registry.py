@@ -41,25 +41,23 @@ WORK_METRICS = ["completed", "duration", "total_input_tokens", "total_output_tok
 # --- what the prose says (the parser supplies every number) -----------------------
 _MI300X_NOTE = ("GPU not named in the PR; ROCm/aiter PRs of this period were benchmarked "
                 "on MI300X (assumed)")
+def _seed000(section: str, preset: str, hf_id: str) -> dict:
+    """Seed 000's two serving comparisons share everything but the model."""
+    return dict(
+        source=SEED_000, section=section, preset=preset, hf_id=hf_id, dtype="bf16", tp=8, ep=1,
+        concurrency=32, num_prompts=160, input_len=1000, output_len=1000, engine="V1",
+        flags=["--enforce-eager", "--compilation-config 0", "--max-num-seqs 64",
+               "--max-model-len 8192", "VLLM_ROCM_USE_AITER_MOE=1"],
+        baseline_desc="before the PR (no aiter fused MoE for bf16)",
+        new_desc="aiter fused MoE for bf16 (the PR)", gpu="mi300x", gpu_note=_MI300X_NOTE,
+        baseline=(section, "baseline"), new=(section, "w/ the change"))
+
+
 PERF_CONFIGS = {
-    "000-scout-bf16": dict(
-        source=SEED_000, section="16E bf16 benchmark", preset="llama4-scout-16e",
-        hf_id="meta-llama/Llama-4-Scout-17B-16E-Instruct", dtype="bf16", tp=8, ep=1,
-        concurrency=32, num_prompts=160, input_len=1000, output_len=1000, engine="V1",
-        flags=["--enforce-eager", "--compilation-config 0", "--max-num-seqs 64",
-               "--max-model-len 8192", "VLLM_ROCM_USE_AITER_MOE=1"],
-        baseline_desc="before the PR (no aiter fused MoE for bf16)",
-        new_desc="aiter fused MoE for bf16 (the PR)", gpu="mi300x", gpu_note=_MI300X_NOTE,
-        baseline=("16E bf16 benchmark", "baseline"), new=("16E bf16 benchmark", "w/ the change")),
-    "000-maverick-bf16": dict(
-        source=SEED_000, section="128E bf16 benchmark", preset="llama4-maverick-128e",
-        hf_id="meta-llama/Llama-4-Maverick-17B-128E-Instruct", dtype="bf16", tp=8, ep=1,
-        concurrency=32, num_prompts=160, input_len=1000, output_len=1000, engine="V1",
-        flags=["--enforce-eager", "--compilation-config 0", "--max-num-seqs 64",
-               "--max-model-len 8192", "VLLM_ROCM_USE_AITER_MOE=1"],
-        baseline_desc="before the PR (no aiter fused MoE for bf16)",
-        new_desc="aiter fused MoE for bf16 (the PR)", gpu="mi300x", gpu_note=_MI300X_NOTE,
-        baseline=("128E bf16 benchmark", "baseline"), new=("128E bf16 benchmark", "w/ the change")),
+    "000-scout-bf16": _seed000("16E bf16 benchmark", "llama4-scout-16e",
+                               "meta-llama/Llama-4-Scout-17B-16E-Instruct"),
+    "000-maverick-bf16": _seed000("128E bf16 benchmark", "llama4-maverick-128e",
+                                  "meta-llama/Llama-4-Maverick-17B-128E-Instruct"),
     "002-deepseek-r1": dict(
         source=SEED_002, section="Performance Gain", table="DeepSeek-R1", preset="deepseek-r1",
         hf_id="deepseek-ai/DeepSeek-R1", dtype="fp8", tp=8, ep=8, concurrency=64,
