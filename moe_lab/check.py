@@ -15,7 +15,7 @@ import torch
 from . import backends as B
 from .backends.torch_ref import torch_moe
 from .errors import UsageError
-from .problems import Problem, make_problem, parse_tokens, split_models
+from .problems import Problem, make_problem, parse_int_list, parse_tokens, split_models
 from .routing import make_routing, parse_routing
 
 # Pass/fail threshold on max|out-ref|/max|ref| per dtype. bf16 keeps 8 bits of mantissa:
@@ -138,13 +138,6 @@ def check_problem(problem: Problem, backend_names: list[str], device: str, seed:
 
 # --- CLI -------------------------------------------------------------------------------
 
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(s) for s in str(text).split(",") if s.strip()]
-    except ValueError:
-        raise UsageError(f"expected integers like 1 or 1,8, not {text!r}") from None
-
-
 def configure(p):
     p.add_argument("--model", default=None,
                    help="preset(s), comma-separated, or custom:H=..,I=..,E=..,k=.. "
@@ -175,11 +168,8 @@ def run(args) -> int:
     parse_routing(args.routing)
     tokens = parse_tokens(args.tokens)
     models = split_models(args.model) if args.model else _models_default(device)
-    names = args.backends.split(",") if args.backends else B.names()
-    for n in names:
-        if n not in B.names():
-            raise UsageError(f"unknown backend {n!r}; known: {', '.join(B.names())}")
-    tps, eps = _int_list(args.tp), _int_list(args.ep)
+    names = B.parse_names(args.backends) if args.backends else B.names()
+    tps, eps = parse_int_list(args.tp), parse_int_list(args.ep)
     problems = [make_problem(m, t, args.dtype, tp, ep if ep > 1 else 1,
                              args.ep_rank if ep > 1 else 0)
                 for m in models for tp in tps for ep in eps for t in tokens]

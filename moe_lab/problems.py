@@ -233,6 +233,14 @@ def default_token_grid(max_tokens: int = 8192) -> list[int]:
     return out
 
 
+def parse_int_list(text: str) -> list[int]:
+    """`8` or `1,8` -> [1, 8] (for --tp / --ep)."""
+    try:
+        return [int(s) for s in str(text).split(",") if s.strip()]
+    except ValueError:
+        raise ProblemError(f"expected integers like 8 or 1,8, not {text!r}") from None
+
+
 def parse_tokens(text: str) -> list[int]:
     """`1,64,1024` or a range `1-8192` (powers of two inclusive)."""
     try:

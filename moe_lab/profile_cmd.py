@@ -32,8 +32,7 @@ def run(args) -> int:
     device = args.device or default_device()
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda but no GPU is visible to torch")
-    if args.backend not in B.names():
-        raise UsageError(f"unknown backend {args.backend!r}; known: {', '.join(B.names())}")
+    B.parse_names(args.backend)
     if args.iters < 1:
         raise UsageError("--iters must be >= 1")
     prob = make_problem(args.model, args.tokens, args.dtype, args.tp, args.ep, args.ep_rank)

@@ -23,7 +23,8 @@ from . import backends as B
 from .check import (THRESHOLDS, check_backend, classify_exception, default_device,
                     make_inputs, make_weights, one_line, reference)
 from .errors import UsageError
-from .problems import SEED_MODELS, make_problem, parse_model, parse_tokens, split_models
+from .problems import (SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens,
+                       split_models)
 from .routing import parse_routing
 
 BASE_MODES = ("eager", "graph")
@@ -70,13 +71,6 @@ def parse_modes(text: str) -> list[str]:
 
 def _list(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(s) for s in _list(text)]
-    except ValueError:
-        raise UsageError(f"expected integers like 8 or 1,8, not {text!r}") from None
 
 
 def default_run_id(config: dict, device_name: str) -> str:
@@ -133,7 +127,7 @@ class Sweep:
         from .timing import time_cpu  # noqa: F401  (fail early if the instruments are missing)
         t_start = time.time()
         env = capture_environment()
-        prior = self.store.read_manifest() if hasattr(self.store, "read_manifest") else None
+        prior = self.store.read_manifest()  # {} on a fresh run
         manifest = dict(
             run_id=os.path.basename(os.path.abspath(self.run_dir)),
             command=self.command, started=prior.get("started") if prior else
@@ -480,16 +474,12 @@ def run(args) -> int:
     for r in routings:
         parse_routing(r)
     modes = parse_modes(args.modes or ("eager,graph" if gpu else "eager"))
-    known = B.names()
     if args.backends:
-        backends = _list(args.backends)
-        for b in backends:
-            if b not in known:
-                raise UsageError(f"unknown backend {b!r}; known: {', '.join(known)}")
+        backends = B.parse_names(args.backends)
     else:
         backends = [b.name for b in B.all_backends() if b.available()[0]]
-    tps = _int_list(args.tp)
-    eps = _int_list(args.ep or ("1,8" if gpu else "1"))
+    tps = parse_int_list(args.tp)
+    eps = parse_int_list(args.ep or ("1,8" if gpu else "1"))
     # validate every sharding before measuring anything
     for m in models:
         for tp in tps:

@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from ..errors import UsageError
 from ..problems import Problem
 
 MoEFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -70,10 +71,19 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Backend:
+    return _REGISTRY[parse_names(name)[0]]()
+
+
+def parse_names(text: str) -> list[str]:
+    """`torch,aiter-triton` -> names, each checked against the registry (UsageError)."""
     _load_all()
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown backend {name!r}; known: {', '.join(_REGISTRY)}")
-    return _REGISTRY[name]()
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    for n in names:
+        if n not in _REGISTRY:
+            raise UsageError(f"unknown backend {n!r}; known: {', '.join(_REGISTRY)}")
+    if not names:
+        raise UsageError("no backend named")
+    return names
 
 
 def all_backends() -> list[Backend]:
