@@ -39,6 +39,7 @@ import torch
 
 from . import backends as B
 from .backends.torch_ref import torch_moe
+from .errors import has_timeout, time_limit
 from .check import THRESHOLDS, classify_exception, make_weights, one_line, rel_err
 from .layer import MoELayer
 from .problems import Problem
@@ -50,8 +51,9 @@ VARIANTS = ("default", "default:dynamic",
 BASELINE = "off"
 # Backends measured both ways by default: the ones whose Python Dynamo should not trace.
 WRAP_BOTH = ("aiter", "aiter-triton", "torch")
-# After this much compile time (s) for one backend x variant x wrapped, the remaining
-# token counts become `timeout` rows instead of compiling on for hours.
+# Compile time (s) allowed for one backend x variant x wrapped over the whole token grid:
+# a compile still running when it is spent is stopped, and it and the remaining token
+# counts become `timeout` rows instead of compiling on for hours.
 COMPILE_BUDGET_S = 900.0
 REASON_CHARS = 400
 
@@ -381,22 +383,26 @@ def _sweep_backend(first, tokens, backend, wrapped, variants, device, weights, b
         reset_dynamo()
         with recompile_limit(len(tokens) * 8 + 8), cudagraph_skips() as skips:
             fn = compile_fn(layer, v)
-            spent, before = 0.0, 0
+            spent, before, graphs_first = 0.0, 0, 0
             for i, t in enumerate(tokens):
                 x, logits, ref = inputs[t]
                 row = _row(base, backend, v, t, wrapped,
                            graph_breaks=brk["graph_breaks"] if mode else math.nan)
-                if spent > budget_s:
-                    row.update(status="timeout", error=f"skipped: {spent:.0f} s of compile "
-                               f"for earlier token counts exceeded the {budget_s:.0f} s budget")
+                if spent >= budget_s:
+                    row.update(status="timeout", error=f"skipped: compile for earlier token "
+                               f"counts used up the {budget_s:.0f} s budget")
                     vrows.append(_emit(row))
                     _report(progress, f"{backend} {v} T={t}: timeout")
                     continue
+                t0 = time.perf_counter()
                 try:
                     _sync(device)
                     t0 = time.perf_counter()
-                    out = fn(x, logits)
-                    _sync(device)
+                    # the budget is a hard limit: a compile that would run past it stops
+                    with time_limit(max(budget_s - spent, 1.0) if mode else None,
+                                    f"compile (budget {budget_s:.0f} s per backend x variant)"):
+                        out = fn(x, logits)
+                        _sync(device)
                     row["compile_s"] = time.perf_counter() - t0
                     spent += row["compile_s"] if mode else 0.0
                     err = rel_err(out, ref)
@@ -410,10 +416,18 @@ def _sweep_backend(first, tokens, backend, wrapped, variants, device, weights, b
                         row.update(status="incorrect",
                                    error=f"max_rel_err {err:.3g} > {tol:.0e} for {first.dtype}")
                 except Exception as exc:  # a failed compile or call is a row
-                    row.update(status=classify_exception(exc), error=error_line(exc))
+                    if has_timeout(exc):
+                        spent = math.inf  # the rest of the grid is skipped, not compiled
+                        row.update(status="timeout", error=f"compile stopped after "
+                                   f"{time.perf_counter() - t0:.0f} s: the {budget_s:.0f} s "
+                                   "budget per backend x variant ran out")
+                    else:
+                        row.update(status=classify_exception(exc), error=error_line(exc))
                     _sync_quietly(device)
                 now = graphs_compiled()
                 row["recompiles"] = (now - before) if (i > 0 and mode) else 0
+                if i == 0:
+                    graphs_first = now
                 before = now
                 vrows.append(_emit(row))
                 _report(progress, f"{backend} {v} T={t}: {row['status']}")
@@ -422,7 +436,8 @@ def _sweep_backend(first, tokens, backend, wrapped, variants, device, weights, b
         rows += vrows
         if mode is not None:
             crow = _compile_row(base, backend, v, wrapped, vrows, brk, brk_error, device)
-            crow.update(cudagraph_skips=n_skips, cudagraph_skip_reasons="\n".join(dict.fromkeys(skips)))
+            crow.update(cudagraph_skips=n_skips, cudagraph_skip_reasons="\n".join(dict.fromkeys(skips)),
+                        graphs_first_token=graphs_first)
             compile_rows.append(crow)
     return rows, compile_rows
 
@@ -471,3 +486,41 @@ def _compile_row(base, backend, variant, wrapped, vrows, brk, brk_error, device)
         points=len(vrows), points_ok=sum(r["status"] == "ok" for r in vrows),
         status=status, error=(errors[0] if errors else brk_error),
     )
+
+
+def merge_compile_rows(old: dict, new: dict) -> dict:
+    """One compile-table row for a backend x variant x wrapped whose token grid was measured
+    in two calls (a resumed sweep: `old` covers the first token counts, `new` the rest).
+    Counts add up; every graph the second call compiled, its first token count's included,
+    is a recompile of the whole grid; the first compile is the one at the smaller token
+    count."""
+    def num(r, k):
+        v = r.get(k)
+        return 0 if v is None or (isinstance(v, float) and math.isnan(v)) else v
+    first, other = (old, new) if num(old, "tokens_first") <= num(new, "tokens_first") else (new, old)
+    out = dict(new)
+    out.update(
+        tokens_first=first.get("tokens_first"), compile_s=first.get("compile_s"),
+        compile_s_total=num(old, "compile_s_total") + num(new, "compile_s_total"),
+        recompiles=num(old, "recompiles") + num(new, "recompiles")
+        + num(new, "graphs_first_token"),
+        graphs_first_token=num(old, "graphs_first_token"),
+        points=num(old, "points") + num(new, "points"),
+        points_ok=num(old, "points_ok") + num(new, "points_ok"),
+        cudagraph_skips=num(old, "cudagraph_skips") + num(new, "cudagraph_skips"),
+        cudagraph_skip_reasons="\n".join(dict.fromkeys(
+            ln for r in (old, new) for ln in str(r.get("cudagraph_skip_reasons") or "").splitlines()
+            if ln)),
+        error=old.get("error") or new.get("error") or "",
+        merged_calls=num(old, "merged_calls") + 1,
+    )
+    for k in ("graphs", "graph_breaks", "break_reasons"):
+        if out.get(k) is None or (isinstance(out.get(k), float) and math.isnan(out[k])):
+            out[k] = old.get(k)
+    if out["points_ok"] == out["points"]:
+        out["status"] = "ok"
+    elif out["points_ok"] == 0 and old.get("status") == new.get("status"):
+        out["status"] = new.get("status")
+    else:
+        out["status"] = "partial" if out["points_ok"] else "failed"
+    return out

@@ -8,11 +8,9 @@ the same command resumes, skipping points already recorded.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import signal
 import sys
 import time
 import zlib
@@ -22,7 +20,7 @@ import torch
 from . import backends as B
 from .check import (THRESHOLDS, check_backend, classify_exception, default_device,
                     make_inputs, make_weights, one_line, reference)
-from .errors import UsageError
+from .errors import PointTimeout, UsageError, time_limit  # noqa: F401 (re-exported)
 from .problems import (SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens,
                        split_models)
 from .routing import parse_routing
@@ -30,28 +28,6 @@ from .routing import parse_routing
 BASE_MODES = ("eager", "graph")
 COMPILE_VARIANTS = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "off")
 # compile:off = the same layer (router + experts) run uncompiled: the fair baseline
-
-
-class PointTimeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float | None):
-    """Raise PointTimeout in the main thread after `seconds` (SIGALRM; POSIX only)."""
-    if not seconds or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def _raise(signum, frame):
-        raise PointTimeout(f"point exceeded {seconds:.0f} s")
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def parse_modes(text: str) -> list[str]:
@@ -83,6 +59,7 @@ def default_run_id(config: dict, device_name: str) -> str:
 class Sweep:
     def __init__(self, *, models, tps, eps, ep_rank, tokens, backends, modes, routings, dtype,
                  device, run_dir, seed=0, profile=True, traces=0, warmup_ms=10, rep_ms=50,
+                 compile_budget_s=None,
                  point_timeout_s=120.0, progress=True, command=None):
         from .store import RunStore
         self.models, self.tps, self.eps, self.ep_rank = models, tps, eps, ep_rank
@@ -90,6 +67,10 @@ class Sweep:
         self.dtype, self.device, self.seed = dtype, device, seed
         self.profile, self.traces = profile, traces
         self.warmup_ms, self.rep_ms, self.point_timeout_s = warmup_ms, rep_ms, point_timeout_s
+        if compile_budget_s is None:
+            from .compile import COMPILE_BUDGET_S
+            compile_budget_s = COMPILE_BUDGET_S
+        self.compile_budget_s = float(compile_budget_s)
         self.progress = progress
         self.command = command or " ".join(sys.argv)
         self.store = RunStore(run_dir)
@@ -137,6 +118,7 @@ class Sweep:
                         tokens=self.tokens, backends=self.backends, modes=self.modes,
                         routing=self.routings, dtype=self.dtype, device=self.device,
                         seed=self.seed, warmup_ms=self.warmup_ms, rep_ms=self.rep_ms,
+                        compile_budget_s=self.compile_budget_s,
                         profile=self.profile),
             where=("measured on " + str(env.get("device_name"))),
             backends={b: _backend_info(b) for b in self.backends},
@@ -315,6 +297,18 @@ class Sweep:
         _add_roofline([r], prob, None, self.device)
         return r
 
+    def _merge_resumed(self, crows: list[dict]) -> list[dict]:
+        """A resumed sweep measures only the token counts a killed one left: fold its
+        compile rows into the rows already stored for the same backend x variant."""
+        from .compile import merge_compile_rows
+        old = self.store.load_table("compile")
+        if not len(old):
+            return crows
+        keyed = {tuple(str(r[k]) for k in COMPILE_KEY): r
+                 for r in old.to_dict("records") if all(k in r for k in COMPILE_KEY)}
+        return [merge_compile_rows(keyed[k], c) if (k := tuple(str(c[x]) for x in COMPILE_KEY))
+                in keyed else c for c in crows]
+
     def _run_compile(self, group, compile_modes, done, counts, bar):
         from .compile import run_compile_sweep
         from .store import point_id
@@ -342,7 +336,8 @@ class Sweep:
                 try:
                     rows, crows = run_compile_sweep(probs, [b], [variant], self.device,
                                                     routing=routing, seed=self.seed,
-                                                    on_row=stream)
+                                                    on_row=stream,
+                                                    budget_s=self.compile_budget_s)
                 except Exception as exc:
                     rows = [self._row(p, routing, b, m, None, status=classify_exception(exc),
                                       error=one_line(exc)) for p in probs]
@@ -352,11 +347,13 @@ class Sweep:
                 for c in crows:
                     c.update({k: v for k, v in probs[0].key().items() if k != "tokens"},
                              routing=routing, mode=m)
-                self.store.append_table("compile", crows,
-                                        key=("model", "tp", "ep", "ep_rank", "dtype", "routing",
-                                             "backend", "mode", "wrapped"))
+                crows = self._merge_resumed(crows)
+                self.store.append_table("compile", crows, key=COMPILE_KEY)
                 counts["measured"] += len(rows)
                 bar.update(len(rows))
+
+
+COMPILE_KEY = ("model", "tp", "ep", "ep_rank", "dtype", "routing", "backend", "mode", "wrapped")
 
 
 def _backend_info(name: str) -> dict:
@@ -458,6 +455,11 @@ def configure(p):
     p.add_argument("--warmup-ms", type=float, default=10.0)
     p.add_argument("--rep-ms", type=float, default=50.0, help="timed repetitions, in ms")
     p.add_argument("--point-timeout", type=float, default=120.0, help="seconds per point")
+    p.add_argument("--compile-budget", type=float, default=None, metavar="S",
+                   help="compile modes: seconds of compile allowed per backend x variant "
+                        "(x wrapped) over the token grid; a compile running past it is "
+                        "stopped and it and the remaining token counts become timeout rows "
+                        "(default 900)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -478,6 +480,9 @@ def run(args) -> int:
         backends = B.parse_names(args.backends)
     else:
         backends = [b.name for b in B.all_backends() if b.available()[0]]
+    if args.compile_budget is not None and not args.compile_budget > 0:
+        raise UsageError(f"--compile-budget must be a positive number of seconds, "
+                         f"not {args.compile_budget:g}")
     tps = parse_int_list(args.tp)
     eps = parse_int_list(args.ep or ("1,8" if gpu else "1"))
     # validate every sharding before measuring anything
@@ -496,6 +501,7 @@ def run(args) -> int:
                   device=device, run_dir=run_dir, seed=args.seed, profile=not args.no_profile,
                   traces=args.traces, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
                   point_timeout_s=args.point_timeout, progress=not args.no_progress,
+                  compile_budget_s=args.compile_budget,
                   command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
     print(f"run {run_dir}: {sweep.total_points()} points ({device}: {dev_name})", flush=True)
     counts = sweep.run()

@@ -36,9 +36,18 @@ What each timer measures, and what it cannot see:
   where the previous layer left activations in L2.
 * Event timestamps have ~0.5 us resolution on NVIDIA; below ~5 us per call the
   quantiles are coarse.
+* Eager times of host-bound calls are wide (p10 to p90 is often 20-30% of the median:
+  Python and launch jitter), so `time_eager` takes at least `EAGER_MIN_REPS` calls
+  whatever `rep_ms` says. With 40 to 150 calls per timer call, five fresh timer calls on
+  one H200 point spread by up to 12% (`scripts/repeatability.py`, evidence in the seed
+  run); more calls and a longer window average the host's jitter.
+  Python's garbage collector is paused while a GPU timer runs, so a collection cannot
+  land inside a timed call.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import statistics
 import time
@@ -46,6 +55,20 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 NOISE_LIMIT = 0.1  # (p90 - p10) / median above this marks a point `noisy`
+EAGER_MIN_REPS = 200  # see the module doc: the median of a wide distribution needs many calls
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """No garbage collection inside timed calls (collect first, re-enable after)."""
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @dataclass
@@ -174,7 +197,8 @@ def _device_of(arg_sets) -> "object | None":
 # --- eager -----------------------------------------------------------------------------
 
 def time_eager(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_ms: float = 100,
-               flush_l2: bool = True, min_reps: int = 10, max_reps: int = 2_000) -> Timing:
+               flush_l2: bool = True, min_reps: int = EAGER_MIN_REPS,
+               max_reps: int = 2_000) -> Timing:
     """Wall time of one call on an idle GPU, launch overhead included (see module doc).
 
     Per timed call: [flush L2] -> synchronize -> start event -> fn(*args) -> end event.
@@ -204,14 +228,15 @@ def time_eager(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_m
 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    for i in range(n_rep):
-        args = arg_sets[i % len(arg_sets)]
-        flush()
-        sync()  # the device is idle: launch overhead lands inside the interval
-        starts[i].record()
-        fn(*args)
-        ends[i].record()
-    sync()
+    with gc_paused():
+        for i in range(n_rep):
+            args = arg_sets[i % len(arg_sets)]
+            flush()
+            sync()  # the device is idle: launch overhead lands inside the interval
+            starts[i].record()
+            fn(*args)
+            ends[i].record()
+        sync()
     times_us = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
     what = f"flush {flush_bytes(dev) >> 20} MB" if flush_l2 else "no flush"
     return summarize(times_us, f"eager: events around each call from idle, {what}, "
@@ -315,14 +340,15 @@ def time_graph(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_m
 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    for i in range(n_rep):
-        flush()
-        starts[i].record()
-        graphs[i % len(graphs)].replay()
-        ends[i].record()
-        if i % 64 == 63:
-            torch.cuda.synchronize()  # keep the host from running far ahead
-    torch.cuda.synchronize()
+    with gc_paused():
+        for i in range(n_rep):
+            flush()
+            starts[i].record()
+            graphs[i % len(graphs)].replay()
+            ends[i].record()
+            if i % 64 == 63:
+                torch.cuda.synchronize()  # keep the host from running far ahead
+        torch.cuda.synchronize()
     times_us = [a.elapsed_time(b) * 1e3 for a, b in zip(starts, ends)]
     what = f"flush {flush_bytes(dev) >> 20} MB" if flush_l2 else "no flush"
     return summarize(times_us, f"graph: events around each replay, {what}, "

@@ -1,38 +1,74 @@
 #!/usr/bin/env bash
-# One device command for the eager / graph / torch.compile comparison (issue 4):
-# the four seed models at TP8 spread over the machine's GPUs (one process per GPU, one run
-# folder per model), all compile variants, dynamic on and off. Everything returns in
-# $OUT/bundle.tar.gz. Pass MOE_LAB_GIT_COMMIT=<sha>; PER_GPU_S bounds each process.
+# One device command for the eager / graph / torch.compile comparison (issue 4): the four
+# seed models at TP8, all compile variants (dynamic on and off), spread over the machine's
+# GPUs (one process per GPU at a time, one run folder per model). Everything returns in
+# $OUT/bundle.tar.gz.
+#
 # Runs are written into the repo's data/runs/ (which travels with the working tree), so
-# the same command on a later lease resumes the committed folders instead of starting over.
+# the same command on a later lease resumes the committed folders: points already there
+# are skipped, and a variant's compile-table row is folded together across the calls.
+#
+# Environment:
+#   MOE_LAB_GIT_COMMIT  the commit being run (the device copy has no .git)
+#   DEADLINE_S          seconds from the start by which every sweep is stopped (540)
+#   COMPILE_BUDGET      --compile-budget: seconds of compile per backend x variant (45)
+#   TOKENS, MODES, STAMP
+#   EVIDENCE=1          first, on GPU 0 the timer repeatability evidence (issue 3) and on
+#                       GPU 1 (or after it, on one GPU) the GPU-only tests
 set -uo pipefail
+T_START=$(date +%s)
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 MOE_LAB_GIT_COMMIT=${MOE_LAB_GIT_COMMIT:-unknown}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-B=$OUT/bundle; mkdir -p $B/runs
+B=$OUT/bundle; mkdir -p $B/runs $B/evidence; rm -f $B/evidence/.repeat_done
 RUNS=data/runs
 STAMP=${STAMP:-20261129}  # keep the committed run ids so a rerun resumes them
-PER_GPU_S=${PER_GPU_S:-480}
+DEADLINE_S=${DEADLINE_S:-540}
+COMPILE_BUDGET=${COMPILE_BUDGET:-45}
 TOKENS=${TOKENS:-1,16,256,4096}
-MODES=${MODES:-eager,graph,compile:default,compile:default:dynamic,compile:reduce-overhead,compile:reduce-overhead:dynamic,compile:max-autotune-no-cudagraphs,compile:max-autotune-no-cudagraphs:dynamic}
-MODELS=(llama4-scout-16e llama4-maverick-128e deepseek-r1 qwen3-235b-a22b)
+# cheap variants first, so a lease that runs out leaves the expensive ones to the next
+MODES=${MODES:-eager,graph,compile:default,compile:default:dynamic,compile:reduce-overhead,compile:reduce-overhead:dynamic,compile:max-autotune-no-cudagraphs:dynamic,compile:max-autotune-no-cudagraphs}
+MODELS=(deepseek-r1 qwen3-235b-a22b llama4-scout-16e llama4-maverick-128e)
 NG=$(python3 -c "import torch; print(torch.cuda.device_count())")
-PER_MODEL_S=$(( PER_GPU_S / ((${#MODELS[@]} + NG - 1) / NG) ))
-echo "gpus=$NG tokens=$TOKENS per-model limit ${PER_MODEL_S}s"
+echo "gpus=$NG tokens=$TOKENS deadline ${DEADLINE_S}s compile budget ${COMPILE_BUDGET}s commit $MOE_LAB_GIT_COMMIT"
+
+evidence() {  # $1 = which part, on the GPU this subshell holds
+  case $1 in
+    repeat) python3 scripts/repeatability.py $B/evidence 5 > $B/evidence/repeatability_stdout.txt 2>&1
+            echo "repeatability rc=$?"; touch $B/evidence/.repeat_done;;
+    tests)  python3 -m pytest -q -rs -p no:cacheprovider tests/test_compile.py tests/test_timing.py \
+              tests/test_profiling.py -k "gpu or cuda" > $B/evidence/gpu_tests.txt 2>&1
+            echo "gpu tests rc=$?"; tail -3 $B/evidence/gpu_tests.txt;;
+  esac
+}
+
 for g in $(seq 0 $((NG-1))); do
   (
-    for i in "${!MODELS[@]}"; do
-      [ $((i % NG)) -eq $g ] || continue
-      m=${MODELS[$i]}
-      CUDA_VISIBLE_DEVICES=$g timeout $PER_MODEL_S python3 -m moe_lab sweep --models $m --tp 8 --ep 1 \
+    export CUDA_VISIBLE_DEVICES=$g
+    if [ "${EVIDENCE:-0}" = 1 ]; then
+      [ $g -eq 0 ] && evidence repeat
+      { [ $g -eq 1 ] || [ $NG -eq 1 ]; } && evidence tests
+      # no compile (many CPU workers) while the eager timers are being checked
+      for _ in $(seq 180); do [ -e $B/evidence/.repeat_done ] && break; sleep 1; done
+    fi
+    mine=()
+    for i in "${!MODELS[@]}"; do [ $((i % NG)) -eq $g ] && mine+=("${MODELS[$i]}"); done
+    for j in "${!mine[@]}"; do
+      m=${mine[$j]}
+      left=$(( DEADLINE_S - ($(date +%s) - T_START) ))
+      reserve=$(( 45 * (${#mine[@]} - j - 1) ))  # a few variants for the models after this one
+      limit=$(( left - reserve ))
+      [ $limit -gt 30 ] || { echo "$m: no time left"; continue; }
+      timeout $limit python3 -m moe_lab sweep --models $m --tp 8 --ep 1 \
         --tokens $TOKENS --backends torch,torch-grouped,aiter-triton --modes $MODES \
-        --data-dir $RUNS --run-id h200-compile-$m-$STAMP --no-progress \
-        > $B/runs/compile_$m.log 2>&1
-      echo "$m rc=$?"
+        --compile-budget $COMPILE_BUDGET --data-dir $RUNS --run-id h200-compile-$m-$STAMP \
+        --no-progress > $B/runs/compile_$m.log 2>&1
+      echo "$m rc=$? (limit ${limit}s)"
     done
   ) &
 done
 wait
-for f in $B/runs/compile_*.log; do echo "== $f"; grep -v "^[EWI][0-9]" $f | tail -3; done
+for f in $B/runs/compile_*.log; do echo "== $f"; grep -v "^[EWI][0-9]" $f | tail -2; done
 cp -r $RUNS/h200-compile-* $B/runs/
 tar czf $OUT/bundle.tar.gz -C $OUT bundle && rm -rf $B
+echo "total $(( $(date +%s) - T_START ))s"

@@ -130,6 +130,47 @@ def test_failing_compile_is_a_row(monkeypatch):
     assert crows[0]["status"] == "failed" and "exploded" in crows[0]["error"]
 
 
+def test_compile_budget_stops_a_compile_that_runs_past_it(monkeypatch):
+    """The budget is a hard limit: a compile still running when it runs out is stopped
+    (through Dynamo, which wraps the error) and it and the remaining token counts become
+    `timeout` rows; the next variant still runs."""
+    import time as _time
+
+    def slow_backend(gm, example_inputs):
+        _time.sleep(30)  # a compile that would take far longer than the budget
+        return gm
+
+    real = C.compile_fn
+    monkeypatch.setattr(C, "compile_fn", lambda fn, v: real(fn, v) if v == "compile:off"
+                        else torch.compile(fn, backend=slow_backend))
+    probs = [make_problem(MODEL, t, dtype="fp32") for t in (2, 4, 8)]
+    t0 = _time.perf_counter()
+    rows, crows = C.run_compile_sweep(probs, ["torch"], ["default", "off"], "cpu",
+                                      wraps=(True,), budget_s=1.5)
+    assert _time.perf_counter() - t0 < 20  # not 30 s per token count
+    df = pd.DataFrame(rows)
+    timed_out = df[df["mode"] == "compile:default"]
+    assert list(timed_out.status) == ["timeout"] * 3, timed_out[["status", "error"]]
+    assert "budget" in timed_out.error.iloc[0] and "compile stopped" in timed_out.error.iloc[0]
+    assert timed_out.error.iloc[1:].str.contains("used up").all()
+    assert (df[df["mode"] == "compile:off"].status == "ok").all()
+    assert crows[0]["status"] == "timeout" and crows[0]["points_ok"] == 0
+
+
+def test_merge_compile_rows_adds_counts():
+    old = dict(tokens_first=1, compile_s=2.0, compile_s_total=5.0, recompiles=3,
+               graphs_first_token=1, points=4, points_ok=4, status="ok", error="",
+               cudagraph_skips=0, cudagraph_skip_reasons="", graphs=1, graph_breaks=0,
+               break_reasons="")
+    new = dict(old, tokens_first=64, compile_s=1.0, compile_s_total=2.0, recompiles=1,
+               graphs_first_token=1, points=2, points_ok=1, status="partial", error="boom")
+    m = C.merge_compile_rows(old, new)
+    assert (m["tokens_first"], m["compile_s"]) == (1, 2.0)
+    assert m["compile_s_total"] == 7.0 and m["points"] == 6 and m["points_ok"] == 5
+    assert m["recompiles"] == 3 + 1 + 1 and m["status"] == "partial" and m["error"] == "boom"
+    assert m["merged_calls"] == 1
+
+
 def test_unavailable_backend_is_rows_not_exception():
     probs = [make_problem(MODEL, t, dtype="fp32") for t in (2, 4)]
     rows, crows = C.run_compile_sweep(probs, ["aiter"], ["default"], "cpu")
@@ -158,3 +199,24 @@ def test_plots_render_from_rows(tmp_path):
     pay = P.payback_table(loaded)
     assert "calls_to_payback" in pay.columns
     assert math.isfinite(float(pay.compile_s.iloc[0]))
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@gpu
+@pytest.mark.parametrize("backend", ["torch", "torch-grouped", "aiter-triton"])
+def test_custom_op_passes_opcheck_on_gpu(backend):
+    """The wrappers that make the GPU backends opaque to Dynamo, checked where they run:
+    schema, fake (meta) implementation, and Dynamo/AOT tracing, in bf16 on the GPU."""
+    from moe_lab import backends as B
+    from moe_lab.routing import route
+    if not B.get(backend).available()[0]:
+        pytest.skip(f"{backend} is not available here")
+    p = make_problem("custom:H=256,I=128,E=8,k=2", 16, dtype="bf16")
+    w = make_weights(p, "cuda", 0)
+    x, logits = C.layer_inputs(p, "cuda")
+    tw, ti = route(p.model, logits)
+    result = torch.library.opcheck(custom_ops.experts_op(backend),
+                                   (x, w.w1, w.w2, tw, ti, None, False))
+    assert all(v == "SUCCESS" for v in result.values()), result

@@ -293,6 +293,7 @@ BAD = [
     ["sweep", "--tokens", "1,x"],
     ["sweep", "--modes", "bogus"],
     ["sweep", "--modes", "compile:nosuch"],
+    ["sweep", "--compile-budget", "0"],
     ["sweep", "--routing", "zipf"],
     ["sweep", "--backends", "nope"],
     ["sweep", "--tp", "8", "--ep", "4"],
@@ -415,3 +416,28 @@ def test_compile_rows_stream_into_the_store_as_they_finish(tmp_path, monkeypatch
     res = RunStore(tmp_path / "s").load_results()
     assert set(res["mode"]) == {"compile:off", "compile:off:custom-op"}
     assert res["point_id"].is_unique and (res["status"] == "ok").all()
+
+
+def test_resumed_compile_sweep_folds_into_one_compile_row(tmp_path):
+    """A compile sweep resumed with more token counts (what a killed device command does on
+    the next lease) keeps one compile row per backend x variant x wrapped, covering the
+    whole grid: points add up and every graph of the second call is a recompile."""
+    from moe_lab.store import RunStore
+    base = ["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--ep", "1",
+            "--backends", "torch", "--modes", "compile:default", "--dtype", "fp32",
+            "--data-dir", str(tmp_path), "--run-id", "c", "--no-progress", "--device", "cpu",
+            "--rep-ms", "2", "--warmup-ms", "1"]
+    assert main(base + ["--tokens", "2,4"]) == 0
+    first = RunStore(tmp_path / "c").load_table("compile")
+    assert main(base + ["--tokens", "2,4,8"]) == 0
+    store = RunStore(tmp_path / "c")
+    res, comp = store.load_results(), store.load_table("compile")
+    assert len(res) == 6 and res["point_id"].is_unique  # 3 tokens x (plain, custom-op)
+    assert len(comp) == 2 and set(comp["wrapped"]) == {False, True}
+    for _, row in comp.iterrows():
+        before = first[first["wrapped"] == row["wrapped"]].iloc[0]
+        assert row["points"] == 3 and row["points_ok"] == 3 and row["status"] == "ok"
+        assert row["merged_calls"] == 1 and row["tokens_first"] == 2
+        assert row["compile_s"] == before["compile_s"]  # the first compile is the T=2 one
+        assert row["compile_s_total"] > before["compile_s_total"]
+        assert row["recompiles"] >= before["recompiles"] + 1  # T=8 compiled a new graph
