@@ -9,6 +9,7 @@ the same command resumes, skipping points already recorded.
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 import os
 import sys
@@ -45,6 +46,23 @@ def parse_modes(text: str) -> list[str]:
     return modes
 
 
+def parse_budget(text: str) -> dict[str, float]:
+    """`150` or `150,torch=30` -> {"*": 150.0, "torch": 30.0} (seconds, all positive)."""
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, value = part.rpartition("=")
+        try:
+            sec = float(value)
+        except ValueError:
+            sec = math.nan
+        if not sec > 0 or math.isinf(sec):
+            raise UsageError(f"--compile-budget: {part!r} is not a positive number of seconds")
+        if name:
+            B.parse_names(name)  # an unknown backend is a usage error
+        out[name or "*"] = sec
+    return out
+
+
 def _list(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
 
@@ -67,10 +85,13 @@ class Sweep:
         self.dtype, self.device, self.seed = dtype, device, seed
         self.profile, self.traces = profile, traces
         self.warmup_ms, self.rep_ms, self.point_timeout_s = warmup_ms, rep_ms, point_timeout_s
+        from .compile import COMPILE_BUDGET_S
         if compile_budget_s is None:
-            from .compile import COMPILE_BUDGET_S
-            compile_budget_s = COMPILE_BUDGET_S
-        self.compile_budget_s = float(compile_budget_s)
+            compile_budget_s = {"*": COMPILE_BUDGET_S}
+        elif not isinstance(compile_budget_s, dict):
+            compile_budget_s = {"*": float(compile_budget_s)}
+        self.compile_budget_s = dict(compile_budget_s)
+        self.compile_budget_s.setdefault("*", COMPILE_BUDGET_S)
         self.progress = progress
         self.command = command or " ".join(sys.argv)
         self.store = RunStore(run_dir)
@@ -337,7 +358,8 @@ class Sweep:
                     rows, crows = run_compile_sweep(probs, [b], [variant], self.device,
                                                     routing=routing, seed=self.seed,
                                                     on_row=stream,
-                                                    budget_s=self.compile_budget_s)
+                                                    budget_s=self.compile_budget_s.get(
+                                                        b, self.compile_budget_s["*"]))
                 except Exception as exc:
                     rows = [self._row(p, routing, b, m, None, status=classify_exception(exc),
                                       error=one_line(exc)) for p in probs]
@@ -455,11 +477,11 @@ def configure(p):
     p.add_argument("--warmup-ms", type=float, default=10.0)
     p.add_argument("--rep-ms", type=float, default=50.0, help="timed repetitions, in ms")
     p.add_argument("--point-timeout", type=float, default=120.0, help="seconds per point")
-    p.add_argument("--compile-budget", type=float, default=None, metavar="S",
+    p.add_argument("--compile-budget", default=None, metavar="S[,BACKEND=S...]",
                    help="compile modes: seconds of compile allowed per backend x variant "
                         "(x wrapped) over the token grid; a compile running past it is "
-                        "stopped and it and the remaining token counts become timeout rows "
-                        "(default 900)")
+                        "stopped and it and the remaining token counts become timeout rows. "
+                        "BACKEND=S sets one backend's budget, e.g. 150,torch=30 (default 900)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -480,9 +502,7 @@ def run(args) -> int:
         backends = B.parse_names(args.backends)
     else:
         backends = [b.name for b in B.all_backends() if b.available()[0]]
-    if args.compile_budget is not None and not args.compile_budget > 0:
-        raise UsageError(f"--compile-budget must be a positive number of seconds, "
-                         f"not {args.compile_budget:g}")
+    budget = parse_budget(args.compile_budget) if args.compile_budget else None
     tps = parse_int_list(args.tp)
     eps = parse_int_list(args.ep or ("1,8" if gpu else "1"))
     # validate every sharding before measuring anything
@@ -501,7 +521,7 @@ def run(args) -> int:
                   device=device, run_dir=run_dir, seed=args.seed, profile=not args.no_profile,
                   traces=args.traces, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
                   point_timeout_s=args.point_timeout, progress=not args.no_progress,
-                  compile_budget_s=args.compile_budget,
+                  compile_budget_s=budget,
                   command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
     print(f"run {run_dir}: {sweep.total_points()} points ({device}: {dev_name})", flush=True)
     counts = sweep.run()

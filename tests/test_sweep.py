@@ -294,6 +294,8 @@ BAD = [
     ["sweep", "--modes", "bogus"],
     ["sweep", "--modes", "compile:nosuch"],
     ["sweep", "--compile-budget", "0"],
+    ["sweep", "--compile-budget", "60,nosuch=5"],
+    ["sweep", "--compile-budget", "60,torch=x"],
     ["sweep", "--routing", "zipf"],
     ["sweep", "--backends", "nope"],
     ["sweep", "--tp", "8", "--ep", "4"],
@@ -441,3 +443,9 @@ def test_resumed_compile_sweep_folds_into_one_compile_row(tmp_path):
         assert row["compile_s"] == before["compile_s"]  # the first compile is the T=2 one
         assert row["compile_s_total"] > before["compile_s_total"]
         assert row["recompiles"] >= before["recompiles"] + 1  # T=8 compiled a new graph
+
+
+def test_parse_budget_default_and_per_backend():
+    from moe_lab.sweep import parse_budget
+    assert parse_budget("150,torch=30") == {"*": 150.0, "torch": 30.0}
+    assert parse_budget("torch-grouped=20") == {"torch-grouped": 20.0}
