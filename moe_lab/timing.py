@@ -36,11 +36,18 @@ What each timer measures, and what it cannot see:
   where the previous layer left activations in L2.
 * Event timestamps have ~0.5 us resolution on NVIDIA; below ~5 us per call the
   quantiles are coarse.
-* Eager times of host-bound calls are wide (p10 to p90 is often 20-30% of the median:
-  Python and launch jitter), so `time_eager` takes at least `EAGER_MIN_REPS` calls
-  whatever `rep_ms` says. With 40 to 150 calls per timer call, five fresh timer calls on
-  one H200 point spread by up to 12% (`scripts/repeatability.py`, evidence in the seed
-  run); more calls and a longer window average the host's jitter.
+* Eager times of host-bound calls depend on how fast the host runs Python, and on a
+  shared machine that changes: on the H200 VMs the host part of a call doubled for
+  periods of 0.1 to 1 s (graph replays, interleaved with them, stayed within 0.4%).
+  A plain median over one window then depends on whether the window fell in a slow
+  period (five fresh timer calls spread by up to 12%, then 20% and 88%). So
+  `time_eager` times calls in blocks (>= 10 calls and >= 25 ms each) and keeps going
+  until three blocks agree within `STEADY_TOL` of the fastest block, at least
+  `EAGER_MIN_REPS` calls are in, or `EAGER_MAX_MS` has passed; `median_us`, `p10_us`,
+  `p90_us` are over the calls of the steady blocks (within 5% of the fastest block's
+  median): the eager time at the host's steady speed. `median_all_us` keeps the plain
+  median over every call and `steady_frac` the share of calls kept; a point where fewer
+  than half the calls were steady is flagged `noisy`.
   Python's garbage collector is paused while a GPU timer runs, so a collection cannot
   land inside a timed call.
 """
@@ -55,7 +62,12 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 NOISE_LIMIT = 0.1  # (p90 - p10) / median above this marks a point `noisy`
-EAGER_MIN_REPS = 200  # see the module doc: the median of a wide distribution needs many calls
+EAGER_MIN_REPS = 200  # eager: calls at least (see the module doc)
+EAGER_MAX_MS = 1500.0  # eager: stop adding blocks after this long
+EAGER_BLOCK_MS = 25.0  # eager: one block lasts at least this long ...
+EAGER_BLOCK_MIN = 10   # ... and holds at least this many calls
+STEADY_TOL = 0.05      # a block whose median is within 5% of the fastest block's is steady
+STEADY_BLOCKS = 3      # eager stops once this many blocks are steady
 
 
 @contextlib.contextmanager
@@ -79,6 +91,8 @@ class Timing:
     n: int
     noisy: bool
     note: str = ""
+    median_all_us: float = math.nan  # eager: plain median over every call
+    steady_frac: float = 1.0          # eager: share of calls in steady blocks
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -196,12 +210,46 @@ def _device_of(arg_sets) -> "object | None":
 
 # --- eager -----------------------------------------------------------------------------
 
+def steady_summary(blocks: Sequence[Sequence[float]], note: str = "") -> Timing:
+    """Summarize per-call times measured in blocks: statistics over the calls of the
+    blocks whose median is within STEADY_TOL of the fastest block's (see module doc)."""
+    blocks = [list(map(float, b)) for b in blocks if len(b)]
+    if not blocks:
+        raise ValueError("steady_summary() needs at least one non-empty block")
+    meds = [statistics.median(b) for b in blocks]
+    best = min(meds)
+    steady = [x for b, m in zip(blocks, meds) if m <= best * (1 + STEADY_TOL) for x in b]
+    n_all = sum(len(b) for b in blocks)
+    frac = len(steady) / n_all
+    t = summarize(steady, note)
+    t.median_all_us = statistics.median([x for b in blocks for x in b])
+    t.steady_frac = frac
+    t.n = n_all
+    n_steady = sum(m <= best * (1 + STEADY_TOL) for m in meds)
+    extra = (f"{n_steady}/{len(blocks)} blocks steady ({frac:.0%} of {n_all} calls); "
+             f"median over all calls {t.median_all_us:.1f} us")
+    if frac < 0.5:
+        t.noisy = True
+        extra = ("noisy: the host was slower for most of the window; " + extra)
+    t.note = "; ".join(x for x in (t.note, extra) if x)
+    return t
+
+
+def _steady_enough(blocks_meds: list[float], n_calls: int, min_reps: int) -> bool:
+    if len(blocks_meds) < STEADY_BLOCKS or n_calls < min_reps:
+        return False
+    best = min(blocks_meds)
+    return sum(m <= best * (1 + STEADY_TOL) for m in blocks_meds) >= STEADY_BLOCKS
+
+
 def time_eager(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_ms: float = 100,
                flush_l2: bool = True, min_reps: int = EAGER_MIN_REPS,
-               max_reps: int = 2_000) -> Timing:
+               max_reps: int = 4_000, max_ms: float = EAGER_MAX_MS) -> Timing:
     """Wall time of one call on an idle GPU, launch overhead included (see module doc).
 
     Per timed call: [flush L2] -> synchronize -> start event -> fn(*args) -> end event.
+    Calls run in blocks until the host has been seen at a steady speed (module doc);
+    `rep_ms` is the shortest window, `max_ms` the longest.
     """
     import torch
     arg_sets = _check_args(arg_sets)
@@ -221,26 +269,39 @@ def time_eager(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_m
         sync()
         est.append(time.perf_counter() - t0)
     est_ms = statistics.median(est) * 1e3
-    n_warmup, n_rep = _counts(est_ms, warmup_ms, rep_ms, min_reps, max_reps)
+    n_warmup, _ = _counts(est_ms, warmup_ms, rep_ms, 1, max_reps)
     for i in range(n_warmup):
         fn(*arg_sets[i % len(arg_sets)])
     sync()
 
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    block = max(EAGER_BLOCK_MIN, int(EAGER_BLOCK_MS / max(est_ms, 1e-4)))
+    blocks, meds, n_calls, i = [], [], 0, 0
+    t_start = time.perf_counter()
     with gc_paused():
-        for i in range(n_rep):
-            args = arg_sets[i % len(arg_sets)]
-            flush()
-            sync()  # the device is idle: launch overhead lands inside the interval
-            starts[i].record()
-            fn(*args)
-            ends[i].record()
-        sync()
-    times_us = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+        while True:
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(block)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(block)]
+            for j in range(block):
+                args = arg_sets[i % len(arg_sets)]
+                i += 1
+                flush()
+                sync()  # the device is idle: launch overhead lands inside the interval
+                starts[j].record()
+                fn(*args)
+                ends[j].record()
+            sync()
+            times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+            blocks.append(times)
+            meds.append(statistics.median(times))
+            n_calls += block
+            elapsed_ms = (time.perf_counter() - t_start) * 1e3
+            if elapsed_ms >= rep_ms and _steady_enough(meds, n_calls, min_reps):
+                break
+            if elapsed_ms >= max_ms or n_calls + block > max_reps:
+                break
     what = f"flush {flush_bytes(dev) >> 20} MB" if flush_l2 else "no flush"
-    return summarize(times_us, f"eager: events around each call from idle, {what}, "
-                               f"{len(arg_sets)} input set(s)")
+    return steady_summary(blocks, f"eager: events around each call from idle, {what}, "
+                                  f"{len(arg_sets)} input set(s), blocks of {block}")
 
 
 # --- graph -----------------------------------------------------------------------------

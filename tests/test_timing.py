@@ -116,3 +116,33 @@ def test_gpu_graph_capture_failure_is_a_capture_error():
     assert int((x + 1).sum()) == 36
     t = timing.time_eager(syncs, [(x,)], warmup_ms=1, rep_ms=2)
     assert t.n > 0 and not math.isnan(t.median_us)
+
+
+# --- the eager statistic over blocks (host speed changes) -------------------------------
+
+def test_steady_summary_ignores_blocks_where_the_host_was_slow():
+    """Two blocks from a period when the host ran at half speed do not move the eager
+    time; the plain median over every call is kept beside it."""
+    fast = [[300.0 + (i % 7) for i in range(20)] for _ in range(4)]
+    slow = [[600.0 + (i % 7) for i in range(20)] for _ in range(5)]
+    t = timing.steady_summary(fast[:2] + slow + fast[2:])
+    assert 300 <= t.median_us <= 307 and 300 <= t.p10_us <= t.p90_us <= 307
+    assert t.n == 180 and abs(t.steady_frac - 80 / 180) < 1e-9
+    assert t.median_all_us > 590  # most calls were slow: the plain median says so
+    assert t.noisy and "4/9 blocks steady" in t.note
+
+
+def test_steady_summary_keeps_blocks_within_tolerance():
+    blocks = [[100.0] * 10, [104.0] * 10, [106.0] * 10]
+    t = timing.steady_summary(blocks)
+    assert t.median_us == 102.0 and t.steady_frac == 2 / 3 and not t.noisy
+    with pytest.raises(ValueError):
+        timing.steady_summary([[]])
+
+
+def test_gc_is_paused_inside_timed_loops_and_restored():
+    import gc
+    assert gc.isenabled()
+    with timing.gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
