@@ -331,48 +331,51 @@ class Sweep:
                 in keyed else c for c in crows]
 
     def _run_compile(self, group, compile_modes, done, counts, bar):
-        from .compile import run_compile_sweep
+        """Compile modes of one sharding: one call per backend x variant x wrapped, over
+        the token counts that wrap has not measured yet (a sweep killed between the plain
+        and the custom-op pass resumes the custom-op pass only)."""
+        from .compile import WRAP_BOTH, run_compile_sweep
         from .store import point_id
-        todo = {}
-        for prob in group:
+        todo: dict = {}  # (routing, mode, backend, wrapped) -> problems, in run order
+        for m in compile_modes:
             for routing in self.routings:
                 for b in self.backends:
-                    for m in compile_modes:
-                        pid = point_id(dict(prob.key(), backend=b, mode=m, routing=routing))
-                        if pid in done:
-                            counts["skipped"] += 1
-                            bar.update(1)
-                        else:
-                            todo.setdefault((routing, b, m), []).append(prob)
-        # one call per backend x variant so recompiles are counted across the token grid
-        by_variant: dict = {}
-        for (routing, b, m), probs in todo.items():
-            by_variant.setdefault((routing, m), {}).setdefault(b, probs)
-        for (routing, m), per_backend in by_variant.items():
+                    for wrapped in ((False, True) if b in WRAP_BOTH else (False,)):
+                        mode = f"{m}:custom-op" if wrapped else m
+                        for prob in group:
+                            pid = point_id(dict(prob.key(), backend=b, mode=mode,
+                                                routing=routing))
+                            if pid in done:
+                                counts["skipped"] += 1
+                                bar.update(1)
+                            else:
+                                todo.setdefault((routing, m, b, wrapped), []).append(prob)
+        for (routing, m, b, wrapped), probs in todo.items():
             variant = m.split(":", 1)[1]
-            for b, probs in per_backend.items():
-                bar.set_description(f"{probs[0].model.name} {probs[0].sharding} {b} {m}")
-                def stream(r, probs=probs, routing=routing):  # each point lands at once
-                    self.store.append([self._finish_compile_row(r, probs, routing)], [])
-                try:
-                    rows, crows = run_compile_sweep(probs, [b], [variant], self.device,
-                                                    routing=routing, seed=self.seed,
-                                                    on_row=stream,
-                                                    budget_s=self.compile_budget_s.get(
-                                                        b, self.compile_budget_s["*"]))
-                except Exception as exc:
-                    rows = [self._row(p, routing, b, m, None, status=classify_exception(exc),
-                                      error=one_line(exc)) for p in probs]
-                    crows = []
-                rows = [self._finish_compile_row(r, probs, routing) for r in rows]
-                self.store.append(rows, [])
-                for c in crows:
-                    c.update({k: v for k, v in probs[0].key().items() if k != "tokens"},
-                             routing=routing, mode=m)
-                crows = self._merge_resumed(crows)
-                self.store.append_table("compile", crows, key=COMPILE_KEY)
-                counts["measured"] += len(rows)
-                bar.update(len(rows))
+            bar.set_description(f"{probs[0].model.name} {probs[0].sharding} {b} {m}"
+                                + (" custom-op" if wrapped else ""))
+
+            def stream(r, probs=probs, routing=routing):  # each point lands at once
+                self.store.append([self._finish_compile_row(r, probs, routing)], [])
+            try:
+                rows, crows = run_compile_sweep(
+                    probs, [b], [variant], self.device, routing=routing, seed=self.seed,
+                    on_row=stream, wraps=(wrapped,),
+                    budget_s=self.compile_budget_s.get(b, self.compile_budget_s["*"]))
+            except Exception as exc:
+                mode = f"{m}:custom-op" if wrapped else m
+                rows = [self._row(p, routing, b, mode, None, status=classify_exception(exc),
+                                  error=one_line(exc), wrapped=wrapped) for p in probs]
+                crows = []
+            rows = [self._finish_compile_row(r, probs, routing) for r in rows]
+            self.store.append(rows, [])
+            for c in crows:
+                c.update({k: v for k, v in probs[0].key().items() if k != "tokens"},
+                         routing=routing, mode=m)
+            crows = self._merge_resumed(crows)
+            self.store.append_table("compile", crows, key=COMPILE_KEY)
+            counts["measured"] += len(rows)
+            bar.update(len(rows))
 
 
 COMPILE_KEY = ("model", "tp", "ep", "ep_rank", "dtype", "routing", "backend", "mode", "wrapped")

@@ -449,3 +449,26 @@ def test_parse_budget_default_and_per_backend():
     from moe_lab.sweep import parse_budget
     assert parse_budget("150,torch=30") == {"*": 150.0, "torch": 30.0}
     assert parse_budget("torch-grouped=20") == {"torch-grouped": 20.0}
+
+
+def test_compile_resume_fills_the_custom_op_pass_a_kill_left(tmp_path, capsys):
+    """Killed after the plain pass of a backend x variant and before its custom-op pass:
+    the rerun measures the custom-op rows only (no duplicate plain rows)."""
+    from moe_lab.store import RunStore, atomic_write_parquet
+    argv = ["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--ep", "1",
+            "--tokens", "1,2", "--backends", "torch", "--modes", "compile:off",
+            "--dtype", "fp32", "--data-dir", str(tmp_path), "--run-id", "k", "--no-progress",
+            "--device", "cpu", "--rep-ms", "2", "--warmup-ms", "1"]
+    assert main(argv) == 0
+    store = RunStore(tmp_path / "k")
+    res = store.load_results()
+    plain = res[res["mode"] == "compile:off"]
+    atomic_write_parquet(tmp_path / "k" / "results.parquet", plain)  # what the kill left
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "2 measured now, 2 already there" in capsys.readouterr().out
+    again = store.load_results()
+    assert len(again) == 4 and again["point_id"].is_unique
+    assert set(again["mode"]) == {"compile:off", "compile:off:custom-op"}
+    kept = again.set_index("point_id").loc[plain["point_id"], "median_us"]
+    assert (kept.values == plain["median_us"].values).all()  # the plain rows untouched
