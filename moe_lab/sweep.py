@@ -372,13 +372,59 @@ class Sweep:
             for c in crows:
                 c.update({k: v for k, v in probs[0].key().items() if k != "tokens"},
                          routing=routing, mode=m)
-            crows = self._merge_resumed(crows)
+            crows = recount_compile_rows(self._merge_resumed(crows), self.store.load_results())
             self.store.append_table("compile", crows, key=COMPILE_KEY)
             counts["measured"] += len(rows)
             bar.update(len(rows))
 
 
 COMPILE_KEY = ("model", "tp", "ep", "ep_rank", "dtype", "routing", "backend", "mode", "wrapped")
+
+
+def recount_compile_rows(crows: list[dict], results) -> list[dict]:
+    """The counts of each compile row (points, points_ok, compile_s_total, the first
+    token count and its compile time, status) recomputed from the results rows of the
+    same backend x variant x wrapped: the per-point rows are the record, and a sweep that
+    was killed mid-variant and resumed leaves its in-flight compile row unwritten. Graph
+    breaks, reasons and recompiles stay as the compile sweep counted them."""
+    import pandas as pd
+    if results is None or not len(results) or not crows:
+        return crows
+    out = []
+    for c in crows:
+        mode = f"{c['mode']}:custom-op" if c.get("wrapped") else c["mode"]
+        sel = results[(results["mode"] == mode) & (results["backend"] == c["backend"])]
+        for k in ("model", "tp", "ep", "ep_rank", "dtype", "routing"):
+            if k in sel.columns and k in c:
+                sel = sel[sel[k].astype(str) == str(c[k])]
+        if not len(sel):
+            out.append(c)
+            continue
+        sel = sel.sort_values("tokens")
+        n_ok = int((sel["status"] == "ok").sum())
+        ran = int(sel["status"].isin(["ok", "incorrect"]).sum())
+        status = "ok" if ran == len(sel) else ("partial" if ran else None)
+        if status is None:
+            status = sel["status"].iloc[0] if sel["status"].nunique() == 1 else "failed"
+        c = dict(c, points=len(sel), points_ok=n_ok, tokens_first=int(sel["tokens"].iloc[0]),
+                 compile_s=float(sel["compile_s"].iloc[0]),
+                 compile_s_total=float(pd.to_numeric(sel["compile_s"]).fillna(0).sum()),
+                 status=status)
+        out.append(c)
+    return out
+
+
+def refresh_compile_table(run_dir) -> int:
+    """Recount every compile row of a run folder from its results (see
+    recount_compile_rows); returns the number of rows rewritten."""
+    from .store import RunStore
+    store = RunStore(run_dir)
+    table = store.load_table("compile")
+    if not len(table):
+        return 0
+    rows = recount_compile_rows(table.to_dict("records"), store.load_results())
+    store.append_table("compile", rows, key=COMPILE_KEY)
+    return len(rows)
 
 
 def _backend_info(name: str) -> dict:

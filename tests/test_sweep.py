@@ -472,3 +472,27 @@ def test_compile_resume_fills_the_custom_op_pass_a_kill_left(tmp_path, capsys):
     assert set(again["mode"]) == {"compile:off", "compile:off:custom-op"}
     kept = again.set_index("point_id").loc[plain["point_id"], "median_us"]
     assert (kept.values == plain["median_us"].values).all()  # the plain rows untouched
+
+
+def test_compile_rows_recounted_from_results_after_a_kill(tmp_path):
+    """A compile row written by a resumed call covers only the token counts that call ran;
+    recounting from the results makes it cover every point measured for that variant."""
+    from moe_lab.store import RunStore
+    from moe_lab.sweep import refresh_compile_table
+    argv = ["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--ep", "1",
+            "--tokens", "1,2,4", "--backends", "torch", "--modes", "compile:default",
+            "--dtype", "fp32", "--data-dir", str(tmp_path), "--run-id", "q", "--no-progress",
+            "--device", "cpu", "--rep-ms", "2", "--warmup-ms", "1"]
+    assert main(argv) == 0
+    store = RunStore(tmp_path / "q")
+    good = store.load_table("compile").set_index("wrapped")
+    # what a kill mid-variant and a resume leave: a compile row over the last token only
+    broken = store.load_table("compile")
+    broken["points"], broken["points_ok"], broken["tokens_first"] = 1, 1, 4
+    store.append_table("compile", broken.to_dict("records"), key=("backend", "mode", "wrapped"))
+    assert refresh_compile_table(tmp_path / "q") == 2
+    fixed = store.load_table("compile").set_index("wrapped")
+    for w in (False, True):
+        assert fixed.loc[w, "points"] == 3 and fixed.loc[w, "points_ok"] == 3
+        assert fixed.loc[w, "tokens_first"] == 1 and fixed.loc[w, "status"] == "ok"
+        assert abs(fixed.loc[w, "compile_s_total"] - good.loc[w, "compile_s_total"]) < 1e-9
