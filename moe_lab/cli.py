@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from .errors import UsageError
+from .errors import Terminated, UsageError
 
 # verb -> (module, one-line help)
 VERBS = {
@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("moe-lab: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("moe-lab: terminated (SIGTERM); what was measured is saved", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

@@ -14,6 +14,31 @@ class PointTimeout(Exception):
     pass
 
 
+class Terminated(BaseException):
+    """SIGTERM (`timeout`, a job scheduler) arrived: not an Exception, so no point's
+    error handling turns it into a row; the sweep's bookkeeping still runs."""
+
+
+@contextlib.contextmanager
+def terminate_gracefully():
+    """Turn SIGTERM into `Terminated` in the main thread while the block runs."""
+    if not hasattr(signal, "SIGTERM"):
+        yield
+        return
+
+    def _raise(signum, frame):
+        raise Terminated("terminated by SIGTERM")
+    try:
+        old = signal.signal(signal.SIGTERM, _raise)
+    except ValueError:  # not the main thread: leave the default
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float | None, what: str = "point"):
     """Raise PointTimeout in the main thread after `seconds` (SIGALRM; POSIX only)."""

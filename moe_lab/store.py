@@ -318,11 +318,13 @@ def _run(cmd: list[str], cwd=None, timeout=10) -> str | None:
 def git_state(repo_dir: str | os.PathLike | None = None) -> dict:
     """{"commit": sha or None, "dirty": bool or None} of the repo holding this package."""
     repo = str(repo_dir or Path(__file__).resolve().parent.parent)
+    told = os.environ.get("MOE_LAB_GIT_COMMIT")
+    if told:  # a copy sent to another machine: the sender says which commit it is (a .git
+        # that travelled with the copy can be stale: the lent GPUs reported an older HEAD)
+        return {"commit": told, "dirty": os.environ.get("MOE_LAB_GIT_DIRTY", "unknown")}
     sha = _run(["git", "rev-parse", "HEAD"], cwd=repo)
-    if sha is None:  # a copy without .git (the lent GPU machines): the sender says which commit
-        sha = os.environ.get("MOE_LAB_GIT_COMMIT") or None
-        return {"commit": sha, "dirty": None if sha is None else
-                os.environ.get("MOE_LAB_GIT_DIRTY", "unknown")}
+    if sha is None:
+        return {"commit": None, "dirty": None}
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo)
     return {"commit": sha, "dirty": bool(status) if status is not None else None}
 

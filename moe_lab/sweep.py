@@ -21,7 +21,8 @@ import torch
 from . import backends as B
 from .check import (THRESHOLDS, check_backend, classify_exception, default_device,
                     make_inputs, make_weights, one_line, reference)
-from .errors import PointTimeout, UsageError, time_limit  # noqa: F401 (re-exported)
+from .errors import (PointTimeout, Terminated, UsageError,  # noqa: F401 (re-exported)
+                     terminate_gracefully, time_limit)
 from .problems import (SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens,
                        split_models)
 from .routing import parse_routing
@@ -146,6 +147,8 @@ class Sweep:
             status="running",
         )
         if prior:
+            if prior.get("status") == "running":  # it died without bookkeeping (SIGKILL)
+                manifest["previous_status"] = "killed: no wall time or counts recorded"
             manifest["resumed"] = prior.get("resumed", 0) + 1
             manifest["wall_s_previous"] = prior.get("wall_s_total", prior.get("wall_s", 0))
         self.store.write_manifest(manifest)
@@ -153,19 +156,40 @@ class Sweep:
         counts = {"measured": 0, "skipped": 0}
         bar = _progress(self.total_points(), self.progress)
         compile_modes = [m for m in self.modes if m.startswith("compile:")]
+        status = "interrupted"
         try:
-            for group in self.problems():
-                self._run_group(group, done, counts, bar)
-                if compile_modes:
-                    self._run_compile(group, compile_modes, done, counts, bar)
+            with terminate_gracefully():
+                for group in self.problems():
+                    self._run_group(group, done, counts, bar)
+                    if compile_modes:
+                        self._run_compile(group, compile_modes, done, counts, bar)
+            status = "complete"
+        except Terminated:
+            status = "interrupted: SIGTERM"
+            raise
+        except KeyboardInterrupt:
+            status = "interrupted: Ctrl-C"
+            raise
+        except Exception as exc:
+            status = f"failed: {one_line(exc)}"
+            raise
         finally:
             bar.close()
             wall = time.time() - t_start
+            finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            # one entry per invocation: a resumed run keeps who measured what, where
+            invocations = list(prior.get("invocations", [])) if prior else []
+            invocations.append(dict(
+                started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t_start)),
+                finished=finished, wall_s=round(wall, 1), status=status,
+                command=self.command, git_commit=env.get("git_commit"),
+                device_name=env.get("device_name"), points_measured=counts["measured"],
+                points_skipped=counts["skipped"]))
             self.store.update_manifest(
-                finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), wall_s=round(wall, 1),
+                finished=finished, wall_s=round(wall, 1),
                 wall_s_total=round(wall + manifest.get("wall_s_previous", 0), 1),
-                status="complete", points_measured_this_run=counts["measured"],
-                points_skipped_already_done=counts["skipped"])
+                status=status, points_measured_this_run=counts["measured"],
+                points_skipped_already_done=counts["skipped"], invocations=invocations)
         return counts
 
     def _run_group(self, group, done, counts, bar):

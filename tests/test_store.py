@@ -169,3 +169,14 @@ def test_capture_environment_picks_relevant_variables(monkeypatch):
     env = capture_environment()["env"]
     assert env["VLLM_USE_TRITON_FLASH_ATTN"] == "0" and env["AITER_LOG_MORE"] == "1"
     assert "UNRELATED_SECRET_THING" not in env
+
+
+def test_commit_named_by_the_sender_wins_over_a_travelled_git(monkeypatch):
+    """On the lent GPU machines a stale .git came along with the copy; the commit the
+    device command names (MOE_LAB_GIT_COMMIT) is the one recorded."""
+    from moe_lab.store import git_state
+    monkeypatch.delenv("MOE_LAB_GIT_COMMIT", raising=False)
+    here = git_state()
+    assert here["commit"] and len(here["commit"]) == 40  # this checkout's own HEAD
+    monkeypatch.setenv("MOE_LAB_GIT_COMMIT", "2cd3e71")
+    assert git_state()["commit"] == "2cd3e71"

@@ -133,6 +133,46 @@ def test_sigkill_midway_then_rerun_resumes_without_duplicates(tmp_path):
     assert man["status"] == "complete" and man["resumed"] == 1
     assert man["points_measured_this_run"] == total - n_before
     assert man["points_skipped_already_done"] == n_before
+    assert man["previous_status"].startswith("killed")
+    assert [i["status"] for i in man["invocations"]] == ["complete"]
+
+
+def test_sigterm_midway_records_the_interruption_then_rerun_completes(tmp_path):
+    """`timeout` sends SIGTERM: the sweep stops at once, keeps every finished point,
+    writes its wall time and status to the manifest, exits 143; a rerun completes."""
+    args = _cli(*_sweep_args(tmp_path, "--rep-ms", "200", "--warmup-ms", "20"))
+    run_dir = tmp_path / "r"
+    total = len(TOKENS) * 2
+    proc = subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and proc.poll() is None:
+            df = _read_results(run_dir)
+            if df is not None and 2 <= len(df) < total:
+                os.kill(proc.pid, signal.SIGTERM)
+                break
+            time.sleep(0.02)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, (proc.returncode, err[-500:])
+    assert "terminated" in err.splitlines()[-1]
+    before = _assert_readable(run_dir)
+    assert 2 <= len(before) < total and before["point_id"].is_unique
+    man = json.loads((run_dir / "manifest.json").read_text())
+    assert man["status"] == "interrupted: SIGTERM" and man["wall_s"] > 0
+    assert man["invocations"][-1]["points_measured"] == len(before)
+
+    out = subprocess.run(args, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    after = _assert_readable(run_dir)
+    assert len(after) == total and after["point_id"].is_unique
+    man = json.loads((run_dir / "manifest.json").read_text())
+    assert [i["status"] for i in man["invocations"]] == ["interrupted: SIGTERM", "complete"]
+    assert man["wall_s_total"] > man["wall_s"]
 
 
 # --- 2. failing backends become rows -------------------------------------------------------
