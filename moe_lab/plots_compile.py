@@ -361,16 +361,28 @@ def fig_gap(run: CompileRun | None):
     return _finish(fig, run)
 
 
+_MARKERS = {"compile:default": "o", "compile:default:dynamic": "s",
+            "compile:max-autotune-no-cudagraphs": "^",
+            "compile:max-autotune-no-cudagraphs:dynamic": "v",
+            "compile:reduce-overhead": "D", "compile:reduce-overhead:dynamic": "P"}
+
+
 def fig_payback(run: CompileRun | None):
-    """Cold compile time against time saved per call; diagonal lines mark 1e3, 1e6 calls."""
+    """Cold compile time against time saved per call; diagonal lines mark 1e3, 1e6 calls.
+    Colour: backend; marker: variant; hollow: through the custom op."""
+    from matplotlib.lines import Line2D
     pay = payback_table(run)
     if run is None or pay.empty:
         return _note_figure(run, NO_RUN if run is None else "no compile rows to pay back")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 4.8))
     wins = pay[pay["saved_us"] > 0]
+    backends = sorted(pay["backend"].unique())
+    colour = {b: f"C{i % 10}" for i, b in enumerate(backends)}
     for (b, mode, wrapped), g in wins.groupby(["backend", "mode", "wrapped"]):
+        c = colour[b]
         ax.scatter(g["saved_us"], g["compile_s"], s=12 + 6 * np.log2(g["tokens"]),
-                   label=f"{b} {_label(mode, wrapped)}")
+                   marker=_MARKERS.get(mode, "x"), edgecolors=c,
+                   facecolors="none" if wrapped else c, alpha=0.8, linewidths=1.0)
     if len(wins):
         xs = np.geomspace(max(wins["saved_us"].min(), 1e-3) / 2, wins["saved_us"].max() * 2, 50)
         for calls in (1e3, 1e6):
@@ -381,9 +393,14 @@ def fig_payback(run: CompileRun | None):
     never = int((pay["saved_us"] <= 0).sum())
     ax.set(xlabel="time saved per call by compiling, us (marker size ~ log tokens)",
            ylabel="cold compile time, s",
-           title=f"compile cost vs saving ({never} point(s) where compile is not faster)")
+           title=f"compile cost vs saving ({never} of {len(pay)} point(s): compile not faster)")
     ax.grid(True, which="both", alpha=0.3)
     if len(wins):
-        ax.legend(fontsize=7)
+        handles = [Line2D([], [], ls="", marker="o", color=colour[b], label=b) for b in backends]
+        handles += [Line2D([], [], ls="", marker=mk, color="0.3", label=_label(m, False))
+                    for m, mk in _MARKERS.items() if m in set(wins["mode"])]
+        handles += [Line2D([], [], ls="", marker="o", markerfacecolor="none", color="0.3",
+                           label="hollow: custom op")]
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return _footer(fig, run)
