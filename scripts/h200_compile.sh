@@ -30,7 +30,7 @@ DEADLINE_S=${DEADLINE_S:-540}
 COMPILE_BUDGET=${COMPILE_BUDGET:-150,torch=30}
 TOKENS=${TOKENS:-1,16,256,4096}
 # cheap variants first, so a lease that runs out leaves the expensive ones to the next
-MODES=${MODES:-eager,graph,compile:default,compile:default:dynamic,compile:reduce-overhead,compile:reduce-overhead:dynamic,compile:max-autotune-no-cudagraphs:dynamic,compile:max-autotune-no-cudagraphs}
+MODES=${MODES:-eager,graph,compile:off,compile:default,compile:default:dynamic,compile:reduce-overhead,compile:reduce-overhead:dynamic,compile:max-autotune-no-cudagraphs:dynamic,compile:max-autotune-no-cudagraphs}
 MODELS=(deepseek-r1 qwen3-235b-a22b llama4-scout-16e llama4-maverick-128e)
 NG=$(python3 -c "import torch; print(torch.cuda.device_count())")
 echo "gpus=$NG tokens=$TOKENS deadline ${DEADLINE_S}s compile budget ${COMPILE_BUDGET}s commit $MOE_LAB_GIT_COMMIT"

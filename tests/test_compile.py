@@ -201,6 +201,24 @@ def test_plots_render_from_rows(tmp_path):
     assert math.isfinite(float(pay.compile_s.iloc[0]))
 
 
+def test_gap_figure_says_when_the_baseline_lacks_the_router(tmp_path):
+    """Without compile:off rows the ratio falls back to the sweep's experts-only eager
+    time; the figure must say so rather than pass it off as the same layer uncompiled."""
+    from moe_lab import plots_compile as P
+    run_dir = P.demo_run(tmp_path / "demo", tokens=(2, 8), variants=("default",))
+    res = pd.read_parquet(run_dir / "results.parquet")
+    eager = res[res["mode"] == "compile:off"].assign(mode="eager")  # experts-only stand-in
+    without_off = pd.concat([res[res["mode"] != "compile:off"], eager])
+    without_off.to_parquet(run_dir / "results.parquet")
+    loaded = P.load_run(run_dir)
+    assert set(P.gap_table(loaded)["baseline"]) == {"eager (experts only)"}
+    fig = P.fig_gap(loaded)
+    assert "experts only, no router" in fig._suptitle.get_text()
+    full = P.load_run(P.demo_run(tmp_path / "full", tokens=(2, 8), variants=("default",)))
+    assert set(P.gap_table(full)["baseline"]) == {"compile:off"}
+    assert P.fig_gap(full)._suptitle is None
+
+
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
