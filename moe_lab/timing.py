@@ -47,7 +47,10 @@ What each timer measures, and what it cannot see:
   `p90_us` are over the calls of the steady blocks (within 5% of the fastest block's
   median): the eager time at the host's steady speed. `median_all_us` keeps the plain
   median over every call and `steady_frac` the share of calls kept; a point where fewer
-  than half the calls were steady is flagged `noisy`.
+  than half the calls were steady is flagged `noisy`. This removes slow stretches inside
+  a window, not a window that is slow throughout: on those VMs five fresh eager timer
+  calls of one point still spread by 6 to 27% (README, Repeatability); graph times
+  repeat within 0.5%.
   Python's garbage collector is paused while a GPU timer runs, so a collection cannot
   land inside a timed call.
 """
