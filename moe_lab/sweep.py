@@ -9,8 +9,8 @@ the same command resumes, skipping points already recorded.
 from __future__ import annotations
 
 import hashlib
-import math
 import json
+import math
 import os
 import sys
 import time

@@ -73,33 +73,35 @@ def _assert_readable(run_dir: Path) -> pd.DataFrame:
 
 # --- 1. SIGKILL mid-way, rerun ------------------------------------------------------------
 
-def test_sigkill_midway_then_rerun_resumes_without_duplicates(tmp_path):
-    # --rep-ms/--warmup-ms make each CPU point take ~0.2 s so the kill lands mid-sweep
-    args = _cli(*_sweep_args(tmp_path, "--rep-ms", "200", "--warmup-ms", "20"))
-    run_dir = tmp_path / "r"
-    total = len(TOKENS) * 2 * 1
+def _signal_midway(args, run_dir, total, sig) -> tuple[int, str]:
+    """Start the sweep, send `sig` once 2 <= rows < total are on disk (every read of the
+    results must parse: the writes are atomic); (return code, stderr)."""
     proc = subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                df = _read_results(run_dir)
-            except Exception:  # the rename is atomic: a parse error would be a finding
-                raise
+            df = _read_results(run_dir)
             if df is not None and 2 <= len(df) < total:
-                os.kill(proc.pid, signal.SIGKILL)
+                os.kill(proc.pid, sig)
                 break
             time.sleep(0.02)
-        proc.wait(timeout=10)
+        _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL, (
-        f"sweep was not caught mid-way (rc {proc.returncode}); make its points slower")
+            proc.communicate()
+    return proc.returncode, err
+
+
+def test_sigkill_midway_then_rerun_resumes_without_duplicates(tmp_path):
+    # --rep-ms/--warmup-ms make each CPU point take ~0.2 s so the kill lands mid-sweep
+    args = _cli(*_sweep_args(tmp_path, "--rep-ms", "200", "--warmup-ms", "20"))
+    run_dir = tmp_path / "r"
+    total = len(TOKENS) * 2 * 1
+    rc, _ = _signal_midway(args, run_dir, total, signal.SIGKILL)
+    assert rc == -signal.SIGKILL, (
+        f"sweep was not caught mid-way (rc {rc}); make its points slower")
 
     before = _assert_readable(run_dir)
     assert 2 <= len(before) < total
@@ -143,22 +145,8 @@ def test_sigterm_midway_records_the_interruption_then_rerun_completes(tmp_path):
     args = _cli(*_sweep_args(tmp_path, "--rep-ms", "200", "--warmup-ms", "20"))
     run_dir = tmp_path / "r"
     total = len(TOKENS) * 2
-    proc = subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline and proc.poll() is None:
-            df = _read_results(run_dir)
-            if df is not None and 2 <= len(df) < total:
-                os.kill(proc.pid, signal.SIGTERM)
-                break
-            time.sleep(0.02)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 143, (proc.returncode, err[-500:])
+    rc, err = _signal_midway(args, run_dir, total, signal.SIGTERM)
+    assert rc == 143, (rc, err[-500:])
     assert "terminated" in err.splitlines()[-1]
     before = _assert_readable(run_dir)
     assert 2 <= len(before) < total and before["point_id"].is_unique
