@@ -39,8 +39,8 @@ import torch
 
 from . import backends as B
 from .backends.torch_ref import torch_moe
-from .errors import has_timeout, time_limit
 from .check import THRESHOLDS, classify_exception, make_weights, one_line, rel_err
+from .errors import has_timeout, time_limit
 from .layer import MoELayer
 from .problems import Problem
 from .routing import make_routing, route
@@ -467,13 +467,22 @@ def _sync_quietly(device):
         pass
 
 
+def rollup_status(statuses: list[str]) -> str:
+    """One status for a backend x variant x wrapped from its points' statuses: `ok` when
+    every point ran (ok or incorrect), `partial` when some did, else the points' common
+    status (e.g. `timeout`) or `failed`."""
+    ran = sum(s in ("ok", "incorrect") for s in statuses)
+    if ran == len(statuses):
+        return "ok"
+    if ran:
+        return "partial"
+    return statuses[0] if len(set(statuses)) == 1 else "failed"
+
+
 def _compile_row(base, backend, variant, wrapped, vrows, brk, brk_error, device) -> dict:
     first = vrows[0]
     errors = [r["error"] for r in vrows if r["status"] not in ("ok",) and r["error"]]
-    n_ok = sum(r["status"] in ("ok", "incorrect") for r in vrows)
-    status = "ok" if n_ok == len(vrows) else ("failed" if n_ok == 0 else "partial")
-    if n_ok == 0 and vrows and all(r["status"] == vrows[0]["status"] for r in vrows):
-        status = vrows[0]["status"]
+    status = rollup_status([r["status"] for r in vrows])
     return dict(
         {k: base[k] for k in ("model", "tp", "ep", "ep_rank", "dtype", "routing")},
         backend=backend, mode=variant, wrapped=wrapped, device=str(device),
@@ -497,7 +506,7 @@ def merge_compile_rows(old: dict, new: dict) -> dict:
     def num(r, k):
         v = r.get(k)
         return 0 if v is None or (isinstance(v, float) and math.isnan(v)) else v
-    first, other = (old, new) if num(old, "tokens_first") <= num(new, "tokens_first") else (new, old)
+    first = old if num(old, "tokens_first") <= num(new, "tokens_first") else new
     out = dict(new)
     out.update(
         tokens_first=first.get("tokens_first"), compile_s=first.get("compile_s"),

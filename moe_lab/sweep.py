@@ -412,6 +412,8 @@ def recount_compile_rows(crows: list[dict], results) -> list[dict]:
     was killed mid-variant and resumed leaves its in-flight compile row unwritten. Graph
     breaks, reasons and recompiles stay as the compile sweep counted them."""
     import pandas as pd
+
+    from .compile import rollup_status
     if results is None or not len(results) or not crows:
         return crows
     out = []
@@ -426,10 +428,7 @@ def recount_compile_rows(crows: list[dict], results) -> list[dict]:
             continue
         sel = sel.sort_values("tokens")
         n_ok = int((sel["status"] == "ok").sum())
-        ran = int(sel["status"].isin(["ok", "incorrect"]).sum())
-        status = "ok" if ran == len(sel) else ("partial" if ran else None)
-        if status is None:
-            status = sel["status"].iloc[0] if sel["status"].nunique() == 1 else "failed"
+        status = rollup_status(list(sel["status"]))
         c = dict(c, points=len(sel), points_ok=n_ok, tokens_first=int(sel["tokens"].iloc[0]),
                  compile_s=float(sel["compile_s"].iloc[0]),
                  compile_s_total=float(pd.to_numeric(sel["compile_s"]).fillna(0).sum()),
