@@ -339,7 +339,8 @@ def _row(base, backend, mode, tokens, wrapped, **kw) -> dict:
     row = dict(base, backend=backend, mode=mode, tokens=tokens, wrapped=wrapped,
                status="ok", error="", median_us=math.nan, p10_us=math.nan, p90_us=math.nan,
                n=0, max_rel_err=math.nan, compile_s=math.nan, graph_breaks=math.nan,
-               recompiles=0, noisy=False, note="")
+               recompiles=0, noisy=False, note="",
+               measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     row.update(kw)
     return row
 

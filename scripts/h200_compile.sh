@@ -14,6 +14,9 @@
 #   COMPILE_BUDGET      --compile-budget: seconds of compile per backend x variant; the
 #                       torch reference gets less: Dynamo unrolls its loop over experts
 #   TOKENS, MODES, STAMP
+#   FILL_TOKENS         a first pass over these token counts for every model before TOKENS
+#                       (e.g. the grid already committed, so rows a killed lease left out
+#                       and new cheap modes are filled in before the new token counts)
 #   EVIDENCE=1          first, on GPU 0 the timer repeatability evidence (issue 3) and on
 #                       GPU 1 (or after it, on one GPU) the GPU-only tests; EVIDENCE=repeat:
 #                       the repeatability alone, with nothing else running on the host
@@ -28,12 +31,13 @@ RUNS=data/runs
 STAMP=${STAMP:-20261129}  # keep the committed run ids so a rerun resumes them
 DEADLINE_S=${DEADLINE_S:-540}
 COMPILE_BUDGET=${COMPILE_BUDGET:-150,torch=30}
-TOKENS=${TOKENS:-1,16,256,4096}
+TOKENS=${TOKENS:-1,16,64,256,1024,4096}
+FILL_TOKENS=${FILL_TOKENS:-}
 # cheap variants first, so a lease that runs out leaves the expensive ones to the next
 MODES=${MODES:-eager,graph,compile:off,compile:default,compile:default:dynamic,compile:reduce-overhead,compile:reduce-overhead:dynamic,compile:max-autotune-no-cudagraphs:dynamic,compile:max-autotune-no-cudagraphs}
 MODELS=(deepseek-r1 qwen3-235b-a22b llama4-scout-16e llama4-maverick-128e)
 NG=$(python3 -c "import torch; print(torch.cuda.device_count())")
-echo "gpus=$NG tokens=$TOKENS deadline ${DEADLINE_S}s compile budget ${COMPILE_BUDGET}s commit $MOE_LAB_GIT_COMMIT"
+echo "gpus=$NG tokens=${FILL_TOKENS:+$FILL_TOKENS then }$TOKENS deadline ${DEADLINE_S}s compile budget ${COMPILE_BUDGET}s commit $MOE_LAB_GIT_COMMIT"
 
 evidence() {  # $1 = which part, on the GPU this subshell holds
   case $1 in
@@ -56,17 +60,19 @@ for g in $(seq 0 $((NG-1))); do
     fi
     mine=()
     for i in "${!MODELS[@]}"; do [ $((i % NG)) -eq $g ] && mine+=("${MODELS[$i]}"); done
-    for j in "${!mine[@]}"; do
-      m=${mine[$j]}
-      left=$(( DEADLINE_S - ($(date +%s) - T_START) ))
-      limit=$(( left / (${#mine[@]} - j) ))  # an equal share of what is left
-
-      [ $limit -gt 30 ] || { echo "$m: no time left"; continue; }
-      timeout $limit python3 -m moe_lab sweep --models $m --tp 8 --ep 1 \
-        --tokens $TOKENS --backends torch,torch-grouped,aiter-triton --modes $MODES \
-        --compile-budget $COMPILE_BUDGET --data-dir $RUNS --run-id h200-compile-$m-$STAMP \
-        --no-progress > $B/runs/compile_$m.log 2>&1
-      echo "$m rc=$? (limit ${limit}s)"
+    grids=($FILL_TOKENS $TOKENS)
+    n_runs=$(( ${#grids[@]} * ${#mine[@]} )); k=0
+    for p in "${!grids[@]}"; do
+      for m in "${mine[@]}"; do
+        left=$(( DEADLINE_S - ($(date +%s) - T_START) ))
+        limit=$(( left / (n_runs - k) )); k=$((k + 1))  # an equal share of what is left
+        [ $limit -gt 30 ] || { echo "$m tokens ${grids[$p]}: no time left"; continue; }
+        timeout $limit python3 -m moe_lab sweep --models $m --tp 8 --ep 1 \
+          --tokens ${grids[$p]} --backends torch,torch-grouped,aiter-triton --modes $MODES \
+          --compile-budget $COMPILE_BUDGET --data-dir $RUNS --run-id h200-compile-$m-$STAMP \
+          --no-progress > $B/runs/compile_${m}_pass$p.log 2>&1
+        echo "$m tokens ${grids[$p]} rc=$? (limit ${limit}s)"
+      done
     done
   ) &
 done

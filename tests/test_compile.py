@@ -127,6 +127,8 @@ def test_failing_compile_is_a_row(monkeypatch):
     assert (failed.status == "failed").all() and len(failed) == 2
     assert failed.error.str.contains("exploded on purpose").all()
     assert (df[df["mode"] == "compile:off"].status == "ok").all()  # the loop went on
+    # every row, failed or not, says when it was measured (provenance of each point)
+    assert pd.to_datetime(df["measured_at"], format="%Y-%m-%dT%H:%M:%S%z").notna().all()
     assert crows[0]["status"] == "failed" and "exploded" in crows[0]["error"]
 
 
