@@ -40,7 +40,7 @@ import torch
 from . import backends as B
 from .backends.torch_ref import torch_moe
 from .check import THRESHOLDS, classify_exception, make_weights, one_line, rel_err
-from .errors import has_timeout, time_limit
+from .errors import has_timeout, reraise_if_terminated, time_limit
 from .layer import MoELayer
 from .problems import Problem
 from .routing import make_routing, route
@@ -316,6 +316,7 @@ def _run(problems, backends, variants, device, routing, seed, progress, wraps, b
                 ref = layer_reference(p, weights, x, logits, bias)
                 inputs[t] = (x, logits, ref)
         except Exception as exc:  # e.g. the weights do not fit: one row per point
+            reraise_if_terminated(exc)
             for b in backends:
                 for w in _wraps(b, wraps):
                     for v in variants:
@@ -363,6 +364,7 @@ def _sweep_backend(first, tokens, backend, wrapped, variants, device, weights, b
     try:
         layer = MoELayer(first, backend, weights, wrap=wrapped, bias=bias)
     except Exception as exc:
+        reraise_if_terminated(exc)
         for v in variants:
             for t in tokens:
                 rows.append(_row(base, backend, v, t, wrapped, status=classify_exception(exc),
@@ -374,6 +376,7 @@ def _sweep_backend(first, tokens, backend, wrapped, variants, device, weights, b
         brk = graph_breaks(layer, x0, logits0)
         brk_error = ""
     except Exception as exc:
+        reraise_if_terminated(exc)
         brk, brk_error = dict(graphs=math.nan, graph_breaks=math.nan, reasons=[]), \
             f"explain: {error_line(exc)}"
     _sync(device)
@@ -417,6 +420,7 @@ def _sweep_backend(first, tokens, backend, wrapped, variants, device, weights, b
                         row.update(status="incorrect",
                                    error=f"max_rel_err {err:.3g} > {tol:.0e} for {first.dtype}")
                 except Exception as exc:  # a failed compile or call is a row
+                    reraise_if_terminated(exc)
                     if has_timeout(exc):
                         spent = math.inf  # the rest of the grid is skipped, not compiled
                         row.update(status="timeout", error=f"compile stopped after "

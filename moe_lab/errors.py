@@ -3,7 +3,9 @@ limit that turns a stuck point into a `timeout` row."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import threading
 
 
 class UsageError(ValueError):
@@ -19,14 +21,45 @@ class Terminated(BaseException):
     error handling turns it into a row; the sweep's bookkeeping still runs."""
 
 
+_TERMINATING = False  # set by the SIGTERM handler: stays set whatever catches Terminated
+
+
+# An exception a signal handler raises can be lost: Python swallows (prints "Exception
+# ignored in ...") what is raised while it runs a weakref callback, a __del__ or a GC
+# finalizer, and Dynamo/Inductor compile in code full of those. Seen on an H200: a SIGTERM
+# and a compile budget both vanished that way and the sweep compiled on past its deadline.
+# So both signals repeat every RESIGNAL_S until the exception has left the block.
+RESIGNAL_S = 1.0
+
+
+def reraise_if_terminated(exc: BaseException) -> None:
+    """Call first in an `except Exception` that turns an error into a row: once SIGTERM
+    has arrived, an error caught mid-compile (Dynamo wraps what it catches) is the
+    termination, not a `failed` point."""
+    if _TERMINATING or _in_chain(exc, Terminated):
+        raise Terminated("terminated by SIGTERM") from exc
+
+
 @contextlib.contextmanager
 def terminate_gracefully():
     """Turn SIGTERM into `Terminated` in the main thread while the block runs."""
+    global _TERMINATING
+    _TERMINATING = False
     if not hasattr(signal, "SIGTERM"):
         yield
         return
 
+    left = threading.Event()  # set when the block has been left
+
+    def _resignal():  # until the block is left, in case a raise was swallowed
+        while not left.wait(RESIGNAL_S):
+            os.kill(os.getpid(), signal.SIGTERM)
+
     def _raise(signum, frame):
+        global _TERMINATING
+        if not _TERMINATING:
+            _TERMINATING = True
+            threading.Thread(target=_resignal, daemon=True, name="moe-lab-sigterm").start()
         raise Terminated("terminated by SIGTERM")
     try:
         old = signal.signal(signal.SIGTERM, _raise)
@@ -36,12 +69,14 @@ def terminate_gracefully():
     try:
         yield
     finally:
+        left.set()  # stop re-signalling first
         signal.signal(signal.SIGTERM, old)
 
 
 @contextlib.contextmanager
 def time_limit(seconds: float | None, what: str = "point"):
-    """Raise PointTimeout in the main thread after `seconds` (SIGALRM; POSIX only)."""
+    """Raise PointTimeout in the main thread after `seconds`, and again every RESIGNAL_S
+    until the block is left (a raise can be swallowed, see above). SIGALRM; POSIX only."""
     if not seconds or not hasattr(signal, "SIGALRM"):
         yield
         return
@@ -49,7 +84,7 @@ def time_limit(seconds: float | None, what: str = "point"):
     def _raise(signum, frame):
         raise PointTimeout(f"{what} exceeded {seconds:.0f} s")
     old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, RESIGNAL_S)
     try:
         yield
     finally:
@@ -60,9 +95,13 @@ def time_limit(seconds: float | None, what: str = "point"):
 def has_timeout(exc: BaseException) -> bool:
     """True when a PointTimeout is anywhere in the exception's cause/context chain
     (Dynamo and Inductor wrap what a compile raised)."""
+    return _in_chain(exc, PointTimeout)
+
+
+def _in_chain(exc: BaseException | None, cls: type) -> bool:
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, PointTimeout):
+        if isinstance(exc, cls):
             return True
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__ or getattr(exc, "inner_exception", None)

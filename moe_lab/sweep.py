@@ -22,7 +22,7 @@ from . import backends as B
 from .check import (THRESHOLDS, check_backend, classify_exception, default_device,
                     make_inputs, make_weights, one_line, reference)
 from .errors import (PointTimeout, Terminated, UsageError,  # noqa: F401 (re-exported)
-                     terminate_gracefully, time_limit)
+                     reraise_if_terminated, terminate_gracefully, time_limit)
 from .problems import (SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens,
                        split_models)
 from .routing import parse_routing
@@ -212,6 +212,7 @@ class Sweep:
                         weights = make_weights(first, self.device, self.seed)
                     self._run_point(prob, routing, weights, prepared, pending, counts, bar)
         except Exception as exc:  # e.g. the weights of this model do not fit: rows, go on
+            reraise_if_terminated(exc)
             self._fail_rest(group, done, base_modes, exc, counts, bar)
         finally:
             del weights, prepared
@@ -265,6 +266,7 @@ class Sweep:
                     fn = prepared.get(bname)
                     chk = check_backend(backend, prob, weights, inp, ref, self.device, fn)
             except Exception as exc:
+                reraise_if_terminated(exc)
                 chk = dict(status="timeout" if isinstance(exc, PointTimeout) else
                            classify_exception(exc), error=one_line(exc), max_rel_err=float("nan"))
             base = dict(max_rel_err=chk["max_rel_err"], experts_hit=experts_hit,
@@ -287,6 +289,7 @@ class Sweep:
                                     f"{prob.model.name}_{prob.sharding}_T{prob.tokens}_{bname}.json.gz"))
                                 self.traces_left -= 1
                     except Exception as exc:
+                        reraise_if_terminated(exc)
                         base["warning"] = f"profiler pass failed: {one_line(exc)}"
                 for mode, pid in modes.items():
                     row = self._row(prob, routing, bname, mode, pid, kernel_us=kus, **base)
@@ -317,6 +320,7 @@ class Sweep:
                     except PointTimeout as exc:
                         row.update(status="timeout", error=str(exc))
                     except Exception as exc:
+                        reraise_if_terminated(exc)
                         row.update(status=classify_exception(exc), error=one_line(exc))
                     if self.device.startswith("cuda") and row["status"] in ("failed", "oom"):
                         torch.cuda.synchronize()
@@ -387,6 +391,7 @@ class Sweep:
                     on_row=stream, wraps=(wrapped,),
                     budget_s=self.compile_budget_s.get(b, self.compile_budget_s["*"]))
             except Exception as exc:
+                reraise_if_terminated(exc)
                 mode = f"{m}:custom-op" if wrapped else m
                 rows = [self._row(p, routing, b, mode, None, status=classify_exception(exc),
                                   error=one_line(exc), wrapped=wrapped) for p in probs]

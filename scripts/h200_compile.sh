@@ -10,7 +10,9 @@
 #
 # Environment:
 #   MOE_LAB_GIT_COMMIT  the commit being run (the device copy has no .git)
-#   DEADLINE_S          seconds from the start by which every sweep is stopped (540)
+#   DEADLINE_S          seconds from the start by which every sweep is stopped (520): give
+#                       the device call 80 s more (SIGKILL 20 s after SIGTERM, a watchdog
+#                       at +40 s, then the bundle)
 #   COMPILE_BUDGET      --compile-budget: seconds of compile per backend x variant; the
 #                       torch reference gets less: Dynamo unrolls its loop over experts
 #   TOKENS, MODES, STAMP
@@ -29,7 +31,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 B=$OUT/bundle; mkdir -p $B/runs $B/evidence; rm -f $B/evidence/.repeat_done
 RUNS=data/runs
 STAMP=${STAMP:-20261129}  # keep the committed run ids so a rerun resumes them
-DEADLINE_S=${DEADLINE_S:-540}
+DEADLINE_S=${DEADLINE_S:-520}
 COMPILE_BUDGET=${COMPILE_BUDGET:-150,torch=30}
 TOKENS=${TOKENS:-1,16,64,256,1024,4096}
 FILL_TOKENS=${FILL_TOKENS:-}
@@ -49,6 +51,10 @@ evidence() {  # $1 = which part, on the GPU this subshell holds
   esac
 }
 
+# the bundle must be written whatever happens: a sweep past the deadline is killed (the
+# device call's own limit would take everything measured on the lease with it)
+( sleep $((DEADLINE_S + 40)); pkill -9 -f "moe_lab sweep" && echo "watchdog: killed sweeps" ) &
+WATCHDOG=$!
 for g in $(seq 0 $((NG-1))); do
   (
     export CUDA_VISIBLE_DEVICES=$g
@@ -67,7 +73,7 @@ for g in $(seq 0 $((NG-1))); do
         left=$(( DEADLINE_S - ($(date +%s) - T_START) ))
         limit=$(( left / (n_runs - k) )); k=$((k + 1))  # an equal share of what is left
         [ $limit -gt 30 ] || { echo "$m tokens ${grids[$p]}: no time left"; continue; }
-        timeout $limit python3 -m moe_lab sweep --models $m --tp 8 --ep 1 \
+        timeout -k 20 $limit python3 -m moe_lab sweep --models $m --tp 8 --ep 1 \
           --tokens ${grids[$p]} --backends torch,torch-grouped,aiter-triton --modes $MODES \
           --compile-budget $COMPILE_BUDGET --data-dir $RUNS --run-id h200-compile-$m-$STAMP \
           --no-progress > $B/runs/compile_${m}_pass$p.log 2>&1
@@ -76,7 +82,8 @@ for g in $(seq 0 $((NG-1))); do
     done
   ) &
 done
-wait
+wait $(jobs -p | grep -v "^$WATCHDOG$")
+kill $WATCHDOG 2>/dev/null
 for f in $B/runs/compile_*.log; do echo "== $f"; grep -v "^[EWI][0-9]" $f | tail -2; done
 cp -r $RUNS/h200-compile-* $B/runs/
 tar czf $OUT/bundle.tar.gz -C $OUT bundle && rm -rf $B

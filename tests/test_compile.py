@@ -240,3 +240,32 @@ def test_custom_op_passes_opcheck_on_gpu(backend):
     result = torch.library.opcheck(custom_ops.experts_op(backend),
                                    (x, w.w1, w.w2, tw, ti, None, False))
     assert all(v == "SUCCESS" for v in result.values()), result
+
+
+def test_sigterm_inside_a_compile_stops_the_sweep_not_a_failed_row(monkeypatch):
+    """SIGTERM (`timeout`, a scheduler) that lands while Dynamo compiles must stop the
+    sweep: Dynamo wraps what its backend raised, and caught as an ordinary error it
+    became a `failed` row and the sweep went on compiling past its deadline."""
+    import os
+    import signal
+
+    from moe_lab.errors import Terminated, terminate_gracefully
+
+    def backend_hit_by_sigterm(gm, example_inputs):
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler raises here, mid-compile
+        return gm
+
+    real = C.compile_fn
+    monkeypatch.setattr(C, "compile_fn", lambda fn, v: real(fn, v) if v == "compile:off"
+                        else torch.compile(fn, backend=backend_hit_by_sigterm))
+    probs = [make_problem(MODEL, t, dtype="fp32") for t in (2, 4)]
+    landed = []
+    with pytest.raises(Terminated):
+        with terminate_gracefully():
+            C.run_compile_sweep(probs, ["torch"], ["off", "default"], "cpu",
+                                wraps=(True,), on_row=landed.append)
+    assert [r["mode"] for r in landed] == ["compile:off"] * 2  # measured before: kept
+    assert all(r["status"] == "ok" for r in landed)  # and no `failed` row for the kill
+    # the handler is gone: a later SIGTERM-free sweep is not taken for a terminated one
+    rows, _ = C.run_compile_sweep(probs[:1], ["torch"], ["off"], "cpu", wraps=(True,))
+    assert rows[0]["status"] == "ok"

@@ -1,0 +1,78 @@
+"""The sweep's two signals (SIGTERM from `timeout` or a scheduler, SIGALRM for the compile
+budget and the point timeout) must stop what they interrupt even when Python swallows the
+first raise: an exception raised while a weakref callback runs is printed as "Exception
+ignored" and dropped, and Dynamo/Inductor run many such callbacks while they compile. On an
+H200 lease both signals were lost that way and a sweep compiled on past its deadline."""
+import gc
+import os
+import signal
+import sys
+import time
+import weakref
+
+import pytest
+
+from moe_lab.errors import PointTimeout, Terminated, terminate_gracefully, time_limit
+
+
+class _Obj:
+    pass
+
+
+def _callback_that_swallows(action):
+    """Run `action` inside a weakref callback, where an exception is swallowed."""
+    obj = _Obj()
+    ref = weakref.ref(obj, lambda r: action())  # noqa: F841 (kept alive until obj dies)
+    del obj
+    gc.collect()
+    return ref
+
+
+def _sleep_until(deadline_s):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < deadline_s:
+        time.sleep(0.05)
+    return time.perf_counter() - t0
+
+
+def test_sigterm_swallowed_once_still_stops_the_block(monkeypatch):
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_type))
+    t0 = time.perf_counter()
+    with pytest.raises(Terminated):
+        with terminate_gracefully():
+            # SIGTERM lands inside the callback: that first Terminated is swallowed
+            _callback_that_swallows(lambda: (os.kill(os.getpid(), signal.SIGTERM),
+                                             time.sleep(0.2)))
+            assert swallowed == [Terminated]  # the first one really was swallowed
+            _sleep_until(10)  # the old handler let this run to the end
+    assert time.perf_counter() - t0 < 4
+
+
+def test_swallowed_timeout_fires_again(monkeypatch):
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_type))
+    t0 = time.perf_counter()
+    with pytest.raises(PointTimeout):
+        with time_limit(0.2, "compile"):
+            _callback_that_swallows(lambda: time.sleep(1.0))  # the alarm lands in here
+            assert swallowed == [PointTimeout]
+            _sleep_until(10)
+    assert time.perf_counter() - t0 < 4
+
+
+def test_no_signal_left_after_the_blocks():
+    """Once a block is left nothing fires: no stray PointTimeout, no SIGTERM re-sent."""
+    with pytest.raises(Terminated):
+        with terminate_gracefully():
+            os.kill(os.getpid(), signal.SIGTERM)
+            _sleep_until(1)
+    with time_limit(0.2):
+        pass
+    got = []
+    old = signal.signal(signal.SIGTERM, lambda *a: got.append("term"))
+    try:
+        _sleep_until(2.5)  # longer than the re-signal period
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert got == []
