@@ -71,6 +71,7 @@ def terminate_gracefully():
     finally:
         left.set()  # stop re-signalling first
         signal.signal(signal.SIGTERM, old)
+        _TERMINATING = False  # outside the block, errors are errors again
 
 
 @contextlib.contextmanager
