@@ -146,11 +146,25 @@ class Sweep:
             backends={b: _backend_info(b) for b in self.backends},
             status="running",
         )
+        # one entry per invocation, written when it starts: a resumed run keeps who
+        # measured what, where, and a SIGKILLed call stays visible as one
+        invocations = []
         if prior:
             if prior.get("status") == "running":  # it died without bookkeeping (SIGKILL)
-                manifest["previous_status"] = "killed: no wall time or counts recorded"
+                manifest["previous_status"] = KILLED
             manifest["resumed"] = prior.get("resumed", 0) + 1
             manifest["wall_s_previous"] = prior.get("wall_s_total", prior.get("wall_s", 0))
+            for k in KEPT_ON_RESUME:  # what people wrote about the folder stays with it
+                if k in prior:
+                    manifest[k] = prior[k]
+            # a manifest from before invocations were recorded: rebuild its one entry
+            invocations = [dict(i, status=KILLED) if i.get("status") == "running" else i
+                           for i in (prior.get("invocations") or [_invocation_from(prior)])]
+        invocations.append(dict(
+            started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t_start)),
+            status="running", command=self.command, git_commit=env.get("git_commit"),
+            device_name=env.get("device_name")))
+        manifest["invocations"] = invocations
         self.store.write_manifest(manifest)
         done = self.store.done_ids()
         counts = {"measured": 0, "skipped": 0}
@@ -177,14 +191,9 @@ class Sweep:
             bar.close()
             wall = time.time() - t_start
             finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            # one entry per invocation: a resumed run keeps who measured what, where
-            invocations = list(prior.get("invocations", [])) if prior else []
-            invocations.append(dict(
-                started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t_start)),
-                finished=finished, wall_s=round(wall, 1), status=status,
-                command=self.command, git_commit=env.get("git_commit"),
-                device_name=env.get("device_name"), points_measured=counts["measured"],
-                points_skipped=counts["skipped"]))
+            invocations[-1].update(finished=finished, wall_s=round(wall, 1), status=status,
+                                   points_measured=counts["measured"],
+                                   points_skipped=counts["skipped"])
             self.store.update_manifest(
                 finished=finished, wall_s=round(wall, 1),
                 wall_s_total=round(wall + manifest.get("wall_s_previous", 0), 1),
@@ -405,6 +414,25 @@ class Sweep:
             self.store.append_table("compile", crows, key=COMPILE_KEY)
             counts["measured"] += len(rows)
             bar.update(len(rows))
+
+
+KILLED = "killed: no wall time or counts recorded"
+# manifest keys a resumed sweep keeps from the folder's previous manifest
+KEPT_ON_RESUME = ("provenance_note", "notes")
+
+
+def _invocation_from(prior: dict) -> dict:
+    """One `invocations` entry rebuilt from an older manifest's top-level fields."""
+    env = prior.get("environment") or {}
+    status = prior.get("status")
+    return dict(started=prior.get("started"), finished=prior.get("finished"),
+                wall_s=prior.get("wall_s_total", prior.get("wall_s")),
+                status=KILLED if status == "running" else status, command=prior.get("command"),
+                git_commit=env.get("git_commit"), device_name=env.get("device_name"),
+                points_measured=prior.get("points_measured_this_run"),
+                points_skipped=prior.get("points_skipped_already_done"),
+                note="rebuilt from the manifest written before invocations were recorded; "
+                     "it may cover several earlier calls")
 
 
 COMPILE_KEY = ("model", "tp", "ep", "ep_rank", "dtype", "routing", "backend", "mode", "wrapped")

@@ -136,7 +136,9 @@ def test_sigkill_midway_then_rerun_resumes_without_duplicates(tmp_path):
     assert man["points_measured_this_run"] == total - n_before
     assert man["points_skipped_already_done"] == n_before
     assert man["previous_status"].startswith("killed")
-    assert [i["status"] for i in man["invocations"]] == ["complete"]
+    # the killed call is still listed, with its command, as killed
+    assert [i["status"] for i in man["invocations"]] == [S.KILLED, "complete"]
+    assert man["invocations"][0]["command"] == man["invocations"][1]["command"]
 
 
 def test_sigterm_midway_records_the_interruption_then_rerun_completes(tmp_path):
@@ -161,6 +163,30 @@ def test_sigterm_midway_records_the_interruption_then_rerun_completes(tmp_path):
     man = json.loads((run_dir / "manifest.json").read_text())
     assert [i["status"] for i in man["invocations"]] == ["interrupted: SIGTERM", "complete"]
     assert man["wall_s_total"] > man["wall_s"]
+
+
+def test_resume_keeps_the_folder_notes_and_rebuilds_old_history(tmp_path):
+    """A folder whose manifest predates `invocations` (and carries a note written by
+    hand) keeps both when a later call adds points: its history is not wiped."""
+    run_dir = tmp_path / "r"
+    args = _cli(*_sweep_args(tmp_path, tokens=[1, 2]))
+    assert subprocess.run(args, cwd=ROOT, env=_env(), capture_output=True,
+                          timeout=120).returncode == 0
+    man = json.loads((run_dir / "manifest.json").read_text())
+    man.pop("invocations")  # as the manifests written before they were recorded
+    man["provenance_note"] = "git_commit corrected by hand: see the note"
+    man["environment"]["git_commit"] = "abc1234"
+    (run_dir / "manifest.json").write_text(json.dumps(man))
+    out = subprocess.run(_cli(*_sweep_args(tmp_path, tokens=[1, 2, 4])), cwd=ROOT,
+                         env=_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    man = json.loads((run_dir / "manifest.json").read_text())
+    assert man["provenance_note"] == "git_commit corrected by hand: see the note"
+    first, second = man["invocations"]
+    assert first["git_commit"] == "abc1234" and "--tokens 1,2 " in first["command"]
+    assert first["points_measured"] == 4 and "rebuilt" in first["note"]
+    assert second["status"] == "complete" and "--tokens 1,2,4 " in second["command"]
+    assert second["points_measured"] == 2 and second["points_skipped"] == 4
 
 
 # --- 2. failing backends become rows -------------------------------------------------------
