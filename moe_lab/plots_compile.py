@@ -164,7 +164,10 @@ def provenance(run: CompileRun | None) -> str:
         vals = [_get(m, *paths) for m in ms]
         return ", ".join(dict.fromkeys(v[:12] for v in vals if v)) or "?"
     device = each("environment.device_name", "device.name", "device_name", "device")
-    commit = each("environment.git_commit", "git_commit", "commit", "git.commit")
+    # every commit that measured into the folders (a resumed folder has several)
+    inv = [i.get("git_commit") for m in ms for i in m.get("invocations") or []]
+    commit = ", ".join(dict.fromkeys(c[:12] for c in inv if c)) if any(inv) else \
+        each("environment.git_commit", "git_commit", "commit", "git.commit")
     dtypes = ", ".join(sorted(df["dtype"].dropna().unique())) if "dtype" in df else "?"
     models = ", ".join(sorted(df["model"].dropna().unique())) if "model" in df else "?"
     ids = [m.get("run_id") for m in ms if m.get("run_id")] or [run.run_id]
@@ -237,6 +240,53 @@ def gap_table(run: CompileRun | None) -> pd.DataFrame:
     out["ratio"] = out["compile_us"] / out["eager_us"]
     cols = key + ["mode", "wrapped", "compile_us", "eager_us", "ratio", "baseline"]
     return out[cols].sort_values(["backend", "mode", "wrapped", "tokens"]).reset_index(drop=True)
+
+
+def _planned_combos(manifest: dict) -> set:
+    """(backend, mode, wrapped) the sweep's config asked for: compile modes of the backends
+    measured both ways twice (plain and through the custom op)."""
+    from .compile import WRAP_BOTH
+    cfg = manifest.get("config") or {}
+    out = set()
+    for b in cfg.get("backends") or []:
+        for m in cfg.get("modes") or []:
+            for w in ((False, True) if m.startswith("compile:") and b in WRAP_BOTH
+                      else (False,)):
+                out.add((b, m, w))
+    return out
+
+
+def coverage(run: CompileRun | None) -> tuple[str, pd.DataFrame]:
+    """What a run planned against what it measured. The grid of a model is every token
+    count its manifest asked for or a row has; each backend x mode (a custom-op pass is
+    its own wrap) should have a row, of any status, at each. Returns a one-line summary
+    and the backend x modes with points missing (never measured: the run was stopped
+    before them, as its status says), so a gap in a figure is never silent."""
+    if run is None or run.results.empty:
+        return "no run", pd.DataFrame()
+    ms = {m.get("run_id"): m for m in (run.manifests or [run.manifest])}
+    df = run.results
+    out, planned = [], 0
+    for (rid, model), g in df.groupby(["run_id", "model"], sort=True):
+        man = ms.get(rid, {})
+        grid = sorted(set(int(t) for t in (man.get("config") or {}).get("tokens") or [])
+                      | set(int(t) for t in g["tokens"]))
+        have = {k: set(int(t) for t in gm["tokens"])
+                for k, gm in g.groupby(["backend", "mode", "wrapped"], sort=True)}
+        for k in sorted(set(have) | _planned_combos(man)):
+            backend, mode, wrapped = k
+            planned += len(grid)
+            missing = sorted(set(grid) - have.get(k, set()))
+            if missing:
+                out.append(dict(model=model, backend=backend, mode=mode, wrapped=wrapped,
+                                measured=len(grid) - len(missing),
+                                missing_tokens=", ".join(map(str, missing)),
+                                run_status=man.get("status", "?")))
+    miss = pd.DataFrame(out)
+    n_miss = int((miss["missing_tokens"].str.count(",") + 1).sum()) if len(miss) else 0
+    summary = (f"{planned - n_miss} of {planned} planned points have a row"
+               + (f"; {n_miss} were never measured (below)" if n_miss else ""))
+    return summary, miss
 
 
 def break_table(run: CompileRun | None) -> pd.DataFrame:

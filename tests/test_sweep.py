@@ -155,11 +155,20 @@ def test_sigterm_midway_records_the_interruption_then_rerun_completes(tmp_path):
     man = json.loads((run_dir / "manifest.json").read_text())
     assert man["status"] == "interrupted: SIGTERM" and man["wall_s"] > 0
     assert man["invocations"][-1]["points_measured"] == len(before)
+    # the notebooks say which planned points the interrupted run never measured
+    from moe_lab.plots_compile import coverage, load_run
+    summary, missing = coverage(load_run(run_dir))
+    assert summary.startswith(f"{len(before)} of {total} planned points have a row")
+    n_missing = sum(len(m.split(",")) for m in missing["missing_tokens"])
+    assert n_missing == total - len(before)
+    assert set(missing["run_status"]) == {"interrupted: SIGTERM"}
 
     out = subprocess.run(args, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     after = _assert_readable(run_dir)
     assert len(after) == total and after["point_id"].is_unique
+    summary, missing = coverage(load_run(run_dir))
+    assert summary == f"{total} of {total} planned points have a row" and missing.empty
     man = json.loads((run_dir / "manifest.json").read_text())
     assert [i["status"] for i in man["invocations"]] == ["interrupted: SIGTERM", "complete"]
     assert man["wall_s_total"] > man["wall_s"]
