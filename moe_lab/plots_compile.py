@@ -401,14 +401,18 @@ def fig_time_vs_tokens(run: CompileRun | None):
 
 
 def fig_gap(run: CompileRun | None):
-    """Compiled / eager time vs tokens, a panel per model x backend; below 1 compile wins."""
+    """Compiled / uncompiled time vs tokens, a panel per model x backend; below 1 compile
+    wins. The baseline is compile:off, or the experts-only eager row where a run lacks it
+    (the figure then says so)."""
     gap = gap_table(run)
     if run is None or gap.empty or gap["ratio"].notna().sum() == 0:
         return _note_figure(run, NO_RUN if run is None else "no compiled point has an eager baseline")
     gap = gap[gap["ratio"].notna()]
     fig = None
     experts_only = (gap["baseline"] == "eager (experts only)").sum()
-    for fig, ax, sub in _panels(gap, "compiled / eager (<1: compile faster)"):
+    ylabel = ("compiled / the layer uncompiled" if not experts_only
+              else "compiled / eager") + " (<1: compile faster)"
+    for fig, ax, sub in _panels(gap, ylabel):
         for (mode, wrapped), g in sub.groupby(["mode", "wrapped"]):
             g = g.groupby("tokens", as_index=False)["ratio"].median()
             ax.plot(g["tokens"], g["ratio"], ":" if wrapped else "-", marker="o", ms=3,
