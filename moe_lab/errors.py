@@ -21,7 +21,7 @@ class Terminated(BaseException):
     error handling turns it into a row; the sweep's bookkeeping still runs."""
 
 
-_TERMINATING = False  # set by the SIGTERM handler: stays set whatever catches Terminated
+_TERMINATING = False  # set by the SIGTERM handler until its block is left, whatever catches
 
 
 # An exception a signal handler raises can be lost: Python swallows (prints "Exception

@@ -243,8 +243,8 @@ def gap_table(run: CompileRun | None) -> pd.DataFrame:
 
 
 def _planned_combos(manifest: dict) -> set:
-    """(backend, mode, wrapped) the sweep's config asked for: compile modes of the backends
-    measured both ways twice (plain and through the custom op)."""
+    """(backend, mode, wrapped) the sweep's config asked for: a compile mode of a backend in
+    WRAP_BOTH is measured twice, plain and through the custom op."""
     from .compile import WRAP_BOTH
     cfg = manifest.get("config") or {}
     out = set()
