@@ -266,7 +266,7 @@ def coverage(run: CompileRun | None) -> tuple[str, pd.DataFrame]:
         return "no run", pd.DataFrame()
     ms = {m.get("run_id"): m for m in (run.manifests or [run.manifest])}
     df = run.results
-    out, planned = [], 0
+    out, planned, n_miss = [], 0, 0
     for (rid, model), g in df.groupby(["run_id", "model"], sort=True):
         man = ms.get(rid, {})
         grid = sorted(set(int(t) for t in (man.get("config") or {}).get("tokens") or [])
@@ -277,13 +277,13 @@ def coverage(run: CompileRun | None) -> tuple[str, pd.DataFrame]:
             backend, mode, wrapped = k
             planned += len(grid)
             missing = sorted(set(grid) - have.get(k, set()))
+            n_miss += len(missing)
             if missing:
                 out.append(dict(model=model, backend=backend, mode=mode, wrapped=wrapped,
                                 measured=len(grid) - len(missing),
                                 missing_tokens=", ".join(map(str, missing)),
                                 run_status=man.get("status", "?")))
     miss = pd.DataFrame(out)
-    n_miss = int((miss["missing_tokens"].str.count(",") + 1).sum()) if len(miss) else 0
     summary = (f"{planned - n_miss} of {planned} planned points have a row"
                + (f"; {n_miss} were never measured (below)" if n_miss else ""))
     return summary, miss
