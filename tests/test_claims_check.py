@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from moe_lab.claims.check import (binomial_n_interval, check_gain, check_parity, gain_interval,
-                                  run_checks, summary)
+from moe_lab.claims.verdicts import (binomial_n_interval, check_gain, check_parity,
+                                     gain_interval, run_checks, summary)
 from moe_lab.claims.registry import load_registry
 
 

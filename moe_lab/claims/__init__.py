@@ -7,7 +7,7 @@ it implies for the MoE kernels.
     table = claims.run_checks(reg)          # pass / warn / fail with reasons
     imp = claims.implications(reg)          # per-MoE-layer saving vs roofline floor
 """
-from .check import format_report, run_checks, summary
+from .verdicts import format_report, run_checks, summary
 from .implications import implications
 from .parser import parse_file, parse_text, to_frame, tidy
 from .registry import build_registry, load_registry

@@ -66,7 +66,7 @@ def _run(args) -> int:
         _emit(df, args.format)
         return 0
     if cmd == "check":
-        from .check import format_report, run_checks, summary
+        from .verdicts import format_report, run_checks, summary
         df = run_checks(_registry(args.registry))
         shown = df[df["status"].isin(args.status)] if args.status else df
         if args.format == "text":
