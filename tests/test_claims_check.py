@@ -92,6 +92,62 @@ def test_rounding_interval_logic():
     assert v.status == "fail" and "better" in v.reason
 
 
+# DeepSeek-R1 mean TTFT in seed 002: 2432.53 -> 1572.64 ms, printed "-35.3% (better)".
+# 1572.64 / 2432.53 - 1 = -35.34962%; the printed inputs (+-0.005 each) move it by at most
+# 100 * (0.005 / 2432.53 + 1572.64 * 0.005 / 2432.53**2) = 0.00034 points either way.
+TTFT = dict(metric="mean_ttft", baseline=2432.53, new=1572.64, direction="lower",
+            stated_note="better")
+
+
+def _stated(g, decimals=None, text=None):
+    return check_gain({**TTFT, "stated_gain_pct": g, "stated_gain_decimals": decimals,
+                       "stated_gain_text": text if text is not None else f"{g}%"})
+
+
+def test_gain_interval_is_exactly_the_rounding_of_the_inputs():
+    lo, hi = gain_interval(2432.53, 1572.64)
+    b, n, h = 2432.53, 1572.64, 0.005
+    half_width = 100 * (h / b + n * h / b ** 2)
+    assert (hi - lo) / 2 == pytest.approx(half_width, rel=0.01)  # 10x looser: 10x wider
+    assert lo < 100 * (n / b - 1) < hi
+
+
+@pytest.mark.parametrize("g,decimals", [
+    (-35.3, 1),     # what the PR prints: -35.3496 rounds to -35.3
+    (-35.35, 2),    # -35.3496 rounds to -35.35
+    (-35.350, 3),   # -35.3496 is inside -35.3505..-35.3495
+    (-35.0, 0),     # "-35%": -35.5..-34.5
+])
+def test_stated_gain_within_its_rounding_passes(g, decimals):
+    v = _stated(g, decimals)
+    assert v.status == "pass", v.reason
+
+
+@pytest.mark.parametrize("g,decimals", [
+    (-35.7, 1),     # 0.35 points off: a tolerance 10x the rounding (+-0.5) would pass it
+    (-35.4, 1),     # -35.45..-35.35 misses -35.3496 (its lowest value over the input
+                    # rounding is -35.34995): -35.3496 rounds to -35.3, not -35.4
+    (-35.2, 1),
+    (-35.34, 2),    # -35.345..-35.335
+    (-35.36, 2),
+    (-35.347, 3),   # 0.0022 above the recomputed range: only input rounding 10x looser
+                    # (+-0.0034 points) reaches it
+])
+def test_stated_gain_outside_its_rounding_fails(g, decimals):
+    v = _stated(g, decimals)
+    assert v.status == "fail", v.reason  # fail, not pass and not warn
+    assert "2432.53 -> 1572.64 gives -35.3%" in v.reason
+
+
+def test_stated_gain_decimals_read_from_the_text_when_not_given():
+    # "-35.34%" is two decimals even without stated_gain_decimals: read as one decimal
+    # (-35.39..-35.29) it would pass
+    assert _stated(-35.34, None, "-35.34% (better)").status == "fail"
+    assert _stated(-35.35, None, "-35.35% (better)").status == "pass"
+    assert _stated(-35.3, None, "-35.3% (better)").status == "pass"
+    assert _stated(-35.7, None, "").status == "fail"  # no text: one decimal
+
+
 def test_parity_and_binomial_helpers():
     v = check_parity(dict(baseline=0.90, new=0.93, baseline_stderr=0.008, new_stderr=0.007))
     assert v.status == "fail"

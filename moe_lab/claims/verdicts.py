@@ -21,6 +21,7 @@ inside the intervals satisfy it):
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from .registry import load_registry
@@ -75,6 +76,19 @@ def _fmt_pct(x: float) -> str:
 
 
 # ------------------------------------------------------------------------- perf
+_FIRST_NUMBER = re.compile(r"\d+(?:\.(\d+))?")
+
+
+def stated_decimals(c: dict) -> int:
+    """Decimals the stated gain was printed with: the registry's stated_gain_decimals,
+    else counted in stated_gain_text ('-35.35% (better)' -> 2), else 1 (PRs print
+    gains as '+85.9%')."""
+    if c.get("stated_gain_decimals") is not None:
+        return int(c["stated_gain_decimals"])
+    m = _FIRST_NUMBER.search(c.get("stated_gain_text") or "")
+    return len(m.group(1) or "") if m else 1
+
+
 def check_gain(c: dict) -> Verdict:
     b, n, d = c["baseline"], c["new"], c.get("decimals", 2)
     lo, hi = gain_interval(b, n, d)
@@ -84,9 +98,9 @@ def check_gain(c: dict) -> Verdict:
     if c.get("stated_gain_pct") is None:
         return Verdict("pass", f"no gain stated; recomputed {_fmt_pct(point)} ({word})")
     g = c["stated_gain_pct"]
-    gd = c.get("stated_gain_decimals")
-    gh = half_ulp(gd if gd is not None else 1)
-    stated = (g - gh, g + gh)
+    # the stated gain stands for the interval of its own rounding, no wider: "-35.3%"
+    # is -35.35..-35.25, "-35.35%" is -35.355..-35.345
+    stated = (g - half_ulp(stated_decimals(c)), g + half_ulp(stated_decimals(c)))
     if not overlaps((lo, hi), stated):
         return Verdict("fail", f"stated {c.get('stated_gain_text') or _fmt_pct(g)} but "
                        f"{b} -> {n} gives {_fmt_pct(point)} "
