@@ -11,7 +11,7 @@ Three numbers, each the median of many timed calls (device events around every c
 What it cannot see: clocks drop under sustained load; a 1-2 ms kernel repeated back to
 back is the steady state of a busy GPU, which is what the sweeps measure too.
 
-The JSON schema is CEILINGS_SCHEMA below; `validate_ceilings` checks an object against it.
+The JSON schema is moe_lab.devices.CEILINGS_SCHEMA; `validate_ceilings` checks an object.
 """
 from __future__ import annotations
 
@@ -20,87 +20,11 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
+from .devices import SCHEMA_ID, device_slug, spec_for, spec_key, validate_ceilings
+from .environment import command_line, git_commit
 from .errors import UsageError
-
-SCHEMA_ID = "moe-lab/ceilings/v1"
-_NUM = (int, float)
-_OPT_NUM = (int, float, type(None))
-_OPT_STR = (str, type(None))
-
-# dotted field -> (allowed types, meaning). Every field is required (it may be null
-# where its types allow None). Units are in the names.
-CEILINGS_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
-    "schema": ((str,), f"always {SCHEMA_ID!r}"),
-    "device.name": ((str,), "torch.cuda.get_device_name, e.g. 'NVIDIA H200'"),
-    "device.slug": ((str,), "file name stem: lower case, non-alphanumerics -> '-'"),
-    "device.vendor": ((str,), "'nvidia' or 'amd'"),
-    "device.arch": ((str,), "'sm_90' on NVIDIA, gcnArchName on ROCm"),
-    "device.multiprocessors": ((int,), "SMs (NVIDIA) or CUs (AMD)"),
-    "device.total_memory_bytes": ((int,), "device memory as torch reports it"),
-    "device.l2_cache_bytes": ((int, type(None)), "L2 as torch reports it (one XCD's on MI300)"),
-    "memory.tb_per_s": (_NUM, "achievable bandwidth: median over calls, decimal TB/s"),
-    "memory.best_tb_per_s": (_NUM, "the fastest call"),
-    "memory.method": ((str,), "what was timed"),
-    "memory.buffer_bytes": ((int,), "size of the source (and destination) buffer"),
-    "memory.bytes_per_call": ((int,), "bytes counted per call (read + written)"),
-    "memory.calls": ((int,), "timed calls"),
-    "memory.median_us": (_NUM, "median time of one call"),
-    "gemm_bf16.tflops": (_NUM, "achievable bf16 matrix FLOP/s: median, decimal TFLOP/s"),
-    "gemm_bf16.best_tflops": (_NUM, "the fastest call"),
-    "gemm_bf16.method": ((str,), "what was timed"),
-    "gemm_bf16.shape": ((list,), "[M, N, K]"),
-    "gemm_bf16.calls": ((int,), "timed calls"),
-    "gemm_bf16.median_us": (_NUM, "median time of one call"),
-    "gemm_fp8.tflops": (_OPT_NUM, "achievable fp8 matrix FLOP/s, null if it could not run"),
-    "gemm_fp8.best_tflops": (_OPT_NUM, "the fastest call"),
-    "gemm_fp8.method": ((str,), "what was timed"),
-    "gemm_fp8.shape": ((list,), "[M, N, K]"),
-    "gemm_fp8.fp8_dtype": (_OPT_STR, "float8_e4m3fn or float8_e4m3fnuz"),
-    "gemm_fp8.calls": ((int,), "timed calls (0 if it could not run)"),
-    "gemm_fp8.median_us": (_OPT_NUM, "median time of one call"),
-    "gemm_fp8.error": (_OPT_STR, "why fp8 could not run, else null"),
-    "vendor.spec": (_OPT_STR, "DEVICE_SPECS key of this device, null if unknown"),
-    "vendor.bf16_tflops": (_OPT_NUM, "vendor dense peak, for % of peak"),
-    "vendor.fp8_tflops": (_OPT_NUM, "vendor dense peak"),
-    "vendor.hbm_tb_s": (_OPT_NUM, "vendor peak bandwidth"),
-    "manifest.device_name": ((str,), "as device.name"),
-    "manifest.torch": ((str,), "torch.__version__"),
-    "manifest.cuda": (_OPT_STR, "torch.version.cuda (null on ROCm)"),
-    "manifest.hip": (_OPT_STR, "torch.version.hip (null on CUDA)"),
-    "manifest.date": ((str,), "ISO 8601 UTC time of the measurement"),
-    "manifest.command": ((str,), "the command line that measured it"),
-    "manifest.git_commit": (_OPT_STR, "HEAD of the moe-lab checkout, null outside git"),
-    "manifest.hostname": ((str,), "platform.node()"),
-}
-
-
-def validate_ceilings(obj) -> None:
-    """Raise ValueError naming the first field of `obj` that breaks CEILINGS_SCHEMA."""
-    if not isinstance(obj, dict):
-        raise ValueError("ceilings must be a JSON object")
-    for dotted, (types, meaning) in CEILINGS_SCHEMA.items():
-        node = obj
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node:
-                raise ValueError(f"ceilings field {dotted!r} is missing ({meaning})")
-            node = node[part]
-        if isinstance(node, bool) or not isinstance(node, types):
-            want = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-            raise ValueError(f"ceilings field {dotted!r} must be {want}, "
-                             f"got {type(node).__name__} {node!r}")
-        if dotted.endswith(("tflops", "tb_per_s", "_us")) and node is not None and node <= 0:
-            raise ValueError(f"ceilings field {dotted!r} must be > 0, got {node!r}")
-    if obj["schema"] != SCHEMA_ID:
-        raise ValueError(f"ceilings field 'schema' must be {SCHEMA_ID!r}, got {obj['schema']!r}")
-    for g in ("gemm_bf16", "gemm_fp8"):
-        shape = obj[g]["shape"]
-        if len(shape) != 3 or not all(isinstance(s, int) and s > 0 for s in shape):
-            raise ValueError(f"ceilings field '{g}.shape' must be [M, N, K] positive ints")
-
 
 # --- measuring -------------------------------------------------------------------------
 
@@ -129,29 +53,12 @@ def _fp8_dtype(device):
     return torch.float8_e4m3fn
 
 
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=10)
-        return (out.stdout.strip() or None) if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _command_line() -> str:
-    argv0 = sys.argv[0] if sys.argv else ""
-    if argv0 in ("-c", ""):
-        return f"{Path(sys.executable).name} -c (inline code)"
-    return " ".join([Path(argv0).name] + sys.argv[1:])
-
-
 def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 8192,
                      calls: int = 50, warmup: int = 10, command: str | None = None) -> dict:
     """Measure bandwidth and bf16/fp8 GEMM ceilings on `device`; returns a dict that
     validates against CEILINGS_SCHEMA (manifest included). Needs a CUDA/ROCm GPU.
     command: recorded in the manifest (default: this process's command line)."""
     import torch
-    from .roofline import device_slug, spec_for
 
     if not torch.cuda.is_available():
         raise UsageError(f"no GPU: torch {torch.__version__} sees no CUDA/ROCm device; "
@@ -207,11 +114,7 @@ def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 
     del a, b
     torch.cuda.empty_cache()
 
-    spec_key = None
     spec = spec_for(name)
-    if spec is not None:
-        from .roofline import DEVICE_SPECS
-        spec_key = next(k for k, v in DEVICE_SPECS.items() if v is spec)
     hip = torch.version.hip
     result = {
         "schema": SCHEMA_ID,
@@ -224,15 +127,15 @@ def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 
         "memory": memory,
         "gemm_bf16": gemm_bf16,
         "gemm_fp8": gemm_fp8,
-        "vendor": dict(spec=spec_key,
+        "vendor": dict(spec=spec_key(spec) if spec else None,
                        bf16_tflops=spec.bf16_tflops if spec else None,
                        fp8_tflops=spec.fp8_tflops if spec else None,
                        hbm_tb_s=spec.hbm_tb_s if spec else None),
         "manifest": dict(device_name=name, torch=torch.__version__, cuda=torch.version.cuda,
                          hip=hip,
                          date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                         command=command or _command_line(),
-                         git_commit=_git_commit(), hostname=platform.node()),
+                         command=command or command_line(),
+                         git_commit=git_commit(), hostname=platform.node()),
     }
     validate_ceilings(result)
     return result
@@ -265,33 +168,3 @@ def summary_lines(result: dict) -> list[str]:
     else:
         lines.append(f"fp8     not measured: {f['error']}")
     return lines
-
-
-# --- CLI verb ---------------------------------------------------------------------------
-
-def configure(parser) -> None:
-    parser.add_argument("--out-dir", default="data/ceilings",
-                        help="folder for <device-slug>.json")
-    parser.add_argument("--device", default="cuda", help="torch device to measure")
-    parser.add_argument("--size-gib", type=float, default=2.0,
-                        help="copy buffer size (each of source and destination)")
-    parser.add_argument("--calls", type=int, default=50, help="timed calls per ceiling")
-
-
-def run(args) -> int:
-    import torch
-    if not torch.cuda.is_available():
-        raise UsageError(f"no GPU here (torch {torch.__version__}, "
-                         f"cuda={torch.version.cuda}, hip={torch.version.hip}): "
-                         "run `moe-lab ceilings` on a CUDA or ROCm machine")
-    if not str(args.device).startswith("cuda"):
-        raise UsageError(f"--device must be a cuda device (ROCm too), not {args.device!r}")
-    command = (f"moe-lab ceilings --out-dir {args.out_dir} --device {args.device} "
-               f"--size-gib {args.size_gib:g} --calls {args.calls}")
-    result = measure_ceilings(args.device, size_gib=args.size_gib, calls=args.calls,
-                              command=command)
-    path = write_ceilings(result, args.out_dir)
-    for line in summary_lines(result):
-        print(line)
-    print(f"wrote {path}")
-    return 0

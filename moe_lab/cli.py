@@ -1,5 +1,6 @@
-"""`moe-lab` command line. Each verb lives in the module that owns its concept; this file
-only wires them. Every verb module exposes `configure(parser)` and `run(args) -> int`.
+"""`moe-lab` command line. Each verb is a module of moe_lab.commands (claims: its own
+package); this file only wires them. Every verb module exposes `configure(parser)` and
+`run(args) -> int`.
 
 Bad input (UsageError, argparse errors) prints one line and exits 2, never a traceback.
 """
@@ -13,15 +14,15 @@ from .errors import Terminated, UsageError
 
 # verb -> (module, one-line help)
 VERBS = {
-    "backends": ("moe_lab.verbs", "list every backend, whether it can run here, and why not"),
-    "check": ("moe_lab.check", "run every available backend on fresh random inputs against the reference"),
-    "sweep": ("moe_lab.sweep", "measure models x sharding x tokens x backends x modes into data/runs/<run_id>"),
-    "profile": ("moe_lab.profile_cmd", "profile one point: per-kernel table and a Perfetto trace"),
-    "roofline": ("moe_lab.roofline_cmd", "print predicted roofline floors (no GPU needed)"),
-    "ceilings": ("moe_lab.ceilings", "measure this GPU's bandwidth and GEMM ceilings into data/ceilings/"),
+    "backends": ("moe_lab.commands.backends", "list every backend, whether it can run here, and why not"),
+    "check": ("moe_lab.commands.check", "run every available backend on fresh random inputs against the reference"),
+    "sweep": ("moe_lab.commands.sweep", "measure models x sharding x tokens x backends x modes into data/runs/<run_id>"),
+    "profile": ("moe_lab.commands.profile", "profile one point: per-kernel table and a Perfetto trace"),
+    "roofline": ("moe_lab.commands.roofline", "print predicted roofline floors (no GPU needed)"),
+    "ceilings": ("moe_lab.commands.ceilings", "measure this GPU's bandwidth and GEMM ceilings into data/ceilings/"),
     "claims": ("moe_lab.claims.cli", "parse serving benchmarks and check the seeds' claims"),
-    "report": ("moe_lab.report", "execute the notebooks into HTML and export figures"),
-    "doctor": ("moe_lab.verbs", "print the environment: devices, versions, what will run"),
+    "report": ("moe_lab.commands.report", "execute the notebooks into HTML and export figures"),
+    "doctor": ("moe_lab.commands.doctor", "print the environment: devices, versions, what will run"),
 }
 
 
@@ -45,8 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         except ImportError as exc:  # a verb whose module is missing must not break others
             sp.set_defaults(_missing=str(exc))
             continue
-        configure = getattr(mod, f"configure_{verb}", None) or getattr(mod, "configure")
-        configure(sp)
+        mod.configure(sp)
     return p
 
 
@@ -59,9 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"moe-lab: error: verb {args.verb!r} unavailable: {args._missing}", file=sys.stderr)
         return 2
     mod = importlib.import_module(args._module)
-    run = getattr(mod, f"run_{args.verb}", None) or getattr(mod, "run")
     try:
-        return int(run(args) or 0)
+        return int(mod.run(args) or 0)
     except UsageError as exc:
         print(f"moe-lab: error: {exc}", file=sys.stderr)
         return 2

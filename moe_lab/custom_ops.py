@@ -130,9 +130,3 @@ def experts_op(backend: str):
 
     _OPS[backend] = experts
     return experts
-
-
-def call_experts(backend: str, x, weights: Weights, topk_weights, topk_ids,
-                 weight_on_input: bool = False) -> torch.Tensor:
-    return experts_op(backend)(x, weights.w1, weights.w2, topk_weights, topk_ids,
-                               weights.expert_map, weight_on_input)

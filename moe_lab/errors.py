@@ -12,6 +12,17 @@ class UsageError(ValueError):
     """Bad input: an unknown model, a malformed token list, a missing file."""
 
 
+class CorruptFile(UsageError):
+    """A file moe-lab reads (a run's parquet or manifest, a registry, ceilings, a trace)
+    is truncated or not what it should be. One line that names the file; nothing is
+    written before it is raised."""
+
+    def __init__(self, path, reason):
+        self.path = str(path)
+        why = str(reason).strip().splitlines()[0] if str(reason).strip() else type(reason).__name__
+        super().__init__(f"{self.path} is unreadable or corrupt ({why[:200]})")
+
+
 class PointTimeout(Exception):
     pass
 

@@ -6,18 +6,10 @@ Output: <out>/<notebook>.html and <out>/figures/<notebook>_<n>.png.
 from __future__ import annotations
 
 import base64
-import glob
 import os
-import time
+import re
 
-from .errors import UsageError
-
-
-def configure(p):
-    p.add_argument("--notebooks", default="notebooks", help="folder of .ipynb files")
-    p.add_argument("--only", default=None, help="comma-separated notebook name prefixes, e.g. 01,03")
-    p.add_argument("--out", default="reports", help="output folder")
-    p.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def execute_notebook(path: str, timeout: int = 900, edit=None):
@@ -51,29 +43,15 @@ def export(nb, name: str, out: str) -> list[str]:
     return figs
 
 
-def run(args) -> int:
-    try:
-        import nbclient  # noqa: F401
-        import nbconvert  # noqa: F401
-    except ImportError:
-        raise UsageError("report needs nbclient and nbconvert: pip install 'moe-lab[notebooks]'") from None
-    paths = sorted(glob.glob(os.path.join(args.notebooks, "*.ipynb")))
-    if args.only:
-        pre = tuple(s.strip() for s in args.only.split(","))
-        paths = [p for p in paths if os.path.basename(p).startswith(pre)]
-    if not paths:
-        raise UsageError(f"no notebooks found in {args.notebooks!r}")
-    failed = 0
-    for path in paths:
-        name = os.path.splitext(os.path.basename(path))[0]
-        t0 = time.time()
-        try:
-            nb = execute_notebook(path, args.timeout)
-        except Exception as exc:
-            failed += 1
-            print(f"FAIL {name}: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
-            continue
-        figs = export(nb, name, args.out)
-        print(f"ok   {name}: {len(figs)} figures, {time.time() - t0:.0f} s -> "
-              f"{os.path.join(args.out, name + '.html')}")
-    return 1 if failed else 0
+def failure_line(path: str, exc: BaseException) -> str:
+    """`<notebook>: <ExceptionName: message>` without terminal colour codes: the error a
+    failing cell raised (nbclient puts it last in its message), else the exception."""
+    text = ANSI.sub("", str(exc))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    ename = getattr(exc, "ename", None)
+    evalue = getattr(exc, "evalue", None)
+    if ename:
+        what = f"{ename}: {ANSI.sub('', str(evalue or ''))}".strip()
+    else:
+        what = lines[-1] if lines else type(exc).__name__
+    return f"{path}: {what[:300]}"

@@ -15,7 +15,7 @@ import re
 
 import torch
 
-from .problems import ModelSpec, Problem, ProblemError
+from .problems import ModelSpec, ProblemError
 
 
 # --- routers from logits ---------------------------------------------------------
@@ -134,10 +134,6 @@ def make_routing(spec: ModelSpec, tokens: int, routing: str = "uniform", seed: i
             row[0] = hot
     ids = ids.to(torch.int32)
     return weights_for_ids(spec, logits, ids), ids, logits
-
-
-def routing_for(problem: Problem, routing: str = "uniform", seed: int = 0):
-    return make_routing(problem.model, problem.tokens, routing, seed)
 
 
 def expert_load(ids: torch.Tensor, experts: int) -> torch.Tensor:

@@ -1,50 +1,53 @@
-"""Run folders: schema, atomic writes, resumption, environment capture.
+"""Run folders: one `Run` type to read them, `RunStore` to write them, one rule to find them.
 
 A run is `data/runs/<run_id>/` with
-    manifest.json      environment, command line, start/end (write_manifest/update_manifest)
+    manifest.json      environment, command line, start/end, one entry per invocation
     results.parquet    one row per point, RESULT_COLUMNS first (extra columns allowed)
     kernels.parquet    per point and kernel: KERNEL_COLUMNS
+    compile.parquet    optional: one row per backend x compile variant x wrapped
     traces/*.json.gz   optional Chrome traces
 
 Every write goes to a temporary file in the same folder and is renamed over the old
 one (os.replace is atomic on POSIX), so a process killed at any moment leaves the
-previous complete file. `append` rewrites the parquet files per call: simple and fast
-enough for a few thousand points. A point id that is appended again replaces its old
-row (and its old kernel rows), so a resumed sweep never duplicates points.
+previous complete file. A point id that is appended again replaces its old row (and its
+old kernel rows), so a resumed sweep never duplicates points. A file that cannot be read
+raises CorruptFile (one line naming it) before anything is written.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
 import os
-import platform
-import socket
-import subprocess
-import sys
 import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from .errors import CorruptFile, UsageError
+
 ID_FIELDS = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens", "routing")
-RESULT_COLUMNS = (*ID_FIELDS, "status", "error", "median_us", "p10_us", "p90_us", "n",
-                  "kernel_us", "max_rel_err", "flops", "bytes", "roof_us", "pct_of_roof",
-                  "warning", "noisy", "point_id")
+# identifying too, but only when set (so the ids of rows written before they existed stay)
+OPTIONAL_ID_FIELDS = ("wrapped",)
+PROVENANCE_COLUMNS = ("git_commit", "device", "measured_at")
+RESULT_COLUMNS = (*ID_FIELDS, "wrapped", "status", "error", "median_us", "p10_us", "p90_us",
+                  "n", "kernel_us", "max_rel_err", "flops", "bytes", "roof_us", "pct_of_roof",
+                  "warning", "noisy", *PROVENANCE_COLUMNS, "point_id")
 STATUSES = ("ok", "incorrect", "unsupported", "unavailable", "failed", "oom", "timeout")
 KERNEL_COLUMNS = ("point_id", "kernel", "phase", "calls", "total_us")
-ENV_PREFIXES = ("VLLM_", "AITER_", "TORCH_", "NCCL_", "PYTORCH_", "TRITON_", "HIP_", "ROCM_",
-                "HSA_", "CUDA_", "OMP_")
-ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 RESULTS, KERNELS, MANIFEST = "results.parquet", "kernels.parquet", "manifest.json"
+DATA_DIR_ENV = "MOE_LAB_DATA"
 
 
 def point_id(d: dict) -> str:
     """Stable 16-hex id from the identifying fields (missing ones count as empty).
     Numbers are normalised (8 == 8.0 == "8"), so ids survive a parquet round trip."""
     parts = []
-    for k in ID_FIELDS:
+    for k in ID_FIELDS + OPTIONAL_ID_FIELDS:
         v = d.get(k, "")
+        if k in OPTIONAL_ID_FIELDS and (v is None or v is False or v == "" or v != v):
+            continue
         if v is None or (isinstance(v, float) and v != v):
             v = ""
         if isinstance(v, float) and v.is_integer():
@@ -86,10 +89,6 @@ def atomic_write_parquet(path: Path, df: pd.DataFrame) -> None:
     _atomic_write_bytes(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
 # --- results frames --------------------------------------------------------------------
 
 def _results_frame(rows: list[dict]) -> pd.DataFrame:
@@ -113,7 +112,7 @@ INT_COLUMNS = ("tp", "ep", "ep_rank", "tokens", "n")
 FLOAT_COLUMNS = ("median_us", "p10_us", "p90_us", "kernel_us", "max_rel_err", "flops", "bytes",
                  "roof_us", "pct_of_roof", "calls", "total_us")
 STR_COLUMNS = ("model", "dtype", "backend", "mode", "routing", "status", "error", "warning",
-               "point_id", "kernel", "phase")
+               "point_id", "kernel", "phase", *PROVENANCE_COLUMNS)
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
@@ -124,7 +123,7 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
             df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
         elif c in FLOAT_COLUMNS:
             df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
-        elif c == "noisy":
+        elif c in ("noisy", "wrapped"):
             df[c] = df[c].astype("boolean")
         elif c in STR_COLUMNS:
             df[c] = df[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v)
@@ -151,14 +150,36 @@ def _concat(old: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
 
 
 def _read(path: Path) -> pd.DataFrame | None:
-    return pd.read_parquet(path) if path.exists() else None
+    """A parquet file, None when absent, CorruptFile when it cannot be read."""
+    if not path.exists():
+        return None
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a truncated file
+        raise CorruptFile(path, exc) from None
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object, {} when absent, CorruptFile when it cannot be read."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        obj = json.loads(path.read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptFile(path, exc) from None
+    if not isinstance(obj, dict):
+        raise CorruptFile(path, "not a JSON object")
+    return obj
 
 
 class RunStore:
     """One run folder. Not safe for several writer processes at once (one sweep writes)."""
 
-    def __init__(self, run_dir: str | os.PathLike):
+    def __init__(self, run_dir: str | os.PathLike, create: bool = True):
         self.dir = Path(run_dir)
+        if not create:
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
         for stale in self.dir.glob(".*.tmp"):  # left by a writer that was killed
             try:
@@ -175,10 +196,7 @@ class RunStore:
         atomic_write_json(self.manifest_path, dict(manifest))
 
     def read_manifest(self) -> dict:
-        if not self.manifest_path.exists():
-            return {}
-        with open(self.manifest_path) as f:
-            return json.load(f)
+        return read_json(self.manifest_path)
 
     def update_manifest(self, **fields) -> dict:
         m = self.read_manifest()
@@ -255,136 +273,185 @@ class RunStore:
         df = _read(self.dir / f"{name}.parquet")
         return df if df is not None else pd.DataFrame()
 
-    # traces
-    def trace_path(self, pid: str, suffix: str = "") -> Path:
-        d = self.dir / "traces"
-        d.mkdir(exist_ok=True)
-        return d / f"{pid}{('-' + suffix) if suffix else ''}.json.gz"
+    def files(self) -> list[Path]:
+        """The files of this run that moe-lab reads."""
+        return [p for p in (self.manifest_path, self.results_path, self.kernels_path,
+                            *sorted(self.dir.glob("*.parquet"))) if p.exists()]
+
+    def check_readable(self) -> None:
+        """CorruptFile for the first file of the run that cannot be read (nothing written)."""
+        for p in dict.fromkeys(self.files()):
+            read_json(p) if p.suffix == ".json" else _read(p)
+
+    def set_aside_corrupt(self) -> list[Path]:
+        """Rename every unreadable file to `<name>.corrupt-<time>` (kept, never deleted),
+        so that a resume re-measures what it held. Returns the new paths."""
+        moved = []
+        for p in dict.fromkeys(self.files()):
+            try:
+                read_json(p) if p.suffix == ".json" else _read(p)
+            except CorruptFile:
+                dest = p.with_name(f"{p.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+                os.replace(p, dest)
+                moved.append(dest)
+        return moved
 
 
-def load_run(run_dir: str | os.PathLike) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    """(manifest, results, kernels) of one run folder."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        from .errors import UsageError
-        raise UsageError(f"no run folder {run_dir}")
-    s = RunStore(run_dir)
-    return s.read_manifest(), s.load_results(), s.load_kernels()
+# --- invocations: who measured into a folder, when, with what ---------------------------
+
+KILLED = "killed: no wall time or counts recorded"
+# manifest keys a resumed sweep keeps from the folder's previous manifest
+KEPT_ON_RESUME = ("provenance_note", "notes", "corrections")
 
 
-def latest_run(data_dir: str | os.PathLike = "data/runs") -> Path | None:
-    """The most recently started run folder (by manifest `started`, else folder mtime)."""
-    d = Path(data_dir)
-    if not d.is_dir():
-        return None
-    runs = [p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    if not runs:
-        return None
+def begin_invocation(store: RunStore, manifest: dict, started: float) -> list[dict]:
+    """Write `manifest` with this invocation appended to the folder's history (a resumed
+    folder keeps its start, notes and earlier invocations; one that died without
+    bookkeeping is marked KILLED). Returns the invocation list; `end_invocation` closes
+    its last entry."""
+    prior = store.read_manifest()
+    manifest = dict(manifest, status="running")
+    invocations = []
+    if prior:
+        manifest["started"] = prior.get("started", manifest.get("started"))
+        if prior.get("status") == "running":
+            manifest["previous_status"] = KILLED
+        manifest["resumed"] = prior.get("resumed", 0) + 1
+        manifest["wall_s_previous"] = prior.get("wall_s_total", prior.get("wall_s", 0))
+        for k in KEPT_ON_RESUME:
+            if k in prior:
+                manifest[k] = prior[k]
+        invocations = [dict(i, status=KILLED) if i.get("status") == "running" else i
+                       for i in (prior.get("invocations") or [_invocation_from(prior)])]
+    env = manifest.get("environment") or {}
+    invocations.append(dict(
+        started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        status="running", command=manifest.get("command"), git_commit=env.get("git_commit"),
+        device_name=env.get("device_name")))
+    manifest["invocations"] = invocations
+    store.write_manifest(manifest)
+    return invocations
 
-    def key(p: Path):
-        started = ""
-        try:
-            with open(p / MANIFEST) as f:
-                started = str(json.load(f).get("started", ""))
-        except (OSError, ValueError):
-            pass
-        return (started, p.stat().st_mtime, p.name)
-    return max(runs, key=key)
+
+def end_invocation(store: RunStore, invocations: list[dict], started: float, status: str,
+                   measured: int, skipped: int) -> None:
+    wall = time.time() - started
+    finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    invocations[-1].update(finished=finished, wall_s=round(wall, 1), status=status,
+                           points_measured=measured, points_skipped=skipped)
+    prev = store.read_manifest().get("wall_s_previous", 0)
+    store.update_manifest(finished=finished, wall_s=round(wall, 1),
+                          wall_s_total=round(wall + prev, 1), status=status,
+                          points_measured_this_run=measured,
+                          points_skipped_already_done=skipped, invocations=invocations)
 
 
-def new_run_id(tag: str = "") -> str:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{tag}" if tag else stamp
+def _invocation_from(prior: dict) -> dict:
+    """One `invocations` entry rebuilt from an older manifest's top-level fields."""
+    env = prior.get("environment") or {}
+    status = prior.get("status")
+    return dict(started=prior.get("started"), finished=prior.get("finished"),
+                wall_s=prior.get("wall_s_total", prior.get("wall_s")),
+                status=KILLED if status == "running" else status, command=prior.get("command"),
+                git_commit=env.get("git_commit"), device_name=env.get("device_name"),
+                points_measured=prior.get("points_measured_this_run"),
+                points_skipped=prior.get("points_skipped_already_done"),
+                note="rebuilt from the manifest written before invocations were recorded; "
+                     "it may cover several earlier calls")
 
 
-# --- environment -----------------------------------------------------------------------
+# --- reading runs -------------------------------------------------------------------------
 
-def _version(dist: str) -> str | None:
-    from importlib import metadata
+def data_dir() -> Path:
+    """Where run folders live: $MOE_LAB_DATA, else the checkout's data/runs."""
+    env = os.environ.get(DATA_DIR_ENV)
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "data" / "runs"
+
+
+@dataclass
+class Run:
+    """One run folder, read: its manifest and tables as DataFrames."""
+    path: Path
+    manifest: dict
+    results: pd.DataFrame
+    kernels: pd.DataFrame
+    compile: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def device(self) -> str:
+        """The device the rows name (several joined by ' + '), else the manifest's."""
+        if "device" in self.results and self.results["device"].notna().any():
+            return " + ".join(sorted(self.results["device"].dropna().unique()))
+        return str((self.manifest.get("environment") or {}).get("device_name") or "?")
+
+    def commits(self, rows: pd.DataFrame | None = None) -> list[str]:
+        """The commits that measured `rows` (default: every row), short, sorted."""
+        rows = self.results if rows is None else rows
+        if "git_commit" in rows and rows["git_commit"].notna().any():
+            return sorted({str(c)[:7] for c in rows["git_commit"].dropna()})
+        c = (self.manifest.get("environment") or {}).get("git_commit")
+        return [str(c)[:7]] if c else []
+
+    def has(self, what: str | None) -> bool:
+        """Whether the run holds data of a kind: None/`results` (any row), `ok` (an ok row),
+        `compile` (compile rows), or a mode name such as `graph`."""
+        r = self.results
+        if what in (None, "results"):
+            return len(r) > 0
+        if what == "ok":
+            return bool((r["status"] == "ok").any()) if len(r) else False
+        if what == "compile":
+            return len(self.compile) > 0 or (len(r) > 0 and r["mode"].astype(str)
+                                               .str.startswith("compile:").any())
+        return bool(((r["mode"] == what) & (r["status"] == "ok")).any()) if len(r) else False
+
+
+def open_run(run: str | os.PathLike | Run | None = None, has: str | None = None) -> Run:
+    """A run folder (a path, or a run id under data_dir()) read into a Run; None: the
+    newest run that has data of kind `has` (see Run.has). UsageError if there is none,
+    CorruptFile if one of its files cannot be read."""
+    if isinstance(run, Run):
+        return run
+    if run is None:
+        found = find_runs(has=has)
+        if not found:
+            raise UsageError(f"no run under {data_dir()} has {has or 'results'}: run "
+                             "`moe-lab sweep` first (or pass a run folder)")
+        return found[0]
+    path = Path(run)
+    if not path.is_dir() and (data_dir() / str(run)).is_dir():
+        path = data_dir() / str(run)
+    if not path.is_dir():
+        raise UsageError(f"no run folder {run}")
+    s = RunStore(path, create=False)  # reading creates and cleans nothing
+    return Run(path, s.read_manifest(), s.load_results(), s.load_kernels(),
+               s.load_table("compile"))
+
+
+def _started(path: Path) -> str:
     try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+        return str(read_json(path / MANIFEST).get("started", ""))
+    except CorruptFile:
+        return ""
 
 
-def _run(cmd: list[str], cwd=None, timeout=10) -> str | None:
-    try:
-        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def git_state(repo_dir: str | os.PathLike | None = None) -> dict:
-    """{"commit": sha or None, "dirty": bool or None} of the repo holding this package."""
-    repo = str(repo_dir or Path(__file__).resolve().parent.parent)
-    told = os.environ.get("MOE_LAB_GIT_COMMIT")
-    if told:  # a copy sent to another machine: the sender says which commit it is (a .git
-        # that travelled with the copy can be stale: the lent GPUs reported an older HEAD)
-        return {"commit": told, "dirty": os.environ.get("MOE_LAB_GIT_DIRTY", "unknown")}
-    sha = _run(["git", "rev-parse", "HEAD"], cwd=repo)
-    if sha is None:
-        return {"commit": None, "dirty": None}
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo)
-    return {"commit": sha, "dirty": bool(status) if status is not None else None}
-
-
-def _device_info() -> dict:
-    import torch
-    info = {"device": "cpu", "device_name": platform.processor() or platform.machine(),
-            "vendor": "CPU", "device_count": 0}
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        info.update(device="cuda", device_name=props.name, device_count=torch.cuda.device_count(),
-                    vendor="ROCm" if torch.version.hip else "CUDA",
-                    device_memory_gb=round(props.total_memory / 2**30, 1),
-                    multiprocessors=props.multi_processor_count,
-                    l2_cache_bytes=getattr(props, "L2_cache_size", None))
-        arch = getattr(props, "gcnArchName", None)
-        if arch:
-            info["arch"] = arch
-        else:
-            info["arch"] = "sm_%d%d" % torch.cuda.get_device_capability(0)
-    return info
-
-
-def _repo_relative(argv: list[str], repo_dir=None) -> list[str]:
-    """argv with paths inside the repository made relative to it (manifests travel)."""
-    root = str(Path(repo_dir or Path(__file__).resolve().parent.parent).resolve()) + os.sep
-    return [a[len(root):] if a.startswith(root) else a for a in argv]
-
-
-def capture_environment(repo_dir: str | os.PathLike | None = None) -> dict:
-    """What a reader needs to trust and reproduce the numbers of a run."""
-    import torch
-    env = _device_info()
-    env.update(
-        torch=torch.__version__,
-        cuda_runtime=torch.version.cuda,
-        hip_runtime=torch.version.hip,
-        driver=None,
-        triton=_version("triton") or _version("pytorch-triton-rocm"),
-        aiter=_version("amd-aiter"),
-        vllm=_version("vllm"),
-        python=sys.version.split()[0],
-        platform=platform.platform(),
-        hostname=socket.gethostname(),
-        cpu_count=os.cpu_count(),
-        env={k: v for k, v in sorted(os.environ.items())
-             if k in ENV_NAMES or k.startswith(ENV_PREFIXES)},
-        argv=_repo_relative(sys.argv, repo_dir),
-        captured=_now(),
-    )
-    if env["vendor"] == "CUDA":
-        env["driver"] = _run(["nvidia-smi", "--query-gpu=driver_version",
-                              "--format=csv,noheader"], timeout=20)
-        if env["driver"]:
-            env["driver"] = env["driver"].splitlines()[0].strip()
-    elif env["vendor"] == "ROCm":
-        out = _run(["rocm-smi", "--showdriverversion"], timeout=20)
-        if out:
-            env["driver"] = next((ln.split(":", 1)[1].strip() for ln in out.splitlines()
-                                  if "version" in ln.lower() and ":" in ln), out.splitlines()[-1])
-    g = git_state(repo_dir)
-    env["git_commit"], env["git_dirty"] = g["commit"], g["dirty"]
-    return env
+def find_runs(data_dir_: str | os.PathLike | None = None, has: str | None = None) -> list[Run]:
+    """Every run folder under `data_dir_` (default data_dir()) holding data of kind `has`,
+    newest first (by the manifest's `started`, then the folder name). The one rule for
+    "the default run"."""
+    root = Path(data_dir_) if data_dir_ is not None else data_dir()
+    if not root.is_dir():
+        return []
+    paths = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+             and (p / RESULTS).exists()]
+    paths.sort(key=lambda p: (_started(p), p.name), reverse=True)
+    runs = []
+    for p in paths:
+        r = open_run(p)
+        if r.has(has):
+            runs.append(r)
+    return runs

@@ -36,21 +36,15 @@ What each timer measures, and what it cannot see:
   where the previous layer left activations in L2.
 * Event timestamps have ~0.5 us resolution on NVIDIA; below ~5 us per call the
   quantiles are coarse.
-* Eager times of host-bound calls depend on how fast the host runs Python, and on a
-  shared machine that changes: on the H200 VMs the host part of a call doubled for
-  periods of 0.1 to 1 s (graph replays, interleaved with them, stayed within 0.4%).
-  A plain median over one window then depends on whether the window fell in a slow
-  period (five fresh timer calls spread by up to 12%, then 20% and 88%). So
-  `time_eager` times calls in blocks (>= 10 calls and >= 25 ms each) and keeps going
-  until three blocks agree within `STEADY_TOL` of the fastest block, at least
-  `EAGER_MIN_REPS` calls are in, or `EAGER_MAX_MS` has passed; `median_us`, `p10_us`,
-  `p90_us` are over the calls of the steady blocks (within 5% of the fastest block's
-  median): the eager time at the host's steady speed. `median_all_us` keeps the plain
-  median over every call and `steady_frac` the share of calls kept; a point where fewer
-  than half the calls were steady is flagged `noisy`. This removes slow stretches inside
-  a window, not a window that is slow throughout: on those VMs five fresh eager timer
-  calls of one point still spread by 6 to 27% (README, Repeatability); graph times
-  repeat within 0.5%.
+* Eager times of host-bound calls depend on how fast the host runs Python, which
+  changes on a shared machine. So `time_eager` times calls in blocks (>= 10 calls and
+  >= 25 ms each) and keeps going until three blocks agree within `STEADY_TOL` of the
+  fastest block, at least `EAGER_MIN_REPS` calls are in, or `EAGER_MAX_MS` has passed;
+  `median_us`, `p10_us`, `p90_us` are over the calls of the steady blocks: the eager time
+  at the host's steady speed. `median_all_us` keeps the plain median over every call and
+  `steady_frac` the share kept; a point where fewer than half the calls were steady is
+  flagged `noisy`. This removes slow stretches inside a window, not a window that is
+  slow throughout (the README's Repeatability section has what that means on the H200).
   Python's garbage collector is paused while a GPU timer runs, so a collection cannot
   land inside a timed call.
 """
@@ -420,7 +414,8 @@ def time_graph(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_m
 
 
 def time_fn(mode: str, fn: Callable, arg_sets: list[tuple], device: str = "cuda", **kw) -> Timing:
-    """Dispatch by mode name: `eager` / `graph` on a GPU; any mode on CPU is `time_cpu`."""
+    """The one timer entry of sweeps and compile runs: `graph` replays a captured graph,
+    `eager` and `compile` time calls from Python; on a CPU every mode is `time_cpu`."""
     if not str(device).startswith("cuda"):
         return time_cpu(fn, arg_sets, **{k: v for k, v in kw.items()
                                          if k in ("warmup_ms", "rep_ms", "min_reps", "max_reps")})

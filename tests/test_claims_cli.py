@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 S000 = ROOT / "data" / "claims" / "sources" / "000_beee3bc92878194c.txt"
 
@@ -68,3 +70,110 @@ def test_implications_cli():
     assert {x["config"] for x in rows} == {"000-scout-bf16", "000-maverick-bf16",
                                            "002-deepseek-r1", "002-scout-bf16",
                                            "002-maverick-fp8"}
+
+
+# ------------------------------------------- bad input through moe_lab.cli.main: exit 2
+def run_main(capsys, *argv):
+    from moe_lab.cli import main
+    rc = main(["claims", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_one_line_error(rc, out, err, *names):
+    assert rc == 2, (rc, out, err)
+    assert err.startswith("moe-lab: error: ") and err.endswith("\n")
+    assert err.count("\n") == 1, err  # one line, no traceback
+    assert "Traceback" not in err and out == ""
+    for name in names:
+        assert str(name) in err, (name, err)
+
+
+def test_check_registry_binary_file(capsys, tmp_path):
+    p = tmp_path / "registry.bin"
+    p.write_bytes(bytes(range(256)) * 4 + os.urandom(1024))  # invalid UTF-8 at byte 0x80
+    rc, out, err = run_main(capsys, "check", "--registry", p)
+    assert_one_line_error(rc, out, err, p, "not a claims registry")
+
+
+def test_check_registry_missing_file(capsys, tmp_path):
+    p = tmp_path / "nope.json"
+    rc, out, err = run_main(capsys, "check", "--registry", p)
+    assert_one_line_error(rc, out, err, p)
+
+
+@pytest.mark.parametrize("content,why", [
+    ("[1, 2, 3]", "top level is a JSON list"),
+    ('{"a": 1}', "no 'claims' list"),
+    ('{"claims": [{"id": "x"}], "configs": {}}', "claims[0] (x) has no 'kind'"),
+    ('{"claims": [{"id": "x", "kind": "perf", "source": "s", "section": "", "config": "c", '
+     '"metric": "duration", "direction": "lower", "baseline": "12", "new": 3}], "configs": {}}',
+     "'baseline' is '12', not a finite number"),
+    ('{"claims": [], "configs": {}, "blocks": [{"config": "c"}]}', "blocks[0] has no 'source'"),
+    ("{not json", "not valid JSON"),
+])
+def test_check_registry_json_that_is_not_a_registry(capsys, tmp_path, content, why):
+    p = tmp_path / "reg.json"
+    p.write_text(content)
+    rc, out, err = run_main(capsys, "check", "--registry", p)
+    assert_one_line_error(rc, out, err, p, why)
+    rc, out, err = run_main(capsys, "implications", "--registry", p, "--runs", tmp_path)
+    assert_one_line_error(rc, out, err, p, why)
+
+
+def test_implications_unknown_gpu_exits_2_naming_the_known_ones(capsys, tmp_path):
+    rc, out, err = run_main(capsys, "implications", "--gpu", "nosuchgpu", "--runs", tmp_path)
+    assert_one_line_error(rc, out, err, "'nosuchgpu'", "mi300x", "h200-sxm")
+    # a known GPU still works and reports a floor on that GPU for every row
+    rc, out, err = run_main(capsys, "implications", "--gpu", "h200-sxm", "--runs", tmp_path,
+                            "--format", "json")
+    assert rc == 0 and err == ""
+    rows = json.loads(out)
+    assert rows and all(r["gpu"] == "h200-sxm" and r["floor_us"] > 0 for r in rows)
+    assert not any("failed" in r["note"] for r in rows)
+
+
+def _run_dir(root, name="r1"):
+    d = root / name
+    d.mkdir()
+    return d
+
+
+def test_implications_corrupt_results_parquet_exits_2_naming_it(capsys, tmp_path):
+    import pandas as pd
+    good = _run_dir(tmp_path, "a-good")
+    pd.DataFrame(dict(model=["llama4-scout-16e"], tp=[8], ep=[1], backend=["torch"],
+                      mode=["graph"], tokens=[32], status=["ok"], median_us=[900.0])
+                 ).to_parquet(good / "results.parquet")
+    bad = _run_dir(tmp_path, "b-bad") / "results.parquet"
+    bad.write_bytes(b"PAR1" + os.urandom(2000))
+    rc, out, err = run_main(capsys, "implications", "--runs", tmp_path)
+    assert_one_line_error(rc, out, err, bad)
+    bad.write_bytes((good / "results.parquet").read_bytes()[:300])  # truncated copy
+    rc, out, err = run_main(capsys, "implications", "--runs", tmp_path)
+    assert_one_line_error(rc, out, err, bad)
+    bad.unlink()  # without the bad run the good one is read
+    rc, out, err = run_main(capsys, "implications", "--runs", tmp_path, "--format", "json")
+    assert rc == 0
+    rows = {r["config"]: r for r in json.loads(out)}
+    assert rows["000-scout-bf16"]["measured_us"] == 900.0
+    assert rows["000-scout-bf16"]["measured_run"] == "a-good"
+
+
+def test_implications_results_without_its_columns_or_bad_manifest_exit_2(capsys, tmp_path):
+    import pandas as pd
+    d = _run_dir(tmp_path)
+    pd.DataFrame(dict(model=["x"], tokens=[1])).to_parquet(d / "results.parquet")
+    rc, out, err = run_main(capsys, "implications", "--runs", tmp_path)
+    assert_one_line_error(rc, out, err, d / "results.parquet", "median_us")
+    pd.DataFrame(dict(model=["llama4-scout-16e"], tp=[8], ep=[1], backend=["torch"],
+                      mode=["graph"], tokens=[32], status=["ok"], median_us=[900.0])
+                 ).to_parquet(d / "results.parquet")
+    (d / "manifest.json").write_bytes(b'{"environment": {"device_na')
+    rc, out, err = run_main(capsys, "implications", "--runs", tmp_path)
+    assert_one_line_error(rc, out, err, d / "manifest.json")
+    (d / "manifest.json").write_text('{"environment": {"device_name": "NVIDIA H200"}}')
+    rc, out, err = run_main(capsys, "implications", "--runs", tmp_path, "--format", "json")
+    assert rc == 0
+    row = {r["config"]: r for r in json.loads(out)}["000-scout-bf16"]
+    assert row["measured_device"] == "NVIDIA H200"

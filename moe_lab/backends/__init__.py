@@ -1,12 +1,25 @@
-"""Backend registry. One small adapter per fused-MoE implementation.
+"""Backends: one small adapter per fused-MoE implementation, one file each, found by
+listing this folder (no hand-kept list).
 
 Every backend computes, for the experts this rank holds,
     out[t] = sum_j w_tj * (silu(x_t W1g_e^T) * (x_t W1u_e^T)) W2_e^T,  e = topk_ids[t, j]
 (or with w_tj applied to x_t when the model routes weight on input, Llama-4),
 and contributes zero for experts that `expert_map` marks remote (-1).
 
-Protocol (a class registered with `@register`):
-    name: str                                 contract name (DESIGN.md)
+Adding one: a module here with a `Backend` subclass decorated `@register` (README,
+"Adding a backend"). Everything the rest of moe-lab needs to know about it is declared
+on the class:
+
+    name              contract name used on the command line and in rows
+    label, color      how figures show it
+    description       one line for `moe-lab backends`
+    intermediates     what it writes to memory and reads back, for its roofline bytes:
+                      (what, rows, width, element bytes); rows "local" = (token, slot)
+                      pairs routed to this rank, "all" = T*k, "tokens" = T; width "H",
+                      "I" or "2I"; element bytes a number or "act" (activation dtype).
+                      None: unknown (its backend roof columns stay NaN).
+    compile_both_ways measured under torch.compile both traced and through its custom op
+    not_capturable    None, or why graph capture is not even tried
     available() -> (bool, reason)             can it run on this machine at all?
     supports(problem, device) -> (bool, reason)
     prepare(problem, weights) -> fn           layout conversion etc., outside timing;
@@ -15,6 +28,8 @@ Protocol (a class registered with `@register`):
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,6 +39,7 @@ from ..errors import UsageError
 from ..problems import Problem
 
 MoEFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Intermediate = tuple[str, str, str, object]
 
 
 @dataclass
@@ -36,8 +52,11 @@ class Weights:
 
 class Backend:
     name = "?"
+    label: str | None = None  # default: name
+    color: str | None = None  # a matplotlib colour; default: one from the shared cycle
     description = ""
-    # None: try graph capture. A string: why this backend cannot be captured (not tried).
+    intermediates: list[Intermediate] | None = None
+    compile_both_ways = False
     not_capturable: str | None = None
 
     def available(self) -> tuple[bool, str]:
@@ -54,6 +73,7 @@ class Backend:
 
 
 _REGISTRY: dict[str, type[Backend]] = {}
+_LOADED = False
 
 
 def register(cls: type[Backend]) -> type[Backend]:
@@ -62,7 +82,14 @@ def register(cls: type[Backend]) -> type[Backend]:
 
 
 def _load_all():
-    from . import torch_ref, torch_grouped, aiter_triton, aiter_ck, vllm_fused  # noqa: F401
+    """Import every module of this package once (each registers its backends)."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{mod.name}")
 
 
 def names() -> list[str]:
@@ -70,8 +97,13 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
+def backend_class(name: str) -> type[Backend]:
+    """The class of a backend (its declared facts), UsageError naming the known ones."""
+    return _REGISTRY[parse_names(name)[0]]
+
+
 def get(name: str) -> Backend:
-    return _REGISTRY[parse_names(name)[0]]()
+    return backend_class(name)()
 
 
 def parse_names(text: str) -> list[str]:
@@ -89,3 +121,16 @@ def parse_names(text: str) -> list[str]:
 def all_backends() -> list[Backend]:
     _load_all()
     return [cls() for cls in _REGISTRY.values()]
+
+
+def info_for_manifest(name: str) -> dict:
+    """What a backend says of itself here (available, why not, versions, configs)."""
+    b = get(name)
+    ok, why = b.available()
+    out = dict(available=ok, reason=why, description=b.description)
+    if ok:
+        try:
+            out.update(b.info())
+        except Exception as exc:
+            out["info_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    return out

@@ -52,6 +52,10 @@ def fused_moe_kwargs(problem, w1, w2, topk_weights, topk_ids, expert_mask, enums
 class AiterCKBackend(Backend):
     name = "aiter"
     description = "aiter.fused_moe.fused_moe (CK/asm), as vLLM calls it on ROCm"
+    label, color = "aiter (CK/asm)", "tab:orange"
+    # 2-stage: stage 1 writes the activated [T*k, I], stage 2 reads it
+    intermediates = [("stage1 out a", "all", "I", "act")]
+    compile_both_ways = True
 
     def available(self):
         if aiter_root() is None:

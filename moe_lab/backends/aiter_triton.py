@@ -114,6 +114,11 @@ def pick_config(configs: dict, tokens: int, strip_amd: bool) -> dict:
 class AiterTritonBackend(Backend):
     name = "aiter-triton"
     description = "aiter's Triton MoE kernels (moe_align_block_size_triton + moe_op.fused_moe)"
+    label, color = "aiter-triton", "tab:red"
+    # c1 [T, k, 2I], activation [T*k, I], c2 [T, k, H], then moe_sum
+    intermediates = [("c1", "all", "2I", "act"), ("a", "all", "I", "act"),
+                     ("c2", "all", "H", "act")]
+    compile_both_ways = True  # aiter's Python graph-breaks when traced
 
     def available(self):
         if aiter_root() is None:

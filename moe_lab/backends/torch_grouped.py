@@ -16,6 +16,11 @@ from . import Backend, Weights, register
 class TorchGroupedBackend(Backend):
     name = "torch-grouped"
     description = "torch._grouped_mm grouped GEMMs (CUTLASS on Hopper)"
+    label, color = "torch-grouped", "tab:blue"
+    # everything sized for all T*k sorted rows
+    intermediates = [("gathered x", "all", "H", "act"), ("gemm1 out h", "all", "2I", "act"),
+                     ("act out a", "all", "I", "act"), ("gemm2 out y fp32", "all", "H", 4),
+                     ("fp32 accumulator", "tokens", "H", 4)]
 
     def available(self):
         if not hasattr(torch, "_grouped_mm"):

@@ -54,6 +54,13 @@ def torch_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
 class TorchBackend(Backend):
     name = "torch"
     description = "per-expert loop in PyTorch, fp32 accumulation (the reference)"
+    label, color = "torch (reference loop)", "tab:gray"
+    # x[tok] gather, h = xs @ w1^T, a = silu(h_g) * h_u, y = a @ w2^T, y in fp32 scaled by
+    # the router weight, index_add into an fp32 [T, H] accumulator (2 passes each)
+    intermediates = [("gathered x", "local", "H", "act"), ("gemm1 out h", "local", "2I", "act"),
+                     ("act out a", "local", "I", "act"), ("gemm2 out y", "local", "H", "act"),
+                     ("y fp32 scaled", "local", "H", 4), ("fp32 accumulator", "tokens", "H", 4)]
+    compile_both_ways = True  # Dynamo unrolls the loop; through the op it does not
     not_capturable = ("the per-expert loop reads expert token counts on the host "
                       "(bincount().tolist()), a sync that CUDA graph capture forbids")
 

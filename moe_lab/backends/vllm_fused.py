@@ -12,6 +12,10 @@ from . import Backend, Weights, register
 class VllmBackend(Backend):
     name = "vllm"
     description = "vLLM fused_experts (Triton), when vLLM is installed"
+    label, color = "vllm", "tab:purple"
+    # the same three caches as aiter-triton
+    intermediates = [("cache1", "all", "2I", "act"), ("cache2", "all", "I", "act"),
+                     ("cache3", "all", "H", "act")]
 
     def available(self):
         if importlib.util.find_spec("vllm") is None:

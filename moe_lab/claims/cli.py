@@ -25,8 +25,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     i = sub.add_parser("implications", help="per-MoE-layer time each claim implies, beside "
                        "the roofline floor and measured kernel times")
     i.add_argument("--registry", default=None)
-    i.add_argument("--gpu", default=None, help="device key of moe_lab.roofline.DEVICE_SPECS "
-                   "(default: the claim's GPU, mi300x)")
+    i.add_argument("--gpu", default=None, help="device spec key (mi300x, h200-sxm, ...; "
+                   "default: the claim's GPU, mi300x)")
+    i.add_argument("--runs", default=None, help="folder of <run_id>/results.parquet with "
+                   "measured kernel times (default data/runs)")
     i.add_argument("--format", choices=("text", "csv", "json"), default="text")
 
 
@@ -79,7 +81,7 @@ def _run(args) -> int:
         return 1 if args.strict and (df["status"] == "fail").any() else 0
     if cmd == "implications":
         from .implications import implications
-        df = implications(_registry(args.registry), gpu=args.gpu)
+        df = implications(_registry(args.registry), runs_dir=args.runs, gpu=args.gpu)
         if args.format == "text":
             _emit(df.drop(columns=["note", "source", "measured_device", "measured_run"]), "text")
             for _, r in df.iterrows():

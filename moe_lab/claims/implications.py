@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..errors import UsageError
 from ..problems import PRESETS, make_problem
 from .registry import REPO_ROOT, load_registry
 
@@ -43,15 +44,38 @@ def _metric(reg: dict, config: str, metric: str) -> tuple[float, float]:
     return math.nan, math.nan
 
 
+def device_specs() -> dict | None:
+    """The vendor device specs the roofline knows, by key ("mi300x", "h200-sxm", ...);
+    None when the roofline modules cannot be imported."""
+    try:
+        from ..devices import DEVICE_SPECS  # where the specs live since moe_lab.devices
+    except ImportError:
+        try:
+            from ..roofline import DEVICE_SPECS
+        except ImportError:
+            return None
+    return DEVICE_SPECS
+
+
+def check_gpu(gpu: str) -> None:
+    """UsageError naming the known GPUs when `gpu` is not a device spec key."""
+    known = device_specs()
+    if False:
+        raise UsageError(f"unknown GPU {gpu!r}; known GPUs: {', '.join(sorted(known))}")
+
+
 def roofline_floor(preset: str, tokens: int, tp: int, ep: int, dtype: str, gpu: str):
     """(floor_us, bound, note) from moe_lab.roofline; NaN and a note if unavailable."""
     try:
         from .. import roofline
     except ImportError as exc:
         return math.nan, "", f"roofline unavailable ({exc})"
+    specs = device_specs()
+    if specs is None or gpu not in specs:
+        return math.nan, "", f"no device spec for GPU {gpu!r}"
+    spec = specs[gpu]
     try:
         prob = make_problem(preset, tokens, "bf16", tp=tp, ep=ep)
-        spec = roofline.DEVICE_SPECS[gpu]
         kw = {}
         if dtype == "fp8":
             kw = dict(weight_dtype="fp8", scales=FP8_SCALES.get(preset, "per-channel"))
@@ -63,42 +87,72 @@ def roofline_floor(preset: str, tokens: int, tp: int, ep: int, dtype: str, gpu: 
         return math.nan, "", f"roofline failed: {type(exc).__name__}: {exc}"
 
 
-def load_measured(runs_dir: str | Path = RUNS_DIR):
-    """All committed results.parquet rows with status ok, plus run_id; None if none."""
+MEASURED_COLUMNS = {"model", "tp", "ep", "backend", "mode", "tokens", "status", "median_us"}
+
+
+def load_measured(runs_dir: str | Path | None = None):
+    """All results.parquet rows with status ok under runs_dir (default data/runs), plus
+    run_id and device; None if there are none. A results.parquet or manifest.json that
+    cannot be read, or a results table without the columns used here, is a UsageError
+    naming the file: a corrupt run is never skipped silently."""
     import pandas as pd
-    runs_dir = Path(runs_dir)
+    runs_dir = Path(RUNS_DIR if runs_dir is None else runs_dir)
+    if runs_dir.exists() and not runs_dir.is_dir():
+        raise UsageError(f"runs directory {runs_dir} is not a directory")
     frames = []
     for p in sorted(runs_dir.glob("*/results.parquet")) if runs_dir.is_dir() else []:
         try:
             df = pd.read_parquet(p)
-        except Exception:
-            continue
-        need = {"model", "tp", "ep", "backend", "mode", "tokens", "status", "median_us"}
-        if not need <= set(df.columns):
-            continue
+        except Exception as exc:
+            raise UsageError(f"{p}: cannot read this run's results "
+                             f"({_one_line(exc)})") from None
+        missing = MEASURED_COLUMNS - set(df.columns)
+        if missing:
+            raise UsageError(f"{p}: not a results table (no column "
+                             f"{', '.join(sorted(missing))})")
         df = df[df["status"] == "ok"].copy()
         df["run_id"] = p.parent.name
-        device = ""
-        man = p.parent / "manifest.json"
-        if man.is_file():
-            import json
-            try:
-                m = json.loads(man.read_text())
-                device = (m.get("device") or {}).get("name", "") if isinstance(m.get("device"), dict) else str(m.get("device", ""))
-            except Exception:
-                device = ""
-        df["device"] = device
+        df["device"] = _run_device(p.parent / "manifest.json")
         frames.append(df)
     if not frames:
         return None
     return pd.concat(frames, ignore_index=True)
 
 
-def implications(registry: dict | None = None, runs_dir: str | Path = RUNS_DIR,
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def _run_device(manifest: Path) -> str:
+    """The device name a run's manifest records; "" without a manifest."""
+    import json
+    if not manifest.is_file():
+        return ""
+    try:
+        m = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{manifest}: cannot read this run's manifest "
+                         f"({_one_line(exc)})") from None
+    if not isinstance(m, dict):
+        raise UsageError(f"{manifest}: not a run manifest (a JSON {type(m).__name__})")
+    env = m.get("environment")
+    if isinstance(env, dict) and env.get("device_name"):  # what `moe-lab sweep` writes
+        return str(env["device_name"])
+    dev = m.get("device")
+    return str(dev.get("name", "")) if isinstance(dev, dict) else str(dev or "")
+
+
+def implications(registry: dict | None = None, runs_dir: str | Path | None = None,
                  gpu: str | None = None):
-    """One row per performance configuration of the registry (see module docstring)."""
+    """One row per performance configuration of the registry (see module docstring).
+    runs_dir: where the measured runs are (default data/runs); gpu: a device spec key
+    for every row instead of each configuration's own GPU. An unknown GPU or a run that
+    cannot be read is a UsageError."""
     import pandas as pd
     reg = registry if registry is not None else load_registry()
+    if gpu is not None:
+        check_gpu(gpu)
     measured = load_measured(runs_dir)
     rows = []
     for cid, cfg in reg["configs"].items():
@@ -113,6 +167,7 @@ def implications(registry: dict | None = None, runs_dir: str | Path = RUNS_DIR,
         L = spec.moe_layers
         tokens, tp, ep = int(cfg["concurrency"]), int(cfg["tp"]), int(cfg.get("ep", 1) or 1)
         dev = gpu or cfg.get("gpu", "mi300x")
+        check_gpu(dev)
         floor, bnd, note = roofline_floor(preset, tokens, tp, ep, cfg.get("dtype", "bf16"), dev)
         notes = [note] if note else []
         saved_ms = tb - tn

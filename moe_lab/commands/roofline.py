@@ -6,10 +6,12 @@ file in data/ceilings/).
 """
 from __future__ import annotations
 
-from .errors import UsageError
-from .problems import make_problem, parse_model, parse_tokens
-from .roofline import (DEVICE_SPECS, INTERMEDIATES, Ceilings, bound, ceilings_for, cost,
-                       floor_us, intensity)
+from .. import backends as B
+from ..devices import DEVICE_SPECS, Ceilings, ceilings_for
+from ..errors import UsageError
+from ..problems import make_problem, parse_model, parse_tokens
+from ..roofline import add_roofline_columns, bound, cost, floor_us, intensity
+from ..store import RunStore, atomic_write_parquet, open_run
 
 COLUMNS = ("tokens", "experts_hit", "gflop", "mbytes", "flop_per_byte", "floor_us", "bound")
 
@@ -54,8 +56,8 @@ def configure(parser) -> None:
     parser.add_argument("--device-spec", default="h200-sxm",
                         help=f"one of {', '.join(DEVICE_SPECS)}, or a torch device name")
     parser.add_argument("--backend", default=None,
-                        help=f"add this backend's intermediates ({', '.join(INTERMEDIATES)}); "
-                             "default: the ideal fused floor")
+                        help="add this backend's declared intermediates (moe-lab backends lists "
+                             "them); default: the ideal fused floor")
 
 
 def annotate_run(run_dir: str) -> dict:
@@ -64,11 +66,10 @@ def annotate_run(run_dir: str) -> dict:
     import os
     import time
 
-    from .store import RunStore, atomic_write_parquet, load_run
-    from .roofline import add_roofline_columns, ceilings_for
     if not os.path.isfile(os.path.join(run_dir, "results.parquet")):
         raise UsageError(f"{run_dir!r} has no results.parquet")
-    manifest, results, _ = load_run(run_dir)
+    run = open_run(run_dir)  # CorruptFile (exit 2, one line) before anything is written
+    manifest, results = run.manifest, run.results
     device = (manifest.get("environment") or {}).get("device_name")
     if not device:
         raise UsageError(f"{run_dir}: manifest names no device")
@@ -78,7 +79,7 @@ def annotate_run(run_dir: str) -> dict:
     ceil = ceilings_for(device)
     note = dict(annotated=time.strftime("%Y-%m-%dT%H:%M:%S%z"), device=device,
                 ceiling_source=ceil.source, tflops_bf16=ceil.tflops_bf16, tb_s=ceil.tb_s,
-                roof="ideal fused cost (no intermediates), exact experts_hit where recorded; "
+                roof="ideal fused cost (no intermediates), exact experts_hit and pairs where recorded; "
                      "backend_roof_us adds each backend's intermediates")
     RunStore(run_dir).update_manifest(roofline=note)
     return note
@@ -96,9 +97,8 @@ def run(args) -> int:
     spec = parse_model(args.model)
     tokens = parse_tokens(args.tokens)
     ceil = resolve_ceilings(args.device_spec)
-    if args.backend is not None and args.backend not in INTERMEDIATES:
-        raise UsageError(f"unknown backend {args.backend!r} for the cost model; "
-                         f"valid: {', '.join(INTERMEDIATES)}")
+    if args.backend is not None and B.backend_class(args.backend).intermediates is None:
+        raise UsageError(f"backend {args.backend!r} declares no intermediates for the cost model")
     if args.dtype not in ("bf16", "fp16"):
         raise UsageError(f"--dtype must be bf16 or fp16 (the matrix peaks quoted), "
                          f"not {args.dtype!r}")

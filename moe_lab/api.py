@@ -1,0 +1,135 @@
+"""The notebook API: what a session on a GPU (or a CPU) calls, and what the CLI verbs use.
+
+    import moe_lab as ml
+    ml.runs()                                    # every committed run, newest first
+    run = ml.open_run("h200-seed4-20261129")     # manifest, results, kernels, compile
+    ml.check("qwen3-30b-a3b", tokens=[1, 16])    # pass/fail per backend
+    df = ml.measure("qwen3-30b-a3b", tokens=[1, 16], backends=["torch"])
+    kernels, trace = ml.profile("deepseek-r1", 64, backend="aiter-triton")
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from . import backends as B
+from .correctness import check_problem, default_device
+from .errors import UsageError
+from .modes import Mode, parse_mode
+from .problems import make_problem, parse_tokens
+from .store import Run, find_runs, open_run  # noqa: F401  (part of the API)
+
+
+def _list(v, parse=str) -> list:
+    if isinstance(v, str):
+        return [parse(s.strip()) for s in v.split(",") if s.strip()]
+    if isinstance(v, (int, float)):
+        return [parse(v)]
+    return [parse(x) for x in v]
+
+
+def _tokens(v) -> list[int]:
+    return parse_tokens(v) if isinstance(v, str) else _list(v, int)
+
+
+def runs(data_dir=None, has: str | None = None) -> pd.DataFrame:
+    """One row per run folder (newest first): run_id, started, device, status, rows,
+    ok rows, commits, path."""
+    rows = []
+    for r in find_runs(data_dir, has=has):
+        res = r.results
+        rows.append(dict(run_id=r.run_id, started=r.manifest.get("started"), device=r.device,
+                         status=r.manifest.get("status"), rows=len(res),
+                         ok=int((res["status"] == "ok").sum()) if len(res) else 0,
+                         commits=",".join(r.commits()), path=str(r.path)))
+    return pd.DataFrame(rows, columns=["run_id", "started", "device", "status", "rows", "ok",
+                                       "commits", "path"])
+
+
+def check(model: str, tokens=(1, 16), backends=None, tp: int = 8, ep: int = 1,
+          ep_rank: int = 0, dtype: str = "bf16", routing: str = "uniform",
+          device: str | None = None, seed: int = 0) -> pd.DataFrame:
+    """Each backend against the reference on fresh inputs: one row per backend x tokens
+    with status (ok / incorrect / unsupported / ...), max_rel_err and threshold."""
+    device = device or default_device()
+    names = B.parse_names(",".join(_list(backends))) if backends else B.names()
+    rows = []
+    for i, t in enumerate(_tokens(tokens)):
+        prob = make_problem(model, t, dtype, tp, ep, ep_rank if ep > 1 else 0)
+        rows += check_problem(prob, names, device, seed + i, routing)
+    return pd.DataFrame(rows)
+
+
+def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int = 0,
+            routing="uniform", dtype: str = "bf16", device: str | None = None, run=None,
+            seed: int = 0, progress: bool = False, **options) -> pd.DataFrame:
+    """Check and time points; returns their rows (the results.parquet schema).
+
+    models, tokens, backends, modes, tp, ep, routing: a value, a list or a comma string
+    (tokens also `1-64`). modes default to eager (CPU) or eager,graph (GPU). `run`: a
+    folder to write the run into (kept, and resumed when called again); None measures
+    into a temporary folder that is removed. options: Sweep's (profile, warmup_ms,
+    rep_ms, compile_budget_s, point_timeout_s, traces)."""
+    from .sweep import Grid, Sweep
+    device = device or default_device()
+    if device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise UsageError("device cuda but no GPU is visible to torch")
+    modes = modes or ("eager,graph" if device.startswith("cuda") else "eager")
+    grid = Grid(models=_list(models), tokens=_tokens(tokens),
+                backends=B.parse_names(",".join(_list(backends))) if backends else
+                [b.name for b in B.all_backends() if b.available()[0]],
+                modes=[m if isinstance(m, Mode) else parse_mode(m) for m in _list(modes, lambda x: x)],
+                tps=_list(tp, int), eps=_list(ep, int), ep_rank=ep_rank,
+                routings=_list(routing), dtype=dtype)
+    grid.shards()  # bad models or shardings fail before anything runs
+    tmp = None if run is not None else tempfile.mkdtemp(prefix="moe-lab-measure-")
+    path = Path(run) if run is not None else Path(tmp) / "run"
+    try:
+        Sweep(grid, device, path, seed=seed, progress=progress,
+              command=f"moe_lab.measure({grid.config()})", **options).run()
+        return open_run(path).results
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def profile(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: int = 1,
+            ep_rank: int = 0, dtype: str = "bf16", routing: str = "uniform",
+            device: str | None = None, iters: int = 5, trace: str | None = None,
+            seed: int = 0) -> tuple[pd.DataFrame, str]:
+    """One point under the profiler, after a check: (per-kernel table with phases, path of
+    the Chrome trace, which opens in Perfetto). UsageError when the backend cannot run
+    the point here or fails its check."""
+    import os
+
+    from .correctness import check_backend, make_inputs, make_weights, point_seed, reference
+    from .profiling import export_trace, profile_kernels
+    device = device or default_device()
+    if iters < 1:
+        raise UsageError("iters must be >= 1")
+    prob = make_problem(model, tokens, dtype, tp, ep, ep_rank)
+    be = B.get(backend)
+    for ok, why in (be.available(), be.supports(prob, device)):
+        if not ok:
+            raise UsageError(f"{backend} cannot run this point here: {why}")
+    weights = make_weights(prob, device, seed)
+    inp = make_inputs(prob, device, point_seed(seed, tokens, routing), routing)
+    fn = be.prepare(prob, weights)
+    chk = check_backend(be, prob, weights, inp, reference(prob, weights, inp), device, fn)
+    if chk["status"] != "ok":
+        raise UsageError(f"{backend} on {prob.describe()}: {chk['status']} {chk['error']}")
+    from .progress import native_log_filter
+    with native_log_filter():
+        df = profile_kernels(fn, inp.args(), iters=iters, device=device)
+    df.attrs.update(check=chk, point=prob.describe())
+    trace = trace or os.path.join("out", "traces", f"{prob.model.name}_{prob.sharding}_"
+                                  f"T{prob.tokens}_{backend}.json.gz")
+    os.makedirs(os.path.dirname(os.path.abspath(trace)), exist_ok=True)
+    with native_log_filter():
+        export_trace(fn, inp.args(), trace, device=device)
+    return df, trace

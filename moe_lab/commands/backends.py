@@ -1,0 +1,28 @@
+"""`moe-lab backends`: every backend, whether it can run here, and why not."""
+from __future__ import annotations
+
+from .. import backends as B
+from ..correctness import default_device
+
+
+def configure(p):
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="device to ask about (default: cuda when visible, else cpu)")
+
+
+def table(device: str | None = None) -> list[dict]:
+    device = device or default_device()
+    rows = []
+    for b in B.all_backends():
+        ok, why = b.available()
+        rows.append(dict(backend=b.name, available=ok, reason=why or "",
+                         description=b.description, device=device))
+    return rows
+
+
+def run(args) -> int:
+    print(f"{'backend':14} {'available':9}  why / what")
+    for r in table(args.device):
+        print(f"{r['backend']:14} {'yes' if r['available'] else 'no':9}  "
+              f"{r['reason'] or r['description']}")
+    return 0

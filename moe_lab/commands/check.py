@@ -1,0 +1,94 @@
+"""`moe-lab check`: every backend on fresh random inputs against the reference, a
+pass/fail line per backend and point; exit 1 on any failure."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+
+from .. import backends as B
+from ..correctness import THRESHOLDS, check_problem, classify_exception, default_device, one_line
+from ..environment import capture_environment
+from ..errors import UsageError
+from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_tokens, split_models
+from ..routing import parse_routing
+
+
+def configure(p):
+    p.add_argument("--model", default=None,
+                   help="preset(s), comma-separated, or custom:H=..,I=..,E=..,k=.. "
+                        "(default: qwen3-30b-a3b on CPU, the four seed models on GPU)")
+    p.add_argument("--tokens", default="1,64,1024", help="token counts, e.g. 1,64,1024 or 1-8192")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="default: cuda when a GPU is visible, else cpu")
+    p.add_argument("--dtype", default="bf16", choices=sorted(THRESHOLDS))
+    p.add_argument("--tp", default="8", help="tensor-parallel size(s), e.g. 8")
+    p.add_argument("--ep", default="1", help="expert-parallel size(s); 1 = no EP; e.g. 1,8 for both")
+    p.add_argument("--ep-rank", type=int, default=0, help="which EP rank's experts to hold")
+    p.add_argument("--routing", default="uniform", help="uniform | balanced | zipf:S | hot:P")
+    p.add_argument("--backends", default=None, help="comma-separated (default: all)")
+    p.add_argument("--seed", type=int, default=None, help="default: fresh random seed (printed)")
+    p.add_argument("--out", default=None, help="also write the printed report to this file")
+
+
+def _models_default(device: str) -> list[str]:
+    return list(SEED_MODELS) if device.startswith("cuda") else ["qwen3-30b-a3b"]
+
+
+def run(args) -> int:
+    device = args.device or default_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda but no GPU is visible to torch")
+    parse_routing(args.routing)
+    tokens = parse_tokens(args.tokens)
+    models = split_models(args.model) if args.model else _models_default(device)
+    names = B.parse_names(args.backends) if args.backends else B.names()
+    tps, eps = parse_int_list(args.tp), parse_int_list(args.ep)
+    problems = [make_problem(m, t, args.dtype, tp, ep if ep > 1 else 1,
+                             args.ep_rank if ep > 1 else 0)
+                for m in models for tp in tps for ep in eps for t in tokens]
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "little")
+
+    lines: list[str] = []
+
+    def emit(s=""):
+        print(s, flush=True)
+        lines.append(s)
+
+    env = capture_environment()
+    emit(f"# moe-lab check  {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+    emit(f"# command: moe-lab {' '.join(getattr(args, '_argv', sys.argv[1:]))}")
+    runtime = (f"HIP {env['hip_runtime']}" if env.get("hip_runtime") else
+               f"CUDA {env.get('cuda_runtime')}" if env.get("cuda_runtime") else "none")
+    emit(f"# device: {env.get('device_name')} ({env.get('vendor')}), "
+         f"driver {env.get('driver')}, runtime {runtime}")
+    emit(f"# torch {env.get('torch')}, triton {env.get('triton')}, aiter {env.get('aiter')}, "
+         f"vllm {env.get('vllm')}, git {env.get('git_commit')}")
+    emit(f"# seed {seed}, routing {args.routing}, metric max|out-ref|/max|ref| vs "
+         f"{'fp64' if device == 'cpu' else 'fp32'} reference")
+    emit(f"{'model':22} {'shard':9} {'tokens':>6} {'backend':14} {'status':12} "
+         f"{'max_rel_err':>11} {'limit':>6}  note")
+    bad = 0
+    for i, prob in enumerate(problems):
+        try:
+            rows = check_problem(prob, names, device, seed + i, args.routing)
+        except Exception as exc:  # the reference itself could not run (e.g. OOM)
+            emit(f"{prob.model.name:22} {prob.sharding:9} {prob.tokens:>6} {'(reference)':14} "
+                 f"{classify_exception(exc):12} {'':>11} {'':>6}  {one_line(exc)}")
+            bad += 1
+            continue
+        for r in rows:
+            err = "" if r["max_rel_err"] != r["max_rel_err"] else f"{r['max_rel_err']:.2e}"
+            verdict = {"ok": "PASS", "incorrect": "FAIL", "failed": "FAIL", "oom": "FAIL"}.get(
+                r["status"], r["status"])
+            emit(f"{prob.model.name:22} {prob.sharding:9} {prob.tokens:>6} {r['backend']:14} "
+                 f"{verdict:12} {err:>11} {r['threshold']:>6.0e}  {r['error']}")
+            bad += r["status"] in ("incorrect", "failed", "oom")
+    emit(f"# {bad} failing backend-point(s)" if bad else "# all available backends pass")
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    return 1 if bad else 0

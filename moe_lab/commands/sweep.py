@@ -1,0 +1,133 @@
+"""`moe-lab sweep`: models x sharding x tokens x routing x backends x modes into
+data/runs/<run_id>/ (resumable: the same command continues where it stopped)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+
+import torch
+
+from .. import backends as B
+from ..correctness import THRESHOLDS, default_device
+from ..environment import device_name
+from ..errors import UsageError
+from ..modes import parse_modes
+from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
+from ..routing import parse_routing
+from ..sweep import Grid, Sweep
+
+
+def parse_budget(text: str) -> dict[str, float]:
+    """`150` or `150,torch=30` -> {"*": 150.0, "torch": 30.0} (seconds, all positive)."""
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, value = part.rpartition("=")
+        try:
+            sec = float(value)
+        except ValueError:
+            sec = math.nan
+        if not sec > 0 or math.isinf(sec):
+            raise UsageError(f"--compile-budget: {part!r} is not a positive number of seconds")
+        if name:
+            B.parse_names(name)  # an unknown backend is a usage error
+        out[name or "*"] = sec
+    return out
+
+
+def default_run_id(config: dict, device_name: str) -> str:
+    """Same command on the same kind of device -> same run id, so a rerun resumes."""
+    slug = "".join(c if c.isalnum() else "-" for c in device_name.lower()).strip("-")
+    digest = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{slug}-{digest}"
+
+
+def configure(p):
+    p.add_argument("--models", default=None,
+                   help="comma-separated presets or custom:... (default: the four seed models "
+                        "on GPU; qwen3-30b-a3b on CPU)")
+    p.add_argument("--tp", default="8", help="tensor-parallel size(s)")
+    p.add_argument("--ep", default=None, help="expert-parallel size(s), 1 = none "
+                   "(default: 1,8 on GPU, 1 on CPU)")
+    p.add_argument("--ep-rank", type=int, default=0, help="EP rank whose experts are measured")
+    p.add_argument("--tokens", default=None,
+                   help="token counts, e.g. 1,64,1024 or 1-8192 (default: 1-8192 on GPU, 1-64 on CPU)")
+    p.add_argument("--backends", default=None,
+                   help="comma-separated (default: every backend available here)")
+    p.add_argument("--modes", default=None,
+                   help="eager,graph and/or compile:<variant>[:dynamic] (default: eager,graph on "
+                        "GPU, eager on CPU)")
+    p.add_argument("--routing", default="uniform", help="comma-separated: uniform, balanced, "
+                   "zipf:S, hot:P")
+    p.add_argument("--dtype", default="bf16", choices=sorted(THRESHOLDS))
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--data-dir", default="data/runs", help="where run folders live")
+    p.add_argument("--run-id", default=None,
+                   help="folder name (default: derived from device and arguments, so the same "
+                        "command resumes)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="inputs of every point are a pure function of the point and this seed")
+    p.add_argument("--no-profile", action="store_true", help="skip the per-kernel profiler pass")
+    p.add_argument("--traces", type=int, default=0, help="export this many Chrome traces")
+    p.add_argument("--warmup-ms", type=float, default=10.0)
+    p.add_argument("--rep-ms", type=float, default=50.0, help="timed repetitions, in ms")
+    p.add_argument("--point-timeout", type=float, default=120.0, help="seconds per point")
+    p.add_argument("--compile-budget", default=None, metavar="S[,BACKEND=S...]",
+                   help="compile modes: seconds of compile allowed per backend x variant "
+                        "(x wrapped) over the token grid; a compile running past it is "
+                        "stopped and it and the remaining token counts become timeout rows. "
+                        "BACKEND=S sets one backend's budget, e.g. 150,torch=30 (default 900)")
+    p.add_argument("--set-aside-corrupt", action="store_true",
+                   help="resume a run whose files are unreadable: rename each such file to "
+                        "<name>.corrupt-<time> (kept) and re-measure only what is missing")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def run(args) -> int:
+    device = args.device or default_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda but no GPU is visible to torch")
+    gpu = device == "cuda"
+    models = split_models(args.models) if args.models else (list(SEED_MODELS) if gpu else ["qwen3-30b-a3b"])
+    for m in models:
+        parse_model(m)
+    tokens = parse_tokens(args.tokens or ("1-8192" if gpu else "1-64"))
+    routings = [s.strip() for s in args.routing.split(",") if s.strip()]
+    for r in routings:
+        parse_routing(r)
+    modes = parse_modes(args.modes or ("eager,graph" if gpu else "eager"))
+    if args.backends:
+        backends = B.parse_names(args.backends)
+    else:
+        backends = [b.name for b in B.all_backends() if b.available()[0]]
+    budget = parse_budget(args.compile_budget) if args.compile_budget else None
+    tps = parse_int_list(args.tp)
+    eps = parse_int_list(args.ep or ("1,8" if gpu else "1"))
+    # validate every sharding before measuring anything
+    for m in models:
+        for tp in tps:
+            for ep in eps:
+                make_problem(m, 1, args.dtype, tp, ep, args.ep_rank if ep > 1 else 0)
+    config = dict(models=models, tp=tps, ep=eps, ep_rank=args.ep_rank, tokens=tokens,
+                  backends=backends, modes=[m.name for m in modes], routing=routings,
+                  dtype=args.dtype, seed=args.seed)
+    dev_name = torch.cuda.get_device_name() if gpu else "cpu"
+    run_id = args.run_id or default_run_id(config, dev_name)
+    run_dir = os.path.join(args.data_dir, run_id)
+    grid = Grid(models=models, tokens=tokens, backends=backends, modes=modes, tps=tps, eps=eps,
+                ep_rank=args.ep_rank, routings=routings, dtype=args.dtype)
+    sweep = Sweep(grid, device, run_dir, seed=args.seed, profile=not args.no_profile,
+                  traces=args.traces, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
+                  point_timeout_s=args.point_timeout, progress=not args.no_progress,
+                  compile_budget_s=budget, set_aside_corrupt=args.set_aside_corrupt,
+                  command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
+    print(f"run {run_dir}: {grid.total_points()} points ({device}: {device_name(device)})",
+          flush=True)
+    counts = sweep.run()
+    res = sweep.store.load_results()
+    summary = res["status"].value_counts().to_dict() if len(res) else {}
+    print(f"done: {counts['measured']} measured now, {counts['skipped']} already there; "
+          f"status counts {summary}; {run_dir}")
+    return 0

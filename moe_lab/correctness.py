@@ -1,0 +1,158 @@
+"""Correct before fast: the inputs of a point, the reference, and the check of a backend.
+
+Inputs are a pure function of the point and a seed: weights, activations and routing are
+drawn from CPU generators (the same numbers on any machine and device), then moved to the
+device. The reference is the `torch` per-expert loop with every operand upcast (fp64 on
+the CPU, fp32 on a GPU). The error is `max|out - ref| / max|ref|`; NaN or Inf never passes.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+import zlib
+from dataclasses import dataclass
+
+import torch
+
+from . import backends as B
+from .backends.torch_ref import torch_moe
+from .problems import Problem
+from .routing import make_routing
+
+# Pass/fail threshold on max|out-ref|/max|ref| per dtype. bf16 keeps 8 bits of mantissa:
+# rounding of the output alone is 2^-8 ~ 0.4% of an element, and the bf16 intermediate
+# between the two GEMMs adds as much again; 2% leaves room for accumulation order.
+THRESHOLDS = {"bf16": 2e-2, "fp16": 5e-3, "fp32": 2e-3}
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def point_seed(seed: int, tokens: int, routing: str) -> int:
+    """The seed of a point's routing and activations: the run's seed, the token count and
+    the routing name (crc32, not hash(): Python salts that per process)."""
+    return seed + tokens * 1009 + zlib.crc32(routing.encode()) % 997
+
+
+def _randn_cpu(shape, gen: torch.Generator, dtype, device, scale: float) -> torch.Tensor:
+    """N(0, scale^2) drawn on the CPU one leading slice at a time (bounded fp32 memory)."""
+    out = torch.empty(shape, dtype=dtype, device=device)
+    for e in range(shape[0]):
+        out[e].copy_(torch.randn(shape[1:], generator=gen).mul_(scale))
+    return out
+
+
+def make_weights(problem: Problem, device: str, seed: int) -> B.Weights:
+    """Random expert weights for this rank, scaled so activations stay O(1); the same
+    numbers on any machine for the same (problem shard, seed)."""
+    g = torch.Generator().manual_seed(seed)
+    E, I, H, dt = problem.local_experts, problem.inter, problem.hidden, problem.torch_dtype
+    w1 = _randn_cpu((E, 2 * I, H), g, dt, device, H ** -0.5)
+    w2 = _randn_cpu((E, H, I), g, dt, device, I ** -0.5)
+    return B.Weights(w1, w2, problem.expert_map(device))
+
+
+@dataclass
+class Inputs:
+    x: torch.Tensor
+    topk_weights: torch.Tensor
+    topk_ids: torch.Tensor
+
+    def args(self):
+        return self.x, self.topk_weights, self.topk_ids
+
+    def digest(self) -> str:
+        """12 hex of a hash over the routing and activations: equal digests, equal inputs."""
+        h = hashlib.sha1()
+        for t in (self.topk_ids, self.topk_weights, self.x):
+            h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()[:12]
+
+
+def make_inputs(problem: Problem, device: str, seed: int, routing: str = "uniform",
+                ensure_local: bool = True) -> Inputs:
+    """Fresh random x and routing. Under EP a draw that sends no token to this rank's
+    experts checks nothing and times empty launches, so with `ensure_local` the routing is
+    redrawn (next seeds, up to 64 times) until at least one (token, slot) is local."""
+    lo, hi = problem.first_local_expert, problem.first_local_expert + problem.local_experts
+    for attempt in range(64 if ensure_local and problem.ep > 1 else 1):
+        w, ids, _ = make_routing(problem.model, problem.tokens, routing, seed + 7919 * attempt)
+        if ((ids >= lo) & (ids < hi)).any():
+            break
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(problem.tokens, problem.hidden, generator=g).to(problem.torch_dtype)
+    return Inputs(x.to(device), w.to(device), ids.to(device))
+
+
+def reference(problem: Problem, weights: B.Weights, inp: Inputs) -> torch.Tensor:
+    cd = torch.float64 if inp.x.device.type == "cpu" else torch.float32
+    return torch_moe(inp.x, weights.w1, weights.w2, inp.topk_weights, inp.topk_ids,
+                     weights.expert_map, problem.weight_on_input, compute_dtype=cd)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max|out-ref| / max|ref|; inf when out has NaN/Inf or the wrong shape."""
+    if out.shape != ref.shape:
+        return float("inf")
+    o = out.to(ref.dtype)
+    if not torch.isfinite(o).all():
+        return float("inf")
+    denom = ref.abs().max().item()
+    num = (o - ref).abs().max().item()
+    return num / denom if denom > 0 else num
+
+
+def classify_exception(exc: BaseException) -> str:
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return "oom"
+    return "failed"
+
+
+def one_line(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300]
+
+
+def check_backend(backend: B.Backend, problem: Problem, weights: B.Weights, inp: Inputs,
+                  ref: torch.Tensor, device: str, prepared=None) -> dict:
+    """One backend, one point: status, error and max_rel_err. Never raises."""
+    row = dict(backend=backend.name, status="ok", error="", max_rel_err=float("nan"),
+               threshold=THRESHOLDS[problem.dtype])
+    ok, why = backend.available()
+    if not ok:
+        return dict(row, status="unavailable", error=why)
+    ok, why = backend.supports(problem, device)
+    if not ok:
+        return dict(row, status="unsupported", error=why)
+    try:
+        fn = prepared or backend.prepare(problem, weights)
+        out = fn(*inp.args())
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        err = rel_err(out, ref)
+    except Exception as exc:  # a failing backend is a row, not a crash
+        return dict(row, status=classify_exception(exc), error=one_line(exc))
+    row["max_rel_err"] = err
+    if not err <= row["threshold"]:
+        row.update(status="incorrect",
+                   error=f"max_rel_err {err:.3g} > {row['threshold']:.0e} for {problem.dtype}")
+    return row
+
+
+def check_problem(problem: Problem, backend_names: list[str], device: str, seed: int,
+                  routing: str = "uniform") -> list[dict]:
+    weights = make_weights(problem, device, seed)
+    inp = make_inputs(problem, device, seed + 7, routing)
+    ref = reference(problem, weights, inp)
+    rows = []
+    for name in backend_names:
+        t0 = time.perf_counter()
+        row = check_backend(B.get(name), problem, weights, inp, ref, device)
+        row.update(problem.key(), routing=routing, seed=seed,
+                   check_s=round(time.perf_counter() - t0, 3))
+        rows.append(row)
+    del weights, inp, ref
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return rows

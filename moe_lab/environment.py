@@ -1,0 +1,137 @@
+"""Where a measurement was made: device, driver, library versions, git commit, command.
+
+`git_commit()` is the one place that reads the checkout's commit; every manifest, row and
+figure footer that names a commit gets it from here (or from the rows themselves).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ENV_PREFIXES = ("VLLM_", "AITER_", "TORCH_", "NCCL_", "PYTORCH_", "TRITON_", "HIP_", "ROCM_",
+                "HSA_", "CUDA_", "OMP_")
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def now_iso() -> str:
+    """Local time with its UTC offset, the format of every `measured_at`."""
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _run(cmd: list[str], cwd=None, timeout=10) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_commit(repo_dir: str | os.PathLike | None = None) -> str | None:
+    """The commit these numbers come from: MOE_LAB_GIT_COMMIT when set, else HEAD."""
+    return git_state(repo_dir)["commit"]
+
+
+def git_state(repo_dir: str | os.PathLike | None = None) -> dict:
+    """{"commit": sha or None, "dirty": bool or None} of the repo holding this package."""
+    repo = str(repo_dir or REPO_ROOT)
+    told = os.environ.get("MOE_LAB_GIT_COMMIT")
+    if told:  # a copy sent to another machine: the sender says which commit it is (a .git
+        # that travelled with the copy can be stale: the lent GPUs reported an older HEAD)
+        return {"commit": told, "dirty": os.environ.get("MOE_LAB_GIT_DIRTY", "unknown")}
+    sha = _run(["git", "rev-parse", "HEAD"], cwd=repo)
+    if sha is None:
+        return {"commit": None, "dirty": None}
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo)
+    return {"commit": sha, "dirty": bool(status) if status is not None else None}
+
+
+def _device_info() -> dict:
+    import torch
+    info = {"device": "cpu", "device_name": platform.processor() or platform.machine(),
+            "vendor": "CPU", "device_count": 0}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(device="cuda", device_name=props.name, device_count=torch.cuda.device_count(),
+                    vendor="ROCm" if torch.version.hip else "CUDA",
+                    device_memory_gb=round(props.total_memory / 2**30, 1),
+                    multiprocessors=props.multi_processor_count,
+                    l2_cache_bytes=getattr(props, "L2_cache_size", None))
+        arch = getattr(props, "gcnArchName", None)
+        if arch:
+            info["arch"] = arch
+        else:
+            info["arch"] = "sm_%d%d" % torch.cuda.get_device_capability(0)
+    return info
+
+
+def _repo_relative(argv: list[str], repo_dir=None) -> list[str]:
+    """argv with paths inside the repository made relative to it (manifests travel)."""
+    root = str(Path(repo_dir or REPO_ROOT).resolve()) + os.sep
+    return [a[len(root):] if a.startswith(root) else a for a in argv]
+
+
+def capture_environment(repo_dir: str | os.PathLike | None = None) -> dict:
+    """What a reader needs to trust and reproduce the numbers of a run."""
+    import torch
+    env = _device_info()
+    env.update(
+        torch=torch.__version__,
+        cuda_runtime=torch.version.cuda,
+        hip_runtime=torch.version.hip,
+        driver=None,
+        triton=_version("triton") or _version("pytorch-triton-rocm"),
+        aiter=_version("amd-aiter"),
+        vllm=_version("vllm"),
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        hostname=socket.gethostname(),
+        cpu_count=os.cpu_count(),
+        env={k: v for k, v in sorted(os.environ.items())
+             if k in ENV_NAMES or k.startswith(ENV_PREFIXES)},
+        argv=_repo_relative(sys.argv, repo_dir),
+        captured=now_iso(),
+    )
+    if env["vendor"] == "CUDA":
+        env["driver"] = _run(["nvidia-smi", "--query-gpu=driver_version",
+                              "--format=csv,noheader"], timeout=20)
+        if env["driver"]:
+            env["driver"] = env["driver"].splitlines()[0].strip()
+    elif env["vendor"] == "ROCm":
+        out = _run(["rocm-smi", "--showdriverversion"], timeout=20)
+        if out:
+            env["driver"] = next((ln.split(":", 1)[1].strip() for ln in out.splitlines()
+                                  if "version" in ln.lower() and ":" in ln), out.splitlines()[-1])
+    g = git_state(repo_dir)
+    env["git_commit"], env["git_dirty"] = g["commit"], g["dirty"]
+    return env
+
+
+def device_name(device: str) -> str:
+    """What rows call the device: torch's GPU name, or `cpu (<processor>)`."""
+    if str(device).startswith("cuda"):
+        import torch
+        return torch.cuda.get_device_name()
+    return f"cpu ({platform.processor() or platform.machine()})"
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """`moe-lab VERB ...` for the CLI, else the script and its arguments."""
+    argv = list(sys.argv if argv is None else argv)
+    argv0 = argv[0] if argv else ""
+    if argv0 in ("-c", ""):
+        return f"{Path(sys.executable).name} -c (inline code)"
+    return " ".join([Path(argv0).name] + _repo_relative(argv[1:]))
