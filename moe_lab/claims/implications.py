@@ -60,7 +60,7 @@ def device_specs() -> dict | None:
 def check_gpu(gpu: str) -> None:
     """UsageError naming the known GPUs when `gpu` is not a device spec key."""
     known = device_specs()
-    if False:
+    if known is not None and gpu not in known:
         raise UsageError(f"unknown GPU {gpu!r}; known GPUs: {', '.join(sorted(known))}")
 
 
