@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from moe_lab.ceilings import CEILINGS_SCHEMA, SCHEMA_ID, validate_ceilings, write_ceilings
-from moe_lab.roofline import ceilings_for, device_slug, floor_us
+from moe_lab.ceilings import write_ceilings
+from moe_lab.devices import CEILINGS_SCHEMA, SCHEMA_ID, ceilings_for, device_slug, validate_ceilings
+from moe_lab.roofline import floor_us
 
 REPO = Path(__file__).resolve().parent.parent
 

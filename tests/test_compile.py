@@ -8,8 +8,10 @@ import torch
 
 from moe_lab import compile as C
 from moe_lab import custom_ops
-from moe_lab.check import make_weights
+from moe_lab.correctness import make_weights
+from moe_lab.compile_table import merge_compile_rows
 from moe_lab.layer import MoELayer
+from moe_lab.modes import parse_mode
 from moe_lab.problems import make_problem
 
 MODEL = "custom:H=64,I=32,E=4,k=2"
@@ -20,6 +22,17 @@ def _fresh_dynamo():
     C.reset_dynamo()
     yield
     C.reset_dynamo()
+
+
+def bench(tokens, backend, modes, wrapped=True, budget_s=C.COMPILE_BUDGET_S, on_row=None):
+    """rows and compile rows of `modes` over `tokens` (one CompileBench, as the sweep does)."""
+    b = C.CompileBench(make_problem(MODEL, tokens[0], dtype="fp32"), list(tokens), "cpu")
+    rows, crows = [], []
+    for m in modes:
+        r, c = b.run(backend, parse_mode(m, wrapped=wrapped), budget_s, on_row)
+        rows += r
+        crows += [c] if c else []
+    return rows, crows
 
 
 def _setup(tokens=8, model=MODEL):
@@ -96,9 +109,7 @@ def test_custom_op_expert_map_and_weight_on_input():
 
 
 def test_recompiles_counted_static_vs_dynamic():
-    probs = [make_problem(MODEL, t, dtype="fp32") for t in (4, 8, 16)]
-    rows, crows = C.run_compile_sweep(probs, ["torch"], ["default", "default:dynamic"], "cpu",
-                                      wraps=(True,))
+    rows, crows = bench((4, 8, 16), "torch", ["compile:default", "compile:default:dynamic"])
     by = {c["mode"]: c for c in crows}
     assert by["compile:default"]["recompiles"] >= 2  # a new graph per token count
     assert by["compile:default:dynamic"]["recompiles"] < by["compile:default"]["recompiles"]
@@ -117,11 +128,9 @@ def test_failing_compile_is_a_row(monkeypatch):
         raise RuntimeError("backend exploded on purpose")
 
     real = C.compile_fn
-    monkeypatch.setattr(C, "compile_fn", lambda fn, v: real(fn, v) if v == "compile:off"
+    monkeypatch.setattr(C, "compile_fn", lambda fn, m: real(fn, m) if not m.compiled
                         else torch.compile(fn, backend=broken_backend))
-    probs = [make_problem(MODEL, t, dtype="fp32") for t in (2, 4)]
-    rows, crows = C.run_compile_sweep(probs, ["torch"],
-                                      ["off", "default"], "cpu", wraps=(True,))
+    rows, crows = bench((2, 4), "torch", ["compile:off", "compile:default"])
     df = pd.DataFrame(rows)
     failed = df[df["mode"] == "compile:default"]
     assert (failed.status == "failed").all() and len(failed) == 2
@@ -143,12 +152,10 @@ def test_compile_budget_stops_a_compile_that_runs_past_it(monkeypatch):
         return gm
 
     real = C.compile_fn
-    monkeypatch.setattr(C, "compile_fn", lambda fn, v: real(fn, v) if v == "compile:off"
+    monkeypatch.setattr(C, "compile_fn", lambda fn, m: real(fn, m) if not m.compiled
                         else torch.compile(fn, backend=slow_backend))
-    probs = [make_problem(MODEL, t, dtype="fp32") for t in (2, 4, 8)]
     t0 = _time.perf_counter()
-    rows, crows = C.run_compile_sweep(probs, ["torch"], ["default", "off"], "cpu",
-                                      wraps=(True,), budget_s=1.5)
+    rows, crows = bench((2, 4, 8), "torch", ["compile:default", "compile:off"], budget_s=1.5)
     assert _time.perf_counter() - t0 < 20  # not 30 s per token count
     df = pd.DataFrame(rows)
     timed_out = df[df["mode"] == "compile:default"]
@@ -166,7 +173,7 @@ def test_merge_compile_rows_adds_counts():
                break_reasons="")
     new = dict(old, tokens_first=64, compile_s=1.0, compile_s_total=2.0, recompiles=1,
                graphs_first_token=1, points=2, points_ok=1, status="partial", error="boom")
-    m = C.merge_compile_rows(old, new)
+    m = merge_compile_rows(old, new)
     assert (m["tokens_first"], m["compile_s"]) == (1, 2.0)
     assert m["compile_s_total"] == 7.0 and m["points"] == 6 and m["points_ok"] == 5
     assert m["recompiles"] == 3 + 1 + 1 and m["status"] == "partial" and m["error"] == "boom"
@@ -174,54 +181,18 @@ def test_merge_compile_rows_adds_counts():
 
 
 def test_unavailable_backend_is_rows_not_exception():
-    probs = [make_problem(MODEL, t, dtype="fp32") for t in (2, 4)]
-    rows, crows = C.run_compile_sweep(probs, ["aiter"], ["default"], "cpu")
+    rows, crows = bench((2, 4), "aiter", ["compile:default"], wrapped=False)
+    rows2, _ = bench((2, 4), "aiter", ["compile:default"], wrapped=True)
+    rows += rows2
     assert len(rows) == 4  # wrapped x unwrapped x 2 token counts
     assert {r["status"] for r in rows} <= {"unavailable", "unsupported"}
     assert all(r["error"] for r in rows) and crows == []
 
 
-def test_parse_variant():
-    assert C.parse_variant("compile:reduce-overhead:dynamic") == ("reduce-overhead", True)
-    assert C.parse_variant("default") == ("default", False)
-    assert C.parse_variant("compile:off") == (None, False)
-    with pytest.raises(ValueError):
-        C.parse_variant("compile:fast")
-
-
-def test_plots_render_from_rows(tmp_path):
-    from moe_lab import plots_compile as P
-    run = P.demo_run(tmp_path / "demo", tokens=(2, 8), variants=("default",))
-    loaded = P.load_run(run)
-    assert not loaded.compile.empty
-    for fig in (P.fig_time_vs_tokens(loaded), P.fig_gap(loaded), P.fig_payback(loaded)):
-        assert "demo" in fig.texts[-1].get_text()  # provenance names the run
-    gap = P.gap_table(loaded)
-    assert {"backend", "mode", "tokens", "ratio"} <= set(gap.columns)
-    pay = P.payback_table(loaded)
-    assert "calls_to_payback" in pay.columns
-    assert math.isfinite(float(pay.compile_s.iloc[0]))
-
-
-def test_gap_figure_says_when_the_baseline_lacks_the_router(tmp_path):
-    """Without compile:off rows the ratio falls back to the sweep's experts-only eager
-    time; the figure must say so rather than pass it off as the same layer uncompiled."""
-    from moe_lab import plots_compile as P
-    run_dir = P.demo_run(tmp_path / "demo", tokens=(2, 8), variants=("default",))
-    res = pd.read_parquet(run_dir / "results.parquet")
-    eager = res[res["mode"] == "compile:off"].assign(mode="eager")  # experts-only stand-in
-    without_off = pd.concat([res[res["mode"] != "compile:off"], eager])
-    without_off.to_parquet(run_dir / "results.parquet")
-    loaded = P.load_run(run_dir)
-    assert set(P.gap_table(loaded)["baseline"]) == {"eager (experts only)"}
-    fig = P.fig_gap(loaded)
-    assert "experts only, no router" in fig._suptitle.get_text()
-    full = P.load_run(P.demo_run(tmp_path / "full", tokens=(2, 8), variants=("default",)))
-    assert set(P.gap_table(full)["baseline"]) == {"compile:off"}
-    fig = P.fig_gap(full)
-    assert fig._suptitle is None
-    assert all(ax.get_ylabel().startswith("compiled / the layer uncompiled")
-               for ax in fig.axes if ax.get_ylabel())
+def test_compile_fn_leaves_the_baseline_uncompiled():
+    f = lambda x: x  # noqa: E731
+    assert C.compile_fn(f, parse_mode("compile:off")) is f
+    assert C.compile_fn(f, parse_mode("compile:default:dynamic")) is not f
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -259,16 +230,14 @@ def test_sigterm_inside_a_compile_stops_the_sweep_not_a_failed_row(monkeypatch):
         return gm
 
     real = C.compile_fn
-    monkeypatch.setattr(C, "compile_fn", lambda fn, v: real(fn, v) if v == "compile:off"
+    monkeypatch.setattr(C, "compile_fn", lambda fn, m: real(fn, m) if not m.compiled
                         else torch.compile(fn, backend=backend_hit_by_sigterm))
-    probs = [make_problem(MODEL, t, dtype="fp32") for t in (2, 4)]
     landed = []
     with pytest.raises(Terminated):
         with terminate_gracefully():
-            C.run_compile_sweep(probs, ["torch"], ["off", "default"], "cpu",
-                                wraps=(True,), on_row=landed.append)
+            bench((2, 4), "torch", ["compile:off", "compile:default"], on_row=landed.append)
     assert [r["mode"] for r in landed] == ["compile:off"] * 2  # measured before: kept
     assert all(r["status"] == "ok" for r in landed)  # and no `failed` row for the kill
     # the handler is gone: a later SIGTERM-free sweep is not taken for a terminated one
-    rows, _ = C.run_compile_sweep(probs[:1], ["torch"], ["off"], "cpu", wraps=(True,))
+    rows, _ = bench((2,), "torch", ["compile:off"])
     assert rows[0]["status"] == "ok"

@@ -3,7 +3,7 @@ committed measured ceilings; the measurements themselves are untouched."""
 import pandas as pd
 
 from moe_lab.cli import main
-from moe_lab.store import RunStore, load_run, point_id
+from moe_lab.store import RunStore, open_run, point_id
 
 
 def test_annotate_uses_measured_ceilings_and_keeps_measurements(tmp_path):
@@ -18,7 +18,8 @@ def test_annotate_uses_measured_ceilings_and_keeps_measurements(tmp_path):
         rows.append(d)
     store.append(rows, [])
     assert main(["roofline", "--annotate", str(tmp_path / "r")]) == 0
-    manifest, res, _ = load_run(tmp_path / "r")
+    run = open_run(tmp_path / "r")
+    manifest, res = run.manifest, run.results
     assert manifest["roofline"]["ceiling_source"] == "measured"
     assert list(res["median_us"]) == [120.0, 800.0]
     assert (res["ceiling_source"] == "measured").all()

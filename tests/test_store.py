@@ -10,8 +10,11 @@ import time
 import pandas as pd
 import pytest
 
-from moe_lab.store import (KERNEL_COLUMNS, RESULT_COLUMNS, STATUSES, RunStore, capture_environment,
-                           latest_run, load_run, point_id)
+from moe_lab.errors import CorruptFile, UsageError
+
+from moe_lab.environment import capture_environment, git_state
+from moe_lab.store import (KERNEL_COLUMNS, RESULT_COLUMNS, STATUSES, RunStore, find_runs,
+                           open_run, point_id)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,7 +75,8 @@ def test_append_done_ids_and_replacement(tmp_path):
     # several points at once: kernel rows need ids
     with pytest.raises(ValueError):
         s.append([row(tokens=1), row(tokens=2)], [dict(kernel="k", phase="other", calls=1, total_us=1)])
-    m, res, ker = load_run(tmp_path / "run")
+    run = open_run(tmp_path / "run")
+    m, res, ker = run.manifest, run.results, run.kernels
     assert len(res) == 2 and len(ker) == 2 and m == {}
 
 
@@ -94,11 +98,75 @@ def test_manifest_round_trip_and_update(tmp_path):
     assert not [p for p in os.listdir(tmp_path / "r") if p.endswith(".tmp")]
 
 
-def test_latest_run_prefers_the_latest_start(tmp_path):
-    assert latest_run(tmp_path / "none") is None
-    for name, started in (("b", "2025-01-02"), ("a", "2025-03-01"), ("c", "2025-02-01")):
-        RunStore(tmp_path / name).write_manifest({"started": started})
-    assert latest_run(tmp_path).name == "a"
+def test_find_runs_newest_first_and_only_runs_with_the_data_asked_for(tmp_path):
+    assert find_runs(tmp_path / "none") == []
+    for name, started, mode in (("b", "2025-01-02", "graph"), ("a", "2025-03-01", "eager"),
+                                ("c", "2025-02-01", "graph")):
+        s = RunStore(tmp_path / name)
+        s.write_manifest({"started": started})
+        s.append([row(mode=mode)])
+    RunStore(tmp_path / "empty").write_manifest({"started": "2026-01-01"})  # no results
+    assert [r.run_id for r in find_runs(tmp_path)] == ["a", "c", "b"]
+    assert [r.run_id for r in find_runs(tmp_path, has="graph")] == ["c", "b"]
+    assert find_runs(tmp_path, has="compile") == []
+
+
+def test_open_run_by_id_reads_one_run_type(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOE_LAB_DATA", str(tmp_path))
+    s = RunStore(tmp_path / "x1")
+    s.write_manifest({"started": "2025-01-01", "environment": {"git_commit": "abc1234def"}})
+    s.append([row(git_commit="1111111aaaa"), row(mode="graph", git_commit="2222222bbbb")],
+             [dict(kernel="k", phase="gemm1", calls=1, total_us=1.0, point_id=point_id(row()))])
+    run = open_run("x1")
+    assert run.run_id == "x1" and len(run.results) == 2 and len(run.kernels) == 1
+    assert run.commits() == ["1111111", "2222222"]
+    assert run.commits(run.results[run.results["mode"] == "graph"]) == ["2222222"]
+    assert open_run(None).run_id == "x1"
+    with pytest.raises(UsageError, match="no run folder"):
+        open_run("nope")
+
+
+def test_a_crash_between_the_two_writes_of_append_loses_nothing(tmp_path, monkeypatch):
+    """append writes kernels, then results. Crash after the first write: the point is not
+    done (so a resume re-measures it), and the re-measure leaves only its new kernel rows.
+    Writing results first would mark the point done with its kernels missing."""
+    import moe_lab.store as st
+    s = RunStore(tmp_path / "run")
+    s.append([row(tokens=1)], [dict(kernel="old", phase="gemm1", calls=1, total_us=1.0)])
+    real, calls = st.atomic_write_parquet, []
+
+    def crash_on_second(path, df):
+        calls.append(path.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed between the writes")
+        real(path, df)
+    monkeypatch.setattr(st, "atomic_write_parquet", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        s.append([row(tokens=2)], [dict(kernel="k2", phase="gemm1", calls=1, total_us=2.0)])
+    monkeypatch.setattr(st, "atomic_write_parquet", real)
+    assert point_id(row(tokens=2)) not in s.done_ids()  # not done: a resume re-measures it
+    assert point_id(row(tokens=1)) in s.done_ids()
+    s.append([row(tokens=2)], [dict(kernel="k2new", phase="gemm1", calls=1, total_us=3.0)])
+    k = s.load_kernels()
+    mine = k[k["point_id"] == point_id(row(tokens=2))]
+    assert list(mine["kernel"]) == ["k2new"]
+    assert list(k[k["point_id"] == point_id(row(tokens=1))]["kernel"]) == ["old"]
+
+
+@pytest.mark.parametrize("victim", ["results.parquet", "kernels.parquet", "manifest.json"])
+def test_a_corrupt_file_is_refused_with_one_line_and_can_be_set_aside(tmp_path, victim):
+    s = RunStore(tmp_path / "run")
+    s.write_manifest({"started": "2025-01-01"})
+    s.append([row()], [dict(kernel="k", phase="gemm1", calls=1, total_us=1.0)])
+    path = tmp_path / "run" / victim
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    with pytest.raises(CorruptFile, match=victim) as e:
+        s.check_readable()
+    assert "\n" not in str(e.value)
+    moved = s.set_aside_corrupt()
+    assert [p.name.split(".corrupt-")[0] for p in moved] == [victim]
+    assert moved[0].exists() and not path.exists()
+    s.check_readable()
 
 
 CHILD = textwrap.dedent("""
@@ -174,7 +242,6 @@ def test_capture_environment_picks_relevant_variables(monkeypatch):
 def test_commit_named_by_the_sender_wins_over_a_travelled_git(monkeypatch):
     """On the lent GPU machines a stale .git came along with the copy; the commit the
     device command names (MOE_LAB_GIT_COMMIT) is the one recorded."""
-    from moe_lab.store import git_state
     monkeypatch.delenv("MOE_LAB_GIT_COMMIT", raising=False)
     here = git_state()
     assert here["commit"] and len(here["commit"]) == 40  # this checkout's own HEAD
