@@ -193,27 +193,140 @@ def test_no_block_is_a_one_line_error(tmp_path):
     assert "\n" not in msg and "notes.txt" in msg and "no serving-benchmark" in msg
 
 
-def test_block_without_end():
+def test_block_without_end_is_read_with_a_warning():
     text = ("============ Serving Benchmark Result ============\n"
             "Successful requests:                     160\n"
             "Benchmark duration (s):                  97.64\n")
-    with pytest.raises(ParseError, match="never ends"):
-        parse_text(text, "x.txt")
+    (b,) = parse_text(text, "x.txt")
+    assert b.values() == {"completed": 160, "duration": 97.64}
+    assert (b.line_start, b.line_end) == (1, 3)
+    assert any("x.txt:1: serving block has no closing '=====' line" in w and "text ends" in w
+               for w in b.warnings)
+    assert any("no 'Time per Output Token' section" in w for w in b.warnings)
+
+
+def test_banner_without_any_field_is_still_an_error():
+    with pytest.raises(ParseError, match="x.txt:1: serving benchmark block has no numeric"):
+        parse_text("============ Serving Benchmark Result ============\n\nThe end.\n", "x.txt")
 
 
 def test_block_running_into_the_next():
     one = ("============ Serving Benchmark Result ============\n"
            "Successful requests:                     160\n")
-    with pytest.raises(ParseError, match=r"x.txt:3: new result block starts before"):
-        parse_text(one + one + "=" * 50 + "\n", "x.txt")
+    a, b = parse_text(one + one + "=" * 50 + "\n", "x.txt")
+    assert a.values() == b.values() == {"completed": 160}
+    assert (a.line_start, a.line_end, b.line_start, b.line_end) == (1, 2, 3, 5)
+    assert any("no closing" in w and "next result block starts at line 3" in w
+               for w in a.warnings)
+    assert not any("no closing" in w for w in b.warnings)
 
 
 def test_block_followed_by_prose_without_end():
     text = ("============ Serving Benchmark Result ============\n"
             "Successful requests:                     160\n"
-            "So this is clearly better\n")
-    with pytest.raises(ParseError, match="x.txt:3: unexpected line"):
-        parse_text(text, "x.txt")
+            "So this is clearly better\n"
+            "Note: the TPOT numbers are below\n")
+    (b,) = parse_text(text, "x.txt")
+    assert b.values() == {"completed": 160} and b.line_end == 2
+    assert any("line 3 is not a field" in w for w in b.warnings)
+
+
+def test_prose_with_a_colon_after_a_cut_block_is_not_a_field():
+    text = ("============ Serving Benchmark Result ============\n"
+            "Successful requests:                     160\n"
+            "Mean TPOT (ms):                          12.50\n"
+            "\n"
+            "Dataset: sharegpt\n"
+            "============ Serving Benchmark Result ============\n"
+            "Mean TPOT (ms):                          10.00\n"
+            "==================================================\n")
+    a, b = parse_text(text, "x.txt")
+    assert a.values() == {"completed": 160, "mean_tpot": 12.5} and a.line_end == 3
+    assert any("line 5 is text, not a result ('Dataset')" in w for w in a.warnings)
+    # given back: read as the next block's context
+    assert b.line_start == 6 and b.meta.get("dataset") == "sharegpt"
+    assert "dataset" not in a.meta
+
+
+def test_field_cut_mid_line_has_no_value_and_a_warning():
+    text = ("============ Serving Benchmark Result ============\n"
+            "Successful requests:                     160\n"
+            "Mean TPOT (ms):\n")
+    (b,) = parse_text(text, "x.txt")
+    assert b.values() == {"completed": 160}
+    assert any("no value for 'Mean TPOT (ms)' (line 3)" in w for w in b.warnings)
+
+
+# ------------------------------------------- blocks cut as pasted into PRs (README.md)
+def _values(blocks):
+    return [{(r.metric, r.column): r.value for r in b.rows} for b in blocks]
+
+
+def _warned(block, *parts):
+    return [w for w in block.warnings if all(p in w for p in parts)]
+
+
+def test_complete_blocks_have_no_warnings():
+    for p in (S000, S002, DATA / "sglang_bench_serving.txt",
+              DATA / "vllm_bench_serve_v0_10.txt", DATA / "vllm_log_commented.txt"):
+        for b in parse_file(p):
+            assert b.warnings == [], (p.name, b.warnings)
+
+
+def test_cut_fixture_without_closing_line_at_end_of_text():
+    (full,) = parse_file(DATA / "vllm_bench_serve_v0_10.txt")
+    (cut,) = parse_file(DATA / "vllm_bench_serve_v0_10_no_end.txt")
+    assert _values([cut]) == _values([full])  # every field of the block is still read
+    assert cut.label == full.label and cut.line_end == 44
+    assert cut.warnings == ["vllm_bench_serve_v0_10_no_end.txt:10: serving block has no "
+                            "closing '=====' line; read up to line 44 (the text ends)"]
+
+
+def test_cut_fixture_sglang_missing_end_and_tpot_section():
+    full = parse_file(DATA / "sglang_bench_serving.txt")
+    a, b = parse_file(DATA / "sglang_bench_serving_cut.txt")
+    assert _values([a]) == _values(full[:1])
+    tpot = {"mean_tpot", "median_tpot", "p99_tpot"}
+    assert {m: v for (m, c), v in _values(full[1:])[0].items() if m not in tpot} == \
+        {m: v for (m, c), v in _values([b])[0].items()}
+    assert not any(b.has(m) for m in tpot) and b.get("mean_itl") == 5.50
+    # the heading the first block ran into is the second block's label, as in the full file
+    assert b.label == full[1].label == "Qwen3-30B-A3B, TP2, with the triton MoE config"
+    assert _warned(a, "sglang_bench_serving_cut.txt:9:", "no closing", "line 43 is not a field")
+    assert len(a.warnings) == 1
+    assert b.warnings == ["sglang_bench_serving_cut.txt:45: no 'Time per Output Token' "
+                          "section (mean_tpot, median_tpot, p99_tpot missing)"]
+
+
+def test_cut_fixture_commented_log_then_tables():
+    sv, cmp_, ev = parse_file(DATA / "vllm_log_commented_cut.txt")
+    full_sv = parse_file(DATA / "vllm_log_commented.txt")[0]
+    assert sv.kind == "serving" and sv.get("mean_tpot") == 11.80
+    assert {k: v for k, v in _values([full_sv])[0].items() if k in _values([sv])[0]} == \
+        _values([sv])[0]
+    assert not sv.has("median_tpot") and not sv.has("mean_itl")
+    assert _warned(sv, ":7:", "no closing", "read up to line 20", "'Summary vs main'")
+    assert _warned(sv, ":7:", "missing median_tpot, p99_tpot")
+    assert _warned(sv, ":7:", "no 'Inter-token Latency' section")
+    assert len(sv.warnings) == 3
+    # what follows the cut block is still read, and labelled as before
+    assert cmp_.kind == "comparison" and cmp_.label == "Summary vs main"
+    assert cmp_.get("output_throughput", "this PR") == 729.6
+    assert ev.kind == "lm_eval" and ev.get("mmlu/none/acc") == 0.7012
+    assert cmp_.warnings == ev.warnings == []
+
+
+def test_parse_cli_prints_the_warnings(capsys):
+    from moe_lab.cli import main
+    rc = main(["claims", "parse", str(DATA / "sglang_bench_serving_cut.txt")])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    lines = err.splitlines()
+    assert len(lines) == 2 and all(ln.startswith("warning: sglang_bench_serving_cut.txt:")
+                                   for ln in lines)
+    assert "no closing '=====' line" in lines[0] and "Time per Output Token" in lines[1]
+    assert out.startswith("block,kind,section,label,column,metric,value,unit")
+    assert ",mean_itl,5.5,ms," in out
 
 
 @pytest.mark.parametrize("bad", ["97.64s", "abc", "9 7.64", "1.2.3"])

@@ -64,8 +64,11 @@ def _run(args) -> int:
     cmd = getattr(args, "claims_cmd", None)
     if cmd == "parse":
         from .parser import parse_file, to_frame
-        df = to_frame(parse_file(args.file))
-        _emit(df, args.format)
+        blocks = parse_file(args.file)
+        for b in blocks:  # a block cut when pasted: parsed, and what is missing said
+            for w in b.warnings:
+                print(f"warning: {w}", file=sys.stderr)
+        _emit(to_frame(blocks), args.format)
         return 0
     if cmd == "check":
         from .verdicts import format_report, run_checks, summary

@@ -11,6 +11,10 @@ Formats (written to the formats, not to any one paste):
   `Mean E2E Latency (ms):`; newer vLLM adds `Failed requests:`,
   `Peak output token throughput (tok/s):`, `Request goodput (req/s):`, ...), so every
   `label: value` line is kept; known aliases are mapped to one canonical metric name.
+  Blocks pasted into pull requests are often cut: no closing `=====` line, or sections
+  missing. Such a block ends at the first line that is not part of it (the next banner,
+  prose, a table, the end of the text); what is there is parsed and `Block.warnings`
+  says what is missing (no closing line, a missing section or field of SERVING_EXPECTED).
 * Comparison tables, TAB separated or markdown pipes: a header whose first cell is
   `Metric`, one or more configuration columns and optionally a gain column
   (`Gain`, `Change`, `Speedup`, `Delta`, ...).
@@ -60,6 +64,7 @@ class Block:
     rows: list[Row] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     columns: list[str] = field(default_factory=list)  # comparison: config columns (+gain)
+    warnings: list[str] = field(default_factory=list)  # "file:line: what is missing"
 
     def get(self, metric: str, column: str | None = None) -> float:
         for r in self.rows:
@@ -116,6 +121,18 @@ _COUNT_UNITS = {
     "max_concurrency": "req", "peak_concurrent_requests": "req",
 }
 _NUMERIC_UNITS = {"s", "ms", "us", "tok/s", "req/s", "%", "rps", "tok"}
+
+# What every serving result block prints (vLLM benchmark_serving.py / `vllm bench serve`
+# with the default --percentile-metrics, SGLang bench_serving): the header fields, then
+# one section per latency metric. A block lacking some was cut (or run with other
+# settings): parsed anyway, with a warning naming what is missing.
+SERVING_EXPECTED: list[tuple[str, tuple[str, ...]]] = [
+    ("", ("completed", "duration", "total_input_tokens", "total_output_tokens",
+          "request_throughput", "output_throughput", "total_token_throughput")),
+    ("Time to First Token", ("mean_ttft", "median_ttft", "p99_ttft")),
+    ("Time per Output Token", ("mean_tpot", "median_tpot", "p99_tpot")),
+    ("Inter-token Latency", ("mean_itl", "median_itl", "p99_itl")),
+]
 
 
 def slug(text: str) -> str:
@@ -314,34 +331,44 @@ class _Parser:
 
     # serving block -----------------------------------------------------------
     def serving(self, i: int) -> tuple[Block, int]:
+        """The serving block whose banner is line i, and the index of the first line
+        after it. A block without its closing '=====' line ends before the first line
+        that cannot be part of it; what is missing goes to `warnings`."""
         start = i
         blk = Block(len(self.blocks), "serving", "", "", start + 1, start + 1)
         section = ""
+        empty: list[str] = []  # numeric fields printed without a value (cut mid-line)
+        closed, cut_by = False, "the text ends"
+        last = start  # last line that belongs to the block
+        members: list[int] = []  # its section and field lines
         i += 1
         while i < len(self.lines):
-            raw = self.lines[i].strip()
+            line = self.lines[i]
+            raw = line.strip()
             if raw.startswith("#"):  # pasted as shell comments
                 raw = raw.lstrip("#").strip()
             if END_RE.match(raw) and len(raw) >= 10:
-                blk.line_end = i + 1
-                if not any(not math.isnan(r.value) for r in blk.rows):
-                    raise self.err(start + 1, "serving benchmark block has no numeric fields")
-                return blk, i + 1
+                closed, last = True, i
+                i += 1
+                break
             if BANNER_RE.match(raw):
-                raise self.err(i + 1, f"new result block starts before the block of line "
-                               f"{start + 1} ends (missing '=====' line)")
+                cut_by = f"the next result block starts at line {i + 1}"
+                break
             if not raw:
                 i += 1
                 continue
             sm = SECTION_RE.match(raw)
             if sm:
                 section = sm.group(1)
+                last = i
+                members.append(i)
                 i += 1
                 continue
-            fm = FIELD_RE.match(raw)
+            # tables (TAB or pipe cells) and lines without "label: value" are not fields
+            fm = None if "\t" in line or raw.startswith("|") else FIELD_RE.match(raw)
             if not fm:
-                raise self.err(i + 1, f"unexpected line in serving result block: {raw[:60]!r} "
-                               "(block not closed by a '=====' line?)")
+                cut_by = f"line {i + 1} is not a field ({raw[:40]!r})"
+                break
             label, val = fm.group("label"), fm.group("value")
             metric, unit = canonical_metric(label)
             try:
@@ -350,9 +377,38 @@ class _Parser:
                 if _looks_numeric_field(metric, unit):
                     raise self.err(i + 1, f"{label.strip()!r} has non-numeric value {val!r}") from None
                 value, text = math.nan, val
-            blk.rows.append(Row(metric, value, unit, label.strip(), i + 1, section, text))
+            if not val and _looks_numeric_field(metric, unit):
+                empty.append(f"{label.strip()!r} (line {i + 1})")
+            else:
+                blk.rows.append(Row(metric, value, unit, label.strip(), i + 1, section, text))
+            last = i
+            members.append(i)
             i += 1
-        raise self.err(start + 1, "serving benchmark block never ends (no closing '=====' line)")
+        if not closed:
+            # prose with a colon after a cut block reads as text fields: give them back
+            while blk.rows and math.isnan(blk.rows[-1].value) and blk.rows[-1].text:
+                r = blk.rows.pop()
+                i = r.line - 1
+                last = max([j for j in members if j < i], default=start)
+                cut_by = f"line {r.line} is text, not a result ({r.name!r})"
+        blk.line_end = last + 1
+        if not any(not math.isnan(r.value) for r in blk.rows):
+            raise self.err(start + 1, "serving benchmark block has no numeric fields"
+                           + ("" if closed else " (and no closing '=====' line)"))
+        where = f"{self.name}:{start + 1}"
+        if not closed:
+            blk.warnings.append(f"{where}: serving block has no closing '=====' line; read "
+                                f"up to line {blk.line_end} ({cut_by})")
+        if empty:
+            blk.warnings.append(f"{where}: no value for {', '.join(empty)}")
+        present = {r.metric for r in blk.rows}
+        for title, metrics in SERVING_EXPECTED:
+            miss = [m for m in metrics if m not in present]
+            if title and len(miss) == len(metrics):
+                blk.warnings.append(f"{where}: no '{title}' section ({', '.join(miss)} missing)")
+            elif miss:
+                blk.warnings.append(f"{where}: missing {', '.join(miss)}")
+        return blk, i
 
     def table_body(self, i: int) -> tuple[list[tuple[int, list[str]]], int]:
         """Body rows (line index, cells) of the table whose header is line i, rule rows
