@@ -43,6 +43,9 @@ COVERAGE_RANGE = (0.7, 1.05)
 GEMM, GEMM_AUX, GEMM_PREP = "GEMM", "GEMM_AUX", "GEMM_PREP"
 
 _I = re.IGNORECASE
+# C++ integer element types as they appear in kernel template arguments
+_INT_T = (r"(?:(?:unsigned|signed)\s+)?(?:char|short|int|long\s+long|long|bool|"
+          r"u?int(?:8|16|32|64)_t)\b")
 # (compiled pattern, phase or kind). First match wins: specific before generic.
 PATTERNS: list[tuple[re.Pattern, str]] = [(re.compile(p, f), k) for p, f, k in [
     # copies and fills: never part of a phase
@@ -78,6 +81,17 @@ PATTERNS: list[tuple[re.Pattern, str]] = [(re.compile(p, f), k) for p, f, k in [
     # comparisons, selects, index arithmetic: bookkeeping, not the activation
     (r"compare_scalar|compare_kernel|where_kernel|div_floor|div_trunc|remainder_kernel|"
      r"bitwise_|logical_|clamp_", _I, "other"),
+    # Integer adds are bookkeeping, not the combine. The same aten kernels serve both:
+    # index_add_ is indexFunc{Small,Large}Index<T, index_t, ...ReduceAdd> and sum() is
+    # reduce_kernel<..., sum_functor<T, acc_t, out_t>>, with the element type T first. The
+    # combine adds the k weighted expert outputs of each token in a floating type (fp32
+    # accumulators, bf16/fp16 outputs); an integer T means token bookkeeping: counting
+    # tokens per expert (torch-grouped's counts.index_add_ of int32 ones, which feeds the
+    # grouped GEMM's offsets), or counting (token, slot) pairs routed to remote experts
+    # (the reference's int64 (ids < 0).sum()). That is `align`, with the histograms,
+    # scans (cumsum) and sorts below. CPU profiles see only `aten::index_add_` /
+    # `aten::sum`, which carry no dtype: they stay `combine`.
+    (r"(indexFunc(Small|Large)Index|sum_functor)<\s*" + _INT_T + r"\s*[,>]", 0, "align"),
     # combine: weighted sum of the k expert outputs per token
     (r"moe_sum|index_add|indexFunc(Small|Large)Index|scatter_add|_scatter_gather|"
      r"reduce_kernel|sum_functor|unpermute|finalize_moe|moe_finalize|"

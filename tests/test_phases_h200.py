@@ -19,7 +19,10 @@ FAMILIES = [  # (pattern on the real name, allowed phases)
     (r"GemmUniversal|prepare_grouped_gemm_data", {"gemm1", "gemm2"}),
     (r"^nvjet_sm90|splitKreduce", {"gemm1", "gemm2"}),
     (r"silu_kernel", {"act"}),
-    (r"indexFunc(Small|Large)Index<float.*ReduceAdd", {"combine"}),
+    (r"indexFunc(Small|Large)Index<float.*ReduceAdd", {"combine"}),  # out.index_add_(fp32 y)
+    (r"indexFunc(Small|Large)Index<int,.*ReduceAdd", {"align"}),  # int32 tokens per expert
+    (r"sum_functor<long, long, long>", {"align"}),  # int64 count of remote-expert pairs
+    (r"sum_functor<c10::BFloat16, float, c10::BFloat16>", {"combine"}),  # c2.sum(dim=1)
     (r"radixSort", {"align"}),
 ]
 
@@ -54,3 +57,26 @@ def test_aiter_triton_sequence_two_gemms_in_order(key):
 def test_no_captured_moe_kernel_falls_to_other():
     moe = [n for n in ALL if re.search(r"_fused_moe|_moe_align|GemmUniversal|nvjet|silu", n)]
     assert all(classify(n) != "other" for n in moe)
+
+
+@pytest.mark.parametrize("key", sorted(k for k in POINTS if k.endswith("|torch-grouped")))
+def test_torch_grouped_counts_tokens_before_gemm1_and_combines_after_gemm2(key):
+    """torch-grouped: counts.index_add_(int32 ones) builds the grouped GEMM's offsets
+    before the first GEMM (align); out.index_add_(fp32 y) after the GEMMs is the
+    combine."""
+    seq = POINTS[key]
+    phases = classify_sequence(seq)
+    gemms = [i for i, p in enumerate(phases) if p in ("gemm1", "gemm2")]
+    first_gemm, last_gemm = gemms[0], gemms[-1]  # distinct names: the 2nd GEMM may repeat the 1st
+    counts = [i for i, n in enumerate(seq) if re.search(r"indexFunc\w+Index<int,", n)]
+    adds = [i for i, n in enumerate(seq) if re.search(r"indexFunc\w+Index<float,", n)]
+    assert counts and adds
+    assert all(i < first_gemm and phases[i] == "align" for i in counts)
+    assert all(i > last_gemm and phases[i] == "combine" for i in adds)
+
+
+def test_every_captured_combine_adds_floats():
+    combine = [n for n in ALL if classify(n) == "combine"]
+    assert combine
+    for n in combine:
+        assert re.search(r"(Index|sum_functor|ReduceOp)<(float|c10::BFloat16|c10::Half)\b", n), n[:120]

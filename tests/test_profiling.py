@@ -71,6 +71,29 @@ def test_order_rules_for_loops_splitk_and_grouped_prep():
                              [{"router": True}, None, None]) == ["route", "gemm1", "gemm2"]
 
 
+@pytest.mark.parametrize("elem,phase", [
+    ("int", "align"), ("long", "align"), ("int64_t", "align"), ("unsigned char", "align"),
+    ("bool", "align"), ("long long", "align"),
+    ("float", "combine"), ("c10::BFloat16", "combine"), ("c10::Half", "combine"),
+    ("double", "combine"),
+])
+def test_integer_adds_are_bookkeeping_float_adds_the_combine(elem, phase):
+    """The same index_add_ / sum kernels count tokens (integer element type: align) or
+    add expert outputs (floating: combine); the element type is the first template
+    argument."""
+    add = (f"void at::native::indexFuncSmallIndex<{elem}, long, unsigned int, 1, 1, -2, "
+           "at::native::(anonymous namespace)::ReduceAdd>(...)")
+    big = add.replace("SmallIndex", "LargeIndex")
+    red = (f"void at::native::reduce_kernel<512, 1, at::native::ReduceOp<{elem}, "
+           f"at::native::func_wrapper_t<{elem}, at::native::sum_functor<{elem}, {elem}, "
+           f"{elem}>::operator()(at::TensorIterator&)::{{lambda({elem}, {elem})#1}}>, "
+           f"unsigned int, {elem}, 4, 4> >(...)")
+    assert [classify(n) for n in (add, big, red)] == [phase] * 3
+    # in a forward: the count before the GEMMs, the combine after them
+    fm = "_fused_moe_kernel_group_n_NONE_BLOCK_SIZE_M_64"
+    assert classify_sequence([add, fm, fm]) == [phase, "gemm1", "gemm2"]
+
+
 def test_cpu_aten_names():
     assert classify("aten::index_add_") == "combine"
     assert classify("aten::argsort") == "align"
