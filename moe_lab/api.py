@@ -19,7 +19,7 @@ from . import backends as B
 from .correctness import check_problem, default_device
 from .errors import UsageError
 from .modes import Mode, parse_mode
-from .problems import make_problem, parse_tokens
+from .problems import make_problem, parse_tokens, split_models
 from .store import Run, find_runs, open_run  # noqa: F401  (part of the API)
 
 
@@ -80,7 +80,8 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
         if not torch.cuda.is_available():
             raise UsageError("device cuda but no GPU is visible to torch")
     modes = modes or ("eager,graph" if device.startswith("cuda") else "eager")
-    grid = Grid(models=_list(models), tokens=_tokens(tokens),
+    grid = Grid(models=split_models(models) if isinstance(models, str) else list(models),
+                tokens=_tokens(tokens),
                 backends=B.parse_names(",".join(_list(backends))) if backends else
                 [b.name for b in B.all_backends() if b.available()[0]],
                 modes=[m if isinstance(m, Mode) else parse_mode(m) for m in _list(modes, lambda x: x)],

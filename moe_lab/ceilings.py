@@ -16,12 +16,12 @@ The JSON schema is moe_lab.devices.CEILINGS_SCHEMA; `validate_ceilings` checks a
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import statistics
 from pathlib import Path
 
+from .atomic import atomic_write_json
 from .devices import SCHEMA_ID, device_slug, spec_for, spec_key, validate_ceilings
 from .environment import command_line, git_commit
 from .errors import UsageError
@@ -147,9 +147,7 @@ def write_ceilings(result: dict, data_dir: str | os.PathLike = "data/ceilings") 
     out_dir = Path(data_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{result['device']['slug']}.json"
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write_json(path, result)
     return path
 
 

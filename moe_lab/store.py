@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from .atomic import atomic_write_json, atomic_write_parquet  # noqa: F401 (re-exported)
 from .errors import CorruptFile, UsageError
 
 ID_FIELDS = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens", "routing")
@@ -56,37 +56,6 @@ def point_id(d: dict) -> str:
             v = v.item()
         parts.append(f"{k}={v}")
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
-
-
-# --- atomic file helpers ---------------------------------------------------------------
-
-def _atomic_write_bytes(path: Path, write) -> None:
-    """write(tmp_path) then rename over `path`; the tmp file lives in the same folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def atomic_write_json(path: Path, obj: dict) -> None:
-    def w(tmp):
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True, default=str)
-            f.write("\n")
-    _atomic_write_bytes(path, w)
-
-
-def atomic_write_parquet(path: Path, df: pd.DataFrame) -> None:
-    _atomic_write_bytes(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 # --- results frames --------------------------------------------------------------------
@@ -141,11 +110,8 @@ def _kernels_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def _concat(old: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
-    if old is None or old.empty:
-        return new.reset_index(drop=True)
-    if new.empty:
-        return old.reset_index(drop=True)
-    # object columns that are all-NA in one frame would otherwise trip pyarrow
+    if old is None or old.empty or new.empty:  # all-NA object columns would trip pyarrow
+        return (new if old is None or old.empty else old).reset_index(drop=True)
     return pd.concat([old, new], ignore_index=True, sort=False)
 
 
@@ -187,7 +153,6 @@ class RunStore:
             except OSError:
                 pass
 
-    # manifest
     @property
     def manifest_path(self) -> Path:
         return self.dir / MANIFEST
@@ -204,7 +169,6 @@ class RunStore:
         self.write_manifest(m)
         return m
 
-    # results
     @property
     def results_path(self) -> Path:
         return self.dir / RESULTS

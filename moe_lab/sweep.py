@@ -78,6 +78,11 @@ def row_id(prob: Problem, routing: str, backend: str, mode: Mode) -> str:
                          routing=routing))
 
 
+# what a compile row measured (the rest of its fields the sweep's row already holds)
+MEASURED = ("status", "error", "median_us", "p10_us", "p90_us", "n", "max_rel_err", "noisy",
+            "measured_at")
+
+
 class Sweep:
     def __init__(self, grid: Grid, device: str, run_dir, *, seed: int = 0, profile=True,
                  traces: int = 0, warmup_ms=10.0, rep_ms=50.0, compile_budget_s=None,
@@ -311,9 +316,8 @@ class Sweep:
 
                 def finish(r, b=b, m=m):
                     prob = by_tokens[r["tokens"]]
-                    out = self._row(prob, routing, b, m, **{k: v for k, v in r.items()
-                                                              if k not in ("measured_at",)})
-                    out["measured_at"] = r["measured_at"]
+                    out = self._row(prob, routing, b, m)
+                    out.update({k: v for k, v in r.items() if k not in out or k in MEASURED})
                     _add_roofline([out], prob, None, self.device)
                     self.store.append([out], [])
                     counts["measured"] += 1

@@ -1,0 +1,40 @@
+"""Atomic writes: the new content goes to a temporary file in the same folder, is synced,
+then renamed over the old file (os.replace is atomic on POSIX). A process killed at any
+moment leaves either the old complete file or the new one, never half of one."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+
+def _atomic_write_bytes(path: Path, write) -> None:
+    """write(tmp_path) then rename over `path`; the tmp file lives in the same folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, obj: dict) -> None:
+    def w(tmp):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
+    _atomic_write_bytes(path, w)
+
+
+def atomic_write_parquet(path: Path, df: pd.DataFrame) -> None:
+    _atomic_write_bytes(path, lambda tmp: df.to_parquet(tmp, index=False))
