@@ -4,6 +4,7 @@ its real `shuffle_weight`, and the enum names compiled into its pybind module.""
 import ast
 import enum
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -16,8 +17,11 @@ import torch
 from moe_lab.backends import Weights
 from moe_lab.backends.aiter_ck import (AiterCKBackend, SHUFFLE_LAYOUT, expert_mask_from_map,
                                        fused_moe_kwargs, shuffle_ok)
-from moe_lab.backends.aiter_triton import aiter_root, load_aiter_triton
-from moe_lab.check import make_inputs, make_weights
+from moe_lab.backends import aiter_triton as at
+from moe_lab.backends.aiter_triton import (FUSED_MOE_PER_CALL, AiterTritonBackend, FusedMoeCall,
+                                           aiter_root, bind_fused_moe, fused_moe_calls,
+                                           load_aiter_triton)
+from moe_lab.correctness import make_inputs, make_weights
 from moe_lab.problems import PRESETS, SEED_MODELS, make_problem
 
 ROOT = aiter_root()
@@ -159,11 +163,154 @@ def test_prepare_and_call_bind_to_real_signature(fake_rocm_aiter, model, ep):
 def test_aiter_triton_loader_imports_real_modules_on_cpu():
     moe_op, align = load_aiter_triton()
     assert moe_op.__file__.startswith(ROOT) and align.__file__.startswith(ROOT)
-    import inspect
     params = list(inspect.signature(moe_op.fused_moe).parameters)
-    assert params[:11] == ["A", "B", "C", "A_scale", "B_scale", "B_zp", "topk_weights",
-                           "topk_ids", "sorted_token_ids", "expert_ids", "num_tokens_post_padded"]
+    assert params == FUSED_MOE_PARAMS  # all 19, in order
     assert list(inspect.signature(align.moe_align_block_size_triton).parameters) == [
         "topk_ids", "num_experts", "block_size", "sorted_token_ids", "expert_ids",
         "num_tokens_post_pad"]
     assert hasattr(moe_op, "_fused_moe_kernel")
+
+
+# ------------------------------- aiter-triton: the call bound to moe_op.fused_moe's signature
+# amd-aiter 0.1.7.post2.dev18, aiter/ops/triton/moe_op.py
+FUSED_MOE_PARAMS = ["A", "B", "C", "A_scale", "B_scale", "B_zp", "topk_weights", "topk_ids",
+                    "sorted_token_ids", "expert_ids", "num_tokens_post_padded",
+                    "mul_routed_weight", "top_k", "compute_type", "use_fp8_w8a8",
+                    "use_int8_w8a16", "use_int4_w4a16", "block_shape", "config"]
+
+
+def _real_fused_moe():
+    moe_op, align = load_aiter_triton()  # the way the backend loads it
+    return moe_op.fused_moe, align.moe_align_block_size_triton
+
+
+def _triton_problem(kind):
+    if kind == "llama4-ep":  # weight on the input, k=1, EP: the expert map path
+        prob = make_problem("custom:H=64,I=32,E=16,k=1,router=llama4", 5, "bf16", 8, 8, 1)
+    else:  # k>1, no EP
+        prob = make_problem("custom:H=64,I=32,E=8,k=2", 5, "bf16", 8, 1, 0)
+    return prob, make_weights(prob, "cpu", 0), make_inputs(prob, "cpu", 1)
+
+
+@pytest.mark.parametrize("woi,k", [(True, 1), (False, 2), (False, 8)])
+def test_aiter_triton_calls_pass_every_real_parameter_and_only_those(woi, k):
+    import triton.language as tl
+    fused_moe, _ = _real_fused_moe()
+    params = inspect.signature(fused_moe).parameters
+    required = {n for n, p in params.items() if p.default is inspect.Parameter.empty}
+    assert list(params) == FUSED_MOE_PARAMS and len(required) == 17
+    w1, w2 = torch.zeros(4, 64, 32), torch.zeros(4, 32, 32)
+    gemm1, gemm2 = fused_moe_calls(fused_moe, w1, w2, tl.bfloat16, woi, k)
+    for call in (gemm1, gemm2):
+        assert call.names <= set(params), f"not parameters: {call.names - set(params)}"
+        assert required <= call.names, f"required, not passed: {required - call.names}"
+        assert call.names == set(params)  # the optional block_shape and config too
+        assert call.bound.signature == inspect.signature(fused_moe)
+        assert call.fixed["compute_type"] is tl.bfloat16
+        assert not any(call.fixed[q] for q in ("use_fp8_w8a8", "use_int8_w8a16", "use_int4_w4a16"))
+        assert all(call.fixed[n] is None for n in ("A_scale", "B_scale", "B_zp", "block_shape"))
+    assert gemm1.fixed["B"] is w1 and gemm2.fixed["B"] is w2
+    assert (gemm1.fixed["top_k"], gemm2.fixed["top_k"]) == (k, 1)
+    assert (gemm1.fixed["mul_routed_weight"], gemm2.fixed["mul_routed_weight"]) == (woi, not woi)
+
+
+@pytest.mark.parametrize("wrong,right", [("topk_weight", "topk_weights"), ("a", "A"),
+                                         ("num_tokens_post_pad", "num_tokens_post_padded")])
+def test_binding_rejects_a_misspelt_argument(wrong, right):
+    """The mutation a signature check must catch: an argument under a wrong name."""
+    import triton.language as tl
+    fused_moe, _ = _real_fused_moe()
+    good, _ = fused_moe_calls(fused_moe, torch.zeros(1), torch.zeros(1), tl.bfloat16, False, 2)
+    per_call = tuple(wrong if n == right else n for n in FUSED_MOE_PER_CALL)
+    with pytest.raises(TypeError, match=f"not parameters: '{wrong}'; required, not passed: "
+                                        f"'{right}'"):
+        FusedMoeCall(fused_moe, per_call, **good.fixed)
+    kwargs = {**good.fixed, **dict.fromkeys(FUSED_MOE_PER_CALL)}
+    kwargs[wrong] = kwargs.pop(right)
+    with pytest.raises(TypeError, match=wrong) as ei:
+        bind_fused_moe(fused_moe, kwargs)
+    assert "topk_weights: torch.Tensor" in str(ei.value)  # the real signature is named
+    assert bind_fused_moe(fused_moe, {**good.fixed, **dict.fromkeys(FUSED_MOE_PER_CALL)})
+
+
+@pytest.mark.parametrize("dropped", ["top_k", "compute_type", "use_int4_w4a16", "B_zp"])
+def test_binding_rejects_a_missing_required_argument(dropped):
+    import triton.language as tl
+    fused_moe, _ = _real_fused_moe()
+    good, _ = fused_moe_calls(fused_moe, torch.zeros(1), torch.zeros(1), tl.bfloat16, False, 2)
+    fixed = {n: v for n, v in good.fixed.items() if n != dropped}
+    with pytest.raises(TypeError, match=f"required, not passed: '{dropped}'"):
+        FusedMoeCall(fused_moe, **fixed)
+    with pytest.raises(TypeError, match="both fixed and per call"):
+        FusedMoeCall(fused_moe, **good.fixed, config=None)
+
+
+def _stub_modules(fused_moe_sig, align_sig):
+    """moe_op / align stand-ins with the given signatures that record their calls."""
+    calls = []
+
+    def fused_moe(**kw):
+        calls.append(("fused_moe", fused_moe_sig.bind(**kw).arguments))
+
+    def align(*args, **kw):
+        calls.append(("align", align_sig.bind(*args, **kw).arguments))
+    fused_moe.__signature__, align.__signature__ = fused_moe_sig, align_sig
+    return (types.SimpleNamespace(fused_moe=fused_moe),
+            types.SimpleNamespace(moe_align_block_size_triton=align)), calls
+
+
+def test_prepare_fails_when_the_installed_signature_differs(monkeypatch):
+    """A fused_moe whose parameter is renamed (an aiter upgrade, or the backend's
+    spelling drifting) fails at prepare time, naming the argument."""
+    fused_moe, align = _real_fused_moe()
+    sig = inspect.signature(fused_moe)
+    renamed = sig.replace(parameters=[p.replace(name="topk_weight") if p.name == "topk_weights"
+                                      else p for p in sig.parameters.values()])
+    mods, calls = _stub_modules(renamed, inspect.signature(align))
+    monkeypatch.setattr(at, "load_aiter_triton", lambda: mods)
+    prob, w, _ = _triton_problem("k2")
+    with pytest.raises(TypeError, match="not parameters: 'topk_weights'; required, not "
+                                        "passed: 'topk_weight'"):
+        AiterTritonBackend().prepare(prob, w)
+    assert calls == []
+
+
+@pytest.mark.parametrize("kind", ["llama4-ep", "k2"])
+def test_backend_calls_bind_to_the_real_signatures_on_cpu(monkeypatch, kind):
+    """The backend's whole call sequence, run on the CPU with aiter's two kernels replaced
+    by recorders that carry the REAL signatures: every call binds, and passes what the
+    backend computed before the binding (same tensors, flags, config)."""
+    import triton.language as tl
+    fused_moe, align = _real_fused_moe()
+    mods, calls = _stub_modules(inspect.signature(fused_moe), inspect.signature(align))
+    monkeypatch.setattr(at, "load_aiter_triton", lambda: mods)
+    prob, w, inp = _triton_problem(kind)
+    be = AiterTritonBackend()
+    fn = be.prepare(prob, w)
+    T, k = inp.topk_ids.shape
+    out = fn(inp.x, inp.topk_weights, inp.topk_ids)
+    assert out.shape == inp.x.shape
+    assert [c[0] for c in calls] == ["align", "fused_moe", "fused_moe"]
+    al, g1, g2 = (c[1] for c in calls)
+    assert set(g1) == set(g2) == set(FUSED_MOE_PARAMS)  # every parameter passed by name
+    if prob.ep > 1:  # remote experts -> the extra expert E_local, int32
+        emap = w.expert_map
+        local = emap[inp.topk_ids.long()]
+        assert torch.equal(al["topk_ids"], torch.where(local < 0, w.w1.shape[0], local).int())
+        assert al["num_experts"] == w.w1.shape[0] + 1
+    else:
+        assert al["topk_ids"] is inp.topk_ids and al["num_experts"] == w.w1.shape[0]
+    assert al["block_size"] == be.last_config["BLOCK_SIZE_M"]
+    for g in (g1, g2):
+        assert g["topk_ids"] is al["topk_ids"] and g["topk_weights"] is inp.topk_weights
+        assert g["sorted_token_ids"] is al["sorted_token_ids"]
+        assert g["num_tokens_post_padded"] is al["num_tokens_post_pad"]
+        assert g["config"] is be.last_config and g["compute_type"] is tl.bfloat16
+        assert g["A_scale"] is g["B_scale"] is g["B_zp"] is g["block_shape"] is None
+        assert not (g["use_fp8_w8a8"] or g["use_int8_w8a16"] or g["use_int4_w4a16"])
+    assert g1["A"] is inp.x and g1["B"] is w.w1 and g2["B"] is w.w2
+    assert g1["C"].shape == (T, k, 2 * prob.inter) and g2["C"].shape == (T, k, prob.hidden)
+    assert g2["A"].shape == (T * k, prob.inter)
+    assert (g1["top_k"], g2["top_k"]) == (k, 1)
+    assert (g1["mul_routed_weight"], g2["mul_routed_weight"]) == (prob.weight_on_input,
+                                                                  not prob.weight_on_input)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -110,6 +111,75 @@ def pick_config(configs: dict, tokens: int, strip_amd: bool) -> dict:
     return cfg
 
 
+# --- the call of aiter's moe_op.fused_moe, bound to its real signature ----------------
+# Arguments that change with every call (the call's tensors, the config picked for its
+# token count); all others are fixed when the backend is prepared.
+FUSED_MOE_PER_CALL = ("A", "C", "topk_weights", "topk_ids", "sorted_token_ids", "expert_ids",
+                      "num_tokens_post_padded", "config")
+_PER_CALL = object()  # stands for a per-call argument while binding at prepare time
+
+
+def bind_fused_moe(fused_moe, kwargs: dict) -> inspect.BoundArguments:
+    """`inspect.signature(fused_moe).bind(**kwargs)`; names the installed function does
+    not take, or required ones missing, raise TypeError naming them and the signature."""
+    sig = inspect.signature(fused_moe)
+    try:
+        return sig.bind(**kwargs)
+    except TypeError as exc:
+        P = inspect.Parameter
+        params = sig.parameters
+        unknown = ([] if any(p.kind is P.VAR_KEYWORD for p in params.values())
+                   else sorted(set(kwargs) - set(params)))
+        missing = [n for n, p in params.items() if p.default is P.empty
+                   and p.kind not in (P.VAR_POSITIONAL, P.VAR_KEYWORD) and n not in kwargs]
+        parts = []
+        if unknown:
+            parts.append(f"not parameters: {', '.join(map(repr, unknown))}")
+        if missing:
+            parts.append(f"required, not passed: {', '.join(map(repr, missing))}")
+        what = "; ".join(parts) or str(exc)
+        raise TypeError(f"aiter moe_op.fused_moe (amd-aiter {aiter_version()}) does not take "
+                        f"this call ({what}); its signature is {sig}") from None
+
+
+class FusedMoeCall:
+    """One call site of `moe_op.fused_moe`: the fixed arguments and the names of the
+    per-call ones, bound to the installed function's signature when built (prepare
+    time), so a misspelt or missing argument fails there, not on the GPU. Calling it
+    passes `fixed` plus the per-call arguments (FUSED_MOE_PER_CALL), by keyword."""
+
+    def __init__(self, fused_moe, per_call: tuple[str, ...] = FUSED_MOE_PER_CALL, **fixed):
+        both = set(fixed) & set(per_call)
+        if both:
+            raise TypeError(f"fused_moe arguments both fixed and per call: {sorted(both)}")
+        self.fn, self.per_call, self.fixed = fused_moe, tuple(per_call), fixed
+        self.bound = bind_fused_moe(fused_moe, {**fixed, **dict.fromkeys(per_call, _PER_CALL)})
+
+    @property
+    def names(self) -> set[str]:
+        """Every argument name this call passes."""
+        return set(self.fixed) | set(self.per_call)
+
+    def __call__(self, **per_call):
+        # no checks here: the hot path stays what it was (one call, by keyword) and
+        # traceable; the names were checked when the call site was built
+        return self.fn(**self.fixed, **per_call)
+
+
+def fused_moe_calls(fused_moe, w1, w2, compute_type, weight_on_input: bool, top_k: int):
+    """The backend's two calls: gemm1 (x @ w1^T -> [T, k, 2I], the router weight applied
+    here when it scales the input) and gemm2 (a @ w2^T -> [T, k, H], one expert per row,
+    the router weight applied here otherwise). bf16/fp16, no quantisation."""
+    common = dict(A_scale=None, B_scale=None, B_zp=None, compute_type=compute_type,
+                  use_fp8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
+                  block_shape=None)
+    gemm1 = FusedMoeCall(fused_moe, B=w1, mul_routed_weight=weight_on_input, top_k=top_k,
+                         **common)
+    gemm2 = FusedMoeCall(fused_moe, B=w2, mul_routed_weight=not weight_on_input, top_k=1,
+                         **common)
+    return gemm1, gemm2
+
+
 @register
 class AiterTritonBackend(Backend):
     name = "aiter-triton"
@@ -156,6 +226,9 @@ class AiterTritonBackend(Backend):
         woi = problem.weight_on_input
         emap = weights.expert_map
         self.last_config = None
+        # bound to the installed fused_moe's signature here: a bad argument fails now
+        gemm1, gemm2 = fused_moe_calls(moe_op.fused_moe, w1, w2, compute_type, woi, k)
+        self.gemm_calls = (gemm1, gemm2)
 
         def fn(x, topk_weights, topk_ids):
             T = x.shape[0]
@@ -178,16 +251,14 @@ class AiterTritonBackend(Backend):
             if emap is not None:
                 expert_ids = torch.where(expert_ids == E_local, -1, expert_ids)
             c1 = torch.empty(T, k, 2 * inter, dtype=x.dtype, device=x.device)
-            common = dict(A_scale=None, B_scale=None, B_zp=None, topk_weights=topk_weights,
-                          topk_ids=ids, sorted_token_ids=sorted_ids, expert_ids=expert_ids,
-                          num_tokens_post_padded=n_post_pad, compute_type=compute_type,
-                          use_fp8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
-                          block_shape=None, config=cfg)
-            moe_op.fused_moe(A=x, B=w1, C=c1, mul_routed_weight=woi, top_k=k, **common)
+            routing = dict(topk_weights=topk_weights, topk_ids=ids, sorted_token_ids=sorted_ids,
+                           expert_ids=expert_ids, num_tokens_post_padded=n_post_pad,
+                           config=cfg)
+            gemm1(A=x, C=c1, **routing)
             g = c1.view(numel, 2 * inter)
             a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
             c2 = torch.empty(T, k, x.shape[1], dtype=x.dtype, device=x.device)
-            moe_op.fused_moe(A=a, B=w2, C=c2, mul_routed_weight=not woi, top_k=1, **common)
+            gemm2(A=a, C=c2, **routing)
             return c2.sum(dim=1) if k > 1 else c2.view(T, -1)
         return fn
 
