@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -49,6 +50,9 @@ def git_state(repo_dir: str | os.PathLike | None = None) -> dict:
     """{"commit": sha or None, "dirty": bool or None} of the repo holding this package."""
     repo = str(repo_dir or REPO_ROOT)
     told = os.environ.get("MOE_LAB_GIT_COMMIT")
+    if told and not re.fullmatch(r"[0-9a-f]{7,40}", told):
+        from .errors import UsageError
+        raise UsageError(f"MOE_LAB_GIT_COMMIT={told!r} is not a commit sha (7-40 hex digits)")
     if told:  # a copy sent to another machine: the sender says which commit it is (a .git
         # that travelled with the copy can be stale: the lent GPUs reported an older HEAD)
         return {"commit": told, "dirty": os.environ.get("MOE_LAB_GIT_DIRTY", "unknown")}

@@ -247,3 +247,11 @@ def test_commit_named_by_the_sender_wins_over_a_travelled_git(monkeypatch):
     assert here["commit"] and len(here["commit"]) == 40  # this checkout's own HEAD
     monkeypatch.setenv("MOE_LAB_GIT_COMMIT", "2cd3e71")
     assert git_state()["commit"] == "2cd3e71"
+
+
+def test_a_commit_placeholder_is_refused(monkeypatch):
+    """A device command once passed MOE_LAB_GIT_COMMIT=HEADSHA: rows must never name a
+    commit that does not exist."""
+    monkeypatch.setenv("MOE_LAB_GIT_COMMIT", "HEADSHA")
+    with pytest.raises(UsageError, match="not a commit sha"):
+        git_state()
