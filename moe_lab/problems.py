@@ -66,7 +66,7 @@ PRESETS: dict[str, ModelSpec] = {
     ]
 }
 
-# The four models of the two upstream PRs (../shared/seeds).
+# The four models of the two upstream PRs (data/claims/sources).
 SEED_MODELS = ("llama4-scout-16e", "llama4-maverick-128e", "deepseek-r1", "qwen3-235b-a22b")
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
