@@ -245,3 +245,75 @@ def add_roofline_columns(df, device_name: str, data_dir=None):
 def _declares_intermediates(backend: str) -> bool:
     from .backends import names
     return backend in names() and intermediates_of(backend) is not None
+
+
+# --- predicted floors ------------------------------------------------------------------
+
+SEED_SHARDINGS = ((8, 1), (8, 8))  # (tp, ep): TP8 and TP8+EP8
+
+
+def sharding_name(tp: int, ep: int) -> str:
+    """'TP8' or 'TP8+EP8'."""
+    return f"TP{tp}" + (f"+EP{ep}" if ep > 1 else "")
+
+
+def _mean_cost(costs: list[Cost]) -> Cost:
+    """The field-wise mean of costs (the counts and bytes; flags from the first)."""
+    n = len(costs)
+    return Cost(**{**costs[0].__dict__, **{
+        k: sum(getattr(c, k) for c in costs) / n
+        for k in ("flops", "bytes", "weight_bytes", "act_bytes", "inter_bytes",
+                  "experts_hit", "pairs")}})
+
+
+def predicted_floors(models=None, shardings=SEED_SHARDINGS, tokens=None,
+                     devices=("mi300x", "h200-sxm"), dtype: str = "bf16",
+                     straggler_seeds: int = 0):
+    """Ideal fused floors (expected uniform routing) for every model x (tp, ep) x tokens
+    x device spec: columns model, sharding, tp, ep, tokens, device, experts_hit, flops,
+    bytes, intensity, floor_us, bound, tokens_per_s (per rank). models default to the
+    seed models, tokens to 1..8192 (powers of two); devices are DEVICE_SPECS keys or specs.
+
+    In expectation TP and EP cost the same per rank (EP reads 1/ep of the experts at ep
+    times the width). What differs is the slowest EP rank: with straggler_seeds > 0, EP
+    shardings get an extra sharding '<TPxEPy> slowest rank': for each seed, the rank with
+    the most work (the MAX of the ranks' floors) under the model's real router on random
+    logits; its cost is averaged over the seeds."""
+    import pandas as pd
+
+    from .devices import DEVICE_SPECS
+    from .problems import SEED_MODELS, default_token_grid
+    from .routing import make_routing
+
+    models = SEED_MODELS if models is None else models
+    tokens = tokens or default_token_grid(8192)
+    specs = [(d, DEVICE_SPECS[d] if isinstance(d, str) else d) for d in devices]
+    rows = []
+
+    def add(m, sh, tp, ep, t, cost_on):
+        for d, spec in specs:
+            c = cost_on(spec)
+            f = floor_us(c, spec, dtype)
+            rows.append(dict(model=m, sharding=sh, tp=tp, ep=ep, tokens=t,
+                             device=d if isinstance(d, str) else spec.name,
+                             experts_hit=c.experts_hit, flops=c.flops, bytes=c.bytes,
+                             intensity=intensity(c), floor_us=f, bound=bound(c, spec, dtype),
+                             tokens_per_s=t / f * 1e6))
+
+    for m in models:
+        for tp, ep in shardings:
+            for t in tokens:
+                c = cost(make_problem(m, t, dtype, tp, ep))
+                add(m, sharding_name(tp, ep), tp, ep, t, lambda spec, c=c: c)
+                if ep > 1 and straggler_seeds > 0:
+                    ranks = [make_problem(m, t, dtype, tp, ep, r) for r in range(ep)]
+                    per_seed = []  # per seed: the cost of every rank
+                    for seed in range(straggler_seeds):
+                        _, ids, _ = make_routing(ranks[0].model, t, "uniform", seed)
+                        per_seed.append([cost(p, ids) for p in ranks])
+
+                    def slowest(spec, per_seed=per_seed):
+                        return _mean_cost([max(cs, key=lambda c: floor_us(c, spec, dtype))
+                                           for cs in per_seed])
+                    add(m, sharding_name(tp, ep) + " slowest rank", tp, ep, t, slowest)
+    return pd.DataFrame(rows)

@@ -1,0 +1,162 @@
+"""Roofline figures and tables, for notebooks/03_roofline.ipynb.
+
+The computation is moe_lab.roofline's (add_roofline_columns for measured rows,
+predicted_floors for predictions); this module draws it. Every figure has one legend and
+the provenance footer: device (and whether its ceilings were measured), dtype, models,
+run id and the commits of the rows drawn; predictions name no run and no commit.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..devices import DEVICE_SPECS, Ceilings, DeviceSpec, ceilings_for
+from ..roofline import add_roofline_columns, peak_tflops, sharding_name
+from ..store import open_run
+from . import style
+
+
+def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows with a measured time (status ok when the column exists)."""
+    d = df[df["status"] == "ok"] if "status" in df.columns else df
+    return d[pd.to_numeric(d["median_us"], errors="coerce") > 0]
+
+
+def measured(run, device: str | None = None) -> tuple[pd.DataFrame, Ceilings]:
+    """(the run's ok rows with the roofline columns recomputed, the ceilings used). device:
+    a torch device name or a DEVICE_SPECS key; default the run's device (its measured
+    ceilings when data/ceilings has them). UsageError when neither is known."""
+    run = open_run(run)
+    device = device or run.device
+    ceil = ceilings_for(device)
+    return add_roofline_columns(ok_rows(run.results), device), ceil
+
+
+def _ceiling_text(ceil: Ceilings) -> str:
+    return f"{ceil.source} ceilings: {ceil.tflops_bf16:g} TFLOP/s bf16, {ceil.tb_s:g} TB/s"
+
+
+def pct_of_roof_table(df: pd.DataFrame, values: str = "pct_of_roof") -> pd.DataFrame:
+    """% of roof (median over repeats/ranks), rows model x sharding x tokens, columns
+    backend (x mode when there are several). Needs the roofline columns (measured())."""
+    d = ok_rows(df).copy()
+    d["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(d["tp"], d["ep"])]
+    cols = ["backend"] + (["mode"] if "mode" in d.columns and d["mode"].nunique() > 1 else [])
+    return d.pivot_table(index=["model", "sharding", "tokens"], columns=cols, values=values,
+                         aggfunc="median").round(1)
+
+
+def best_pct_of_roof(df: pd.DataFrame) -> str:
+    """One line: the point closest to its roof (highest pct_of_roof)."""
+    d = ok_rows(df)
+    d = d[d["pct_of_roof"].notna()]
+    if d.empty:
+        return "highest pct_of_roof: none (no ok row with a roof)"
+    r = d.loc[d["pct_of_roof"].idxmax()]
+    return (f"highest pct_of_roof: {r['pct_of_roof']:.4g}% ({r['backend']} {r['mode']}, "
+            f"{r['model']} {sharding_name(int(r['tp']), int(r['ep']))}, {int(r['tokens'])} "
+            f"tokens, {r['median_us']:.4g} us against a {r['roof_us']:.4g} us roof); median "
+            f"over {len(d)} rows: {d['pct_of_roof'].median():.4g}%")
+
+
+def _roofs(ax, ceil: Ceilings | DeviceSpec, xs):
+    """The bf16 roof solid, the fp8 roof dashed (when known)."""
+    bw = ceil.tb_s if isinstance(ceil, Ceilings) else ceil.hbm_tb_s
+    for dt, ls in (("bf16", "-"), ("fp8", "--")):
+        try:
+            peak = peak_tflops(ceil, dt)
+        except ValueError:
+            continue
+        ax.plot(xs, np.minimum(peak, bw * xs), color="k", ls=ls, lw=1.2,
+                label=f"roof {dt}: {peak:.0f} TFLOP/s, {bw:.2f} TB/s")
+
+
+def fig_roofline(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
+    """Classic roofline: intensity (FLOP/B, log) against achieved TFLOP/s (log), both
+    roofs drawn, every measured point coloured by backend, marker by mode."""
+    run = open_run(run)
+    d = ok_rows(df)
+    d = d[d["flops"].notna() & d["bytes"].notna()]
+    if d.empty:
+        return style.note_figure("no ok row with a cost to draw", run, d)
+    fig, ax = style.new_figure(figsize=(9.5, 5.5))
+    x = d["flops"] / d["bytes"]
+    lo = max(min(x.min(), 1.0) / 2, 0.1)
+    hi = max(x.max(), peak_tflops(ceil, "bf16") / ceil.tb_s) * 4
+    _roofs(ax, ceil, np.logspace(np.log10(lo), np.log10(hi), 200))
+    for (b, mode, wrapped), g in d.assign(wrapped=d["wrapped"].fillna(False).astype(bool)) \
+            .groupby(["backend", "mode", "wrapped"]):
+        m = style.mode_of(mode, wrapped)
+        ax.scatter(g["flops"] / g["bytes"], g["flops"] / g["median_us"] / 1e6, s=18, alpha=0.75,
+                   marker=style.MODE_MARKER.get(m.name, "o"), color=style.backend_color(b),
+                   label=f"{style.backend_label(b)} / {m.label}")
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / byte, ideal fused bytes)",
+           ylabel="achieved TFLOP/s", title="MoE layer roofline")
+    ax.grid(True, which="both", alpha=0.25)
+    return style.finish(fig, run, d, _ceiling_text(ceil), device=f"{ceil.device} [{ceil.source}]")
+
+
+def fig_floor_vs_tokens(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
+    """Per model (one panel each): measured median_us per backend and sharding against
+    tokens, with the ideal fused floor (roof_us) as a black line per sharding."""
+    run = open_run(run)
+    d = ok_rows(df).copy()
+    if d.empty:
+        return style.note_figure("no ok row to draw", run, d)
+    d["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(d["tp"], d["ep"])]
+    models = sorted(d["model"].unique())
+    shards = sorted(d["sharding"].unique(), key=len)
+    fig, axes = style.new_figure(1, len(models), squeeze=False,
+                                 figsize=(4.6 * len(models) + 2.0, 4.2))
+    for ax, m in zip(axes[0], models):
+        g = d[d["model"] == m]
+        for sh, gs in g.groupby("sharding"):
+            ls = style.sharding_style(shards.index(sh))
+            fl = gs.groupby("tokens")["roof_us"].median()
+            ax.plot(fl.index, fl.values, color="k", ls=ls, lw=1.5, label=f"floor {sh}")
+            for b, gb in gs.groupby("backend"):
+                med = gb.groupby("tokens")["median_us"].median()
+                ax.plot(med.index, med.values, marker="o", ms=3, lw=1, ls=ls,
+                        color=style.backend_color(b), label=f"{style.backend_label(b)} {sh}")
+        ax.set(yscale="log", xlabel="tokens", ylabel="time per call (us, median over modes)",
+               title=m)
+        ax.set_xscale("log", base=2)
+        ax.grid(True, which="both", alpha=0.25)
+    return style.finish(fig, run, d, _ceiling_text(ceil), device=f"{ceil.device} [{ceil.source}]")
+
+
+def fig_predicted_floors(table: pd.DataFrame, dtype: str = "bf16") -> Figure:
+    """Predicted ideal floors (moe_lab.roofline.predicted_floors): a row of panels per
+    model, a column per device spec, a line per sharding; memory-bound points hollow,
+    compute-bound filled."""
+    models = list(dict.fromkeys(table["model"]))
+    devices = list(dict.fromkeys(table["device"]))
+    shards = list(dict.fromkeys(table["sharding"]))
+    fig, axes = style.new_figure(len(models), len(devices), squeeze=False, sharey="row",
+                                 figsize=(4.6 * len(devices) + 2.4, 2.7 * len(models) + 0.6))
+    for r, m in enumerate(models):
+        for c, dev in enumerate(devices):
+            ax = axes[r][c]
+            g = table[(table["model"] == m) & (table["device"] == dev)]
+            for sh, gs in g.groupby("sharding", sort=False):
+                color = f"C{shards.index(sh) % 10}"
+                ax.plot(gs["tokens"], gs["floor_us"], lw=1.2, color=color, label=sh)
+                comp = gs["bound"] == "compute"
+                ax.scatter(gs["tokens"][~comp], gs["floor_us"][~comp], s=14,
+                           facecolors="none", edgecolors=color)
+                ax.scatter(gs["tokens"][comp], gs["floor_us"][comp], s=14, color=color)
+            spec = DEVICE_SPECS.get(dev)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"{m} on {spec.name if spec else dev}", fontsize=9)
+            ax.grid(True, which="both", alpha=0.25)
+            if r == len(models) - 1:
+                ax.set_xlabel("tokens")
+            if c == 0:
+                ax.set_ylabel("floor (us)")
+    return style.finish(fig, None, table.assign(dtype=dtype),
+                        "vendor dense peaks, ideal fused kernel, uniform routing; TP and EP "
+                        "coincide in expectation, the slowest EP rank does not",
+                        legend_title="sharding (hollow: memory-bound)",
+                        device=", ".join(devices))

@@ -1,0 +1,232 @@
+"""How every figure looks, in one place: backend colours and labels (declared on the backend
+classes), mode line styles, phase colours, one legend per figure, and the provenance
+footer.
+
+The footer names what the plotted rows are: device, dtype(s), model(s), run id and the
+commits that measured THOSE rows (`Run.commits(rows)`), never the checkout's HEAD.
+"""
+from __future__ import annotations
+
+import textwrap
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..modes import Mode, parse_mode, row_mode
+from ..store import Run
+
+# Colours handed to backends that declare none, or that are not registered here (a run
+# made elsewhere); the colours registered backends declare are skipped.
+CYCLE = ("tab:cyan", "tab:olive", "tab:pink", "tab:brown", "tab:green", "tab:purple",
+         "tab:blue", "tab:orange", "tab:red", "tab:gray", "#17becf", "#bcbd22", "#393b79",
+         "#8c6d31", "#843c39", "#7b4173")
+PHASE_COLOR = {"route": "#8c564b", "align": "#9467bd", "gemm1": "#1f77b4", "act": "#2ca02c",
+               "gemm2": "#ff7f0e", "combine": "#d62728", "quant": "#e377c2", "other": "#bbbbbb"}
+# line style by mode kind; a wrapped (custom-op) compile mode is dotted
+MODE_STYLE = {"eager": "--", "graph": "-", "compile": "-"}
+WRAPPED_STYLE = ":"
+SHARDING_STYLE = ("-", "--", ":", "-.")  # first sharding solid, the next dashed...
+# the same colour for a mode in every figure that colours by mode (notebook 02)
+MODE_ORDER = ("eager", "graph", "compile:off") + tuple(
+    f"compile:{v}{d}" for v in ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
+    for d in ("", ":dynamic"))
+MODE_MARKER = {"eager": "o", "graph": "s", "compile:off": "x", "compile:default": "o",
+               "compile:default:dynamic": "s", "compile:max-autotune-no-cudagraphs": "^",
+               "compile:max-autotune-no-cudagraphs:dynamic": "v",
+               "compile:reduce-overhead": "D", "compile:reduce-overhead:dynamic": "P"}
+FOOTER_FONTSIZE = 7
+
+_EXTRA_COLORS: dict[str, str] = {}  # backends given a colour from CYCLE, in order asked
+
+
+def _declared(name: str):
+    """The backend class of `name`, None when it is not registered here."""
+    from .. import backends as B
+    try:
+        return B.backend_class(str(name))
+    except Exception:  # UsageError for an unknown name
+        return None
+
+
+def backend_color(name: str) -> str:
+    """The colour a backend's class declares; else the next free colour of CYCLE (the
+    same one for that name in every later figure of this process)."""
+    cls = _declared(name)
+    if cls is not None and cls.color:
+        return cls.color
+    if name not in _EXTRA_COLORS:
+        from .. import backends as B
+        declared = {B.backend_class(n).color for n in B.names()}
+        free = [c for c in CYCLE if c not in declared]
+        unused = [c for c in free if c not in _EXTRA_COLORS.values()]
+        _EXTRA_COLORS[name] = unused[0] if unused else free[len(_EXTRA_COLORS) % len(free)]
+    return _EXTRA_COLORS[name]
+
+
+def backend_label(name: str) -> str:
+    """The label a backend's class declares, else its name."""
+    cls = _declared(name)
+    return (cls.label or cls.name) if cls is not None else str(name)
+
+
+def mode_of(mode, wrapped=False) -> Mode:
+    """A Mode from a Mode, a stored row (dict or Series) or a mode name; a name that is
+    no mode moe-lab knows stays usable as an eager-like kind (never raises)."""
+    if isinstance(mode, Mode):
+        return mode
+    if isinstance(mode, (dict, pd.Series)):
+        return row_mode(mode)
+    w = False if wrapped is None or wrapped is pd.NA or wrapped != wrapped else bool(wrapped)
+    try:
+        return parse_mode(str(mode), wrapped=w)
+    except Exception:
+        return Mode(str(mode))
+
+
+def mode_style(mode, wrapped=False) -> str:
+    """Line style: eager dashed, graph and compile solid, wrapped (custom op) dotted."""
+    m = mode_of(mode, wrapped)
+    return WRAPPED_STYLE if m.wrapped else MODE_STYLE.get(m.kind, "-.")
+
+
+def mode_color(mode) -> str:
+    """One colour per mode name (wrapped or not), the same in every figure."""
+    name = mode_of(mode).name
+    return f"C{MODE_ORDER.index(name) % 10}" if name in MODE_ORDER else "0.3"
+
+
+def mode_label(mode, wrapped=False) -> str:
+    """`graph`, `default`, `reduce-overhead:dynamic [op]`..."""
+    return mode_of(mode, wrapped).label
+
+
+def mode_labels_in_order(suffix: str = "") -> list[str]:
+    """Every mode label in MODE_ORDER, each plain then wrapped ([op]), with `suffix` on
+    the eager and graph ones: the order of a legend of modes."""
+    out = []
+    for name in MODE_ORDER:
+        m = mode_of(name)
+        if m.kind != "compile":
+            out.append(m.label + suffix)
+        else:
+            out += [m.label, m.with_wrapped(True).label]
+    return out
+
+
+def sharding_style(i: int) -> str:
+    return SHARDING_STYLE[i % len(SHARDING_STYLE)]
+
+
+# --- figures ---------------------------------------------------------------------------
+
+def new_figure(nrows: int = 1, ncols: int = 1, figsize=(8, 5), **subplots_kw):
+    """(Figure, axes) outside pyplot (no global state; a notebook shows the returned
+    figure once), constrained layout so that one legend can sit outside the panels."""
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.subplots(nrows, ncols, **subplots_kw)
+
+
+def shared_legend(fig: Figure, handles=None, labels=None, title: str | None = None,
+                  loc: str = "outside right upper", fontsize: float = 7, order=None):
+    """ONE legend for the whole figure: the distinct labels of every panel (first handle
+    of each), or the handles given; legends drawn on panels are removed. `order`: labels
+    to put first, in that order. None when there is nothing to label."""
+    for ax in fig.axes:
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    if handles is None:
+        seen: dict = {}
+        for ax in fig.axes:
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                if lab and not lab.startswith("_") and lab not in seen:
+                    seen[lab] = h
+        if order is not None:
+            rank = {lab: i for i, lab in enumerate(order)}
+            seen = dict(sorted(seen.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+        handles, labels = list(seen.values()), list(seen)
+    elif labels is None:
+        labels = [h.get_label() for h in handles]
+    for leg in list(fig.legends):
+        leg.remove()
+    if not handles:
+        return None
+    ncol = 1 if len(handles) <= 18 or "right" not in loc else 2
+    if "lower" in loc or "upper center" in loc:
+        ncol = min(len(handles), 6)
+    return fig.legend(handles, labels, loc=loc, fontsize=fontsize, ncol=ncol, title=title,
+                      title_fontsize=fontsize, frameon=False)
+
+
+def _values(rows: pd.DataFrame | None, col: str) -> list[str]:
+    if rows is None or col not in rows or not len(rows):
+        return []
+    return sorted({str(v) for v in rows[col].dropna()})
+
+
+def footer_text(run: Run | None, rows: pd.DataFrame | None = None, extra: str = "",
+                device: str | None = None) -> str:
+    """'device D | dtype d | model m1, m2 | run R | commit c1, c2' for the rows plotted
+    (default: every row of the run). device overrides the rows' device; run None: a
+    figure of predictions (no run, no commit)."""
+    if rows is None and run is not None:
+        rows = run.results
+    devices = [device] if device else _values(rows, "device") or (
+        [run.device] if run is not None else [])
+    parts = [f"device {', '.join(devices) or '?'}"]
+    for name, col in (("dtype", "dtype"), ("model", "model")):
+        vals = _values(rows, col)
+        if vals:
+            parts.append(f"{name} {', '.join(vals)}")
+    if run is None:
+        parts.append("no run (predicted)")
+    else:
+        commits = run.commits(rows) if len(rows) else []
+        parts.append(f"run {run.run_id}")
+        parts.append(("commit " if len(commits) == 1 else "commits ")
+                     + (", ".join(commits) or ("unknown" if len(rows) else "none (no row drawn)")))
+    if extra:
+        parts.append(extra)
+    return " | ".join(parts)
+
+
+def footer(fig: Figure, run: Run | None, rows: pd.DataFrame | None = None, extra: str = "",
+           device: str | None = None) -> str:
+    """Write the provenance footer (footer_text) as the figure's last text, wrapped to its
+    width, and keep room for it below the panels. Returns the text."""
+    text = footer_text(run, rows, extra, device)
+    width = max(int(fig.get_figwidth() * 72 / (FOOTER_FONTSIZE * 0.55)), 40)
+    wrapped = textwrap.fill(text, width=width, break_long_words=False, break_on_hyphens=False)
+    nlines = wrapped.count("\n") + 1
+    room = (nlines * FOOTER_FONTSIZE * 1.25 + 4) / (fig.get_figheight() * 72)
+    engine = fig.get_layout_engine()
+    if engine is not None and hasattr(engine, "set") and "rect" in engine.get():
+        engine.set(rect=(0, room, 1, 1 - room))  # left, bottom, width, height
+    fig.text(0.005, 0.003, wrapped, fontsize=FOOTER_FONTSIZE, color="0.35", ha="left",
+             va="bottom")
+    return text
+
+
+def finish(fig: Figure, run: Run | None, rows: pd.DataFrame | None, extra: str = "",
+           legend: bool = True, legend_title: str | None = None, device: str | None = None,
+           legend_loc: str = "outside right upper", legend_order=None) -> Figure:
+    """One shared legend (when asked) and the footer: how every figure ends."""
+    if legend:
+        shared_legend(fig, title=legend_title, loc=legend_loc, order=legend_order)
+    footer(fig, run, rows, extra, device)
+    return fig
+
+
+def describe(run: Run) -> str:
+    """'run R: N points (K ok) on DEVICE, commits C (path)': what a notebook prints first."""
+    res = run.results
+    ok = int((res["status"] == "ok").sum()) if len(res) else 0
+    return (f"run {run.run_id}: {len(res)} points ({ok} ok) on {run.device}, commits "
+            f"{', '.join(run.commits()) or 'unknown'} ({run.path})")
+
+
+def note_figure(text: str, run: Run | None = None, rows: pd.DataFrame | None = None) -> Figure:
+    """A figure that only says why there is nothing to draw (with its footer)."""
+    fig, ax = new_figure(figsize=(8, 1.6))
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
+    return finish(fig, run, rows, legend=False)
