@@ -16,7 +16,14 @@ else
 fi
 extras="notebooks"
 [ "${1:-}" = "test" ] && extras="notebooks,test"
+t0=$(date +%s)
+echo "setup: installing moe-lab (editable) with [$extras]: pandas, pyarrow, matplotlib, tqdm," \
+     "jupyterlab, nbclient, nbconvert, ipykernel$([ "$extras" != notebooks ] && echo ', pytest, amd-aiter (its Triton kernels)')" \
+     "(1-2 minutes on a fresh machine, seconds when present)"
 pip_q -e ".[$extras]"
 # aiter's Triton kernels need triton; ROCm/CUDA torch builds bring their own.
-"$PY" -c "import triton" 2>/dev/null || pip_q triton
-echo "setup: done ($("$PY" -m moe_lab backends | grep -c ' yes ') backends available here)"
+if ! "$PY" -c "import triton" 2>/dev/null; then
+  echo "setup: installing triton (aiter's Triton kernels are imported, and run where a GPU is)"
+  pip_q triton
+fi
+echo "setup: done in $(( $(date +%s) - t0 )) s ($("$PY" -m moe_lab backends | grep -c ' yes ') backends available here; \`python -m moe_lab backends\` says why not)"
