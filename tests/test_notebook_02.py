@@ -1,21 +1,97 @@
-"""notebooks/02_eager_vs_compile.ipynb executes headless, with or without a committed run
-with compile rows, and with its CPU demo."""
+"""notebooks/02_eager_vs_compile.ipynb executes headless on the CPU: it prints the run it
+shows, the count of planned points that have a row and its compile rows by status; the
+tests recompute them from the run's manifest and parquet files."""
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
 pytest.importorskip("nbclient")
 
-from conftest import pngs, run_notebook  # noqa: E402
+from conftest import ROOT, pngs, run_notebook  # noqa: E402
 
 NB = "02_eager_vs_compile.ipynb"
+RUNS = Path(ROOT) / "data" / "runs"
 
 
-def test_notebook_02_executes_without_error():
-    run_notebook(NB, timeout=600)
+def with_params(**params):
+    def edit(nb):
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
+    return edit
 
 
-def test_notebook_02_demo_renders_figures():
-    def demo(nb):
-        params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-        assert "demo = False" in params.source
-        params.source = params.source.replace("demo = False", "demo = True")
-    assert len(pngs(run_notebook(NB, timeout=600, edit=demo))) >= 3  # time, gap, payback
+def printed(outputs) -> str:
+    return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+
+
+def shown(text: str) -> dict:
+    run = re.search(r"^run (\S+): (\d+) points", text, re.M)
+    cov = re.search(r"^(\d+) of (\d+) planned points have a row", text, re.M)
+    status = re.search(r"^compile rows: (\d+) \(([^)]*)\)", text, re.M)
+    assert run and cov and status, text[:1000]
+    return dict(run=run.group(1), points=int(run.group(2)),
+                coverage=(int(cov.group(1)), int(cov.group(2))), compile_rows=int(status.group(1)),
+                by_status=dict((s, int(n)) for s, n in
+                               (p.rsplit(" ", 1) for p in status.group(2).split(", "))))
+
+
+def expected(run_dir: Path) -> dict:
+    """The same numbers from the folder: planned = config models x tp x ep x routings x
+    tokens x backends x modes, compile modes twice for a backend that declares
+    compile_both_ways (every committed row is inside the plan)."""
+    from moe_lab.backends import backend_class
+    cfg = json.loads((run_dir / "manifest.json").read_text())["config"]
+    res = pd.read_parquet(run_dir / "results.parquet")
+    per_token = sum(1 + (m.startswith("compile:") and backend_class(b).compile_both_ways)
+                    for b in cfg["backends"] for m in cfg["modes"])
+    planned = (per_token * len(cfg["tokens"]) * len(cfg["models"]) * len(cfg["tp"])
+               * len(cfg["ep"]) * len(cfg["routing"]))
+    keys = res[["model", "backend", "mode", "wrapped", "tokens"]].astype(str).agg("|".join, axis=1)
+    comp = res[res["mode"].str.startswith("compile:")]
+    return dict(run=run_dir.name, points=len(res), coverage=(keys.nunique(), planned),
+                compile_rows=len(comp), by_status=comp["status"].value_counts().to_dict())
+
+
+def newest_committed_run_with_compile_rows() -> str:
+    found = []
+    for d in RUNS.iterdir():
+        if (d / "results.parquet").is_file():
+            modes = pd.read_parquet(d / "results.parquet", columns=["mode"])["mode"]
+            if (d / "compile.parquet").is_file() or modes.str.startswith("compile:").any():
+                found.append((json.loads((d / "manifest.json").read_text())["started"], d.name))
+    return max(found)[1]
+
+
+def test_default_is_the_newest_compile_run_and_its_coverage_is_counted():
+    outputs = run_notebook(NB, timeout=600)
+    got = shown(printed(outputs))
+    assert got["run"] == newest_committed_run_with_compile_rows()
+    assert got == expected(RUNS / got["run"])
+    assert got["coverage"][0] < got["coverage"][1]  # the lease ran out: points are missing
+    assert len(pngs(outputs)) >= 3  # time, gap, payback
+
+
+def test_a_compile_run_measured_on_cpu_by_ml_measure(tmp_path):
+    import moe_lab as ml
+    run_dir = tmp_path / "cpu-compile"
+    ml.measure(["custom:H=64,I=32,E=4,k=2"], [1, 8], backends="torch", dtype="fp32", tp=1,
+               modes="compile:off,compile:default", run=run_dir)
+    outputs = run_notebook(NB, timeout=600, edit=with_params(run=str(run_dir)))
+    got = shown(printed(outputs))
+    assert got == expected(run_dir)
+    # torch is measured both ways: 2 modes x 2 wraps x 2 token counts, all with a row
+    assert got["run"] == "cpu-compile" and got["coverage"] == (8, 8)
+    assert len(pngs(outputs)) >= 3
+
+
+def test_the_cpu_demo_measures_with_ml_measure():
+    """demo=True measures a tiny compile sweep into a temporary folder and shows it."""
+    outputs = run_notebook(NB, timeout=600, edit=with_params(demo=True))
+    got = shown(printed(outputs))
+    assert got["run"] == "demo-compile-cpu"
+    # torch, both ways: 2 modes x 2 wraps x 3 token counts
+    assert got["coverage"] == (12, 12) and got["compile_rows"] == 12
+    assert len(pngs(outputs)) >= 3

@@ -1,11 +1,88 @@
-"""notebooks/03_roofline.ipynb executes headless from a clean checkout (with or without a
-committed run) and raises no error."""
+"""notebooks/03_roofline.ipynb executes headless on the CPU: it prints the run it shows, the
+ceilings it uses and the point closest to its roof; the tests recompute that pct_of_roof
+from the rows' FLOPs and bytes and the ceilings, independently of moe_lab.roofline."""
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
 pytest.importorskip("nbclient")
 
-from conftest import pngs, run_notebook  # noqa: E402
+from conftest import ROOT, pngs, run_notebook  # noqa: E402
+
+NB = "03_roofline.ipynb"
+RUNS = Path(ROOT) / "data" / "runs"
 
 
-def test_notebook_03_executes_without_error():
-    assert pngs(run_notebook("03_roofline.ipynb")), "the predicted-floors figure should always render"
+def with_params(**params):
+    def edit(nb):
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
+    return edit
+
+
+def printed(outputs) -> str:
+    return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+
+
+def shown(text: str) -> tuple[str, float, float]:
+    """(run id, highest pct_of_roof, its median_us) as printed."""
+    run = re.search(r"^run (\S+): \d+ points", text, re.M)
+    best = re.search(r"^highest pct_of_roof: ([0-9.e+-]+)% \(.* tokens, ([0-9.e+-]+) us against",
+                     text, re.M)
+    assert run and best, text[:1000]
+    return run.group(1), float(best.group(1)), float(best.group(2))
+
+
+def best_pct(res: pd.DataFrame, tflops: float, tb_s: float) -> tuple[float, float]:
+    """max over ok rows of 100 * max(flops / peak, bytes / bandwidth) / median_us."""
+    ok = res[(res["status"] == "ok") & (res["median_us"] > 0)]
+    roof_us = pd.concat([ok["flops"] / (tflops * 1e12), ok["bytes"] / (tb_s * 1e12)],
+                        axis=1).max(axis=1) * 1e6
+    pct = 100 * roof_us / ok["median_us"]
+    return float(pct.max()), float(ok.loc[pct.idxmax(), "median_us"])
+
+
+def newest_committed_run_with_ok_rows() -> str:
+    found = []
+    for d in RUNS.iterdir():
+        if (d / "results.parquet").is_file():
+            res = pd.read_parquet(d / "results.parquet", columns=["status"])
+            if (res["status"] == "ok").any():
+                found.append((json.loads((d / "manifest.json").read_text())["started"], d.name))
+    return max(found)[1]
+
+
+def test_default_run_against_the_measured_h200_ceilings():
+    outputs = run_notebook(NB)
+    text = printed(outputs)
+    run_id, pct, median = shown(text)
+    assert run_id == newest_committed_run_with_ok_rows()
+    ceil = json.loads((Path(ROOT) / "data" / "ceilings" / "nvidia-h200.json").read_text())
+    assert "[measured]" in text
+    want, want_median = best_pct(pd.read_parquet(RUNS / run_id / "results.parquet"),
+                                 ceil["gemm_bf16"]["tflops"], ceil["memory"]["tb_per_s"])
+    assert pct == pytest.approx(want, rel=1e-3) and median == pytest.approx(want_median, rel=1e-3)
+    assert len(pngs(outputs)) >= 3  # roofline, floor vs tokens, predicted floors
+
+
+def test_a_run_measured_on_cpu_by_ml_measure_against_a_vendor_spec(tmp_path):
+    """A CPU run has no ceilings of its own; `device` puts it against the H200's vendor
+    peaks (989.4 TFLOP/s bf16, 4.8 TB/s). The CPU rows carry no cost, so the test counts
+    it from the model: flops 2*pairs*3*I*H, bytes experts_hit*3*H*I*2 + 2*T*H*2."""
+    import moe_lab as ml
+    run_dir = tmp_path / "cpu-run"
+    res = ml.measure(["custom:H=64,I=32,E=4,k=2"], [1, 8], backends=["torch", "torch-grouped"],
+                     tp=1, run=run_dir)
+    outputs = run_notebook(NB, edit=with_params(run=str(run_dir), device="h200-sxm",
+                                                tokens=[1, 64], straggler_seeds=1))
+    H, I = 64, 32
+    res = res.assign(flops=2 * res["pairs"] * 3 * I * H,
+                     bytes=res["experts_hit"] * 3 * H * I * 2 + 2 * res["tokens"] * H * 2)
+    run_id, pct, median = shown(printed(outputs))
+    want, want_median = best_pct(res, 989.4, 4.8)
+    assert run_id == "cpu-run"
+    assert pct == pytest.approx(want, rel=1e-3) and median == pytest.approx(want_median, rel=1e-3)
+    assert len(pngs(outputs)) >= 3

@@ -1,13 +1,68 @@
-"""notebooks/04_reproduce_claims.ipynb executes headless on CPU without errors."""
+"""notebooks/04_reproduce_claims.ipynb executes headless on the CPU: its pass/warn/fail
+counts are moe_lab.claims.run_checks's, and the measured times of its implications come
+from the runs under its `run` folder."""
+import re
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("nbclient")
 
-from conftest import pngs, run_notebook  # noqa: E402
+from conftest import ROOT, pngs, run_notebook  # noqa: E402
+
+NB = "04_reproduce_claims.ipynb"
 
 
-def test_executes_headless():
-    outputs = run_notebook("04_reproduce_claims.ipynb")
+def with_params(**params):
+    def edit(nb):
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
+    return edit
+
+
+def printed(outputs) -> str:
+    return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+
+
+def shown(text: str) -> dict:
+    runs = re.search(r"^runs for the measured times: (\S+): (\d+) run\(s\): (.*)$", text, re.M)
+    counts = re.search(r"^(\d+) claims from .*; (\d+) checks: (\d+) pass, (\d+) warn, (\d+) fail$",
+                       text, re.M)
+    assert runs and counts, text[:1000]
+    measured = dict(re.findall(r"^(\S+): measured_us \S+ \(\S+, run (\S+)\)$", text, re.M))
+    return dict(runs_dir=runs.group(1), runs=sorted(runs.group(3).split(", ")),
+                counts=tuple(map(int, counts.groups())), measured=measured)
+
+
+def expected_counts():
+    from moe_lab import claims
+    reg = claims.load_registry()
+    s = claims.summary(claims.run_checks(reg))
+    return reg, (len(reg["claims"]), sum(s.values()), s["pass"], s["warn"], s["fail"])
+
+
+def test_counts_are_run_checks_and_measured_times_come_from_data_runs():
+    from moe_lab import claims
+    outputs = run_notebook(NB)
+    got = shown(printed(outputs))
+    reg, counts = expected_counts()
+    assert got["counts"] == counts
+    runs = Path(ROOT) / "data" / "runs"
+    assert got["runs"] == sorted(p.parent.name for p in runs.glob("*/results.parquet"))
+    imp = claims.implications(reg)
+    assert got["measured"] == {r.config: r.measured_run or "-" for r in imp.itertuples()}
+    assert "h200-seed4-20261129" in got["measured"].values()
     assert len(pngs(outputs)) >= 7  # 5 configurations + accuracy + implications
-    text = "".join(str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
-    assert "pass" in text and "claims" in text
+
+
+def test_a_runs_folder_measured_on_cpu_by_ml_measure(tmp_path):
+    """`run` names the folder the implications read: a CPU run of a small model has no
+    shape of the claims, so no configuration gets a measured time."""
+    import moe_lab as ml
+    ml.measure(["custom:H=64,I=32,E=4,k=2"], [1], backends="torch", tp=1,
+               run=tmp_path / "runs" / "cpu-run")
+    outputs = run_notebook(NB, edit=with_params(run=str(tmp_path / "runs")))
+    got = shown(printed(outputs))
+    assert got["runs_dir"] == str(tmp_path / "runs") and got["runs"] == ["cpu-run"]
+    assert got["counts"] == expected_counts()[1]
+    assert got["measured"] and set(got["measured"].values()) == {"-"}
