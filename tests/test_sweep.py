@@ -23,9 +23,9 @@ import pytest
 import torch
 
 import moe_lab.backends as B
-from moe_lab import sweep as S
+from moe_lab.commands.sweep import default_run_id
 from moe_lab.cli import main
-from moe_lab.store import STATUSES, point_id
+from moe_lab.store import KILLED, STATUSES, point_id
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "custom:H=64,I=32,E=8,k=2"
@@ -137,7 +137,7 @@ def test_sigkill_midway_then_rerun_resumes_without_duplicates(tmp_path):
     assert man["points_skipped_already_done"] == n_before
     assert man["previous_status"].startswith("killed")
     # the killed call is still listed, with its command, as killed
-    assert [i["status"] for i in man["invocations"]] == [S.KILLED, "complete"]
+    assert [i["status"] for i in man["invocations"]] == [KILLED, "complete"]
     assert man["invocations"][0]["command"] == man["invocations"][1]["command"]
 
 
@@ -156,8 +156,9 @@ def test_sigterm_midway_records_the_interruption_then_rerun_completes(tmp_path):
     assert man["status"] == "interrupted: SIGTERM" and man["wall_s"] > 0
     assert man["invocations"][-1]["points_measured"] == len(before)
     # the notebooks say which planned points the interrupted run never measured
-    from moe_lab.plots_compile import coverage, load_run
-    summary, missing = coverage(load_run(run_dir))
+    from moe_lab.plots.compile import coverage
+    from moe_lab.store import open_run
+    summary, missing = coverage(open_run(run_dir))
     assert summary.startswith(f"{len(before)} of {total} planned points have a row")
     n_missing = sum(len(m.split(",")) for m in missing["missing_tokens"])
     assert n_missing == total - len(before)
@@ -167,7 +168,7 @@ def test_sigterm_midway_records_the_interruption_then_rerun_completes(tmp_path):
     assert out.returncode == 0, out.stderr
     after = _assert_readable(run_dir)
     assert len(after) == total and after["point_id"].is_unique
-    summary, missing = coverage(load_run(run_dir))
+    summary, missing = coverage(open_run(run_dir))
     assert summary == f"{total} of {total} planned points have a row" and missing.empty
     man = json.loads((run_dir / "manifest.json").read_text())
     assert [i["status"] for i in man["invocations"]] == ["interrupted: SIGTERM", "complete"]
@@ -408,9 +409,9 @@ def test_same_command_same_default_run_id_resumes(tmp_path, capsys):
     config = dict(models=[MODEL], tp=[1], ep=[1], ep_rank=0, tokens=[1, 4],
                   backends=["torch", "torch-grouped"], modes=["eager"], routing=["uniform"],
                   dtype="bf16", seed=0)
-    assert runs[0].name == S.default_run_id(config, "cpu")
-    assert S.default_run_id(dict(config, tokens=[1, 8]), "cpu") != runs[0].name
-    assert S.default_run_id(config, "NVIDIA H200") != runs[0].name
+    assert runs[0].name == default_run_id(config, "cpu")
+    assert default_run_id(dict(config, tokens=[1, 8]), "cpu") != runs[0].name
+    assert default_run_id(config, "NVIDIA H200") != runs[0].name
 
 
 # --- 5. the manifest ----------------------------------------------------------------------------
@@ -464,14 +465,14 @@ def test_compile_rows_stream_into_the_store_as_they_finish(tmp_path, monkeypatch
     from moe_lab import compile as C
     from moe_lab.store import RunStore
     seen_on_disk = []
-    real = C.run_compile_sweep
+    real = C.CompileBench.run
 
-    def spy(*a, on_row=None, **kw):
+    def spy(self, *a, on_row=None, **kw):
         def hook(row):
             on_row(row)
             seen_on_disk.append(len(RunStore(tmp_path / "s").load_results()))
-        return real(*a, on_row=hook, **kw)
-    monkeypatch.setattr(C, "run_compile_sweep", spy)
+        return real(self, *a, on_row=hook, **kw)
+    monkeypatch.setattr(C.CompileBench, "run", spy)
     argv = ["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--ep", "1",
             "--tokens", "1,2,4", "--backends", "torch", "--modes", "compile:off",
             "--dtype", "fp32", "--data-dir", str(tmp_path), "--run-id", "s", "--no-progress",
@@ -479,7 +480,7 @@ def test_compile_rows_stream_into_the_store_as_they_finish(tmp_path, monkeypatch
     assert main(argv) == 0
     assert seen_on_disk[:3] == [1, 2, 3]  # each point written before the next one ran
     res = RunStore(tmp_path / "s").load_results()
-    assert set(res["mode"]) == {"compile:off", "compile:off:custom-op"}
+    assert set(zip(res["mode"], res["wrapped"])) == {("compile:off", False), ("compile:off", True)}
     assert res["point_id"].is_unique and (res["status"] == "ok").all()
 
 
@@ -509,7 +510,7 @@ def test_resumed_compile_sweep_folds_into_one_compile_row(tmp_path):
 
 
 def test_parse_budget_default_and_per_backend():
-    from moe_lab.sweep import parse_budget
+    from moe_lab.commands.sweep import parse_budget
     assert parse_budget("150,torch=30") == {"*": 150.0, "torch": 30.0}
     assert parse_budget("torch-grouped=20") == {"torch-grouped": 20.0}
 
@@ -525,14 +526,15 @@ def test_compile_resume_fills_the_custom_op_pass_a_kill_left(tmp_path, capsys):
     assert main(argv) == 0
     store = RunStore(tmp_path / "k")
     res = store.load_results()
-    plain = res[res["mode"] == "compile:off"]
+    plain = res[~res["wrapped"].astype(bool)]
     atomic_write_parquet(tmp_path / "k" / "results.parquet", plain)  # what the kill left
     capsys.readouterr()
     assert main(argv) == 0
     assert "2 measured now, 2 already there" in capsys.readouterr().out
     again = store.load_results()
     assert len(again) == 4 and again["point_id"].is_unique
-    assert set(again["mode"]) == {"compile:off", "compile:off:custom-op"}
+    assert set(zip(again["mode"], again["wrapped"])) == {("compile:off", False),
+                                                         ("compile:off", True)}
     kept = again.set_index("point_id").loc[plain["point_id"], "median_us"]
     assert (kept.values == plain["median_us"].values).all()  # the plain rows untouched
 
@@ -541,7 +543,7 @@ def test_compile_rows_recounted_from_results_after_a_kill(tmp_path):
     """A compile row written by a resumed call covers only the token counts that call ran;
     recounting from the results makes it cover every point measured for that variant."""
     from moe_lab.store import RunStore
-    from moe_lab.sweep import refresh_compile_table
+    from moe_lab.compile_table import refresh_compile_table
     argv = ["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--ep", "1",
             "--tokens", "1,2,4", "--backends", "torch", "--modes", "compile:default",
             "--dtype", "fp32", "--data-dir", str(tmp_path), "--run-id", "q", "--no-progress",
