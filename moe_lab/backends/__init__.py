@@ -20,11 +20,21 @@ on the class:
                       None: unknown (its backend roof columns stay NaN).
     compile_both_ways measured under torch.compile both traced and through its custom op
     not_capturable    None, or why graph capture is not even tried
+    tunable           has launch configurations that `moe-lab tune` searches (then it also
+                      implements config_space, default_config and config files, below)
     available() -> (bool, reason)             can it run on this machine at all?
     supports(problem, device) -> (bool, reason)
     prepare(problem, weights) -> fn           layout conversion etc., outside timing;
                                               fn(x, topk_weights, topk_ids) -> out[T, H]
     info() -> dict                            versions / config for the manifest
+
+Tunable backends (moe_lab.tuning) also implement
+    default_config(problem) -> {stage: config}   what the backend uses untuned
+    config_space(problem) -> {stage: [config]}   candidates per stage (e.g. gemm1, gemm2),
+                                                 pruned for the problem's token count
+    prepare(problem, weights, config={stage: config}) uses that configuration
+    config_files(problem, device_name) -> {stage: file name}   in the format the kernel's
+                                                 own project reads (vLLM/aiter JSON by M)
 """
 from __future__ import annotations
 
@@ -58,6 +68,7 @@ class Backend:
     intermediates: list[Intermediate] | None = None
     compile_both_ways = False
     not_capturable: str | None = None
+    tunable = False
 
     def available(self) -> tuple[bool, str]:
         return True, ""
