@@ -300,12 +300,12 @@ def test_backend_calls_bind_to_the_real_signatures_on_cpu(monkeypatch, kind):
         assert al["num_experts"] == w.w1.shape[0] + 1
     else:
         assert al["topk_ids"] is inp.topk_ids and al["num_experts"] == w.w1.shape[0]
-    assert al["block_size"] == be.last_config["BLOCK_SIZE_M"]
-    for g in (g1, g2):
+    assert al["block_size"] == be.last_config["gemm1"]["BLOCK_SIZE_M"]
+    for g, stage in ((g1, "gemm1"), (g2, "gemm2")):
         assert g["topk_ids"] is al["topk_ids"] and g["topk_weights"] is inp.topk_weights
-        assert g["sorted_token_ids"] is al["sorted_token_ids"]
+        assert g["sorted_token_ids"] is al["sorted_token_ids"]  # one alignment: same BLOCK_M
         assert g["num_tokens_post_padded"] is al["num_tokens_post_pad"]
-        assert g["config"] is be.last_config and g["compute_type"] is tl.bfloat16
+        assert g["config"] == be.last_config[stage] and g["compute_type"] is tl.bfloat16
         assert g["A_scale"] is g["B_scale"] is g["B_zp"] is g["block_shape"] is None
         assert not (g["use_fp8_w8a8"] or g["use_int8_w8a16"] or g["use_int4_w4a16"])
     assert g1["A"] is inp.x and g1["B"] is w.w1 and g2["B"] is w.w2
@@ -314,3 +314,26 @@ def test_backend_calls_bind_to_the_real_signatures_on_cpu(monkeypatch, kind):
     assert (g1["top_k"], g2["top_k"]) == (k, 1)
     assert (g1["mul_routed_weight"], g2["mul_routed_weight"]) == (prob.weight_on_input,
                                                                   not prob.weight_on_input)
+
+
+def test_configs_per_gemm_and_one_alignment_per_block_m(monkeypatch):
+    """A configuration per GEMM reaches its own call; GEMMs with different BLOCK_SIZE_M get
+    an alignment each; a table {M: config} picks the nearest M."""
+    fused_moe, align = _real_fused_moe()
+    mods, calls = _stub_modules(inspect.signature(fused_moe), inspect.signature(align))
+    monkeypatch.setattr(at, "load_aiter_triton", lambda: mods)
+    prob, w, inp = _triton_problem("k2")
+    base = dict(BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=3)
+    c16, c32 = dict(base, BLOCK_SIZE_M=16), dict(base, BLOCK_SIZE_M=32)
+    fn = AiterTritonBackend().prepare(prob, w, config={"gemm1": c16, "gemm2": c32})
+    fn(inp.x, inp.topk_weights, inp.topk_ids)
+    names = [c[0] for c in calls]
+    assert names == ["align", "fused_moe", "align", "fused_moe"]
+    assert [c[1]["block_size"] for c in calls if c[0] == "align"] == [16, 32]
+    assert calls[1][1]["config"] == c16 and calls[3][1]["config"] == c32
+    calls.clear()
+    T = inp.x.shape[0]
+    table = {1: c16, T + 1000: c32}
+    AiterTritonBackend().prepare(prob, w, config={"gemm1": table, "gemm2": table})(
+        inp.x, inp.topk_weights, inp.topk_ids)
+    assert [c[1]["block_size"] for c in calls if c[0] == "align"] == [16 if T < 500 else 32]

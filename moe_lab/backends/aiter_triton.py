@@ -32,6 +32,7 @@ import types
 import torch
 
 from . import Backend, Weights, register
+from ._triton_configs import file_names, gemm_space, nearest
 
 AMD_ONLY_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
 # aiter's own M thresholds for its small/medium/large configs (moe_config_utils.py)
@@ -189,6 +190,7 @@ class AiterTritonBackend(Backend):
     intermediates = [("c1", "all", "2I", "act"), ("a", "all", "I", "act"),
                      ("c2", "all", "H", "act")]
     compile_both_ways = True  # aiter's Python graph-breaks when traced
+    tunable = True
 
     def available(self):
         if aiter_root() is None:
@@ -215,10 +217,26 @@ class AiterTritonBackend(Backend):
     def info(self):
         return {"aiter": aiter_version(), "aiter_triton_configs": config_device()}
 
-    def prepare(self, problem, weights: Weights, configs: dict | None = None):
+    # --- configurations (moe-lab tune) ------------------------------------------------
+    def default_config(self, problem) -> dict:
+        """aiter's shipped choice for this token count (AMD-only keys dropped off ROCm)."""
+        cfg = pick_config(aiter_moe_configs(), problem.tokens, torch.version.hip is None)
+        return {"gemm1": cfg, "gemm2": dict(cfg)}
+
+    def config_space(self, problem) -> dict:
+        rows = problem.tokens * problem.topk / problem.local_experts
+        return {"gemm1": gemm_space(rows), "gemm2": gemm_space(rows)}
+
+    def config_files(self, problem, device_name: str) -> dict:
+        return file_names(problem.local_experts, problem.inter, device_name)
+
+    def prepare(self, problem, weights: Weights, config: dict | None = None):
+        """`config`: None (aiter's shipped configs by token count), or {"gemm1": c,
+        "gemm2": c} where each c is one launch configuration or a table {M: config}
+        (the nearest M is used, as vLLM does)."""
         import triton.language as tl
         moe_op, align = load_aiter_triton()
-        configs = configs or aiter_moe_configs()
+        shipped = aiter_moe_configs()
         strip = torch.version.hip is None
         compute_type = {"bf16": tl.bfloat16, "fp16": tl.float16}[problem.dtype]
         w1, w2 = weights.w1, weights.w2
@@ -230,11 +248,16 @@ class AiterTritonBackend(Backend):
         gemm1, gemm2 = fused_moe_calls(moe_op.fused_moe, w1, w2, compute_type, woi, k)
         self.gemm_calls = (gemm1, gemm2)
 
+        def pick(stage, T):
+            if config is None:
+                return pick_config(shipped, T, strip)
+            c = config[stage]
+            return dict(nearest(c, T) if all(isinstance(m, int) for m in c) else c)
+
         def fn(x, topk_weights, topk_ids):
             T = x.shape[0]
-            cfg = pick_config(configs, T, strip)
-            self.last_config = cfg
-            bm = cfg["BLOCK_SIZE_M"]
+            cfg1, cfg2 = pick("gemm1", T), pick("gemm2", T)
+            self.last_config = {"gemm1": cfg1, "gemm2": cfg2}
             if emap is not None:
                 local = emap[topk_ids.long()]
                 ids = torch.where(local < 0, E_local, local).to(torch.int32)
@@ -242,23 +265,30 @@ class AiterTritonBackend(Backend):
             else:
                 ids, n_exp = topk_ids, E_local
             numel = T * k
-            max_pad = numel + n_exp * (bm - 1)
-            sorted_ids = torch.full((max_pad,), numel, dtype=torch.int32, device=x.device)
-            expert_ids = torch.full((triton_cdiv(max_pad, bm),), -1, dtype=torch.int32,
-                                    device=x.device)
-            n_post_pad = torch.empty(1, dtype=torch.int32, device=x.device)
-            align.moe_align_block_size_triton(ids, n_exp, bm, sorted_ids, expert_ids, n_post_pad)
-            if emap is not None:
-                expert_ids = torch.where(expert_ids == E_local, -1, expert_ids)
+            aligned = {}
+
+            def routing(cfg):  # one alignment per distinct BLOCK_SIZE_M
+                bm = cfg["BLOCK_SIZE_M"]
+                if bm not in aligned:
+                    max_pad = numel + n_exp * (bm - 1)
+                    sorted_ids = torch.full((max_pad,), numel, dtype=torch.int32, device=x.device)
+                    expert_ids = torch.full((triton_cdiv(max_pad, bm),), -1, dtype=torch.int32,
+                                            device=x.device)
+                    n_post_pad = torch.empty(1, dtype=torch.int32, device=x.device)
+                    align.moe_align_block_size_triton(ids, n_exp, bm, sorted_ids, expert_ids,
+                                                      n_post_pad)
+                    if emap is not None:
+                        expert_ids = torch.where(expert_ids == E_local, -1, expert_ids)
+                    aligned[bm] = dict(topk_weights=topk_weights, topk_ids=ids,
+                                       sorted_token_ids=sorted_ids, expert_ids=expert_ids,
+                                       num_tokens_post_padded=n_post_pad)
+                return dict(aligned[bm], config=cfg)
             c1 = torch.empty(T, k, 2 * inter, dtype=x.dtype, device=x.device)
-            routing = dict(topk_weights=topk_weights, topk_ids=ids, sorted_token_ids=sorted_ids,
-                           expert_ids=expert_ids, num_tokens_post_padded=n_post_pad,
-                           config=cfg)
-            gemm1(A=x, C=c1, **routing)
+            gemm1(A=x, C=c1, **routing(cfg1))
             g = c1.view(numel, 2 * inter)
             a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
             c2 = torch.empty(T, k, x.shape[1], dtype=x.dtype, device=x.device)
-            gemm2(A=a, C=c2, **routing)
+            gemm2(A=a, C=c2, **routing(cfg2))
             return c2.sum(dim=1) if k > 1 else c2.view(T, -1)
         return fn
 

@@ -1,0 +1,110 @@
+"""Launch configurations of Triton fused-MoE GEMMs: the search space `moe-lab tune` walks,
+and the files they live in, in the format vLLM and aiter read.
+
+A configuration is the kernel's launch keys: BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps,
+num_stages. A config file maps the token count M (a string key) to one configuration, and
+a caller picks the key nearest its M, as vLLM's `get_moe_configs` does:
+
+    E=<local experts>,N=<intermediate per rank>,device_name=<torch name, _ for spaces>.json
+        {"1": {"BLOCK_SIZE_M": 16, ...}, "64": {...}, ...}            gemm1 (x @ w1^T)
+    E=...,N=...,device_name=..._down.json                             gemm2 (a @ w2^T)
+
+The first file alone is what vLLM reads (it then uses it for both GEMMs); the `_down` file
+holds the second GEMM's own choice. Both GEMMs of one call must share BLOCK_SIZE_M when
+they share one token alignment; moe-lab aligns once per distinct BLOCK_SIZE_M, so they may
+differ, and the tuner keeps gemm2's BLOCK_SIZE_M equal to gemm1's (one alignment).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
+        "num_stages")
+SMEM_BYTES = 200 * 1024  # Hopper: 227 KB per block; keep room for the epilogue
+
+
+def file_stem(local_experts: int, inter: int, device_name: str) -> str:
+    return f"E={local_experts},N={inter},device_name={device_name.replace(' ', '_')}"
+
+
+def file_names(local_experts: int, inter: int, device_name: str) -> dict[str, str]:
+    stem = file_stem(local_experts, inter, device_name)
+    return {"gemm1": f"{stem}.json", "gemm2": f"{stem}_down.json"}
+
+
+def check_config(cfg: dict, where: str = "config") -> dict:
+    """A launch configuration with every key a positive int (ValueError naming the key)."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{where}: a configuration must be a JSON object, not {type(cfg).__name__}")
+    for k in KEYS:
+        v = cfg.get(k)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"{where}: {k} must be a positive integer, got {v!r}")
+    return cfg
+
+
+def read_table(path: str | Path) -> dict[int, dict]:
+    """{M: configuration} from a config file; ValueError naming the file and the fault."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable JSON config file ({exc})") from None
+    if not isinstance(obj, dict) or not obj:
+        raise ValueError(f"{path}: expected an object keyed by token count")
+    table = {}
+    for key, cfg in obj.items():
+        if not str(key).isdigit() or int(key) <= 0:
+            raise ValueError(f"{path}: key {key!r} is not a token count")
+        table[int(key)] = check_config(cfg, f"{path} [{key}]")
+    return table
+
+
+def write_table(path: str | Path, table: dict[int, dict]) -> Path:
+    """The upstream format: keys are token counts as strings, ascending; only launch keys."""
+    from ..atomic import atomic_write_json
+    out = {str(m): {k: int(table[m][k]) for k in KEYS} for m in sorted(table)}
+    atomic_write_json(Path(path), out)
+    return Path(path)
+
+
+def nearest(table: dict[int, dict], tokens: int) -> dict:
+    """vLLM's rule: the configuration of the key nearest the token count (ties: smaller)."""
+    return table[min(table, key=lambda m: (abs(m - tokens), m))]
+
+
+def smem_bytes(cfg: dict, elem_bytes: int = 2) -> int:
+    return (cfg["BLOCK_SIZE_M"] * cfg["BLOCK_SIZE_K"]
+            + cfg["BLOCK_SIZE_K"] * cfg["BLOCK_SIZE_N"]) * elem_bytes * cfg["num_stages"]
+
+
+def block_m_choices(rows_per_expert: float) -> list[int]:
+    """BLOCK_SIZE_M worth trying when experts get this many rows on average: a tile much
+    taller than an expert's rows computes padding."""
+    if rows_per_expert <= 8:
+        return [16]
+    if rows_per_expert <= 32:
+        return [16, 32]
+    if rows_per_expert <= 128:
+        return [32, 64]
+    return [64, 128]
+
+
+def gemm_space(rows_per_expert: float, block_m: int | None = None) -> list[dict]:
+    """Candidates for one GEMM, pruned by rows per expert and shared memory: small tiles
+    (M <= 32) with 4 warps and deep K; large tiles with 4 or 8 warps. `block_m` fixes
+    BLOCK_SIZE_M (the second GEMM shares the first's alignment)."""
+    out = []
+    for bm in ([block_m] if block_m else block_m_choices(rows_per_expert)):
+        small = bm <= 32
+        for bn in ((32, 64, 128) if small else (64, 128, 256)):
+            for bk in ((64, 128, 256) if small else (64, 128)):
+                for warps in ((4,) if small else (4, 8)):
+                    for stages in (3, 4):
+                        cfg = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk,
+                                   GROUP_SIZE_M=1 if small else 8, num_warps=warps,
+                                   num_stages=stages)
+                        if smem_bytes(cfg) <= SMEM_BYTES:
+                            out.append(cfg)
+    return out
