@@ -141,15 +141,27 @@ def check_backend(backend: B.Backend, problem: Problem, weights: B.Weights, inp:
 
 
 def check_problem(problem: Problem, backend_names: list[str], device: str, seed: int,
-                  routing: str = "uniform") -> list[dict]:
+                  routing: str = "uniform", config: str = "default") -> list[dict]:
+    """Each backend against the reference on fresh inputs; `config` (default, tuned or a
+    file) is used by the tunable backends (moe_lab.tuning.config_for)."""
+    from .environment import device_name
+    from .tuning import config_for
     weights = make_weights(problem, device, seed)
     inp = make_inputs(problem, device, seed + 7, routing)
     ref = reference(problem, weights, inp)
     rows = []
     for name in backend_names:
         t0 = time.perf_counter()
-        row = check_backend(B.get(name), problem, weights, inp, ref, device)
+        be = B.get(name)
+        table, why = config_for(name, config, problem, device_name(device))
+        if why and be.available()[0]:
+            row = dict(backend=name, status="unsupported", error=why, max_rel_err=float("nan"),
+                       threshold=THRESHOLDS[problem.dtype])
+        else:
+            fn = be.prepare(problem, weights, config=table) if table is not None else None
+            row = check_backend(be, problem, weights, inp, ref, device, fn)
         row.update(problem.key(), routing=routing, seed=seed,
+                   config=config if be.tunable else "default",
                    check_s=round(time.perf_counter() - t0, 3))
         rows.append(row)
     del weights, inp, ref

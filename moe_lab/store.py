@@ -29,9 +29,10 @@ from .errors import CorruptFile, UsageError
 
 ID_FIELDS = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens", "routing")
 # identifying too, but only when set (so the ids of rows written before they existed stay)
-OPTIONAL_ID_FIELDS = ("wrapped",)
+OPTIONAL_ID_FIELDS = ("wrapped", "config")
+DEFAULTS = {"wrapped": False, "config": "default"}  # an optional field at its default is left out
 PROVENANCE_COLUMNS = ("git_commit", "device", "measured_at")
-RESULT_COLUMNS = (*ID_FIELDS, "wrapped", "status", "error", "median_us", "p10_us", "p90_us",
+RESULT_COLUMNS = (*ID_FIELDS, "wrapped", "config", "status", "error", "median_us", "p10_us", "p90_us",
                   "n", "kernel_us", "max_rel_err", "flops", "bytes", "roof_us", "pct_of_roof",
                   "warning", "noisy", *PROVENANCE_COLUMNS, "point_id")
 STATUSES = ("ok", "incorrect", "unsupported", "unavailable", "failed", "oom", "timeout")
@@ -46,7 +47,7 @@ def point_id(d: dict) -> str:
     parts = []
     for k in ID_FIELDS + OPTIONAL_ID_FIELDS:
         v = d.get(k, "")
-        if k in OPTIONAL_ID_FIELDS and (v is None or v is False or v == "" or v != v):
+        if k in OPTIONAL_ID_FIELDS and (v is None or v == DEFAULTS[k] or v == "" or v != v):
             continue
         if v is None or (isinstance(v, float) and v != v):
             v = ""
@@ -81,7 +82,7 @@ INT_COLUMNS = ("tp", "ep", "ep_rank", "tokens", "n")
 FLOAT_COLUMNS = ("median_us", "p10_us", "p90_us", "kernel_us", "max_rel_err", "flops", "bytes",
                  "roof_us", "pct_of_roof", "calls", "total_us")
 STR_COLUMNS = ("model", "dtype", "backend", "mode", "routing", "status", "error", "warning",
-               "point_id", "kernel", "phase", *PROVENANCE_COLUMNS)
+               "point_id", "kernel", "phase", "config", *PROVENANCE_COLUMNS)
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:

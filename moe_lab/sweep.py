@@ -45,6 +45,7 @@ class Grid:
     ep_rank: int = 0
     routings: list[str] = field(default_factory=lambda: ["uniform"])
     dtype: str = "bf16"
+    configs: list[str] = field(default_factory=lambda: ["default"])  # default, tuned, a file
 
     def shards(self) -> list[list[Problem]]:
         """One list of problems (the token grid) per model x tp x ep."""
@@ -63,19 +64,30 @@ class Grid:
                 out.append(m.with_wrapped(True))
         return out
 
+    def configs_of(self, backend: str, mode: Mode) -> list[str]:
+        """Configurations a backend is measured with: every one asked for when it is
+        tunable (eager and graph modes), else its own ("default")."""
+        if B.backend_class(backend).tunable and mode.kind != "compile":
+            return self.configs
+        return ["default"]
+
+    def points_of(self, backend: str) -> list[tuple[Mode, str]]:
+        return [(m, c) for m in self.modes_of(backend) for c in self.configs_of(backend, m)]
+
     def total_points(self) -> int:
-        per_problem = len(self.routings) * sum(len(self.modes_of(b)) for b in self.backends)
+        per_problem = len(self.routings) * sum(len(self.points_of(b)) for b in self.backends)
         return len(self.models) * len(self.tps) * len(self.eps) * len(self.tokens) * per_problem
 
     def config(self) -> dict:
         return dict(models=self.models, tp=self.tps, ep=self.eps, ep_rank=self.ep_rank,
                     tokens=self.tokens, backends=self.backends,
-                    modes=[m.name for m in self.modes], routing=self.routings, dtype=self.dtype)
+                    modes=[m.name for m in self.modes], routing=self.routings, dtype=self.dtype,
+                    configs=self.configs)
 
 
-def row_id(prob: Problem, routing: str, backend: str, mode: Mode) -> str:
+def row_id(prob: Problem, routing: str, backend: str, mode: Mode, config: str = "default") -> str:
     return point_id(dict(prob.key(), backend=backend, mode=mode.name, wrapped=mode.wrapped,
-                         routing=routing))
+                         routing=routing, config=config))
 
 
 # what a compile row measured (the rest of its fields the sweep's row already holds)
@@ -97,15 +109,16 @@ class Sweep:
         self.device_name = device_name(device)
         self.store = RunStore(run_dir, create=False)
 
-    def _row(self, prob: Problem, routing: str, backend: str, mode: Mode, **kw) -> dict:
+    def _row(self, prob: Problem, routing: str, backend: str, mode: Mode, config="default",
+             **kw) -> dict:
         row = dict(prob.key(), backend=backend, mode=mode.name, wrapped=mode.wrapped,
-                   routing=routing, status="ok", error="", median_us=float("nan"),
+                   routing=routing, config=config, status="ok", error="", median_us=float("nan"),
                    p10_us=float("nan"), p90_us=float("nan"), n=0, kernel_us=float("nan"),
                    max_rel_err=float("nan"), warning="", noisy=False, sharding=prob.sharding,
                    seed=point_seed(self.seed, prob.tokens, routing),
                    git_commit=self.git_commit, device=self.device_name, measured_at=now_iso())
         row.update(kw)
-        row["point_id"] = row_id(prob, routing, backend, mode)
+        row["point_id"] = row_id(prob, routing, backend, mode, config)
         return row
 
     # --- running -------------------------------------------------------------------
@@ -159,21 +172,21 @@ class Sweep:
         return counts
 
     def _pending(self, shard, done) -> dict:
-        """(prob, routing, backend) -> modes not yet measured, in run order."""
+        """(prob, routing, backend) -> [(mode, config)] not yet measured, in run order."""
         todo = {}
         for prob in shard:
             for routing in self.grid.routings:
                 for b in self.grid.backends:
-                    modes = [m for m in self.grid.modes_of(b)
-                             if row_id(prob, routing, b, m) not in done]
-                    if modes:
-                        todo[(prob, routing, b)] = modes
+                    left = [(m, c) for m, c in self.grid.points_of(b)
+                            if row_id(prob, routing, b, m, c) not in done]
+                    if left:
+                        todo[(prob, routing, b)] = left
         return todo
 
     def _run_shard(self, shard: list[Problem], done, counts, bar):
         todo = self._pending(shard, done)
         n_all = len(shard) * len(self.grid.routings) * sum(
-            len(self.grid.modes_of(b)) for b in self.grid.backends)
+            len(self.grid.points_of(b)) for b in self.grid.backends)
         n_todo = sum(len(v) for v in todo.values())
         counts["skipped"] += n_all - n_todo
         bar.update(n_all - n_todo)
@@ -195,8 +208,8 @@ class Sweep:
     def _fail_rest(self, shard, exc, counts, bar):
         status, err = classify_exception(exc), one_line(exc)
         todo = self._pending(shard, self.store.done_ids())
-        rows = [self._row(prob, routing, b, m, status=status, error=f"setup failed: {err}")
-                for (prob, routing, b), modes in todo.items() for m in modes]
+        rows = [self._row(prob, routing, b, m, c, status=status, error=f"setup failed: {err}")
+                for (prob, routing, b), left in todo.items() for m, c in left]
         if rows:
             self.store.append(rows, [])
             counts["measured"] += len(rows)
@@ -204,12 +217,12 @@ class Sweep:
 
     def _run_points(self, shard, todo, weights, counts, bar):
         """eager and graph points: check once per (problem, routing, backend), then time."""
-        prepared: dict[str, object] = {}
+        prepared: dict[tuple, object] = {}
         by_input: dict = {}
-        for (prob, routing, b), modes in todo.items():
-            base = [m for m in modes if m.kind != "compile"]
-            if base:
-                by_input.setdefault((prob, routing), []).append((b, base))
+        for (prob, routing, b), left in todo.items():
+            for c in dict.fromkeys(c for m, c in left if m.kind != "compile"):
+                modes = [m for m, c2 in left if c2 == c and m.kind != "compile"]
+                by_input.setdefault((prob, routing), []).append((b, c, modes))
         for (prob, routing), work in by_input.items():
             inp = make_inputs(prob, self.device, point_seed(self.seed, prob.tokens, routing),
                               routing)
@@ -217,36 +230,45 @@ class Sweep:
             hit, pairs = local_counts(prob, inp.topk_ids.cpu())
             facts = dict(experts_hit=hit, pairs=pairs, inputs_digest=inp.digest(),
                          threshold=THRESHOLDS[prob.dtype])
-            for b, modes in work:
-                bar.set_description(f"{prob.model.name} {prob.sharding} T={prob.tokens} {b}")
-                rows, krows = self._measure_backend(prob, routing, b, modes, weights, inp, ref,
-                                                    prepared, facts)
+            for b, config, modes in work:
+                bar.set_description(f"{prob.model.name} {prob.sharding} T={prob.tokens} {b}"
+                                    + ("" if config == "default" else f" [{config}]"))
+                rows, krows = self._measure_backend(prob, routing, b, config, modes, weights,
+                                                    inp, ref, prepared, facts)
                 _add_roofline(rows, prob, inp.topk_ids, self.device)
                 self.store.append(rows, krows)
                 counts["measured"] += len(rows)
                 bar.update(len(rows))
             del inp, ref
 
-    def _measure_backend(self, prob, routing, bname, modes, weights, inp, ref, prepared, facts):
+    def _measure_backend(self, prob, routing, bname, config, modes, weights, inp, ref, prepared,
+                         facts):
         from .profiling import check_kernel_coverage, export_trace, profile_kernels
         from .timing import CaptureError, time_fn
+        from .tuning import config_for
         backend = B.get(bname)
         try:
             with time_limit(self.point_timeout_s):
                 ok_avail, _ = backend.available()
                 ok_sup = backend.supports(prob, self.device)[0] if ok_avail else False
-                if ok_avail and ok_sup and bname not in prepared:
-                    prepared[bname] = backend.prepare(prob, weights)
-                fn = prepared.get(bname)
-                chk = check_backend(backend, prob, weights, inp, ref, self.device, fn)
+                table, why = config_for(bname, config, prob, self.device_name)
+                if ok_avail and ok_sup and why:
+                    chk = dict(status="unsupported", error=why, max_rel_err=float("nan"))
+                else:
+                    if ok_avail and ok_sup and (bname, config) not in prepared:
+                        prepared[(bname, config)] = (backend.prepare(prob, weights, config=table)
+                                                     if backend.tunable else
+                                                     backend.prepare(prob, weights))
+                    fn = prepared.get((bname, config))
+                    chk = check_backend(backend, prob, weights, inp, ref, self.device, fn)
         except Exception as exc:
             reraise_if_terminated(exc)
             chk = dict(status="timeout" if isinstance(exc, PointTimeout) else
                        classify_exception(exc), error=one_line(exc), max_rel_err=float("nan"))
         base = dict(facts, max_rel_err=chk["max_rel_err"])
         if chk["status"] != "ok":  # incorrect / unsupported / ...: a row, never timed
-            return [self._row(prob, routing, bname, m, status=chk["status"], error=chk["error"],
-                              **base) for m in modes], []
+            return [self._row(prob, routing, bname, m, config, status=chk["status"],
+                              error=chk["error"], **base) for m in modes], []
         kdf, kus = None, float("nan")
         if self.profile:
             try:
@@ -264,7 +286,7 @@ class Sweep:
                 base["warning"] = f"profiler pass failed: {one_line(exc)}"
         rows, krows = [], []
         for mode in modes:
-            row = self._row(prob, routing, bname, mode, kernel_us=kus, **base)
+            row = self._row(prob, routing, bname, mode, config, kernel_us=kus, **base)
             try:
                 with time_limit(self.point_timeout_s):
                     if mode.kind == "graph" and backend.not_capturable and \
@@ -299,8 +321,8 @@ class Sweep:
         over the token counts it has not measured yet."""
         for routing in self.grid.routings:
             work: dict = {}  # (backend, mode) -> token counts left
-            for (prob, r, b), modes in todo.items():
-                for m in modes:
+            for (prob, r, b), left in todo.items():
+                for m, _ in left:
                     if r == routing and m.kind == "compile":
                         work.setdefault((b, m), []).append(prob.tokens)
             if not work:

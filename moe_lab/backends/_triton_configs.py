@@ -16,8 +16,7 @@ differ, and the tuner keeps gemm2's BLOCK_SIZE_M equal to gemm1's (one alignment
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from ..configs import nearest, read_table, write_table  # noqa: F401 (the file format)
 
 KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
         "num_stages")
@@ -31,47 +30,6 @@ def file_stem(local_experts: int, inter: int, device_name: str) -> str:
 def file_names(local_experts: int, inter: int, device_name: str) -> dict[str, str]:
     stem = file_stem(local_experts, inter, device_name)
     return {"gemm1": f"{stem}.json", "gemm2": f"{stem}_down.json"}
-
-
-def check_config(cfg: dict, where: str = "config") -> dict:
-    """A launch configuration with every key a positive int (ValueError naming the key)."""
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{where}: a configuration must be a JSON object, not {type(cfg).__name__}")
-    for k in KEYS:
-        v = cfg.get(k)
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"{where}: {k} must be a positive integer, got {v!r}")
-    return cfg
-
-
-def read_table(path: str | Path) -> dict[int, dict]:
-    """{M: configuration} from a config file; ValueError naming the file and the fault."""
-    path = Path(path)
-    try:
-        obj = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable JSON config file ({exc})") from None
-    if not isinstance(obj, dict) or not obj:
-        raise ValueError(f"{path}: expected an object keyed by token count")
-    table = {}
-    for key, cfg in obj.items():
-        if not str(key).isdigit() or int(key) <= 0:
-            raise ValueError(f"{path}: key {key!r} is not a token count")
-        table[int(key)] = check_config(cfg, f"{path} [{key}]")
-    return table
-
-
-def write_table(path: str | Path, table: dict[int, dict]) -> Path:
-    """The upstream format: keys are token counts as strings, ascending; only launch keys."""
-    from ..atomic import atomic_write_json
-    out = {str(m): {k: int(table[m][k]) for k in KEYS} for m in sorted(table)}
-    atomic_write_json(Path(path), out)
-    return Path(path)
-
-
-def nearest(table: dict[int, dict], tokens: int) -> dict:
-    """vLLM's rule: the configuration of the key nearest the token count (ties: smaller)."""
-    return table[min(table, key=lambda m: (abs(m - tokens), m))]
 
 
 def smem_bytes(cfg: dict, elem_bytes: int = 2) -> int:

@@ -14,6 +14,7 @@ from ..environment import capture_environment
 from ..errors import UsageError
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_tokens, split_models
 from ..routing import parse_routing
+from ..tuning import validate_config_arg
 
 
 def configure(p):
@@ -29,6 +30,9 @@ def configure(p):
     p.add_argument("--ep-rank", type=int, default=0, help="which EP rank's experts to hold")
     p.add_argument("--routing", default="uniform", help="uniform | balanced | zipf:S | hot:P")
     p.add_argument("--backends", default=None, help="comma-separated (default: all)")
+    p.add_argument("--config", default="default", metavar="default|tuned|PATH",
+                   help="launch configurations of tunable backends (aiter-triton): their own "
+                        "(default), the tuned files of this device (tuned), or a config file")
     p.add_argument("--seed", type=int, default=None, help="default: fresh random seed (printed)")
     p.add_argument("--out", default=None, help="also write the printed report to this file")
 
@@ -42,6 +46,7 @@ def run(args) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda but no GPU is visible to torch")
     parse_routing(args.routing)
+    validate_config_arg(args.config)
     tokens = parse_tokens(args.tokens)
     models = split_models(args.model) if args.model else _models_default(device)
     names = B.parse_names(args.backends) if args.backends else B.names()
@@ -73,7 +78,7 @@ def run(args) -> int:
     bad = 0
     for i, prob in enumerate(problems):
         try:
-            rows = check_problem(prob, names, device, seed + i, args.routing)
+            rows = check_problem(prob, names, device, seed + i, args.routing, args.config)
         except Exception as exc:  # the reference itself could not run (e.g. OOM)
             emit(f"{prob.model.name:22} {prob.sharding:9} {prob.tokens:>6} {'(reference)':14} "
                  f"{classify_exception(exc):12} {'':>11} {'':>6}  {one_line(exc)}")

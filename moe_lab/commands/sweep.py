@@ -18,6 +18,7 @@ from ..modes import parse_modes
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
 from ..routing import parse_routing
 from ..sweep import Grid, Sweep
+from ..tuning import validate_config_arg
 
 
 def parse_budget(text: str) -> dict[str, float]:
@@ -59,6 +60,11 @@ def configure(p):
     p.add_argument("--modes", default=None,
                    help="eager,graph and/or compile:<variant>[:dynamic] (default: eager,graph on "
                         "GPU, eager on CPU)")
+    p.add_argument("--config", default="default", metavar="default|tuned|PATH[,...]",
+                   help="launch configurations of tunable backends (aiter-triton), each its own "
+                        "point: their own (default), the tuned files of this device under "
+                        "data/configs/<device>/ (tuned; a shape without one is an unsupported "
+                        "row saying so), or a config file; e.g. default,tuned")
     p.add_argument("--routing", default="uniform", help="comma-separated: uniform, balanced, "
                    "zipf:S, hot:P")
     p.add_argument("--dtype", default="bf16", choices=sorted(THRESHOLDS))
@@ -103,6 +109,7 @@ def run(args) -> int:
     else:
         backends = [b.name for b in B.all_backends() if b.available()[0]]
     budget = parse_budget(args.compile_budget) if args.compile_budget else None
+    configs = validate_config_arg(args.config)
     tps = parse_int_list(args.tp)
     eps = parse_int_list(args.ep or ("1,8" if gpu else "1"))
     # validate every sharding before measuring anything
@@ -112,12 +119,13 @@ def run(args) -> int:
                 make_problem(m, 1, args.dtype, tp, ep, args.ep_rank if ep > 1 else 0)
     config = dict(models=models, tp=tps, ep=eps, ep_rank=args.ep_rank, tokens=tokens,
                   backends=backends, modes=[m.name for m in modes], routing=routings,
-                  dtype=args.dtype, seed=args.seed)
+                  dtype=args.dtype, seed=args.seed,
+                  **({} if configs == ["default"] else {"configs": configs}))
     dev_name = torch.cuda.get_device_name() if gpu else "cpu"
     run_id = args.run_id or default_run_id(config, dev_name)
     run_dir = os.path.join(args.data_dir, run_id)
     grid = Grid(models=models, tokens=tokens, backends=backends, modes=modes, tps=tps, eps=eps,
-                ep_rank=args.ep_rank, routings=routings, dtype=args.dtype)
+                ep_rank=args.ep_rank, routings=routings, dtype=args.dtype, configs=configs)
     sweep = Sweep(grid, device, run_dir, seed=args.seed, profile=not args.no_profile,
                   traces=args.traces, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
                   point_timeout_s=args.point_timeout, progress=not args.no_progress,

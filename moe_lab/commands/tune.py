@@ -1,0 +1,76 @@
+"""`moe-lab tune`: search the launch configurations of a tunable backend per shape and token
+count on this device; every candidate's time into data/runs/<run_id>/candidates.parquet, the
+winners into data/configs/<device>/<backend>/ in the format the kernel's project reads."""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from ..correctness import default_device
+from ..environment import device_name
+from ..errors import UsageError
+from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
+from ..routing import parse_routing
+from ..tuning import Tuner, configs_dir_for
+
+TUNE_TOKENS = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192"
+
+
+def configure(p):
+    p.add_argument("--backend", default="aiter-triton", help="a backend with tunable configurations")
+    p.add_argument("--models", default=None,
+                   help="presets or custom:... (default: the four seed models on GPU, "
+                        "qwen3-30b-a3b on CPU)")
+    p.add_argument("--tp", default="8", help="tensor-parallel size(s)")
+    p.add_argument("--ep", default="1,8", help="expert-parallel size(s), 1 = none")
+    p.add_argument("--tokens", default=TUNE_TOKENS,
+                   help="token counts to tune (config files are keyed by them; a caller uses "
+                        "the nearest)")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--routing", default="uniform")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--run-id", default=None, help="folder under --data-dir (default: "
+                   "tune-<backend>-<device>; the same command resumes it)")
+    p.add_argument("--data-dir", default="data/runs")
+    p.add_argument("--configs-dir", default=None,
+                   help="where the winners go (default: data/configs/<device-slug>)")
+    p.add_argument("--budget", type=float, default=None, metavar="S",
+                   help="stop searching after S seconds (what is left is not tuned; rerun "
+                        "to resume)")
+    p.add_argument("--rep-ms", type=float, default=20.0, help="timed repetitions per candidate")
+    p.add_argument("--warmup-ms", type=float, default=5.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+
+
+def run(args) -> int:
+    device = args.device or default_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda but no GPU is visible to torch")
+    models = split_models(args.models) if args.models else (
+        list(SEED_MODELS) if device == "cuda" else ["qwen3-30b-a3b"])
+    for m in models:
+        parse_model(m)
+    parse_routing(args.routing)
+    tokens = parse_tokens(args.tokens)
+    if args.budget is not None and not args.budget > 0:
+        raise UsageError("--budget must be a positive number of seconds")
+    shards = [[make_problem(m, t, args.dtype, tp, ep) for t in tokens]
+              for m in models for tp in parse_int_list(args.tp) for ep in parse_int_list(args.ep)]
+    dev = device_name(device)
+    slug = "".join(c if c.isalnum() else "-" for c in dev.lower()).strip("-")
+    run_dir = os.path.join(args.data_dir, args.run_id or f"tune-{args.backend}-{slug}")
+    tuner = Tuner(args.backend, device, run_dir, args.configs_dir or configs_dir_for(dev),
+                  seed=args.seed, routing=args.routing, budget_s=args.budget,
+                  warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=not args.no_progress,
+                  command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
+    print(f"tune {args.backend}: {sum(len(s) for s in shards)} points -> {run_dir}, "
+          f"configs to {tuner.configs_dir / tuner.backend_name}", flush=True)
+    win = tuner.run(shards)
+    for r in win.itertuples():
+        print(f"{r.model:22} {r.sharding:9} T={r.tokens:<5} {r.default_us:9.1f} -> "
+              f"{r.median_us:9.1f} us ({r.speedup:.2f}x)")
+    print(f"done: {len(win)} points tuned; candidates in {run_dir}/candidates.parquet")
+    return 0

@@ -1,0 +1,177 @@
+"""moe-lab tune on the CPU, with a tunable CPU backend whose configurations really cost
+different amounts (tests/data/plugin/torch_chunked.py), and the config files it writes."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import moe_lab.backends as B
+from moe_lab.cli import main
+from moe_lab.configs import nearest, read_table, write_table
+from moe_lab.problems import make_problem
+from moe_lab.tuning import Tuner, config_for, load_tuned
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "custom:H=64,I=32,E=4,k=2"
+
+
+@pytest.fixture(scope="module")
+def chunked():
+    """Register the test backend the way discovery would (module in moe_lab.backends)."""
+    name = "moe_lab.backends.torch_chunked"
+    spec = importlib.util.spec_from_file_location(
+        name, ROOT / "tests" / "data" / "plugin" / "torch_chunked.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    yield "torch-chunked"
+    B._REGISTRY.pop("torch-chunked", None)
+    sys.modules.pop(name, None)
+
+
+def _tune(tmp_path, tokens=(16, 64), budget=None, run="t"):
+    shards = [[make_problem(MODEL, t, "fp32", 1, 1) for t in tokens]]
+    tuner = Tuner("torch-chunked", "cpu", tmp_path / "runs" / run, tmp_path / "configs",
+                  budget_s=budget, rep_ms=10, warmup_ms=2, progress=False)
+    return tuner, tuner.run(shards)
+
+
+def test_config_file_round_trips_in_the_upstream_format(tmp_path):
+    table = {64: dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=8,
+                      num_warps=4, num_stages=3),
+             1: dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
+                     num_warps=4, num_stages=4)}
+    p = write_table(tmp_path / "E=256,N=256,device_name=NVIDIA_H200.json", table)
+    raw = json.loads(p.read_text())
+    assert list(raw) == ["1", "64"]  # string token counts, ascending, as vLLM writes them
+    assert raw["64"]["BLOCK_SIZE_N"] == 128 and read_table(p) == table
+    assert nearest(table, 20) == table[1] and nearest(table, 40) == table[64]
+    assert nearest(table, 1000) == table[64]
+    (tmp_path / "bad.json").write_text('{"x": {"BLOCK_SIZE_M": 16}}')
+    with pytest.raises(ValueError, match="bad.json.*token count"):
+        read_table(tmp_path / "bad.json")
+    (tmp_path / "bad2.json").write_text('{"4": {"BLOCK_SIZE_M": 0}}')
+    with pytest.raises(ValueError, match="BLOCK_SIZE_M"):
+        read_table(tmp_path / "bad2.json")
+
+
+def test_the_search_picks_the_fastest_real_timing_and_checks_it(tmp_path, chunked):
+    tuner, win = _tune(tmp_path)
+    cand = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
+    assert len(win) == 2
+    for w in win.itertuples():
+        best = json.loads(w.config)
+        mine = cand[(cand["tokens"] == w.tokens) & (cand["status"] == "ok")]
+        # the winner of each stage is the fastest ok candidate timed for that stage
+        for stage in ("gemm1", "gemm2"):
+            st = mine[mine["stage"] == stage]
+            fastest = st.loc[st["median_us"].idxmin()]
+            assert json.loads(fastest["config"]) == best[stage]
+        assert best["gemm1"]["CHUNK"] >= 16  # big chunks are really cheaper here
+        assert w.median_us < w.default_us and w.speedup > 1
+        assert mine["max_rel_err"].notna().any()  # the winner was checked
+    # candidates that fail (CHUNK=128 'out of resource') are rows with their error
+    failed = cand[cand["status"] == "failed"]
+    assert len(failed) >= 2 and failed["error"].str.contains("out of resource").all()
+    assert {"git_commit", "device", "measured_at"} <= set(cand.columns)
+
+
+def test_the_winners_are_written_and_read_back_for_sweeps(tmp_path, chunked):
+    tuner, win = _tune(tmp_path)
+    folder = tmp_path / "configs" / "torch-chunked"
+    prob = make_problem(MODEL, 16, "fp32", 1, 1)
+    names = B.get("torch-chunked").config_files(prob, tuner.device_name)
+    t1 = read_table(folder / names["gemm1"])
+    assert sorted(t1) == [16, 64]
+    assert t1[64] == json.loads(win[win["tokens"] == 64]["config"].iloc[0])["gemm1"]
+    prov = json.loads((folder / "provenance.json").read_text())
+    assert prov[names["gemm1"]]["run"] == "t" and prov[names["gemm1"]]["device"].startswith("cpu")
+    assert load_tuned("torch-chunked", prob, tuner.device_name, tmp_path / "configs")["gemm2"]
+
+
+def test_a_killed_search_resumes_without_re_timing(tmp_path, chunked, monkeypatch):
+    real, calls = Tuner._candidate, []
+
+    def killed_after_four(self, *a, **kw):  # Ctrl-C (or a kill) after four timings
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(self, *a, **kw)
+    monkeypatch.setattr(Tuner, "_candidate", killed_after_four)
+    with pytest.raises(KeyboardInterrupt):
+        _tune(tmp_path)
+    monkeypatch.setattr(Tuner, "_candidate", real)
+    first = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
+    assert len(first) == 4
+    man = json.loads((tmp_path / "runs" / "t" / "manifest.json").read_text())
+    assert man["status"] == "interrupted"
+    tuner, win = _tune(tmp_path)
+    after = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
+    assert after["candidate_id"].is_unique and len(win) == 2
+    kept = after.set_index("candidate_id").loc[first["candidate_id"], "measured_at"]
+    assert list(kept) == list(first["measured_at"])  # timed once, kept
+    man = json.loads((tmp_path / "runs" / "t" / "manifest.json").read_text())
+    assert man["invocations"][-1]["points_skipped"] >= len(first)
+
+
+def test_the_budget_stops_the_search_and_says_so(tmp_path, chunked):
+    tuner, win = _tune(tmp_path, budget=1e-3)
+    man = json.loads((tmp_path / "runs" / "t" / "manifest.json").read_text())
+    assert man["status"] == "budget spent" and len(win) == 0
+
+
+def test_sweep_default_and_tuned_are_separate_points(tmp_path, chunked, monkeypatch, capsys):
+    monkeypatch.setenv("MOE_LAB_DATA", str(tmp_path / "runs"))
+    base = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "16,64", "--dtype", "fp32",
+            "--device", "cpu", "--backends", "torch,torch-chunked", "--no-progress",
+            "--rep-ms", "5", "--warmup-ms", "1", "--data-dir", str(tmp_path / "runs")]
+    # no tuned file yet: the tuned points say so, they are never silently default
+    assert main(base + ["--config", "default,tuned", "--run-id", "s0"]) == 0
+    r0 = pd.read_parquet(tmp_path / "runs" / "s0" / "results.parquet")
+    tuned0 = r0[r0["config"] == "tuned"]
+    assert len(tuned0) == 2 and set(tuned0["status"]) == {"unsupported"}
+    assert tuned0["error"].str.contains("moe-lab tune").all()
+    assert set(r0[r0["backend"] == "torch"]["config"]) == {"default"}  # not tunable: once
+    dev = tmp_path / "runs"
+    from moe_lab.tuning import configs_dir_for  # where `tuned` looks: the data dir's ../configs
+    from moe_lab.environment import device_name
+    t = Tuner("torch-chunked", "cpu", dev / "tune", configs_dir_for(device_name("cpu")),
+              rep_ms=5, warmup_ms=1, progress=False)
+    t.run([[make_problem(MODEL, n, "fp32", 1, 1) for n in (16, 64)]])
+    assert main(base + ["--config", "default,tuned", "--run-id", "s1"]) == 0
+    r = pd.read_parquet(tmp_path / "runs" / "s1" / "results.parquet")
+    mine = r[r["backend"] == "torch-chunked"].set_index(["tokens", "config"])
+    assert set(mine["status"]) == {"ok"} and len(mine) == 4 and r["point_id"].is_unique
+    for n in (16, 64):
+        assert mine.loc[(n, "tuned"), "median_us"] < mine.loc[(n, "default"), "median_us"]
+
+
+@pytest.mark.parametrize("value,msg", [("/nope/x.json", "neither default, tuned nor"),
+                                       ("BAD", "neither default")])
+def test_a_bad_config_path_exits_2_with_one_line(tmp_path, capsys, value, msg):
+    argv = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "2", "--device", "cpu",
+            "--dtype", "fp32", "--backends", "torch", "--data-dir", str(tmp_path),
+            "--config", value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and msg in err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(argv[:-1] + [str(bad)]) == 2
+    assert "bad.json" in capsys.readouterr().err
+    assert main(["check", "--model", MODEL, "--tp", "1", "--config", str(bad)]) == 2
+
+
+def test_tune_refuses_a_backend_without_configurations(tmp_path, capsys):
+    assert main(["tune", "--backend", "torch", "--models", MODEL, "--tp", "1", "--ep", "1",
+                 "--tokens", "2", "--device", "cpu", "--data-dir", str(tmp_path)]) == 2
+    assert "no tunable configurations" in capsys.readouterr().err
+
+
+def test_config_for_default_is_the_backends_own(chunked):
+    prob = make_problem(MODEL, 4, "fp32", 1, 1)
+    assert config_for("torch-chunked", "default", prob, "cpu") == (None, "")
+    assert config_for("torch", "tuned", prob, "cpu") == (None, "")  # not tunable: its own
