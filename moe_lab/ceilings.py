@@ -1,8 +1,13 @@
 """`moe-lab ceilings`: measure this GPU's achievable ceilings into data/ceilings/<slug>.json.
 
-Three numbers, each the median of many timed calls (device events around every call):
+Four numbers, each the median of many timed calls (device events around every call):
   memory    device-to-device copy of a large buffer (default 2 GiB, far beyond any L2 or
             Infinity Cache); bytes = read + written = 2 x buffer per call.
+  memory_read  torch.sum over the same buffer viewed as float32 (refilled with randn):
+            a reduction that reads every byte once and writes one number; bytes = bytes
+            read. MoE weights are only read, so the roof uses this one where measured
+            (moe_lab.devices.Ceilings.roof_tb_s). fp32 (not bf16 or uint8) so that each
+            thread loads 16 bytes at a time and accumulates without conversions.
   gemm_bf16 torch.matmul of 8192 x 8192 x 8192 on random bf16 data (never zeros: the
             power, hence the clock, depends on the bits that toggle).
   gemm_fp8  torch._scaled_mm, same shape, float8_e4m3fn (e4m3fnuz on MI300 / gfx94x),
@@ -53,9 +58,24 @@ def _fp8_dtype(device):
     return torch.float8_e4m3fn
 
 
+def _measure_read(buf, calls: int, warmup: int, gen) -> dict:
+    """The memory_read group: torch.sum over `buf` (uint8, on the device) viewed as
+    float32 and refilled with randn; bytes counted = bytes read."""
+    import torch
+    n = buf.numel() // 4 * 4
+    x = buf[:n].view(torch.float32)
+    x.normal_(generator=gen)
+    t = _time_calls(lambda: torch.sum(x), calls, warmup)
+    med = statistics.median(t)
+    return dict(tb_per_s=n / med / 1e6, best_tb_per_s=n / min(t) / 1e6,
+                method=f"torch.sum(x), x float32 randn, {n / 2**30:g} GiB; reads x once, "
+                       "writes one float; bytes = bytes read; median of calls, device events",
+                buffer_bytes=n, calls=calls, median_us=med)
+
+
 def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 8192,
                      calls: int = 50, warmup: int = 10, command: str | None = None) -> dict:
-    """Measure bandwidth and bf16/fp8 GEMM ceilings on `device`; returns a dict that
+    """Measure copy and read bandwidth and bf16/fp8 GEMM ceilings on `device`; returns a dict that
     validates against CEILINGS_SCHEMA (manifest included). Needs a CUDA/ROCm GPU.
     command: recorded in the manifest (default: this process's command line)."""
     import torch
@@ -81,7 +101,9 @@ def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 
                   method=f"dst.copy_(src), uint8 random, {size_gib:g} GiB each; "
                          "bytes = read + written; median of calls, device events",
                   buffer_bytes=n, bytes_per_call=2 * n, calls=calls, median_us=med)
-    del src, dst
+    del dst
+    memory_read = _measure_read(src, calls, warmup, gen)
+    del src
     torch.cuda.empty_cache()
 
     M = N = K = gemm_n
@@ -125,6 +147,7 @@ def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 
                        total_memory_bytes=props.total_memory,
                        l2_cache_bytes=getattr(props, "L2_cache_size", None)),
         "memory": memory,
+        "memory_read": memory_read,
         "gemm_bf16": gemm_bf16,
         "gemm_fp8": gemm_fp8,
         "vendor": dict(spec=spec_key(spec) if spec else None,
@@ -159,8 +182,16 @@ def summary_lines(result: dict) -> list[str]:
         return f" ({100 * x / peak:.0f}% of vendor {peak:g})" if x and peak else ""
     m, g, f = result["memory"], result["gemm_bf16"], result["gemm_fp8"]
     lines = [f"device  {result['device']['name']} ({result['device']['arch']})",
-             f"memory  {m['tb_per_s']:.2f} TB/s{pct(m['tb_per_s'], v['hbm_tb_s'])}",
-             f"bf16    {g['tflops']:.0f} TFLOP/s{pct(g['tflops'], v['bf16_tflops'])}"]
+             f"copy    {m['tb_per_s']:.2f} TB/s{pct(m['tb_per_s'], v['hbm_tb_s'])} "
+             "(read + written)"]
+    r = result.get("memory_read")
+    if r is not None:
+        lines.append(f"read    {r['tb_per_s']:.2f} TB/s{pct(r['tb_per_s'], v['hbm_tb_s'])}"
+                     + (" (read only: the roof's bandwidth)" if r["tb_per_s"] >= m["tb_per_s"]
+                        else " (read only, below the copy: the roof keeps the copy's)"))
+    else:
+        lines.append("read    not measured (roofs use the copy bandwidth)")
+    lines.append(f"bf16    {g['tflops']:.0f} TFLOP/s{pct(g['tflops'], v['bf16_tflops'])}")
     if f["tflops"] is not None:
         lines.append(f"fp8     {f['tflops']:.0f} TFLOP/s{pct(f['tflops'], v['fp8_tflops'])}")
     else:

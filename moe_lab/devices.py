@@ -3,12 +3,19 @@
 A measured ceilings file is `data/ceilings/<device-slug>.json`, written by `moe-lab
 ceilings` (moe_lab/ceilings.py) and checked against CEILINGS_SCHEMA here. Where no file
 exists, the vendor's dense peaks stand in, and `Ceilings.source` says which was used.
+
+Bandwidth: a file holds a copy bandwidth (`memory`, read + written) and, since the read
+ceiling was added, a read bandwidth (`memory_read`, a reduction that only reads). Files
+measured before have no `memory_read`: it is optional, and missing means not measured.
+A roof uses the read bandwidth where one was measured (MoE weights and activations are
+only read) and is not below the copy's, else the copy bandwidth; vendor specs give one
+peak for both. `Ceilings.bandwidth_basis` says which.
 """
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .errors import CorruptFile, UsageError
@@ -113,8 +120,13 @@ _NUM = (int, float)
 _OPT_NUM = (int, float, type(None))
 _OPT_STR = (str, type(None))
 
+# Groups a file may lack (absent = not measured: files written before they existed).
+# When present, every field of the group is required.
+OPTIONAL_GROUPS = ("memory_read",)
+
 # dotted field -> (allowed types, meaning). Every field is required (it may be null
-# where its types allow None). Units are in the names.
+# where its types allow None), except the fields of an absent OPTIONAL_GROUPS group.
+# Units are in the names.
 CEILINGS_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "schema": ((str,), f"always {SCHEMA_ID!r}"),
     "device.name": ((str,), "torch.cuda.get_device_name, e.g. 'NVIDIA H200'"),
@@ -131,6 +143,14 @@ CEILINGS_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "memory.bytes_per_call": ((int,), "bytes counted per call (read + written)"),
     "memory.calls": ((int,), "timed calls"),
     "memory.median_us": (_NUM, "median time of one call"),
+    "memory_read.tb_per_s": (_NUM, "OPTIONAL group (absent = not measured): read-only "
+                             "bandwidth, median over calls, decimal TB/s; bytes = bytes read"),
+    "memory_read.best_tb_per_s": (_NUM, "the fastest call"),
+    "memory_read.method": ((str,), "what was timed (a reduction: reads the buffer, writes "
+                           "one number)"),
+    "memory_read.buffer_bytes": ((int,), "size of the buffer read = bytes counted per call"),
+    "memory_read.calls": ((int,), "timed calls"),
+    "memory_read.median_us": (_NUM, "median time of one call"),
     "gemm_bf16.tflops": (_NUM, "achievable bf16 matrix FLOP/s: median, decimal TFLOP/s"),
     "gemm_bf16.best_tflops": (_NUM, "the fastest call"),
     "gemm_bf16.method": ((str,), "what was timed"),
@@ -164,7 +184,13 @@ def validate_ceilings(obj) -> None:
     """Raise ValueError naming the first field of `obj` that breaks CEILINGS_SCHEMA."""
     if not isinstance(obj, dict):
         raise ValueError("ceilings must be a JSON object")
+    for g in OPTIONAL_GROUPS:
+        if g in obj and not isinstance(obj[g], dict):
+            raise ValueError(f"ceilings field {g!r} must be an object, or absent when not "
+                             f"measured; got {type(obj[g]).__name__} {obj[g]!r}")
     for dotted, (types, meaning) in CEILINGS_SCHEMA.items():
+        if dotted.split(".")[0] in OPTIONAL_GROUPS and dotted.split(".")[0] not in obj:
+            continue
         node = obj
         for part in dotted.split("."):
             if not isinstance(node, dict) or part not in node:
@@ -182,18 +208,55 @@ def validate_ceilings(obj) -> None:
         shape = obj[g]["shape"]
         if len(shape) != 3 or not all(isinstance(s, int) and s > 0 for s in shape):
             raise ValueError(f"ceilings field '{g}.shape' must be [M, N, K] positive ints")
+    if "memory_read" in obj:
+        for f in ("buffer_bytes", "calls"):
+            if obj["memory_read"][f] <= 0:
+                raise ValueError(f"ceilings field 'memory_read.{f}' must be > 0, "
+                                 f"got {obj['memory_read'][f]!r}")
 
 
 @dataclass(frozen=True)
 class Ceilings:
     """The ceilings a roof is drawn with. source: "measured" (data/ceilings/<slug>.json)
-    or "vendor" (DEVICE_SPECS). tflops_fp8 is None when neither knows it."""
+    or "vendor" (DEVICE_SPECS). tflops_fp8 is None when neither knows it.
+
+    tb_s: the copy bandwidth (read + written) when measured, the vendor peak otherwise.
+    tb_s_read: the read-only bandwidth (`memory_read`), None when not measured.
+    A roof uses `roof_tb_s`: the read bandwidth when measured, else tb_s. Should a read
+    kernel ever measure slower than the copy, the copy's stays: a roof is the highest
+    rate shown achievable, and `bandwidth_text` says so."""
     device: str
     tflops_bf16: float
     tflops_fp8: float | None
     tb_s: float
     source: str
     note: str = ""
+    tb_s_read: float | None = None
+
+    def __post_init__(self):
+        if self.tb_s_read is not None and not self.tb_s_read > 0:
+            raise ValueError(f"tb_s_read must be > 0 or None, got {self.tb_s_read!r}")
+
+    @property
+    def bandwidth_basis(self) -> str:
+        """Which bandwidth a roof uses: "read" (measured read-only), "copy" (measured
+        copy) or "peak" (the vendor's)."""
+        if self.tb_s_read is not None and self.tb_s_read >= self.tb_s:
+            return "read"
+        return "peak" if self.source == "vendor" else "copy"
+
+    @property
+    def roof_tb_s(self) -> float:
+        """The bandwidth a roof uses, TB/s (see bandwidth_basis)."""
+        return self.tb_s_read if self.bandwidth_basis == "read" else self.tb_s
+
+    @property
+    def bandwidth_text(self) -> str:
+        """'read 4.9 TB/s', 'copy 4.28 TB/s' or 'peak 4.8 TB/s' (3 significant digits)."""
+        text = f"{self.bandwidth_basis} {self.roof_tb_s:.3g} TB/s"
+        if self.tb_s_read is not None and self.bandwidth_basis != "read":
+            text += f" (read {self.tb_s_read:.3g} measured lower)"
+        return text
 
 
 def load_ceilings_file(path: str | Path) -> dict:
@@ -221,12 +284,18 @@ def ceilings_for(device_name: str, data_dir: str | Path | None = None) -> Ceilin
         if fp8 is None and spec is not None:
             fp8 = spec.fp8_tflops
             note += "; fp8 from vendor spec"
-        return Ceilings(obj["device"]["name"], obj["gemm_bf16"]["tflops"], fp8,
-                        obj["memory"]["tb_per_s"], "measured", note)
+        read = obj["memory_read"]["tb_per_s"] if "memory_read" in obj else None
+        c = Ceilings(obj["device"]["name"], obj["gemm_bf16"]["tflops"], fp8,
+                     obj["memory"]["tb_per_s"], "measured", note, read)
+        why = ("memory_read" if c.bandwidth_basis == "read" else
+               "memory; no memory_read in the file (not measured)" if read is None else
+               "memory")
+        return replace(c, note=f"{note}; roof bandwidth: {c.bandwidth_text}, from {why}")
     if spec is None:
         raise UsageError(f"no measured ceilings ({path}) and no vendor spec for "
                          f"{device_name!r}; known specs: {', '.join(DEVICE_SPECS)}")
     return Ceilings(spec.name, spec.bf16_tflops, spec.fp8_tflops, spec.hbm_tb_s, "vendor",
-                    spec.source)
+                    f"{spec.source}; roof bandwidth: peak {spec.hbm_tb_s:.3g} TB/s "
+                    "(vendor, for reads and writes alike)")
 
 

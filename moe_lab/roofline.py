@@ -16,6 +16,12 @@ Cost model (SwiGLU experts, per rank):
            them: `Backend.intermediates`); none for backend=None: the ideal fused kernel.
   floor_us max(flops / peak FLOP/s, bytes / bandwidth), the classic roofline.
 
+Bandwidth: measured ceilings give the READ bandwidth when the file has one (a reduction:
+weights and activations are read once, and the outputs written are tiny next to the
+weights), else the copy bandwidth (read + written); vendor specs give their peak for
+both. `roof_basis` names the one used; `add_roofline_columns` records it per row. Bytes
+a backend writes and reads back (intermediates) are counted at that same rate.
+
 Units: TFLOP/s and TB/s are decimal (1e12); times are microseconds.
 """
 from __future__ import annotations
@@ -142,11 +148,37 @@ def intensity(c: Cost) -> float:
 # --- ceilings and floors -----------------------------------------------------------------
 
 def _peaks(ceil) -> tuple[float, float | None, float]:
+    """(bf16 TFLOP/s, fp8 TFLOP/s or None, the roof's TB/s)."""
     if isinstance(ceil, DeviceSpec):
         return ceil.bf16_tflops, ceil.fp8_tflops, ceil.hbm_tb_s
     if isinstance(ceil, Ceilings):
-        return ceil.tflops_bf16, ceil.tflops_fp8, ceil.tb_s
+        return ceil.tflops_bf16, ceil.tflops_fp8, ceil.roof_tb_s
     raise TypeError(f"expected a DeviceSpec or Ceilings, got {type(ceil).__name__}")
+
+
+def roof_bandwidth(ceil: DeviceSpec | Ceilings) -> tuple[str, float]:
+    """(basis, TB/s) of the bandwidth a roof uses: ("read", r) or ("copy", c) for
+    measured ceilings (Ceilings.bandwidth_basis), ("peak", hbm) for vendor peaks."""
+    if isinstance(ceil, Ceilings):
+        return ceil.bandwidth_basis, ceil.roof_tb_s
+    return "peak", _peaks(ceil)[2]
+
+
+def roof_basis(ceil: DeviceSpec | Ceilings, dtype: str = "bf16") -> str:
+    """What a roof is drawn with, one line: "read 4.9 TB/s, gemm 793 TFLOP/s (measured)",
+    "copy 4.28 TB/s, gemm 793 TFLOP/s (measured)" or "peak 4.8 TB/s, gemm 989.4 TFLOP/s
+    (vendor)". TB/s to 3 significant digits, TFLOP/s to 4; a dtype other than bf16/fp16
+    is named ("gemm fp8 1339 TFLOP/s"); one without a peak says so ("no fp32 gemm peak")."""
+    if isinstance(ceil, Ceilings):
+        bw, source = ceil.bandwidth_text, ceil.source
+    else:
+        bw, source = f"peak {_peaks(ceil)[2]:.3g} TB/s", "vendor"
+    try:
+        peak = peak_tflops(ceil, dtype)
+        gemm = f"gemm {'' if dtype in ('bf16', 'fp16') else dtype + ' '}{peak:.4g} TFLOP/s"
+    except ValueError:
+        gemm = f"no {dtype} gemm peak"
+    return f"{bw}, {gemm} ({source})"
 
 
 def peak_tflops(ceil: DeviceSpec | Ceilings, dtype: str = "bf16") -> float:
@@ -200,6 +232,8 @@ def add_roofline_columns(df, device_name: str, data_dir=None):
       backend_bytes, backend_roof_us   the same with the backend's own intermediates
                     (NaN for a backend that declares no intermediates)
       ceiling_source "measured" | "vendor"
+      roof_basis    the bandwidth and matrix peak the roof used (roof_basis()), e.g.
+                    "read 4.9 TB/s, gemm 793 TFLOP/s (measured)"
     Rows whose dtype has no quoted peak (fp32) get NaN.
     """
     import pandas as pd
@@ -239,6 +273,8 @@ def add_roofline_columns(df, device_name: str, data_dir=None):
     median = pd.to_numeric(out["median_us"], errors="coerce")
     out["pct_of_roof"] = 100.0 * out["roof_us"] / median
     out["ceiling_source"] = ceil.source
+    bases = {d: roof_basis(ceil, d) for d in set(out["dtype"])}
+    out["roof_basis"] = [bases[d] for d in out["dtype"]]
     return out
 
 

@@ -1,5 +1,7 @@
 """Cost model, floors and the roofline columns, against hand-computed cases."""
+import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -10,7 +12,7 @@ from moe_lab.problems import PRESETS, make_problem
 from moe_lab import backends
 from moe_lab.devices import DEVICE_SPECS, DeviceSpec, ceilings_for, spec_for
 from moe_lab.roofline import (Cost, add_roofline_columns, bound, cost, expected_experts_hit,
-                              floor_us, intensity)
+                              floor_us, intensity, ridge_intensity, roof_bandwidth, roof_basis)
 from moe_lab.routing import make_routing
 
 UNIT = DeviceSpec("unit", "test", bf16_tflops=1.0, fp8_tflops=2.0, hbm_tb_s=1.0, l2_mb=0,
@@ -182,6 +184,8 @@ def test_add_roofline_columns_pct_of_roof(tmp_path):
     assert out.loc[1, "experts_hit"] == pytest.approx(2)  # NaN given -> expected
     assert out.loc[2, "experts_hit"] == 1 and math.isnan(out.loc[2, "roof_us"])  # no fp32 peak
     assert set(out["ceiling_source"]) == {"vendor"}
+    assert list(out["roof_basis"]) == ["peak 4.8 TB/s, gemm 989.4 TFLOP/s (vendor)"] * 2 + [
+        "peak 4.8 TB/s, no fp32 gemm peak (vendor)"]
     assert len(out) == len(df) and "pct_of_roof" not in df.columns
 
 
@@ -210,3 +214,67 @@ def test_roofline_cli_bad_input_exits_2_one_line(capsys, argv, needle):
     assert main(["roofline"] + argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+# --- the roof's bandwidth: read where measured, else copy ----------------------------------
+
+H200_FILE = Path(__file__).resolve().parent.parent / "data" / "ceilings" / "nvidia-h200.json"
+
+
+def _ceilings_dir(tmp_path, read_tb_s=None) -> Path:
+    """The committed H200 ceilings (no memory_read), with one added when read_tb_s."""
+    obj = json.loads(H200_FILE.read_text())
+    assert "memory_read" not in obj
+    if read_tb_s is not None:
+        n = 2**31
+        obj["memory_read"] = dict(tb_per_s=read_tb_s, best_tb_per_s=read_tb_s, method="sum",
+                                  buffer_bytes=n, calls=50, median_us=n / read_tb_s / 1e6)
+    d = tmp_path / ("read" if read_tb_s else "copy")
+    d.mkdir()
+    (d / H200_FILE.name).write_text(json.dumps(obj))
+    return d
+
+
+def _row(tokens, median_us, dtype="bf16"):
+    return dict(model="deepseek-r1", tp=8, ep=1, ep_rank=0, dtype=dtype, backend="torch",
+                tokens=tokens, median_us=median_us)
+
+
+def test_roof_basis_and_the_floor_follow_the_read_bandwidth(tmp_path):
+    copy_dir, read_dir = _ceilings_dir(tmp_path), _ceilings_dir(tmp_path, 4.9)
+    df = pd.DataFrame([_row(1, 50.0), _row(8192, 5000.0), _row(1, 50.0, "fp32")])
+    a = add_roofline_columns(df, "NVIDIA H200", data_dir=copy_dir)
+    b = add_roofline_columns(df, "NVIDIA H200", data_dir=read_dir)
+    assert list(a["roof_basis"]) == ["copy 4.28 TB/s, gemm 793 TFLOP/s (measured)"] * 2 + [
+        "copy 4.28 TB/s, no fp32 gemm peak (measured)"]
+    assert list(b["roof_basis"]) == ["read 4.9 TB/s, gemm 793 TFLOP/s (measured)"] * 2 + [
+        "read 4.9 TB/s, no fp32 gemm peak (measured)"]
+    copy = json.loads(H200_FILE.read_text())["memory"]["tb_per_s"]
+    # one token: memory bound on either; the floor is bytes over the bandwidth used
+    assert a.loc[0, "bound"] == b.loc[0, "bound"] == "memory"
+    nbytes = a.loc[0, "bytes"]
+    assert b.loc[0, "bytes"] == nbytes
+    assert a.loc[0, "roof_us"] == nbytes / (copy * 1e12) * 1e6
+    assert b.loc[0, "roof_us"] == nbytes / (4.9 * 1e12) * 1e6
+    assert b.loc[0, "roof_us"] / a.loc[0, "roof_us"] == pytest.approx(copy / 4.9, rel=1e-15)
+    assert b.loc[0, "pct_of_roof"] < a.loc[0, "pct_of_roof"]
+    # 8192 tokens: compute bound, the same floor
+    assert a.loc[1, "bound"] == b.loc[1, "bound"] == "compute"
+    assert a.loc[1, "roof_us"] == b.loc[1, "roof_us"]
+    assert math.isnan(b.loc[2, "roof_us"])
+
+
+def test_roof_bandwidth_of_each_kind_of_ceilings(tmp_path):
+    c_copy = ceilings_for("NVIDIA H200", _ceilings_dir(tmp_path))
+    c_read = ceilings_for("NVIDIA H200", _ceilings_dir(tmp_path, 4.9))
+    assert roof_bandwidth(c_copy) == ("copy", c_copy.tb_s)
+    assert roof_bandwidth(c_read) == ("read", 4.9)
+    assert roof_bandwidth(DEVICE_SPECS["h200-sxm"]) == ("peak", 4.8)
+    assert roof_bandwidth(ceilings_for("NVIDIA H200", tmp_path / "none")) == ("peak", 4.8)
+    assert roof_basis(DEVICE_SPECS["h200-sxm"]) == "peak 4.8 TB/s, gemm 989.4 TFLOP/s (vendor)"
+    assert roof_basis(c_read, "fp8") == "read 4.9 TB/s, gemm fp8 1339 TFLOP/s (measured)"
+    # the ridge moves with the bandwidth: FLOP/byte where the roofs meet
+    assert ridge_intensity(c_read) == c_read.tflops_bf16 / 4.9
+    assert ridge_intensity(c_copy) == c_copy.tflops_bf16 / c_copy.tb_s
+    with pytest.raises(TypeError):
+        roof_bandwidth("h200-sxm")
