@@ -337,3 +337,32 @@ def test_configs_per_gemm_and_one_alignment_per_block_m(monkeypatch):
     AiterTritonBackend().prepare(prob, w, config={"gemm1": table, "gemm2": table})(
         inp.x, inp.topk_weights, inp.topk_ids)
     assert [c[1]["block_size"] for c in calls if c[0] == "align"] == [16 if T < 500 else 32]
+
+
+def test_the_fused_silu_variant_binds_gemm1_to_the_real_fused_moe_silu(monkeypatch):
+    """aiter-triton-silu: gemm1 goes to aiter's real `fused_moe_silu` (its signature bound
+    at prepare time) and writes the activated [T, k, I]; gemm2 is fused_moe's."""
+    from moe_lab.backends.aiter_triton_silu import AiterTritonSiluBackend
+    silu_mod = at.load_silu_fused()
+    real_silu = silu_mod.fused_moe_silu
+    fused_moe, align = _real_fused_moe()
+    assert list(inspect.signature(real_silu).parameters) == list(FUSED_MOE_PARAMS)
+    mods, calls = _stub_modules(inspect.signature(fused_moe), inspect.signature(align))
+    monkeypatch.setattr(at, "load_aiter_triton", lambda: mods)
+    seen = []
+
+    def silu_recorder(*a, **kw):
+        bound = inspect.signature(real_silu).bind(*a, **kw)
+        seen.append(bound.arguments)
+        C = bound.arguments["C"]
+        C.zero_()
+    monkeypatch.setattr(at, "load_silu_fused", lambda: type("M", (), {"fused_moe_silu": silu_recorder}))
+    prob, w, inp = _triton_problem("k2")
+    fn = AiterTritonSiluBackend().prepare(prob, w)
+    fn(inp.x, inp.topk_weights, inp.topk_ids)
+    T, k = inp.topk_ids.shape
+    assert len(seen) == 1 and seen[0]["C"].shape == (T, k, prob.inter)
+    assert [c[0] for c in calls] == ["align", "fused_moe"]  # gemm2 only, from fused_moe
+    assert calls[1][1]["A"].shape == (T * k, prob.inter)
+    names = AiterTritonSiluBackend().config_files(prob, "NVIDIA H200")
+    assert names["gemm1"].endswith(",fused=silu.json") and names["gemm2"].endswith("silu_down.json")

@@ -72,6 +72,12 @@ def load_aiter_triton():
     return moe_op, align
 
 
+def load_silu_fused():
+    """aiter's `moe_op_silu_fused` module (gemm1 with SiLU*mul in its epilogue)."""
+    load_aiter_triton()  # the package stubs off ROCm
+    return importlib.import_module("aiter.ops.triton.moe_op_silu_fused")
+
+
 def aiter_version() -> str:
     try:
         from importlib.metadata import version
@@ -167,15 +173,17 @@ class FusedMoeCall:
         return self.fn(**self.fixed, **per_call)
 
 
-def fused_moe_calls(fused_moe, w1, w2, compute_type, weight_on_input: bool, top_k: int):
+def fused_moe_calls(fused_moe, w1, w2, compute_type, weight_on_input: bool, top_k: int,
+                    gemm1_fn=None):
     """The backend's two calls: gemm1 (x @ w1^T -> [T, k, 2I], the router weight applied
-    here when it scales the input) and gemm2 (a @ w2^T -> [T, k, H], one expert per row,
-    the router weight applied here otherwise). bf16/fp16, no quantisation."""
+    here when it scales the input; `gemm1_fn`, e.g. aiter's fused_moe_silu, instead of
+    fused_moe) and gemm2 (a @ w2^T -> [T, k, H], one expert per row, the router weight
+    applied here otherwise). bf16/fp16, no quantisation."""
     common = dict(A_scale=None, B_scale=None, B_zp=None, compute_type=compute_type,
                   use_fp8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
                   block_shape=None)
-    gemm1 = FusedMoeCall(fused_moe, B=w1, mul_routed_weight=weight_on_input, top_k=top_k,
-                         **common)
+    gemm1 = FusedMoeCall(gemm1_fn or fused_moe, B=w1, mul_routed_weight=weight_on_input,
+                         top_k=top_k, **common)
     gemm2 = FusedMoeCall(fused_moe, B=w2, mul_routed_weight=not weight_on_input, top_k=1,
                          **common)
     return gemm1, gemm2
@@ -191,6 +199,7 @@ class AiterTritonBackend(Backend):
                      ("c2", "all", "H", "act")]
     compile_both_ways = True  # aiter's Python graph-breaks when traced
     tunable = True
+    fused_silu = False  # gemm1 through aiter's fused_moe_silu (SiLU*mul in its epilogue)
 
     def available(self):
         if aiter_root() is None:
@@ -245,7 +254,9 @@ class AiterTritonBackend(Backend):
         emap = weights.expert_map
         self.last_config = None
         # bound to the installed fused_moe's signature here: a bad argument fails now
-        gemm1, gemm2 = fused_moe_calls(moe_op.fused_moe, w1, w2, compute_type, woi, k)
+        gemm1_fn = load_silu_fused().fused_moe_silu if self.fused_silu else None
+        gemm1, gemm2 = fused_moe_calls(moe_op.fused_moe, w1, w2, compute_type, woi, k,
+                                       gemm1_fn)
         self.gemm_calls = (gemm1, gemm2)
 
         def pick(stage, T):
@@ -283,10 +294,15 @@ class AiterTritonBackend(Backend):
                                        sorted_token_ids=sorted_ids, expert_ids=expert_ids,
                                        num_tokens_post_padded=n_post_pad)
                 return dict(aligned[bm], config=cfg)
-            c1 = torch.empty(T, k, 2 * inter, dtype=x.dtype, device=x.device)
-            gemm1(A=x, C=c1, **routing(cfg1))
-            g = c1.view(numel, 2 * inter)
-            a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
+            if self.fused_silu:  # gemm1 writes silu(gate) * up: [T, k, I]
+                c1 = torch.empty(T, k, inter, dtype=x.dtype, device=x.device)
+                gemm1(A=x, C=c1, **routing(cfg1))
+                a = c1.view(numel, inter)
+            else:
+                c1 = torch.empty(T, k, 2 * inter, dtype=x.dtype, device=x.device)
+                gemm1(A=x, C=c1, **routing(cfg1))
+                g = c1.view(numel, 2 * inter)
+                a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
             c2 = torch.empty(T, k, x.shape[1], dtype=x.dtype, device=x.device)
             gemm2(A=a, C=c2, **routing(cfg2))
             return c2.sum(dim=1) if k > 1 else c2.view(T, -1)

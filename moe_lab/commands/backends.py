@@ -21,8 +21,8 @@ def table(device: str | None = None) -> list[dict]:
 
 
 def run(args) -> int:
-    print(f"{'backend':14} {'available':9}  why / what")
+    print(f"{'backend':18} {'available':9}  why / what")
     for r in table(args.device):
-        print(f"{r['backend']:14} {'yes' if r['available'] else 'no':9}  "
+        print(f"{r['backend']:18} {'yes' if r['available'] else 'no':9}  "
               f"{r['reason'] or r['description']}")
     return 0
