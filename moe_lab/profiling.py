@@ -76,7 +76,9 @@ PATTERNS: list[tuple[re.Pattern, str]] = [(re.compile(p, f), k) for p, f, k in [
     (r"radixsort|radix_sort|bitonicSort|warpMergeSort|sortKeyValue|segmented_?sort|"
      r"DeviceMergeSort|histogram|bincount|index_put|indexPut|cumsum|scan|cub::|MinNanFunctor|"
      r"MaxNanFunctor|"
-     r"^aten::(sort|argsort|bincount|histc|cumsum|index_put_?|repeat_interleave|unique\w*)$",
+     r"searchsorted|"
+     r"^aten::(sort|argsort|bincount|histc|cumsum|index_put_?|repeat_interleave|unique\w*|"
+     r"searchsorted)$",
      _I, "align"),
     # comparisons, selects, index arithmetic: bookkeeping, not the activation
     (r"compare_scalar|compare_kernel|where_kernel|div_floor|div_trunc|remainder_kernel|"
@@ -93,9 +95,11 @@ PATTERNS: list[tuple[re.Pattern, str]] = [(re.compile(p, f), k) for p, f, k in [
     # `aten::sum`, which carry no dtype: they stay `combine`.
     (r"(indexFunc(Small|Large)Index|sum_functor)<\s*" + _INT_T + r"\s*[,>]", 0, "align"),
     # combine: weighted sum of the k expert outputs per token
+    # (torch-grouped sums each token's k rows with embedding_bag's per-sample weights)
     (r"moe_sum|index_add|indexFunc(Small|Large)Index|scatter_add|_scatter_gather|"
-     r"reduce_kernel|sum_functor|unpermute|finalize_moe|moe_finalize|"
-     r"^aten::(index_add_?|scatter_add_?|scatter_reduce_?|sum)$", _I, "combine"),
+     r"reduce_kernel|sum_functor|unpermute|finalize_moe|moe_finalize|EmbeddingBag|"
+     r"embedding_bag|^aten::(index_add_?|scatter_add_?|scatter_reduce_?|sum|embedding_bag|"
+     r"_embedding_bag)$", _I, "combine"),
     # gathers into expert order
     (r"index_elementwise|indexSelect|index_select|gather|^aten::(index|index_select|gather|take)$",
      _I, "align"),
