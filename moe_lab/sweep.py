@@ -229,7 +229,7 @@ class Sweep:
             ref = reference(prob, weights, inp)
             hit, pairs = local_counts(prob, inp.topk_ids.cpu())
             facts = dict(experts_hit=hit, pairs=pairs, inputs_digest=inp.digest(),
-                         threshold=THRESHOLDS[prob.dtype])
+                         threshold=THRESHOLDS[prob.dtype], **self._speed_of_light(prob, pairs))
             for b, config, modes in work:
                 bar.set_description(f"{prob.model.name} {prob.sharding} T={prob.tokens} {b}"
                                     + ("" if config == "default" else f" [{config}]"))
@@ -240,6 +240,19 @@ class Sweep:
                 counts["measured"] += len(rows)
                 bar.update(len(rows))
             del inp, ref
+
+    def _speed_of_light(self, prob, pairs) -> dict:
+        """On a GPU: two dense GEMMs with the point's rows and flops (moe_lab.sol), the
+        "what one big GEMM gets here" of every backend at this point."""
+        if not self.device.startswith("cuda"):
+            return {}
+        from .sol import dense_gemm_us
+        try:
+            d = dense_gemm_us(prob, pairs, self.device)
+            return dict(dense_gemm_us=d.dense_gemm_us, dense_tflops=d.dense_tflops)
+        except Exception as exc:
+            reraise_if_terminated(exc)
+            return dict(warning=f"dense GEMM speed of light: {one_line(exc)}")
 
     def _measure_backend(self, prob, routing, bname, config, modes, weights, inp, ref, prepared,
                          facts):

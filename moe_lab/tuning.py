@@ -34,6 +34,7 @@ from .store import RunStore, begin_invocation, end_invocation
 from .timing import time_fn
 
 CANDIDATE_KEY = ("candidate_id",)
+WINNER_KEY = ("model", "tp", "ep", "ep_rank", "dtype", "tokens", "backend")
 
 
 def candidate_id(prob: Problem, backend: str, stage: str, config: dict) -> str:
@@ -88,15 +89,12 @@ class Tuner:
                 for shard in shards:
                     winners += self._shard(shard, bar, counts)
             status = "complete" if time.time() < self.deadline else "budget spent"
-        finally:
+        finally:  # killed or not, every winner found so far reaches the config files
             bar.close()
             end_invocation(store, invocations, t0, status, counts["measured"], counts["skipped"])
-        win = pd.DataFrame(winners)
-        if len(win):
-            store.append_table("winners", winners, key=("model", "tp", "ep", "ep_rank", "dtype",
-                                                        "tokens", "backend"))
-            self.write_files(store.load_table("winners"))
-        return win
+            if len(store.load_table("winners")):
+                self.write_files(store.load_table("winners"))
+        return pd.DataFrame(winners)
 
     def _shard(self, shard: list[Problem], bar, counts) -> list[dict]:
         weights = make_weights(shard[0], self.device, self.seed)
@@ -109,6 +107,7 @@ class Tuner:
             w = self._point(prob, weights, counts)
             if w is not None:
                 out.append(w)
+                self.store.append_table("winners", [w], key=WINNER_KEY)
             bar.update(1)
         return out
 
