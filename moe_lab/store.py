@@ -325,6 +325,34 @@ def _invocation_from(prior: dict) -> dict:
                      "it may cover several earlier calls")
 
 
+def merge_runs(dst: str | os.PathLike, sources: list) -> RunStore:
+    """Combine run folders measured apart (the GPUs of one host, other machines) into one:
+    their rows (each keeps its device, commit and time), kernels and compile tables, and
+    a manifest listing every source's manifest. A point measured in two sources is an
+    error (ValueError naming it), never silently one of them."""
+    runs = [open_run(s) for s in sources]
+    ids = pd.concat([r.results["point_id"] for r in runs])
+    if ids.duplicated().any():
+        raise ValueError(f"point {ids[ids.duplicated()].iloc[0]} is in more than one source")
+    out = RunStore(dst)
+    if out.results_path.exists():
+        raise ValueError(f"{dst} already holds a run")
+    out.append([r for run in runs for r in run.results.to_dict("records")],
+               [k for run in runs for k in run.kernels.to_dict("records")])
+    tables = [run.compile for run in runs if len(run.compile)]
+    if tables:
+        atomic_write_parquet(out.dir / "compile.parquet", pd.concat(tables, ignore_index=True))
+    first = runs[0].manifest
+    out.write_manifest(dict(
+        run_id=out.dir.name, started=min(str(r.manifest.get("started", "")) for r in runs),
+        status=("complete" if all(r.manifest.get("status") == "complete" for r in runs)
+                else "; ".join(f"{r.run_id}: {r.manifest.get('status')}" for r in runs)),
+        environment=first.get("environment"), config=first.get("config"),
+        merged_from={r.run_id: r.manifest for r in runs},
+        where="merged from " + ", ".join(f"{r.run_id} ({r.device})" for r in runs)))
+    return out
+
+
 # --- reading runs -------------------------------------------------------------------------
 
 def data_dir() -> Path:

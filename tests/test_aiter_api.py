@@ -361,7 +361,9 @@ def test_the_fused_silu_variant_binds_gemm1_to_the_real_fused_moe_silu(monkeypat
     fn = AiterTritonSiluBackend().prepare(prob, w)
     fn(inp.x, inp.topk_weights, inp.topk_ids)
     T, k = inp.topk_ids.shape
-    assert len(seen) == 1 and seen[0]["C"].shape == (T, k, prob.inter)
+    # 2-D: fused_moe_silu reads C.stride(0), C.stride(1) as row and column strides
+    assert len(seen) == 1 and seen[0]["C"].shape == (T * k, prob.inter)
+    assert seen[0]["C"].stride() == (prob.inter, 1)
     assert [c[0] for c in calls] == ["align", "fused_moe"]  # gemm2 only, from fused_moe
     assert calls[1][1]["A"].shape == (T * k, prob.inter)
     names = AiterTritonSiluBackend().config_files(prob, "NVIDIA H200")

@@ -255,3 +255,21 @@ def test_a_commit_placeholder_is_refused(monkeypatch):
     monkeypatch.setenv("MOE_LAB_GIT_COMMIT", "HEADSHA")
     with pytest.raises(UsageError, match="not a commit sha"):
         git_state()
+
+
+def test_merge_runs_keeps_every_row_and_refuses_a_point_twice(tmp_path):
+    from moe_lab.store import merge_runs
+    a, b = RunStore(tmp_path / "a"), RunStore(tmp_path / "b")
+    a.write_manifest({"started": "2026-01-02", "status": "complete"})
+    b.write_manifest({"started": "2026-01-01", "status": "complete"})
+    a.append([row(tokens=1, device="GPU0")], [dict(kernel="k", phase="gemm1", calls=1, total_us=1.0)])
+    b.append([row(tokens=2, device="GPU1"), row(tokens=4, device="GPU1")])
+    m = merge_runs(tmp_path / "m", [tmp_path / "a", tmp_path / "b"])
+    run = open_run(m.dir)
+    assert sorted(run.results["tokens"]) == [1, 2, 4] and len(run.kernels) == 1
+    assert set(run.results["device"]) == {"GPU0", "GPU1"}
+    assert run.manifest["started"] == "2026-01-01" and set(run.manifest["merged_from"]) == {"a", "b"}
+    with pytest.raises(ValueError, match="already holds"):
+        merge_runs(tmp_path / "m", [tmp_path / "a"])
+    with pytest.raises(ValueError, match="more than one source"):
+        merge_runs(tmp_path / "m2", [tmp_path / "a", tmp_path / "a"])

@@ -294,10 +294,11 @@ class AiterTritonBackend(Backend):
                                        sorted_token_ids=sorted_ids, expert_ids=expert_ids,
                                        num_tokens_post_padded=n_post_pad)
                 return dict(aligned[bm], config=cfg)
-            if self.fused_silu:  # gemm1 writes silu(gate) * up: [T, k, I]
-                c1 = torch.empty(T, k, inter, dtype=x.dtype, device=x.device)
-                gemm1(A=x, C=c1, **routing(cfg1))
-                a = c1.view(numel, inter)
+            if self.fused_silu:  # gemm1 writes silu(gate) * up into [T*k, I]: this kernel
+                # takes C's stride(0) and stride(1) as its row and column strides, so C must
+                # be 2-D (a [T, k, I] tensor made it write out of bounds on an H200)
+                a = torch.empty(numel, inter, dtype=x.dtype, device=x.device)
+                gemm1(A=x, C=a, **routing(cfg1))
             else:
                 c1 = torch.empty(T, k, 2 * inter, dtype=x.dtype, device=x.device)
                 gemm1(A=x, C=c1, **routing(cfg1))
