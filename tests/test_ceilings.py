@@ -86,9 +86,6 @@ def test_schema_documents_every_field():
         assert f"`{dotted}`" in readme, f"data/ceilings/README.md lacks {dotted}"
 
 
-@pytest.mark.xfail(strict=True, reason="data/ceilings/README.md (not edited by the change "
-                   "that added memory_read) lacks its rows; once it has them this XPASSes "
-                   "and fails: delete this marker")
 def test_readme_documents_the_optional_groups():
     readme = (REPO / "data" / "ceilings" / "README.md").read_text()
     for dotted in CEILINGS_SCHEMA:

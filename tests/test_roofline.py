@@ -218,12 +218,16 @@ def test_roofline_cli_bad_input_exits_2_one_line(capsys, argv, needle):
 
 # --- the roof's bandwidth: read where measured, else copy ----------------------------------
 
-H200_FILE = Path(__file__).resolve().parent.parent / "data" / "ceilings" / "nvidia-h200.json"
+CEIL = Path(__file__).resolve().parent.parent / "data" / "ceilings"
+H200_FILE = CEIL / "nvidia-h200.json"
+# the first H200 measurement, from before the read bandwidth was measured
+H200_OLD = CEIL / "history" / "nvidia-h200-20261129.json"
 
 
 def _ceilings_dir(tmp_path, read_tb_s=None) -> Path:
-    """The committed H200 ceilings (no memory_read), with one added when read_tb_s."""
-    obj = json.loads(H200_FILE.read_text())
+    """The first committed H200 ceilings (no memory_read), with one added when read_tb_s,
+    as `nvidia-h200.json` in a folder of their own."""
+    obj = json.loads(H200_OLD.read_text())
     assert "memory_read" not in obj
     if read_tb_s is not None:
         n = 2**31
@@ -249,7 +253,7 @@ def test_roof_basis_and_the_floor_follow_the_read_bandwidth(tmp_path):
         "copy 4.28 TB/s, no fp32 gemm peak (measured)"]
     assert list(b["roof_basis"]) == ["read 4.9 TB/s, gemm 793 TFLOP/s (measured)"] * 2 + [
         "read 4.9 TB/s, no fp32 gemm peak (measured)"]
-    copy = json.loads(H200_FILE.read_text())["memory"]["tb_per_s"]
+    copy = json.loads(H200_OLD.read_text())["memory"]["tb_per_s"]
     # one token: memory bound on either; the floor is bytes over the bandwidth used
     assert a.loc[0, "bound"] == b.loc[0, "bound"] == "memory"
     nbytes = a.loc[0, "bytes"]

@@ -10,7 +10,7 @@ def configure(parser) -> None:
                         help="folder for <device-slug>.json")
     parser.add_argument("--device", default="cuda", help="torch device to measure")
     parser.add_argument("--size-gib", type=float, default=2.0,
-                        help="copy buffer size (each of source and destination)")
+                        help="buffer size of the copy (source and destination each) and of the read")
     parser.add_argument("--calls", type=int, default=50, help="timed calls per ceiling")
 
 

@@ -78,7 +78,8 @@ def annotate_run(run_dir: str) -> dict:
     atomic_write_parquet(RunStore(run_dir).results_path, out)
     ceil = ceilings_for(device)
     note = dict(annotated=time.strftime("%Y-%m-%dT%H:%M:%S%z"), device=device,
-                ceiling_source=ceil.source, tflops_bf16=ceil.tflops_bf16, tb_s=ceil.tb_s,
+                ceiling_source=ceil.source, tflops_bf16=ceil.tflops_bf16, tb_s=ceil.roof_tb_s,
+                bandwidth=ceil.bandwidth_text,
                 roof="ideal fused cost (no intermediates), exact experts_hit and pairs where recorded; "
                      "backend_roof_us adds each backend's intermediates")
     RunStore(run_dir).update_manifest(roofline=note)
@@ -90,7 +91,7 @@ def run(args) -> int:
         note = annotate_run(args.annotate)
         print(f"{args.annotate}: roofline columns recomputed with {note['ceiling_source']} "
               f"ceilings of {note['device']} ({note['tflops_bf16']:g} TFLOP/s bf16, "
-              f"{note['tb_s']:g} TB/s)")
+              f"{note['bandwidth']})")
         return 0
     if not args.model:
         raise UsageError("--model is required (or --annotate RUN_DIR)")
@@ -108,7 +109,7 @@ def run(args) -> int:
           f"E={p0.local_experts}/{p0.experts} k={p0.topk} {args.dtype}; "
           f"{args.backend or 'ideal fused (no intermediates)'}; uniform routing, expected")
     print(f"# {ceil.device} [{ceil.source}]: {ceil.tflops_bf16:g} TFLOP/s bf16, "
-          f"{ceil.tb_s:g} TB/s")
+          f"{ceil.bandwidth_text}")
     print(f"{'tokens':>7} {'experts_hit':>11} {'GFLOP':>10} {'MB':>10} "
           f"{'FLOP/B':>8} {'floor_us':>9} {'bound':>7}")
     for r in rows:

@@ -34,7 +34,7 @@ def measured(run, device: str | None = None) -> tuple[pd.DataFrame, Ceilings]:
 
 
 def _ceiling_text(ceil: Ceilings) -> str:
-    return f"{ceil.source} ceilings: {ceil.tflops_bf16:g} TFLOP/s bf16, {ceil.tb_s:g} TB/s"
+    return f"{ceil.source} ceilings: {ceil.tflops_bf16:g} TFLOP/s bf16, {ceil.bandwidth_text}"
 
 
 def pct_of_roof_table(df: pd.DataFrame, values: str = "pct_of_roof") -> pd.DataFrame:
@@ -62,7 +62,7 @@ def best_pct_of_roof(df: pd.DataFrame) -> str:
 
 def _roofs(ax, ceil: Ceilings | DeviceSpec, xs):
     """The bf16 roof solid, the fp8 roof dashed (when known)."""
-    bw = ceil.tb_s if isinstance(ceil, Ceilings) else ceil.hbm_tb_s
+    bw = ceil.roof_tb_s if isinstance(ceil, Ceilings) else ceil.hbm_tb_s
     for dt, ls in (("bf16", "-"), ("fp8", "--")):
         try:
             peak = peak_tflops(ceil, dt)
@@ -83,7 +83,7 @@ def fig_roofline(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
     fig, ax = style.new_figure(figsize=(9.5, 5.5))
     x = d["flops"] / d["bytes"]
     lo = max(min(x.min(), 1.0) / 2, 0.1)
-    hi = max(x.max(), peak_tflops(ceil, "bf16") / ceil.tb_s) * 4
+    hi = max(x.max(), peak_tflops(ceil, "bf16") / ceil.roof_tb_s) * 4
     _roofs(ax, ceil, np.logspace(np.log10(lo), np.log10(hi), 200))
     for (b, mode, wrapped), g in d.assign(wrapped=d["wrapped"].fillna(False).astype(bool)) \
             .groupby(["backend", "mode", "wrapped"]):
