@@ -155,11 +155,13 @@ def test_memory_read_is_an_optional_group_of_the_schema():
     validate_ceilings(with_read())
 
 
-def test_the_committed_h200_file_has_no_read_bandwidth_and_still_validates():
-    path = REPO / "data" / "ceilings" / "nvidia-h200.json"
-    obj = json.loads(path.read_text())
+def test_the_first_h200_file_has_no_read_bandwidth_and_still_validates(tmp_path):
+    old = REPO / "data" / "ceilings" / "history" / "nvidia-h200-20261129.json"
+    obj = json.loads(old.read_text())
     assert "memory_read" not in obj
     validate_ceilings(obj)
+    path = tmp_path / "nvidia-h200.json"
+    path.write_text(old.read_text())
     c = ceilings_for("NVIDIA H200", path.parent)
     assert c.source == "measured" and c.tb_s_read is None
     assert c.bandwidth_basis == "copy" and c.roof_tb_s == c.tb_s == obj["memory"]["tb_per_s"]
@@ -245,3 +247,12 @@ def test_summary_lines_show_the_read_bandwidth_when_measured():
     assert any(line.startswith("copy    4.10 TB/s (85% of vendor 4.8)") for line in lines)
     assert any(line.startswith("read    4.90 TB/s (102% of vendor 4.8)") for line in lines)
     assert any(line.startswith("read    not measured") for line in summary_lines(good()))
+
+
+def test_the_current_h200_file_reads_at_the_read_bandwidth():
+    path = REPO / "data" / "ceilings" / "nvidia-h200.json"
+    obj = json.loads(path.read_text())
+    validate_ceilings(obj)
+    c = ceilings_for("NVIDIA H200", path.parent)
+    assert c.tb_s_read == obj["memory_read"]["tb_per_s"] >= obj["memory"]["tb_per_s"]
+    assert c.bandwidth_basis == "read" and c.roof_tb_s == c.tb_s_read
