@@ -21,3 +21,16 @@ def run_notebook(name: str, timeout: int = 300, edit=None):
 
 def pngs(outputs):
     return [o for o in outputs if "image/png" in o.get("data", {})]
+
+
+def with_params(**params):
+    """Set notebook parameters the way papermill does: assignments after the defaults."""
+    def edit(nb):
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
+    return edit
+
+
+def printed(outputs) -> str:
+    """What the notebook printed (stream outputs), in order."""
+    return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")

@@ -10,21 +10,10 @@ import pytest
 
 pytest.importorskip("nbclient")
 
-from conftest import ROOT, pngs, run_notebook  # noqa: E402
+from conftest import ROOT, pngs, printed, run_notebook, with_params  # noqa: E402
 
 NB = "02_eager_vs_compile.ipynb"
 RUNS = Path(ROOT) / "data" / "runs"
-
-
-def with_params(**params):
-    def edit(nb):
-        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-        cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
-    return edit
-
-
-def printed(outputs) -> str:
-    return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
 
 
 def shown(text: str) -> dict:

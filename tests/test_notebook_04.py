@@ -8,20 +8,9 @@ import pytest
 
 pytest.importorskip("nbclient")
 
-from conftest import ROOT, pngs, run_notebook  # noqa: E402
+from conftest import ROOT, pngs, printed, run_notebook, with_params  # noqa: E402
 
 NB = "04_reproduce_claims.ipynb"
-
-
-def with_params(**params):
-    def edit(nb):
-        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-        cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
-    return edit
-
-
-def printed(outputs) -> str:
-    return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
 
 
 def shown(text: str) -> dict:
@@ -51,7 +40,8 @@ def test_counts_are_run_checks_and_measured_times_come_from_data_runs():
     assert got["runs"] == sorted(p.parent.name for p in runs.glob("*/results.parquet"))
     imp = claims.implications(reg)
     assert got["measured"] == {r.config: r.measured_run or "-" for r in imp.itertuples()}
-    assert "h200-seed4-20261129" in got["measured"].values()
+    measured = set(got["measured"].values()) - {"-"}
+    assert measured and measured <= set(got["runs"])  # the best committed H200 kernel times
     assert len(pngs(outputs)) >= 7  # 5 configurations + accuracy + implications
 
 
