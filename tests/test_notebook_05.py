@@ -1,0 +1,129 @@
+"""notebooks/05_tuning.ipynb executes headless on the CPU: it prints the run it shows (the
+newest committed run with ok 'tuned' rows), where tuned beats default and by how much, and
+per target how many points meet it and the worst miss. The tests recompute each number
+from the parquet files and the ceilings JSON (not through moe_lab.plots or moe_lab.roofline),
+so the notebook showing another run, another roof or a wrong count fails them."""
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("nbclient")
+
+from conftest import ROOT, pngs, printed, run_notebook, with_params  # noqa: E402
+
+NB = "05_tuning.ipynb"
+RUNS = Path(ROOT) / "data" / "runs"
+KEY = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens"]
+CANDIDATES = {("torch-grouped", "default"), ("aiter-triton", "default"), ("aiter-triton", "tuned")}
+TARGETS = {"<16 tokens: >= 50% of roof": (1, 15, "pct", 50.0),
+           "16-64 tokens: >= 85% of roof": (16, 64, "pct", 85.0),
+           ">=4096 tokens: >= 60% of bf16 GEMM peak": (4096, 1 << 30, "gemm_pct", 60.0)}
+
+
+def newest_committed_run_with_tuned_rows() -> str:
+    found = []
+    for d in RUNS.iterdir():
+        if (d / "results.parquet").is_file():
+            res = pd.read_parquet(d / "results.parquet")
+            if "config" in res and ((res["config"] == "tuned") & (res["status"] == "ok")).any():
+                found.append((json.loads((d / "manifest.json").read_text())["started"], d.name))
+    return max(found)[1]
+
+
+def graph_ok(res: pd.DataFrame) -> pd.DataFrame:
+    return res[(res["mode"] == "graph") & (res["status"] == "ok") & (res["median_us"] > 0)]
+
+
+def tuned_against_default(res: pd.DataFrame) -> pd.DataFrame:
+    g = graph_ok(res[res["backend"] == "aiter-triton"])
+    return g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=KEY,
+                                             suffixes=("_d", "_t"))
+
+
+def with_roof(res: pd.DataFrame) -> pd.DataFrame:
+    """% of roof and % of the bf16 GEMM peak from the rows' FLOPs and bytes and the
+    measured ceilings (the read bandwidth where it is at least the copy's)."""
+    c = json.loads((Path(ROOT) / "data" / "ceilings" / "nvidia-h200.json").read_text())
+    peak = c["gemm_bf16"]["tflops"] * 1e12
+    bw = max(c["memory"]["tb_per_s"], c.get("memory_read", {}).get("tb_per_s", 0)) * 1e12
+    roof_us = pd.concat([res["flops"] / peak, res["bytes"] / bw], axis=1).max(axis=1) * 1e6
+    return res.assign(pct=100 * roof_us / res["median_us"],
+                      gemm_pct=100 * res["flops"] / (res["median_us"] * 1e-6) / peak)
+
+
+def expected_targets(res: pd.DataFrame) -> dict:
+    """Per target: (points, met, missed, worst miss in points of %) of the best candidate."""
+    g = graph_ok(res)
+    g = g[[(b, c) in CANDIDATES for b, c in zip(g["backend"], g["config"])]]
+    best = with_roof(g.sort_values("median_us").drop_duplicates(KEY))
+    out = {}
+    for name, (lo, hi, col, th) in TARGETS.items():
+        b = best[(best["tokens"] >= lo) & (best["tokens"] <= hi)]
+        miss = (th - b[col]).clip(lower=0)
+        out[name] = (len(b), int((b[col] >= th).sum()), int((b[col] < th).sum()),
+                     round(float(miss.max()), 1))
+    return out
+
+
+def shown_targets(text: str) -> dict:
+    out = {}
+    for name in TARGETS:
+        m = re.search(re.escape(name) + r"\s+(\d+)\s+(\d+)\s+(\d+)\s+\d+\s+([0-9.]+)\s", text)
+        assert m, text[-1500:]
+        out[name] = (int(m[1]), int(m[2]), int(m[3]), float(m[4]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def default_outputs():
+    return run_notebook(NB)
+
+
+def test_default_is_the_newest_run_with_tuned_rows(default_outputs):
+    text = printed(default_outputs)
+    m = re.search(r"^run (\S+): (\d+) points \((\d+) ok\)", text, re.M)
+    assert m, text[:500]
+    run_id = newest_committed_run_with_tuned_rows()
+    res = pd.read_parquet(RUNS / run_id / "results.parquet")
+    assert (m[1], int(m[2]), int(m[3])) == (run_id, len(res), int((res["status"] == "ok").sum()))
+    assert run_id == "h200-tuned-20261130"
+    assert len(pngs(default_outputs)) >= 4  # tuned/default, % of roof, phases, glue
+
+
+def test_tuned_faster_count_and_the_largest_ratio(default_outputs):
+    text = printed(default_outputs)
+    res = pd.read_parquet(RUNS / newest_committed_run_with_tuned_rows() / "results.parquet")
+    j = tuned_against_default(res)
+    ratio = j["median_us_d"] / j["median_us_t"]
+    top = j.loc[ratio.idxmax()]
+    m = re.search(r"tuned faster than default at (\d+) of (\d+) points", text)
+    assert m and (int(m[1]), int(m[2])) == (int((ratio > 1).sum()), len(j)), text[:1500]
+    m = re.search(r"median default/tuned ([0-9.]+)x; max ([0-9.]+)x \(aiter-triton (\S+) (\S+), "
+                  r"(\d+) tokens\)", text)
+    assert m, text[:1500]
+    assert float(m[1]) == pytest.approx(ratio.median(), abs=0.005)
+    assert float(m[2]) == pytest.approx(ratio.max(), abs=0.005)
+    sharding = "TP8" + ("+EP8" if top["ep"] == 8 else "")
+    assert (m[3], m[4], int(m[5])) == (top["model"], sharding, top["tokens"])
+    # the points whose tuned row is not ok (no tuned file) are counted, not drawn
+    g = res[(res["mode"] == "graph") & (res["backend"] == "aiter-triton")]
+    missing = g[(g["config"] == "tuned") & (g["status"] != "ok")]
+    assert f"tuned missing (not drawn) at {len(missing)} points" in text
+    assert set(missing["status"]) == {"unsupported"}
+    assert set(missing["model"]) == {"qwen3-235b-a22b"}
+
+
+def test_the_targets_met_and_missed_and_the_worst_miss(default_outputs):
+    res = pd.read_parquet(RUNS / newest_committed_run_with_tuned_rows() / "results.parquet")
+    want = expected_targets(res)
+    assert shown_targets(printed(default_outputs)) == want
+    assert sum(v[0] for v in want.values()) == 72  # 8 shapes x (4 + 3 + 2) token counts
+
+
+def test_a_run_without_tuned_rows_is_refused():
+    from nbclient.exceptions import CellExecutionError
+    with pytest.raises(CellExecutionError, match="has no ok rows with config 'tuned'"):
+        run_notebook(NB, edit=with_params(run="h200-seed4-20261129"))
