@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import backends as B
+from . import backends as registry
 from .correctness import check_problem, default_device
 from .errors import UsageError
 from .modes import Mode, parse_mode
@@ -55,7 +55,7 @@ def check(model: str, tokens=(1, 16), backends=None, tp: int = 8, ep: int = 1,
     """Each backend against the reference on fresh inputs: one row per backend x tokens
     with status (ok / incorrect / unsupported / ...), max_rel_err and threshold."""
     device = device or default_device()
-    names = B.parse_names(",".join(_list(backends))) if backends else B.names()
+    names = registry.parse_names(",".join(_list(backends))) if backends else registry.names()
     rows = []
     for i, t in enumerate(_tokens(tokens)):
         prob = make_problem(model, t, dtype, tp, ep, ep_rank if ep > 1 else 0)
@@ -82,8 +82,8 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
     modes = modes or ("eager,graph" if device.startswith("cuda") else "eager")
     grid = Grid(models=split_models(models) if isinstance(models, str) else list(models),
                 tokens=_tokens(tokens),
-                backends=B.parse_names(",".join(_list(backends))) if backends else
-                [b.name for b in B.all_backends() if b.available()[0]],
+                backends=registry.parse_names(",".join(_list(backends))) if backends else
+                [b.name for b in registry.all_backends() if b.available()[0]],
                 modes=[m if isinstance(m, Mode) else parse_mode(m) for m in _list(modes, lambda x: x)],
                 tps=_list(tp, int), eps=_list(ep, int), ep_rank=ep_rank,
                 routings=_list(routing), dtype=dtype)
@@ -114,7 +114,7 @@ def profile(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: in
     if iters < 1:
         raise UsageError("iters must be >= 1")
     prob = make_problem(model, tokens, dtype, tp, ep, ep_rank)
-    be = B.get(backend)
+    be = registry.get(backend)
     for ok, why in (be.available(), be.supports(prob, device)):
         if not ok:
             raise UsageError(f"{backend} cannot run this point here: {why}")

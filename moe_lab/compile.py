@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from . import backends as B
+from . import backends
 from .backends.torch_ref import torch_moe
 from .compile_table import compile_row
 from .correctness import THRESHOLDS, classify_exception, make_weights, one_line, rel_err
@@ -168,7 +168,7 @@ def correction_bias(problem: Problem, device: str) -> torch.Tensor | None:
     return torch.zeros(problem.experts, dtype=torch.float32, device=device)
 
 
-def layer_reference(problem: Problem, weights: B.Weights, x, logits, bias) -> torch.Tensor:
+def layer_reference(problem: Problem, weights: backends.Weights, x, logits, bias) -> torch.Tensor:
     """fp32 reference of the whole layer: eager router, then the fp32 expert loop."""
     tw, ti = route(problem.model, logits, bias)
     return torch_moe(x, weights.w1, weights.w2, tw, ti, weights.expert_map,
@@ -200,7 +200,7 @@ class CompileBench:
     """
 
     def __init__(self, problem: Problem, tokens: list[int], device: str,
-                 routing: str = "uniform", seed: int = 0, weights: B.Weights | None = None,
+                 routing: str = "uniform", seed: int = 0, weights: backends.Weights | None = None,
                  point_seed: Callable[[int], int] | None = None):
         self.problem, self.tokens, self.device, self.routing = problem, list(tokens), device, routing
         self.weights = weights if weights is not None else make_weights(problem, device, seed)
@@ -230,7 +230,7 @@ class CompileBench:
         loses none. Every failure is a row; the budget is a hard limit on compile time
         over the grid (what is left of the grid becomes `timeout` rows)."""
         emit = on_row or (lambda r: None)
-        be = B.get(backend)
+        be = backends.get(backend)
         ok, why = be.available()
         status = "unavailable"
         if ok:

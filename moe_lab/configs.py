@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from . import backends
 from .atomic import atomic_write_json
+from .errors import UsageError
+from .problems import Problem
 
 
 def check_config(cfg: dict, where: str = "config") -> dict:
@@ -48,3 +51,75 @@ def write_table(path: str | Path, table: dict[int, dict]) -> Path:
 def nearest(table: dict[int, dict], tokens: int) -> dict:
     """vLLM's rule: the configuration of the key nearest the token count (ties: smaller)."""
     return table[min(table, key=lambda m: (abs(m - tokens), m))]
+
+
+# --- which configuration a sweep or check uses ---------------------------------------
+
+def load_tuned(backend: str, problem: Problem, dev_name: str, configs_dir) -> dict | None:
+    """{stage: {M: config}} from the tuned files for this shard, None when there are none."""
+    be = backends.backend_class(backend)
+    if not be.tunable:
+        return None
+    names = be().config_files(problem, dev_name)
+    folder = Path(configs_dir) / backend
+    if not (folder / names["gemm1"]).exists():
+        return None
+    tables = {}
+    for stage, name in names.items():
+        p = folder / name
+        tables[stage] = read_table(p) if p.exists() else tables["gemm1"]
+    return tables
+
+
+def configs_dir_for(dev_name: str) -> Path:
+    """data/configs/<device-slug>: where tuned files for this device live."""
+    from .devices import device_slug
+    from .store import data_dir
+    return data_dir().parent / "configs" / device_slug(dev_name)
+
+
+def read_config_path(backend: str, path) -> dict:
+    """{stage: {M: config}} from a config file given by path (its `_down` sibling, when
+    present, for gemm2). ValueError naming the file when it is missing or malformed."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"config file {p} does not exist")
+    t1 = read_table(p)
+    down = p.with_name(p.stem + "_down.json")
+    return {"gemm1": t1, "gemm2": read_table(down) if down.is_file() else t1}
+
+
+def config_for(backend: str, config: str, problem: Problem, dev_name: str):
+    """(configuration for Backend.prepare, why not) of a sweep's `--config` value:
+    `default` -> (None, ""): the backend's own choice; `tuned` -> the tuned files of this
+    device and shard, or a reason when there are none (the point becomes `unsupported`,
+    never silently default); a path -> that file."""
+    if config == "default" or not backends.backend_class(backend).tunable:
+        return None, ""
+    if config == "tuned":
+        folder = configs_dir_for(dev_name)
+        table = load_tuned(backend, problem, dev_name, folder)
+        if table is None:
+            names = backends.get(backend).config_files(problem, dev_name)
+            return None, (f"no tuned configuration {names['gemm1']} under {folder}/{backend}: "
+                          f"run `moe-lab tune --backend {backend}` for this shape first")
+        return table, ""
+    return read_config_path(backend, config), ""
+
+
+def validate_config_arg(text: str) -> list[str]:
+    """`default`, `tuned`, a config file, or several comma-separated -> the list; a file that
+    is missing or malformed is a UsageError naming it (exit 2 on the command line)."""
+    out = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not out:
+        raise UsageError("--config: nothing given (default, tuned or a config file)")
+    for c in out:
+        if c in ("default", "tuned"):
+            continue
+        if not Path(c).is_file():
+            raise UsageError(f"--config: {c} is neither default, tuned nor an existing config file")
+        try:
+            read_table(c)
+        except ValueError as exc:
+            raise UsageError(f"--config: {exc}") from None
+    return out

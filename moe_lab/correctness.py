@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import backends as B
+from . import backends
 from .backends.torch_ref import torch_moe
 from .problems import Problem
 from .routing import make_routing
@@ -43,14 +43,14 @@ def _randn_cpu(shape, gen: torch.Generator, dtype, device, scale: float) -> torc
     return out
 
 
-def make_weights(problem: Problem, device: str, seed: int) -> B.Weights:
+def make_weights(problem: Problem, device: str, seed: int) -> backends.Weights:
     """Random expert weights for this rank, scaled so activations stay O(1); the same
     numbers on any machine for the same (problem shard, seed)."""
     g = torch.Generator().manual_seed(seed)
     E, I, H, dt = problem.local_experts, problem.inter, problem.hidden, problem.torch_dtype
     w1 = _randn_cpu((E, 2 * I, H), g, dt, device, H ** -0.5)
     w2 = _randn_cpu((E, H, I), g, dt, device, I ** -0.5)
-    return B.Weights(w1, w2, problem.expert_map(device))
+    return backends.Weights(w1, w2, problem.expert_map(device))
 
 
 @dataclass
@@ -85,7 +85,7 @@ def make_inputs(problem: Problem, device: str, seed: int, routing: str = "unifor
     return Inputs(x.to(device), w.to(device), ids.to(device))
 
 
-def reference(problem: Problem, weights: B.Weights, inp: Inputs) -> torch.Tensor:
+def reference(problem: Problem, weights: backends.Weights, inp: Inputs) -> torch.Tensor:
     cd = torch.float64 if inp.x.device.type == "cpu" else torch.float32
     return torch_moe(inp.x, weights.w1, weights.w2, inp.topk_weights, inp.topk_ids,
                      weights.expert_map, problem.weight_on_input, compute_dtype=cd)
@@ -114,7 +114,7 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300]
 
 
-def check_backend(backend: B.Backend, problem: Problem, weights: B.Weights, inp: Inputs,
+def check_backend(backend: backends.Backend, problem: Problem, weights: backends.Weights, inp: Inputs,
                   ref: torch.Tensor, device: str, prepared=None) -> dict:
     """One backend, one point: status, error and max_rel_err. Never raises."""
     row = dict(backend=backend.name, status="ok", error="", max_rel_err=float("nan"),
@@ -145,14 +145,14 @@ def check_problem(problem: Problem, backend_names: list[str], device: str, seed:
     """Each backend against the reference on fresh inputs; `config` (default, tuned or a
     file) is used by the tunable backends (moe_lab.tuning.config_for)."""
     from .environment import device_name
-    from .tuning import config_for
+    from .configs import config_for
     weights = make_weights(problem, device, seed)
     inp = make_inputs(problem, device, seed + 7, routing)
     ref = reference(problem, weights, inp)
     rows = []
     for name in backend_names:
         t0 = time.perf_counter()
-        be = B.get(name)
+        be = backends.get(name)
         table, why = config_for(name, config, problem, device_name(device))
         if why and be.available()[0]:
             row = dict(backend=name, status="unsupported", error=why, max_rel_err=float("nan"),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import backends as B
+from . import backends as registry
 from .compile import COMPILE_BUDGET_S, CompileBench
 from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
 from .correctness import (THRESHOLDS, check_backend, classify_exception, make_inputs,
@@ -56,7 +56,7 @@ class Grid:
     def modes_of(self, backend: str) -> list[Mode]:
         """The modes a backend is measured in: compile modes twice (traced and through the
         custom op) for a backend that declares `compile_both_ways`."""
-        both = B.backend_class(backend).compile_both_ways
+        both = registry.backend_class(backend).compile_both_ways
         out = []
         for m in self.modes:
             out.append(m)
@@ -67,7 +67,7 @@ class Grid:
     def configs_of(self, backend: str, mode: Mode) -> list[str]:
         """Configurations a backend is measured with: every one asked for when it is
         tunable (eager and graph modes), else its own ("default")."""
-        if B.backend_class(backend).tunable and mode.kind != "compile":
+        if registry.backend_class(backend).tunable and mode.kind != "compile":
             return self.configs
         return ["default"]
 
@@ -145,7 +145,7 @@ class Sweep:
                    "the point (correctness.point_seed: seed + 1009*tokens + crc32(routing) "
                    "% 997; weights by the seed alone): the same inputs on any machine",
             where=f"measured on {env.get('device_name')}",
-            backends={b: B.info_for_manifest(b) for b in self.grid.backends})
+            backends={b: registry.info_for_manifest(b) for b in self.grid.backends})
         invocations = begin_invocation(self.store, manifest, t_start)
         done = self.store.done_ids()
         counts = {"measured": 0, "skipped": 0}
@@ -258,8 +258,8 @@ class Sweep:
                          facts):
         from .profiling import check_kernel_coverage, export_trace, profile_kernels
         from .timing import CaptureError, time_fn
-        from .tuning import config_for
-        backend = B.get(bname)
+        from .configs import config_for
+        backend = registry.get(bname)
         try:
             with time_limit(self.point_timeout_s):
                 ok_avail, _ = backend.available()

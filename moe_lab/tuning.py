@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import backends as B
+from . import backends
 from .atomic import atomic_write_json
 from .correctness import (check_backend, classify_exception, make_inputs, make_weights,
                           one_line, point_seed, reference)
@@ -47,12 +47,12 @@ class Tuner:
     def __init__(self, backend: str, device: str, run_dir, configs_dir, *, seed: int = 0,
                  routing: str = "uniform", budget_s: float | None = None, warmup_ms=5.0,
                  rep_ms=20.0, candidate_timeout_s=60.0, progress=True, command=""):
-        self.backend_name = B.parse_names(backend)[0]
-        self.backend = B.get(self.backend_name)
+        self.backend_name = backends.parse_names(backend)[0]
+        self.backend = backends.get(self.backend_name)
         if not self.backend.tunable:
             from .errors import UsageError
             raise UsageError(f"backend {backend!r} has no tunable configurations; tunable: "
-                             + ", ".join(n for n in B.names() if B.backend_class(n).tunable))
+                             + ", ".join(n for n in backends.names() if backends.backend_class(n).tunable))
         self.device, self.seed, self.routing = device, seed, routing
         self.run_dir, self.configs_dir = Path(run_dir), Path(configs_dir)
         self.budget_s, self.warmup_ms, self.rep_ms = budget_s, warmup_ms, rep_ms
@@ -230,77 +230,3 @@ def _recover(device: str):
             torch.cuda.empty_cache()
         except Exception:
             pass
-
-
-def load_tuned(backend: str, problem: Problem, dev_name: str, configs_dir) -> dict | None:
-    """{stage: {M: config}} from the tuned files for this shard, None when there are none."""
-    from .configs import read_table
-    be = B.backend_class(backend)
-    if not be.tunable:
-        return None
-    names = be().config_files(problem, dev_name)
-    folder = Path(configs_dir) / backend
-    if not (folder / names["gemm1"]).exists():
-        return None
-    tables = {}
-    for stage, name in names.items():
-        p = folder / name
-        tables[stage] = read_table(p) if p.exists() else tables["gemm1"]
-    return tables
-
-
-def configs_dir_for(dev_name: str) -> Path:
-    """data/configs/<device-slug>: where tuned files for this device live."""
-    from .devices import device_slug
-    from .store import data_dir
-    return data_dir().parent / "configs" / device_slug(dev_name)
-
-
-def read_config_path(backend: str, path) -> dict:
-    """{stage: {M: config}} from a config file given by path (its `_down` sibling, when
-    present, for gemm2). ValueError naming the file when it is missing or malformed."""
-    from .configs import read_table
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"config file {p} does not exist")
-    t1 = read_table(p)
-    down = p.with_name(p.stem + "_down.json")
-    return {"gemm1": t1, "gemm2": read_table(down) if down.is_file() else t1}
-
-
-def config_for(backend: str, config: str, problem: Problem, dev_name: str):
-    """(configuration for Backend.prepare, why not) of a sweep's `--config` value:
-    `default` -> (None, ""): the backend's own choice; `tuned` -> the tuned files of this
-    device and shard, or a reason when there are none (the point becomes `unsupported`,
-    never silently default); a path -> that file."""
-    if config == "default" or not B.backend_class(backend).tunable:
-        return None, ""
-    if config == "tuned":
-        folder = configs_dir_for(dev_name)
-        table = load_tuned(backend, problem, dev_name, folder)
-        if table is None:
-            names = B.get(backend).config_files(problem, dev_name)
-            return None, (f"no tuned configuration {names['gemm1']} under {folder}/{backend}: "
-                          f"run `moe-lab tune --backend {backend}` for this shape first")
-        return table, ""
-    return read_config_path(backend, config), ""
-
-
-def validate_config_arg(text: str) -> list[str]:
-    """`default`, `tuned`, a config file, or several comma-separated -> the list; a file that
-    is missing or malformed is a UsageError naming it (exit 2 on the command line)."""
-    from .configs import read_table
-    from .errors import UsageError
-    out = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not out:
-        raise UsageError("--config: nothing given (default, tuned or a config file)")
-    for c in out:
-        if c in ("default", "tuned"):
-            continue
-        if not Path(c).is_file():
-            raise UsageError(f"--config: {c} is neither default, tuned nor an existing config file")
-        try:
-            read_table(c)
-        except ValueError as exc:
-            raise UsageError(f"--config: {exc}") from None
-    return out

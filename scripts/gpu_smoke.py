@@ -8,14 +8,14 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from moe_lab import backends as B  # noqa: E402
+from moe_lab import backends  # noqa: E402
 from moe_lab.correctness import check_problem, make_inputs, make_weights  # noqa: E402
 from moe_lab.problems import make_problem  # noqa: E402
 
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
 print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())
-for b in B.all_backends():
+for b in backends.all_backends():
     print(b.name, b.available())
 names = {}
 for model, T, ep in [("qwen3-235b-a22b", 64, 1), ("deepseek-r1", 64, 8), ("llama4-scout-16e", 1, 8),
@@ -28,7 +28,7 @@ for model, T, ep in [("qwen3-235b-a22b", 64, 1), ("deepseek-r1", 64, 8), ("llama
     w = make_weights(p, "cuda", 0)
     inp = make_inputs(p, "cuda", 1)
     for bn in ["torch", "torch-grouped", "aiter-triton"]:
-        fn = B.get(bn).prepare(p, w)
+        fn = backends.get(bn).prepare(p, w)
         fn(*inp.args())
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:

@@ -24,7 +24,6 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from moe_lab.store import (RunStore, _kernels_frame, _results_frame, atomic_write_parquet,  # noqa: E402

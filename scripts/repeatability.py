@@ -15,7 +15,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from moe_lab import backends as B  # noqa: E402
+from moe_lab import backends  # noqa: E402
 from moe_lab.correctness import check_backend, make_inputs, make_weights, reference  # noqa: E402
 from moe_lab.problems import make_problem  # noqa: E402
 from moe_lab.environment import capture_environment  # noqa: E402
@@ -44,7 +44,7 @@ for model, T, tp, ep, bname in POINTS:  # every point ready before any timing
     p = make_problem(model, T, "bf16", tp, ep, 0)
     w = make_weights(p, "cuda", 0)
     inp = make_inputs(p, "cuda", 1)
-    b = B.get(bname)
+    b = backends.get(bname)
     fn = b.prepare(p, w)
     chk = check_backend(b, p, w, inp, reference(p, w, inp), "cuda", fn)
     assert chk["status"] == "ok", chk

@@ -14,7 +14,6 @@ from typing import Optional
 import pytest
 import torch
 
-from moe_lab.backends import Weights
 from moe_lab.backends.aiter_ck import (AiterCKBackend, SHUFFLE_LAYOUT, expert_mask_from_map,
                                        fused_moe_kwargs, shuffle_ok)
 from moe_lab.backends import aiter_triton as at
@@ -22,7 +21,7 @@ from moe_lab.backends.aiter_triton import (FUSED_MOE_PER_CALL, AiterTritonBacken
                                            aiter_root, bind_fused_moe, fused_moe_calls,
                                            load_aiter_triton)
 from moe_lab.correctness import make_inputs, make_weights
-from moe_lab.problems import PRESETS, SEED_MODELS, make_problem
+from moe_lab.problems import SEED_MODELS, make_problem
 
 ROOT = aiter_root()
 pytestmark = pytest.mark.skipif(ROOT is None, reason="amd-aiter is not installed")

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from moe_lab import backends as B
+from moe_lab import backends
 from moe_lab.backends.torch_ref import torch_moe
 from moe_lab.correctness import check_problem, make_inputs, make_weights, rel_err, reference
 from moe_lab.problems import make_problem
@@ -83,7 +83,7 @@ def test_ep_shards_sum_to_the_unsharded_layer():
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_cpu_backends_pass_check(model, T, tp, ep, rank, dtype):
     prob = make_problem(model, T, dtype, tp, ep, rank)
-    rows = {r["backend"]: r for r in check_problem(prob, B.names(), "cpu", seed=11)}
+    rows = {r["backend"]: r for r in check_problem(prob, backends.names(), "cpu", seed=11)}
     assert rows["torch"]["status"] == "ok"
     assert rows["torch-grouped"]["status"] == "ok"
     assert rows["torch-grouped"]["max_rel_err"] <= rows["torch"]["threshold"]
@@ -105,8 +105,8 @@ def test_check_catches_a_wrong_backend():
 
 
 def test_backend_registry_names_match_design():
-    assert {"torch", "torch-grouped", "aiter", "aiter-triton", "vllm"} <= set(B.names())
-    for b in B.all_backends():
+    assert {"torch", "torch-grouped", "aiter", "aiter-triton", "vllm"} <= set(backends.names())
+    for b in backends.all_backends():
         ok, why = b.available()
         assert isinstance(ok, bool) and (ok or why), f"{b.name} unavailable without a reason"
 

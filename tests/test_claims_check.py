@@ -1,6 +1,5 @@
 """`claims check`: every registry claim gets a verdict, and hand-verified cases get the
 verdict worked out by hand."""
-import math
 
 import pytest
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from moe_lab.claims.parser import parse_file
-from moe_lab.claims.registry import REGISTRY_PATH, SOURCES_DIR, build_registry, load_registry
+from moe_lab.claims.registry import SOURCES_DIR, build_registry, load_registry
 from moe_lab.errors import UsageError
 
 

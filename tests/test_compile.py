@@ -1,6 +1,5 @@
 """torch.compile of the MoE layer on the CPU: correctness, graph-break reasons, the custom
 op wrapper, recompile counting, and failures as rows."""
-import math
 
 import pandas as pd
 import pytest
@@ -203,9 +202,9 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_custom_op_passes_opcheck_on_gpu(backend):
     """The wrappers that make the GPU backends opaque to Dynamo, checked where they run:
     schema, fake (meta) implementation, and Dynamo/AOT tracing, in bf16 on the GPU."""
-    from moe_lab import backends as B
+    from moe_lab import backends
     from moe_lab.routing import route
-    if not B.get(backend).available()[0]:
+    if not backends.get(backend).available()[0]:
         pytest.skip(f"{backend} is not available here")
     p = make_problem("custom:H=256,I=128,E=8,k=2", 16, dtype="bf16")
     w = make_weights(p, "cuda", 0)

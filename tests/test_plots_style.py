@@ -5,7 +5,7 @@ import pytest
 from matplotlib.colors import is_color_like, to_rgba
 
 import moe_lab as ml
-from moe_lab import backends as B
+from moe_lab import backends as registry
 from moe_lab.environment import git_commit
 from moe_lab.plots import kernel_time, style
 from moe_lab.store import Run
@@ -52,15 +52,15 @@ def test_footer_names_only_the_commit_of_a_subset(two_commit_run):
 
 
 def test_registered_backends_take_their_class_colour_and_label():
-    for name in B.names():
-        cls = B.backend_class(name)
+    for name in registry.names():
+        cls = registry.backend_class(name)
         if cls.color:
             assert style.backend_color(name) == cls.color
         assert style.backend_label(name) == (cls.label or cls.name)
 
 
 def test_a_backend_not_known_here_still_gets_a_colour_of_its_own(two_commit_run):
-    declared = {to_rgba(B.backend_class(n).color) for n in B.names() if B.backend_class(n).color}
+    declared = {to_rgba(registry.backend_class(n).color) for n in registry.names() if registry.backend_class(n).color}
     a, b = style.backend_color("made-elsewhere-1"), style.backend_color("made-elsewhere-2")
     assert is_color_like(a) and is_color_like(b) and a != b
     assert to_rgba(a) not in declared and to_rgba(b) not in declared

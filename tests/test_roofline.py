@@ -282,3 +282,24 @@ def test_roof_bandwidth_of_each_kind_of_ceilings(tmp_path):
     assert ridge_intensity(c_copy) == c_copy.tflops_bf16 / c_copy.tb_s
     with pytest.raises(TypeError):
         roof_bandwidth("h200-sxm")
+
+
+def test_backend_intermediates_under_ep_count_local_pairs_and_all_slots():
+    """Under EP a rank computes only its local (token, slot) pairs: flops and the torch
+    loop's temporaries scale with them, while buffers sized [T, k, ...] (aiter-triton's c1/
+    c2, torch-grouped's gathered rows) still cost every slot."""
+    p = make_problem("custom:H=64,I=32,E=8,k=2", 3, "bf16", tp=4, ep=4, ep_rank=0)
+    assert p.local_experts == 2  # experts 0 and 1 live here
+    ids = torch.tensor([[0, 5], [1, 2], [7, 6]], dtype=torch.int32)  # two local pairs
+    T, k, H, I = 3, 2, p.hidden, p.inter
+    ideal = cost(p, ids)
+    assert ideal.exact and ideal.pairs == 2 and ideal.experts_hit == 2
+    assert ideal.flops == 2 * 2 * 3 * H * I
+    loop = cost(p, ids, backend="torch")
+    local = 2
+    assert loop.inter_bytes == 2 * (local * H * 2 + local * 2 * I * 2 + local * I * 2
+                                     + local * H * 2 + local * H * 4 + T * H * 4)
+    tri = cost(p, ids, backend="aiter-triton")
+    assert tri.inter_bytes == 2 * T * k * (2 * I + I + H) * 2
+    # the expectation (no ids) is T*k/ep pairs; a row's exact count overrides it
+    assert cost(p).pairs == T * k / 4 and cost(p, pairs=local).flops == ideal.flops

@@ -1,6 +1,5 @@
 """`moe-lab roofline --annotate RUN`: derived roofline columns recomputed with the
 committed measured ceilings; the measurements themselves are untouched."""
-import pandas as pd
 
 from moe_lab.cli import main
 from moe_lab.store import RunStore, open_run, point_id

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 import torch
 
-import moe_lab.backends as B
+import moe_lab.backends as registry
 from moe_lab.commands.sweep import default_run_id
 from moe_lab.cli import main
 from moe_lab.store import KILLED, STATUSES, point_id
@@ -202,10 +202,10 @@ def test_resume_keeps_the_folder_notes_and_rebuilds_old_history(tmp_path):
 # --- 2. failing backends become rows -------------------------------------------------------
 
 def _torch_fn(prob, weights):
-    return B.get("torch").prepare(prob, weights)
+    return registry.get("torch").prepare(prob, weights)
 
 
-class _Boom(B.Backend):
+class _Boom(registry.Backend):
     name = "test-boom"
     description = "test: fn raises"
 
@@ -215,7 +215,7 @@ class _Boom(B.Backend):
         return fn
 
 
-class _Oom(B.Backend):
+class _Oom(registry.Backend):
     name = "test-oom"
     description = "test: fn raises CUDA OOM"
 
@@ -225,7 +225,7 @@ class _Oom(B.Backend):
         return fn
 
 
-class _OomWhileTiming(B.Backend):
+class _OomWhileTiming(registry.Backend):
     name = "test-oom-timing"
     description = "test: right on the first call (the check), OOM afterwards (timing)"
 
@@ -241,7 +241,7 @@ class _OomWhileTiming(B.Backend):
         return fn
 
 
-class _Wrong(B.Backend):
+class _Wrong(registry.Backend):
     name = "test-wrong"
     description = "test: returns wrong numbers"
 
@@ -250,7 +250,7 @@ class _Wrong(B.Backend):
         return lambda x, w, ids: inner(x, w, ids) * 1.5
 
 
-class _NaN(B.Backend):
+class _NaN(registry.Backend):
     name = "test-nan"
     description = "test: returns NaN"
 
@@ -258,7 +258,7 @@ class _NaN(B.Backend):
         return lambda x, w, ids: torch.full_like(x, float("nan"))
 
 
-class _PrepareFails(B.Backend):
+class _PrepareFails(registry.Backend):
     name = "test-prepare-fails"
     description = "test: prepare raises"
 
@@ -266,7 +266,7 @@ class _PrepareFails(B.Backend):
         raise ValueError("cannot shuffle weights for this layout")
 
 
-class _Unsupported(B.Backend):
+class _Unsupported(registry.Backend):
     name = "test-unsupported"
     description = "test: supports() says no"
 
@@ -282,15 +282,15 @@ TEST_BACKENDS = (_Boom, _Oom, _OomWhileTiming, _Wrong, _NaN, _PrepareFails, _Uns
 
 @pytest.fixture
 def test_backends():
-    B.names()  # load the real ones first
+    registry.names()  # load the real ones first
     for cls in TEST_BACKENDS:
-        assert cls.name not in B._REGISTRY
-        B.register(cls)
+        assert cls.name not in registry._REGISTRY
+        registry.register(cls)
     try:
         yield [cls.name for cls in TEST_BACKENDS]
     finally:
         for cls in TEST_BACKENDS:
-            B._REGISTRY.pop(cls.name, None)
+            registry._REGISTRY.pop(cls.name, None)
 
 
 def test_failing_backends_become_rows_and_the_sweep_finishes(tmp_path, test_backends, capsys):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from moe_lab import backends as B
+from moe_lab import backends
 from moe_lab.backends import torch_grouped as TG
 from moe_lab.backends.torch_ref import torch_moe
 from moe_lab.correctness import (THRESHOLDS, check_backend, make_inputs, make_weights,
@@ -38,7 +38,7 @@ CASES = [
 
 def _point(model, T, dtype, tp, ep, rank, force, seed=0):
     prob = make_problem(model, T, dtype, tp, ep, rank)
-    assert B.get("torch-grouped").supports(prob, "cpu")[0]
+    assert backends.get("torch-grouped").supports(prob, "cpu")[0]
     w = make_weights(prob, "cpu", seed)
     inp = make_inputs(prob, "cpu", seed + 1, ensure_local=force is None)
     if force is not None:  # distinct experts per token, all local or all remote
@@ -87,7 +87,7 @@ def test_matches_fp64_reference(model, tp, ep, rank, force, T, dtype, combine):
 @pytest.mark.parametrize("model,tp,ep,rank,force", CASES)
 def test_registered_backend_passes_check(model, tp, ep, rank, force, T):
     prob, w, inp, ref = _point(model, T, "bf16", tp, ep, rank, force, seed=100 + T)
-    row = check_backend(B.get("torch-grouped"), prob, w, inp, ref, "cpu")
+    row = check_backend(backends.get("torch-grouped"), prob, w, inp, ref, "cpu")
     assert row["status"] == "ok", row
 
 
@@ -171,7 +171,7 @@ def test_glue_is_bf16_without_full_size_where_or_index_add(model, tp, ep, rank, 
 
 
 def test_intermediates_declared_for_the_roofline():
-    cls = B.backend_class("torch-grouped")
+    cls = backends.backend_class("torch-grouped")
     assert cls.intermediates == TG.INTERMEDIATES[TG.COMBINE]
     for combine, inter in TG.INTERMEDIATES.items():
         for what, rows, width, eb in inter:

@@ -8,11 +8,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import moe_lab.backends as B
+from moe_lab import backends
 from moe_lab.cli import main
 from moe_lab.configs import nearest, read_table, write_table
 from moe_lab.problems import make_problem
-from moe_lab.tuning import Tuner, config_for, load_tuned
+from moe_lab.configs import config_for, load_tuned
+from moe_lab.tuning import Tuner
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "custom:H=64,I=32,E=4,k=2"
@@ -28,7 +29,7 @@ def chunked():
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     yield "torch-chunked"
-    B._REGISTRY.pop("torch-chunked", None)
+    backends._REGISTRY.pop("torch-chunked", None)
     sys.modules.pop(name, None)
 
 
@@ -83,7 +84,7 @@ def test_the_winners_are_written_and_read_back_for_sweeps(tmp_path, chunked):
     tuner, win = _tune(tmp_path)
     folder = tmp_path / "configs" / "torch-chunked"
     prob = make_problem(MODEL, 16, "fp32", 1, 1)
-    names = B.get("torch-chunked").config_files(prob, tuner.device_name)
+    names = backends.get("torch-chunked").config_files(prob, tuner.device_name)
     t1 = read_table(folder / names["gemm1"])
     assert sorted(t1) == [16, 64]
     assert t1[64] == json.loads(win[win["tokens"] == 64]["config"].iloc[0])["gemm1"]
@@ -136,7 +137,7 @@ def test_sweep_default_and_tuned_are_separate_points(tmp_path, chunked, monkeypa
     assert tuned0["error"].str.contains("moe-lab tune").all()
     assert set(r0[r0["backend"] == "torch"]["config"]) == {"default"}  # not tunable: once
     dev = tmp_path / "runs"
-    from moe_lab.tuning import configs_dir_for  # where `tuned` looks: the data dir's ../configs
+    from moe_lab.configs import configs_dir_for  # where `tuned` looks: the data dir's ../configs
     from moe_lab.environment import device_name
     t = Tuner("torch-chunked", "cpu", dev / "tune", configs_dir_for(device_name("cpu")),
               rep_ms=5, warmup_ms=1, progress=False)

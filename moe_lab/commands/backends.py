@@ -1,7 +1,7 @@
 """`moe-lab backends`: every backend, whether it can run here, and why not."""
 from __future__ import annotations
 
-from .. import backends as B
+from .. import backends
 from ..correctness import default_device
 
 
@@ -13,7 +13,7 @@ def configure(p):
 def table(device: str | None = None) -> list[dict]:
     device = device or default_device()
     rows = []
-    for b in B.all_backends():
+    for b in backends.all_backends():
         ok, why = b.available()
         rows.append(dict(backend=b.name, available=ok, reason=why or "",
                          description=b.description, device=device))

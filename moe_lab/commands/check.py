@@ -8,13 +8,13 @@ import time
 
 import torch
 
-from .. import backends as B
+from .. import backends
 from ..correctness import THRESHOLDS, check_problem, classify_exception, default_device, one_line
 from ..environment import capture_environment
 from ..errors import UsageError
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_tokens, split_models
 from ..routing import parse_routing
-from ..tuning import validate_config_arg
+from ..configs import validate_config_arg
 
 
 def configure(p):
@@ -49,7 +49,7 @@ def run(args) -> int:
     validate_config_arg(args.config)
     tokens = parse_tokens(args.tokens)
     models = split_models(args.model) if args.model else _models_default(device)
-    names = B.parse_names(args.backends) if args.backends else B.names()
+    names = backends.parse_names(args.backends) if args.backends else backends.names()
     tps, eps = parse_int_list(args.tp), parse_int_list(args.ep)
     problems = [make_problem(m, t, args.dtype, tp, ep if ep > 1 else 1,
                              args.ep_rank if ep > 1 else 0)

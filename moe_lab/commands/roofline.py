@@ -6,7 +6,7 @@ file in data/ceilings/).
 """
 from __future__ import annotations
 
-from .. import backends as B
+from .. import backends
 from ..devices import DEVICE_SPECS, Ceilings, ceilings_for
 from ..errors import UsageError
 from ..problems import make_problem, parse_model, parse_tokens
@@ -98,7 +98,7 @@ def run(args) -> int:
     spec = parse_model(args.model)
     tokens = parse_tokens(args.tokens)
     ceil = resolve_ceilings(args.device_spec)
-    if args.backend is not None and B.backend_class(args.backend).intermediates is None:
+    if args.backend is not None and backends.backend_class(args.backend).intermediates is None:
         raise UsageError(f"backend {args.backend!r} declares no intermediates for the cost model")
     if args.dtype not in ("bf16", "fp16"):
         raise UsageError(f"--dtype must be bf16 or fp16 (the matrix peaks quoted), "

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from .. import backends as B
+from .. import backends as registry
 from ..correctness import THRESHOLDS, default_device
 from ..environment import device_name
 from ..errors import UsageError
@@ -18,7 +18,7 @@ from ..modes import parse_modes
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
 from ..routing import parse_routing
 from ..sweep import Grid, Sweep
-from ..tuning import validate_config_arg
+from ..configs import validate_config_arg
 
 
 def parse_budget(text: str) -> dict[str, float]:
@@ -33,7 +33,7 @@ def parse_budget(text: str) -> dict[str, float]:
         if not sec > 0 or math.isinf(sec):
             raise UsageError(f"--compile-budget: {part!r} is not a positive number of seconds")
         if name:
-            B.parse_names(name)  # an unknown backend is a usage error
+            registry.parse_names(name)  # an unknown backend is a usage error
         out[name or "*"] = sec
     return out
 
@@ -105,9 +105,9 @@ def run(args) -> int:
         parse_routing(r)
     modes = parse_modes(args.modes or ("eager,graph" if gpu else "eager"))
     if args.backends:
-        backends = B.parse_names(args.backends)
+        backends = registry.parse_names(args.backends)
     else:
-        backends = [b.name for b in B.all_backends() if b.available()[0]]
+        backends = [b.name for b in registry.all_backends() if b.available()[0]]
     budget = parse_budget(args.compile_budget) if args.compile_budget else None
     configs = validate_config_arg(args.config)
     tps = parse_int_list(args.tp)

@@ -13,7 +13,8 @@ from ..environment import device_name
 from ..errors import UsageError
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
 from ..routing import parse_routing
-from ..tuning import Tuner, configs_dir_for
+from ..configs import configs_dir_for
+from ..tuning import Tuner
 
 TUNE_TOKENS = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192"
 

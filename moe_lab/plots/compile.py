@@ -85,9 +85,9 @@ def gap_table(run) -> pd.DataFrame:
 
 
 def _both_ways(backend: str) -> bool:
-    from .. import backends as B
+    from .. import backends as registry
     try:
-        return bool(B.backend_class(backend).compile_both_ways)
+        return bool(registry.backend_class(backend).compile_both_ways)
     except Exception:  # not registered here: measured one way
         return False
 

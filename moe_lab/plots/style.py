@@ -41,9 +41,9 @@ _EXTRA_COLORS: dict[str, str] = {}  # backends given a colour from CYCLE, in ord
 
 def _declared(name: str):
     """The backend class of `name`, None when it is not registered here."""
-    from .. import backends as B
+    from .. import backends
     try:
-        return B.backend_class(str(name))
+        return backends.backend_class(str(name))
     except Exception:  # UsageError for an unknown name
         return None
 
@@ -55,8 +55,8 @@ def backend_color(name: str) -> str:
     if cls is not None and cls.color:
         return cls.color
     if name not in _EXTRA_COLORS:
-        from .. import backends as B
-        declared = {B.backend_class(n).color for n in B.names()}
+        from .. import backends
+        declared = {backends.backend_class(n).color for n in backends.names()}
         free = [c for c in CYCLE if c not in declared]
         unused = [c for c in free if c not in _EXTRA_COLORS.values()]
         _EXTRA_COLORS[name] = unused[0] if unused else free[len(_EXTRA_COLORS) % len(free)]
