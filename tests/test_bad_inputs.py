@@ -88,3 +88,19 @@ def test_open_run_of_a_run_id_that_does_not_exist(tmp_path, capsys, monkeypatch)
     monkeypatch.setenv("MOE_LAB_DATA", str(tmp_path))
     assert main(["roofline", "--annotate", str(tmp_path / "nope")]) == 2
     assert "nope" in _one_line_error(capsys)
+
+
+def test_report_names_the_failing_notebook_without_terminal_codes(tmp_path, capsys):
+    pytest.importorskip("nbclient")
+    import nbformat
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1"),
+                nbformat.v4.new_code_cell("raise ValueError('the run has no graph rows')")]
+    nbformat.write(nb, nbs / "09_broken.ipynb")
+    assert main(["report", "--notebooks", str(nbs), "--out", str(tmp_path / "out")]) == 1
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("FAIL"))
+    assert "09_broken.ipynb" in line and "ValueError: the run has no graph rows" in line
+    assert "\x1b" not in out
