@@ -112,8 +112,7 @@ def test_tuned_faster_count_and_the_largest_ratio(default_outputs):
     g = res[(res["mode"] == "graph") & (res["backend"] == "aiter-triton")]
     missing = g[(g["config"] == "tuned") & (g["status"] != "ok")]
     assert f"tuned missing (not drawn) at {len(missing)} points" in text
-    assert set(missing["status"]) == {"unsupported"}
-    assert set(missing["model"]) == {"qwen3-235b-a22b"}
+    assert set(missing["status"]) <= {"unsupported"}  # none since Qwen3 was tuned too
 
 
 def test_the_targets_met_and_missed_and_the_worst_miss(default_outputs):
