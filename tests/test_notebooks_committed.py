@@ -42,6 +42,6 @@ def test_no_stale_references(path):
     """The seeds live in data/claims/sources/; the old plot modules and claims.check are
     gone."""
     text = open(path).read()
-    for stale in ("../shared", "plots_compile", "plots_roofline", "from moe_lab import plots\\n",
+    for stale in ("../" + "shared", "plots_compile", "plots_roofline", "from moe_lab import plots\\n",
                   "claims.check", "demo_run"):
         assert stale not in text, stale
