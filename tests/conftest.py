@@ -8,6 +8,41 @@ if ROOT not in sys.path:
 NOTEBOOKS = os.path.join(ROOT, "notebooks")
 
 
+def _committed_runs():
+    """The run folders git tracks (None outside a git checkout)."""
+    import subprocess
+    try:
+        out = subprocess.run(["git", "ls-files", "data/runs/*/manifest.json"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    return sorted({line.split("/")[2] for line in out.stdout.split()})
+
+
+def _committed_data_dir() -> str:
+    """The tests read the committed runs only: a user's own runs in data/runs (the main job
+    writes one) must not change which run a notebook shows by default. When data/runs holds
+    more than git tracks, MOE_LAB_DATA points at a folder of links to the tracked runs."""
+    import tempfile
+    runs = os.path.join(ROOT, "data", "runs")
+    tracked = _committed_runs()
+    present = sorted(d for d in os.listdir(runs) if os.path.isdir(os.path.join(runs, d)))
+    if tracked is None or present == tracked:
+        return runs
+    base = tempfile.mkdtemp(prefix="moe-lab-committed-")
+    os.makedirs(os.path.join(base, "runs"))
+    for d in tracked:
+        os.symlink(os.path.join(runs, d), os.path.join(base, "runs", d))
+    os.symlink(os.path.join(ROOT, "data", "configs"), os.path.join(base, "configs"))
+    return os.path.join(base, "runs")
+
+
+RUNS_DIR = _committed_data_dir()
+os.environ["MOE_LAB_DATA"] = RUNS_DIR  # notebooks' kernels inherit it
+
+
 def run_notebook(name: str, timeout: int = 300, edit=None):
     """Execute notebooks/<name> headless (moe_lab.report's runner); returns its outputs
     and fails the test on any error output."""

@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("nbclient")
 
-from conftest import ROOT, pngs, printed, run_notebook, with_params  # noqa: E402
+from conftest import RUNS_DIR, pngs, printed, run_notebook, with_params  # noqa: E402
 
 NB = "02_eager_vs_compile.ipynb"
-RUNS = Path(ROOT) / "data" / "runs"
+RUNS = Path(RUNS_DIR)  # the committed runs (conftest)
 
 
 def shown(text: str) -> dict:

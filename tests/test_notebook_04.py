@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("nbclient")
 
-from conftest import ROOT, pngs, printed, run_notebook, with_params  # noqa: E402
+from conftest import RUNS_DIR, pngs, printed, run_notebook, with_params  # noqa: E402
 
 NB = "04_reproduce_claims.ipynb"
 
@@ -36,7 +36,7 @@ def test_counts_are_run_checks_and_measured_times_come_from_data_runs():
     got = shown(printed(outputs))
     reg, counts = expected_counts()
     assert got["counts"] == counts
-    runs = Path(ROOT) / "data" / "runs"
+    runs = Path(RUNS_DIR)
     assert got["runs"] == sorted(p.parent.name for p in runs.glob("*/results.parquet"))
     imp = claims.implications(reg)
     assert got["measured"] == {r.config: r.measured_run or "-" for r in imp.itertuples()}

@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("nbclient")
 
-from conftest import ROOT, pngs, printed, run_notebook, with_params  # noqa: E402
+from conftest import ROOT, RUNS_DIR, pngs, printed, run_notebook, with_params  # noqa: E402
 
 NB = "05_tuning.ipynb"
-RUNS = Path(ROOT) / "data" / "runs"
+RUNS = Path(RUNS_DIR)  # the committed runs (conftest)
 KEY = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens"]
 CANDIDATES = {("torch-grouped", "default"), ("aiter-triton", "default"), ("aiter-triton", "tuned")}
 TARGETS = {"<16 tokens: >= 50% of roof": (1, 15, "pct", 50.0),

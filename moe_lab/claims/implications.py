@@ -18,9 +18,8 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..problems import PRESETS, make_problem
-from .registry import REPO_ROOT, load_registry
-
-RUNS_DIR = REPO_ROOT / "data" / "runs"
+from ..store import data_dir
+from .registry import load_registry
 
 # Weight quantisation of the FP8 checkpoints of the seeds (per-config dtype "fp8").
 FP8_SCALES = {
@@ -96,7 +95,7 @@ def load_measured(runs_dir: str | Path | None = None):
     cannot be read, or a results table without the columns used here, is a UsageError
     naming the file: a corrupt run is never skipped silently."""
     import pandas as pd
-    runs_dir = Path(RUNS_DIR if runs_dir is None else runs_dir)
+    runs_dir = Path(data_dir() if runs_dir is None else runs_dir)
     if runs_dir.exists() and not runs_dir.is_dir():
         raise UsageError(f"runs directory {runs_dir} is not a directory")
     frames = []
