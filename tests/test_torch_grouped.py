@@ -171,8 +171,9 @@ def test_glue_is_bf16_without_full_size_where_or_index_add(model, tp, ep, rank, 
 
 
 def test_intermediates_declared_for_the_roofline():
-    cls = backends.backend_class("torch-grouped")
-    assert cls.intermediates == TG.INTERMEDIATES[TG.COMBINE]
+    for name, combine in (("torch-grouped", "bag"), ("torch-grouped-bmm", "bmm")):
+        cls = backends.backend_class(name)
+        assert cls.combine == combine and cls.intermediates == TG.INTERMEDIATES[combine]
     for combine, inter in TG.INTERMEDIATES.items():
         for what, rows, width, eb in inter:
             assert rows in ("all", "local", "tokens") and width in ("H", "I", "2I")
@@ -188,3 +189,11 @@ def test_unknown_combine_is_refused():
     prob, w, _, _ = _point(PLAIN, 3, "bf16", 1, 1, 0, None)
     with pytest.raises(ValueError, match="combine"):
         TG.grouped_moe_fn(prob, w, "index_add")
+
+
+def test_the_bmm_backend_passes_the_check():
+    from moe_lab.correctness import check_problem
+    from moe_lab.problems import make_problem
+    prob = make_problem("custom:H=64,I=32,E=8,k=2", 5, "bf16", tp=4, ep=4, ep_rank=1)
+    rows = check_problem(prob, ["torch-grouped", "torch-grouped-bmm"], "cpu", 3)
+    assert [r["status"] for r in rows] == ["ok", "ok"], rows

@@ -30,7 +30,7 @@ No host synchronisation and no data-dependent shape (no .item(), .tolist(), nonz
 boolean-mask indexing; no bincount, which syncs on CUDA): the call can be captured in a
 CUDA graph and traced by Dynamo with fullgraph=True (tests/test_torch_grouped.py).
 
-`COMBINE = "bmm"` selects the other combine the issue proposed, for an A/B on a GPU:
+`torch-grouped-bmm` (torch_grouped_bmm.py) is the other combine the issue proposed, for an A/B on a GPU:
 y scattered back to slot order (one index_select by the inverse permutation, [T, k, H])
 and reduced over k by torch.bmm([T, 1, k] router weights, [T, k, H]) with fp32
 accumulation inside the GEMM. That needs an exactly-zero row for remote slots to read:
@@ -46,7 +46,6 @@ import torch.nn.functional as F
 
 from . import Backend, Weights, register
 
-COMBINE = "bag"  # "bag" (embedding_bag) or "bmm"; read by prepare
 
 # What each combine's fn writes to memory and reads back, for the roofline (every entry
 # counts two passes: written once, read once). rows: "all" = N = T*k, "local" = pairs on
@@ -80,7 +79,7 @@ INTERMEDIATES = {
 
 def grouped_moe_fn(problem, weights: Weights, combine: str | None = None):
     """fn(x, topk_weights, topk_ids) -> out[T, H] for this rank's experts (module doc)."""
-    combine = combine or COMBINE
+    combine = combine or "bag"
     if combine not in INTERMEDIATES:
         raise ValueError(f"combine must be one of {sorted(INTERMEDIATES)}, not {combine!r}")
     E = weights.w1.shape[0]
@@ -166,8 +165,9 @@ class TorchGroupedBackend(Backend):
     name = "torch-grouped"
     description = "torch._grouped_mm grouped GEMMs (CUTLASS on Hopper), bf16 glue"
     label, color = "torch-grouped", "tab:blue"
-    # what the default combine's fn writes and reads back; each entry explained above
-    intermediates = INTERMEDIATES[COMBINE]
+    combine = "bag"  # "bag" (embedding_bag) or "bmm" (torch-grouped-bmm)
+    # what this combine's fn writes and reads back; each entry explained above
+    intermediates = INTERMEDIATES["bag"]
 
     def available(self):
         if not hasattr(torch, "_grouped_mm"):
@@ -190,4 +190,4 @@ class TorchGroupedBackend(Backend):
         return True, ""
 
     def prepare(self, problem, weights: Weights):
-        return grouped_moe_fn(problem, weights)
+        return grouped_moe_fn(problem, weights, self.combine)
