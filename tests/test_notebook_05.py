@@ -28,7 +28,10 @@ def newest_committed_run_with_tuned_rows() -> str:
     for d in RUNS.iterdir():
         if (d / "results.parquet").is_file():
             res = pd.read_parquet(d / "results.parquet")
-            if "config" in res and ((res["config"] == "tuned") & (res["status"] == "ok")).any():
+            ok = res[res["status"] == "ok"] if "config" in res else res.iloc[:0]
+            both = set(ok.loc[ok.get("config") == "tuned", "backend"]) & set(
+                ok.loc[ok.get("config") == "default", "backend"]) if len(ok) else set()
+            if both:  # a backend both tuned and default: what the notebook compares
                 found.append((json.loads((d / "manifest.json").read_text())["started"], d.name))
     return max(found)[1]
 
@@ -124,5 +127,8 @@ def test_the_targets_met_and_missed_and_the_worst_miss(default_outputs):
 
 def test_a_run_without_tuned_rows_is_refused():
     from nbclient.exceptions import CellExecutionError
-    with pytest.raises(CellExecutionError, match="has no ok rows with config 'tuned'"):
+    with pytest.raises(CellExecutionError, match="has no ok rows of a backend both tuned"):
         run_notebook(NB, edit=with_params(run="h200-seed4-20261129"))
+    # tuned rows alone (no default of the same backend to compare with) are refused too
+    with pytest.raises(CellExecutionError, match="has no ok rows of a backend both tuned"):
+        run_notebook(NB, edit=with_params(run="h200-tuned-deepseek-ep8-tail-20261130"))

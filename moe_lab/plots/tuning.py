@@ -36,16 +36,26 @@ TARGETS = (Target("<16 tokens: >= 50% of roof", 1, 15, "pct_of_roof", 50.0),
 
 # --- which run, which rows ---------------------------------------------------------------
 
+def _tuned_and_default(r) -> bool:
+    """ok rows of one backend with both config 'tuned' and 'default': what the notebook
+    compares (a run of tuned rows alone has nothing to put them against)."""
+    res = r.results
+    if "config" not in res:
+        return False
+    ok = res[res["status"] == "ok"]
+    tuned = set(ok.loc[ok["config"] == TUNED, "backend"])
+    return bool(tuned & set(ok.loc[ok["config"] == "default", "backend"]))
+
+
 def open_tuned_run(run=None):
-    """`run`, or None: the newest run (find_runs) with a `config` column and ok 'tuned' rows;
-    UsageError when the run given, or every run, has none."""
+    """`run`, or None: the newest run (find_runs) with ok rows of one backend both 'tuned'
+    and 'default'; UsageError when the run given, or every run, has none."""
     runs = [open_run(run)] if run is not None else find_runs()
-    found = [r for r in runs if "config" in r.results and bool(
-        ((r.results["config"] == TUNED) & (r.results["status"] == "ok")).any())]
+    found = [r for r in runs if _tuned_and_default(r)]
     if not found:
         where = f"run {runs[0].run_id} has no" if run else f"no run under {data_dir()} has"
-        raise UsageError(f"{where} ok rows with config 'tuned': run `moe-lab tune`, then "
-                         "`moe-lab sweep --config default,tuned`")
+        raise UsageError(f"{where} ok rows of a backend both tuned and default: run "
+                         "`moe-lab tune`, then `moe-lab sweep --config default,tuned`")
     return found[0]
 
 
