@@ -224,11 +224,14 @@ class CompileBench:
         return row
 
     def run(self, backend: str, mode: Mode, budget_s: float = COMPILE_BUDGET_S,
-            on_row: Callable[[dict], None] | None = None) -> tuple[list[dict], dict | None]:
-        """Compile and time the layer at every token count. Returns (rows, compile row or
-        None for compile:off); `on_row(row)` gets each row as it is finished, so a kill
-        loses none. Every failure is a row; the budget is a hard limit on compile time
-        over the grid (what is left of the grid becomes `timeout` rows)."""
+            on_row: Callable[[dict], None] | None = None,
+            tokens: list[int] | None = None) -> tuple[list[dict], dict | None]:
+        """Compile and time the layer at every token count (or the prepared ones given in
+        `tokens`, e.g. what a resumed sweep has left). Returns (rows, compile row or None
+        for compile:off); `on_row(row)` gets each row as it is finished, so a kill loses
+        none. Every failure is a row; the budget is a hard limit on compile time over the
+        grid (what is left of the grid becomes `timeout` rows)."""
+        tokens = list(self.tokens if tokens is None else tokens)
         emit = on_row or (lambda r: None)
         be = backends.get(backend)
         ok, why = be.available()
@@ -237,7 +240,7 @@ class CompileBench:
             ok, why = be.supports(self.problem, self.device)
             status = "unsupported"
         if not ok:
-            rows = [self.row(backend, mode, t, status=status, error=why) for t in self.tokens]
+            rows = [self.row(backend, mode, t, status=status, error=why) for t in tokens]
             for r in rows:
                 emit(r)
             return rows, None
@@ -248,12 +251,12 @@ class CompileBench:
             except Exception as exc:
                 reraise_if_terminated(exc)
                 rows = [self.row(backend, mode, t, status=classify_exception(exc),
-                                 error=f"prepare: {error_line(exc)}") for t in self.tokens]
+                                 error=f"prepare: {error_line(exc)}") for t in tokens]
                 for r in rows:
                     emit(r)
                 return rows, None
             brk, brk_error = self._breaks(layer) if mode.compiled else (None, "")
-            rows, n_skips, skips, graphs_first = self._grid(layer, backend, mode, brk,
+            rows, n_skips, skips, graphs_first = self._grid(layer, backend, mode, brk, tokens,
                                                             budget_s, emit)
         if not mode.compiled:
             return rows, None
@@ -264,7 +267,7 @@ class CompileBench:
         return rows, crow
 
     def _breaks(self, layer) -> tuple[dict, str]:
-        x0, logits0, _ = self.inputs[self.tokens[0]]
+        x0, logits0, _ = self.inputs[self.tokens[0]]  # the grid's first point
         try:
             brk, err = graph_breaks(layer, x0, logits0), ""
         except Exception as exc:
@@ -274,13 +277,13 @@ class CompileBench:
         _sync(self.device)
         return brk, err
 
-    def _grid(self, layer, backend, mode: Mode, brk, budget_s, emit):
+    def _grid(self, layer, backend, mode: Mode, brk, tokens, budget_s, emit):
         rows = []
         reset_dynamo()
-        with recompile_limit(len(self.tokens) * 8 + 8), cudagraph_skips() as skips:
+        with recompile_limit(len(tokens) * 8 + 8), cudagraph_skips() as skips:
             fn = compile_fn(layer, mode)
             spent, before, graphs_first = 0.0, 0, 0
-            for i, t in enumerate(self.tokens):
+            for i, t in enumerate(tokens):
                 row = self.row(backend, mode, t,
                                graph_breaks=brk["graph_breaks"] if brk else math.nan)
                 if spent >= budget_s:

@@ -347,7 +347,6 @@ class Sweep:
             by_tokens = {p.tokens: p for p in shard}
             for (b, m), toks in work.items():
                 bar.set_description(f"{shard[0].model.name} {shard[0].sharding} {b} {m.label}")
-                bench.tokens = sorted(toks)
 
                 def finish(r, b=b, m=m):
                     prob = by_tokens[r["tokens"]]
@@ -357,7 +356,8 @@ class Sweep:
                     self.store.append([out], [])
                     counts["measured"] += 1
                     bar.update(1)
-                _, crow = bench.run(b, m, self.budget.get(b, self.budget["*"]), on_row=finish)
+                _, crow = bench.run(b, m, self.budget.get(b, self.budget["*"]), on_row=finish,
+                                    tokens=sorted(toks))
                 if crow is not None:
                     crow.update(git_commit=self.git_commit, device=self.device_name)
                     self._store_compile_row(crow)
