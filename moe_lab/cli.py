@@ -19,6 +19,7 @@ VERBS = {
     "sweep": ("moe_lab.commands.sweep", "measure models x sharding x tokens x backends x modes into data/runs/<run_id>"),
     "profile": ("moe_lab.commands.profile", "profile one point: per-kernel table and a Perfetto trace"),
     "tune": ("moe_lab.commands.tune", "search a tunable backend's launch configurations per shape and token count"),
+    "import-aiter": ("moe_lab.commands.import_aiter", "import AMD aiter's tuned fused-MoE table (AMD's tuner's times) as a run folder"),
     "roofline": ("moe_lab.commands.roofline", "print predicted roofline floors (no GPU needed)"),
     "ceilings": ("moe_lab.commands.ceilings", "measure this GPU's bandwidth and GEMM ceilings into data/ceilings/"),
     "claims": ("moe_lab.claims.cli", "parse serving benchmarks and check the seeds' claims"),
