@@ -153,8 +153,9 @@ def test_prepare_and_call_bind_to_real_signature(fake_rocm_aiter, model, ep):
     assert torch.equal(kw["w2"], shuffle(w.w2, layout=(16, 16)))
     assert kw["activation"] is Act.Silu and kw["quant_type"] is Quant.No
     assert kw["doweight_stage1"] == prob.weight_on_input
-    if prob.ep > 1:
-        assert torch.equal(kw["expert_mask"], (prob.expert_map() > -1).int())
+    if prob.ep > 1:  # vLLM's layout: 1 per local expert, then a 0 sentinel (length E+1)
+        assert torch.equal(kw["expert_mask"],
+                           torch.cat([(prob.expert_map() > -1).int(), torch.zeros(1).int()]))
     else:
         assert kw["expert_mask"] is None
 
@@ -367,3 +368,78 @@ def test_the_fused_silu_variant_binds_gemm1_to_the_real_fused_moe_silu(monkeypat
     assert calls[1][1]["A"].shape == (T * k, prob.inter)
     names = AiterTritonSiluBackend().config_files(prob, "NVIDIA H200")
     assert names["gemm1"].endswith(",fused=silu.json") and names["gemm2"].endswith("silu_down.json")
+
+
+# ------------------------------- expert_mask: what the installed fused_moe does with it (EP)
+def _real_fused_moe_inner() -> ast.FunctionDef:
+    tree = ast.parse(open(os.path.join(ROOT, "fused_moe.py")).read())
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "fused_moe_")
+
+
+def test_real_fused_moe_sorts_over_expert_mask_numel_experts():
+    """fused_moe_: `global_E = expert_mask.numel()` becomes moe_sorting's num_experts, and
+    the mask goes with it; no other use of the mask, no length check against E."""
+    fdef = _real_fused_moe_inner()
+    src = ast.unparse(fdef)
+    assert "global_E = expert_mask.numel()" in src
+    uses = [n for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id == "expert_mask"]
+    assert len(uses) == 3  # `is not None`, .numel(), the moe_sorting argument
+    call = next(n for n in ast.walk(fdef) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", "") == "moe_sorting")
+    tree = ast.parse(open(os.path.join(ROOT, "fused_moe.py")).read())
+    sorting = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "moe_sorting")
+    params = [a.arg for a in sorting.args.args]
+    passed = dict(zip(params, (ast.unparse(a) for a in call.args)))
+    assert passed["num_experts"] == "global_E" and passed["expert_mask"] == "expert_mask"
+
+
+def test_ck_tile_sorting_reads_the_mask_over_num_experts_and_numbers_by_prefix_sum():
+    hdr = open(os.path.join(os.path.dirname(ROOT), "aiter_meta", "3rdparty", "composable_kernel",
+                            "include", "ck_tile", "ops", "fused_moe", "kernel",
+                            "moe_sorting_kernel.hpp")).read()
+    assert "const void* p_local_expert_mask; // [experts]" in hdr
+    assert "smem_cumdup(i_e + 1) = local_expert_mask[i_e];" in hdr  # prefix sum -> local ids
+    assert "return local_masking ? x_ : 0;" in hdr  # a masked expert gets no padded rows
+    assert "if(local_expert_mask[i_e] == 0)" in hdr  # ... and no block
+
+
+def test_expert_mask_sentinel_is_vllms_layout():
+    """vLLM determine_expert_map(return_expert_mask=True), no fused shared experts:
+    ones(E + 1); mask[-1] = 0; mask[:E] = expert_map > -1."""
+    prob = make_problem("deepseek-r1", 4, tp=8, ep=8, ep_rank=2)
+    emap = prob.expert_map()
+    vllm = torch.ones(prob.experts + 1, dtype=torch.int32)
+    vllm[-1] = 0
+    vllm[:prob.experts] = emap > -1
+    mask = expert_mask_from_map(emap, sentinel=True)
+    assert mask.dtype == torch.int32 and torch.equal(mask, vllm)
+    assert torch.equal(mask[:-1], expert_mask_from_map(emap))
+
+
+def _real_torch_moe():
+    """aiter's own reference (fused_moe.py torch_moe), its code run on the CPU."""
+    tree = ast.parse(open(os.path.join(ROOT, "fused_moe.py")).read())
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef)
+            and n.name in ("torch_moe", "torch_moe_act")]
+    aiter = types.SimpleNamespace(get_torch_act=lambda act: torch.nn.functional.silu)
+    ns = dict(torch=torch, aiter=aiter, ActivationType=types.SimpleNamespace(Silu="Silu"),
+              dtypes=types.SimpleNamespace(fp32=torch.float32, i32=torch.int32))
+    exec(compile(ast.Module(body, type_ignores=[]), "aiter/fused_moe.py", "exec"), ns)
+    return ns["torch_moe"]
+
+
+@pytest.mark.parametrize("ep_rank", [0, 3])
+def test_sentinel_mask_gives_aiters_reference_our_reference(ep_rank):
+    """aiter's torch_moe maps ids through the mask's prefix sum the way its sorting kernel
+    does: with the E+1 mask (what prepare passes) it equals the E mask and our reference."""
+    from moe_lab.correctness import reference
+    prob = make_problem("custom:H=64,I=32,E=16,k=4", 6, "bf16", 4, 4, ep_rank)
+    w = make_weights(prob, "cpu", 0)
+    inp = make_inputs(prob, "cpu", 2)
+    torch_moe = _real_torch_moe()
+    args = (inp.x, w.w1, w.w2, inp.topk_weights, inp.topk_ids)
+    with_sentinel = torch_moe(*args, expert_mask=expert_mask_from_map(w.expert_map, True))
+    without = torch_moe(*args, expert_mask=expert_mask_from_map(w.expert_map))
+    assert torch.equal(with_sentinel, without)
+    ref = reference(prob, w, inp)
+    assert (with_sentinel.double() - ref).abs().max() <= 2e-2 * ref.abs().max()

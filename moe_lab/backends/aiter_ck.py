@@ -5,16 +5,27 @@ calls it for unquantised weights:
   * weights shuffled once with `aiter.ops.shuffle.shuffle_weight(w, layout=(16, 16))`
     (needs rows % 16 == 0 and columns % 32 == 0 for 2-byte dtypes);
   * topk_weights fp32, topk_ids int32 (global ids under EP);
-  * EP: `expert_mask` int32[E], 1 for experts this rank holds (`expert_map > -1`);
+  * EP: `expert_mask` int32[E+1]: 1 for experts this rank holds (`expert_map > -1`),
+    then a 0 sentinel, as vLLM's `determine_expert_map(return_expert_mask=True)` builds it
+    (E + fused shared experts + 1; we fuse none). aiter's `fused_moe_` takes
+    `global_E = expert_mask.numel()` as moe_sorting's `num_experts`, and the ck_tile
+    sorting kernel reads mask[e] for e < num_experts, numbering local experts by the mask's
+    prefix sum: the masked-out sentinel id E gets no block and shifts no local id, so E and
+    E+1 sort alike, and with E+1 moe_sorting loops over the same E+1 experts as under vLLM;
+  * supports(): the CK tile rule of the kernel aiter's dispatcher would pick on this GPU
+    (moe_lab.backends._aiter_dispatch: tuned row or get_block_size_M + block_m heuristic);
   * Llama-4 weight-on-input: `doweight_stage1=True` (top-1 only);
   * `activation=ActivationType.Silu`, `quant_type=QuantType.No`.
 Runs only on ROCm: `import aiter` needs the ROCm toolchain.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from . import Backend, Weights, register
+from ._aiter_dispatch import ck_supports
 from .aiter_triton import aiter_root, aiter_version
 
 SHUFFLE_LAYOUT = (16, 16)
@@ -29,8 +40,25 @@ def shuffle_ok(shape: tuple[int, ...], element_size: int, layout=SHUFFLE_LAYOUT)
     return True, ""
 
 
-def expert_mask_from_map(expert_map: torch.Tensor | None) -> torch.Tensor | None:
-    return None if expert_map is None else (expert_map > -1).to(torch.int32)
+def expert_mask_from_map(expert_map: torch.Tensor | None, sentinel: bool = False
+                         ) -> torch.Tensor | None:
+    """int32 1/0 per global expert (held here / remote); with `sentinel`, one more 0 entry
+    (length E+1), vLLM's layout, which prepare() passes."""
+    if expert_map is None:
+        return None
+    mask = (expert_map > -1).to(torch.int32)
+    return torch.cat([mask, mask.new_zeros(1)]) if sentinel else mask
+
+
+def rocm_device(index: int = 0) -> tuple[str, int] | None:
+    """(gfx arch, CU count) of a ROCm GPU; None off ROCm. The CU count is aiter's
+    get_cu_num(): the CU_NUM environment variable, else the device's compute units."""
+    if torch.version.hip is None or not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(index)
+    gfx = getattr(props, "gcnArchName", "").split(":")[0]
+    cu = int(os.environ.get("CU_NUM", 0) or 0) or int(props.multi_processor_count)
+    return gfx, cu
 
 
 def fused_moe_kwargs(problem, w1, w2, topk_weights, topk_ids, expert_mask, enums) -> dict:
@@ -84,7 +112,10 @@ class AiterCKBackend(Backend):
             ok, why = shuffle_ok(shape, esz)
             if not ok:
                 return False, why
-        return True, ""
+        dev = rocm_device(int(str(device).partition(":")[2] or 0))
+        if dev is None:
+            return False, "aiter's CK/asm fused_moe needs a ROCm GPU (this torch sees none)"
+        return ck_supports(problem, *dev)
 
     def info(self):
         return {"aiter": aiter_version()}
@@ -95,7 +126,7 @@ class AiterCKBackend(Backend):
         from aiter.ops.shuffle import shuffle_weight
         w1 = shuffle_weight(weights.w1, layout=SHUFFLE_LAYOUT)
         w2 = shuffle_weight(weights.w2, layout=SHUFFLE_LAYOUT)
-        mask = expert_mask_from_map(weights.expert_map)
+        mask = expert_mask_from_map(weights.expert_map, sentinel=True)
         base = fused_moe_kwargs(problem, w1, w2, None, None, mask, (ActivationType, QuantType))
 
         def fn(x, topk_weights, topk_ids):

@@ -22,9 +22,32 @@ def configure(p):
     p.add_argument("--trace", default=None,
                    help="Chrome trace path (.json.gz; default out/traces/<point>.json.gz)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--explain", action="store_true",
+                   help="no GPU: print which tuned_fmoe.csv row (or default) aiter's CK/asm "
+                        "fused_moe would use for this point on --cu-num's GPU, and whether "
+                        "its CK kernels accept the shape")
+    p.add_argument("--cu-num", type=int, default=304,
+                   help="with --explain: the GPU's CU count (304 MI300X/MI325X, 256 MI355X, "
+                        "80 MI308X), aiter's cu_num key")
+    p.add_argument("--gfx", default=None,
+                   help="with --explain: the GPU arch (gfx942, gfx950); default from --cu-num")
+
+
+def explain(args) -> int:
+    from ..backends._aiter_dispatch import explain as explain_dispatch
+    from ..problems import make_problem
+    prob = make_problem(args.model, args.tokens, args.dtype, args.tp, args.ep,
+                        args.ep_rank if args.ep > 1 else 0)
+    try:
+        print(explain_dispatch(prob, args.cu_num, args.gfx))
+    except (ImportError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    return 0
 
 
 def run(args) -> int:
+    if args.explain:
+        return explain(args)
     device = args.device or default_device()
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda but no GPU is visible to torch")
