@@ -23,6 +23,7 @@ VERBS = {
     "roofline": ("moe_lab.commands.roofline", "print predicted roofline floors (no GPU needed)"),
     "ceilings": ("moe_lab.commands.ceilings", "measure this GPU's bandwidth and GEMM ceilings into data/ceilings/"),
     "claims": ("moe_lab.claims.cli", "parse serving benchmarks and check the seeds' claims"),
+    "compare": ("moe_lab.commands.compare", "compare two runs (or one split by a column) point by point with bootstrap intervals"),
     "report": ("moe_lab.commands.report", "execute the notebooks into HTML and export figures"),
     "doctor": ("moe_lab.commands.doctor", "print the environment: devices, versions, what will run"),
 }

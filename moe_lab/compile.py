@@ -319,7 +319,8 @@ class CompileBench:
             del out
             timing = time_fn("compile", fn, arg_copies(x, logits), self.device)
             row.update(median_us=timing.median_us, p10_us=timing.p10_us, p90_us=timing.p90_us,
-                       n=timing.n, noisy=timing.noisy, note=timing.note, max_rel_err=err)
+                       n=timing.n, noisy=timing.noisy, note=timing.note, max_rel_err=err,
+                       samples_us=list(timing.samples_us))
             tol = THRESHOLDS[self.problem.dtype]
             if not err <= tol:
                 row.update(status="incorrect",

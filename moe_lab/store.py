@@ -38,6 +38,7 @@ RESULT_COLUMNS = (*ID_FIELDS, "wrapped", "config", "status", "error", "median_us
 STATUSES = ("ok", "incorrect", "unsupported", "unavailable", "failed", "oom", "timeout")
 KERNEL_COLUMNS = ("point_id", "kernel", "phase", "calls", "total_us")
 RESULTS, KERNELS, MANIFEST = "results.parquet", "kernels.parquet", "manifest.json"
+SAMPLES = "samples.parquet"  # per timed point: its per-call times (point_id, samples_us list)
 DATA_DIR_ENV = "MOE_LAB_DATA"
 
 
@@ -220,6 +221,20 @@ class RunStore:
             old = old[~old["point_id"].astype(str).isin(ids)]
         atomic_write_parquet(self.results_path, _concat(old, new))
 
+    def append_samples(self, samples: dict[str, list[float]]) -> None:
+        """Per-call times of points ({point_id: [us, ...]}); a point given again replaces
+        its samples. Written before the rows that refer to them (see `append`)."""
+        if not samples:
+            return
+        path = self.dir / SAMPLES
+        new = pd.DataFrame({"point_id": list(samples),
+                            "samples_us": [list(map(float, v)) for v in samples.values()]})
+        old = _read(path)
+        if old is not None:
+            old = old[~old["point_id"].isin(set(samples))]
+        atomic_write_parquet(path, new if old is None or old.empty else
+                             pd.concat([old, new], ignore_index=True))
+
     def append_table(self, name: str, rows: list[dict], key: tuple[str, ...] | None = None) -> None:
         """Extra per-run table `<name>.parquet` (e.g. compile): rows appended atomically;
         with `key`, a row whose key columns match an existing row replaces it."""
@@ -260,69 +275,6 @@ class RunStore:
                 os.replace(p, dest)
                 moved.append(dest)
         return moved
-
-
-# --- invocations: who measured into a folder, when, with what ---------------------------
-
-KILLED = "killed: no wall time or counts recorded"
-# manifest keys a resumed sweep keeps from the folder's previous manifest
-KEPT_ON_RESUME = ("provenance_note", "notes", "corrections")
-
-
-def begin_invocation(store: RunStore, manifest: dict, started: float) -> list[dict]:
-    """Write `manifest` with this invocation appended to the folder's history (a resumed
-    folder keeps its start, notes and earlier invocations; one that died without
-    bookkeeping is marked KILLED). Returns the invocation list; `end_invocation` closes
-    its last entry."""
-    prior = store.read_manifest()
-    manifest = dict(manifest, status="running")
-    invocations = []
-    if prior:
-        manifest["started"] = prior.get("started", manifest.get("started"))
-        if prior.get("status") == "running":
-            manifest["previous_status"] = KILLED
-        manifest["resumed"] = prior.get("resumed", 0) + 1
-        manifest["wall_s_previous"] = prior.get("wall_s_total", prior.get("wall_s", 0))
-        for k in KEPT_ON_RESUME:
-            if k in prior:
-                manifest[k] = prior[k]
-        invocations = [dict(i, status=KILLED) if i.get("status") == "running" else i
-                       for i in (prior.get("invocations") or [_invocation_from(prior)])]
-    env = manifest.get("environment") or {}
-    invocations.append(dict(
-        started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        status="running", command=manifest.get("command"), git_commit=env.get("git_commit"),
-        device_name=env.get("device_name")))
-    manifest["invocations"] = invocations
-    store.write_manifest(manifest)
-    return invocations
-
-
-def end_invocation(store: RunStore, invocations: list[dict], started: float, status: str,
-                   measured: int, skipped: int) -> None:
-    wall = time.time() - started
-    finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    invocations[-1].update(finished=finished, wall_s=round(wall, 1), status=status,
-                           points_measured=measured, points_skipped=skipped)
-    prev = store.read_manifest().get("wall_s_previous", 0)
-    store.update_manifest(finished=finished, wall_s=round(wall, 1),
-                          wall_s_total=round(wall + prev, 1), status=status,
-                          points_measured_this_run=measured,
-                          points_skipped_already_done=skipped, invocations=invocations)
-
-
-def _invocation_from(prior: dict) -> dict:
-    """One `invocations` entry rebuilt from an older manifest's top-level fields."""
-    env = prior.get("environment") or {}
-    status = prior.get("status")
-    return dict(started=prior.get("started"), finished=prior.get("finished"),
-                wall_s=prior.get("wall_s_total", prior.get("wall_s")),
-                status=KILLED if status == "running" else status, command=prior.get("command"),
-                git_commit=env.get("git_commit"), device_name=env.get("device_name"),
-                points_measured=prior.get("points_measured_this_run"),
-                points_skipped=prior.get("points_skipped_already_done"),
-                note="rebuilt from the manifest written before invocations were recorded; "
-                     "it may cover several earlier calls")
 
 
 def merge_runs(dst: str | os.PathLike, sources: list) -> RunStore:
@@ -373,6 +325,12 @@ class Run:
     @property
     def run_id(self) -> str:
         return self.path.name
+
+    def samples(self) -> pd.DataFrame:
+        """point_id -> samples_us (per-call times) of the timed points; empty for runs
+        made before samples were kept."""
+        df = _read(self.path / SAMPLES)
+        return df if df is not None else pd.DataFrame(columns=["point_id", "samples_us"])
 
     @property
     def device(self) -> str:

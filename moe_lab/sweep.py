@@ -30,7 +30,8 @@ from .modes import Mode
 from .problems import Problem, make_problem
 from .progress import native_log_filter, progress_bar
 from .roofline import local_counts
-from .store import RunStore, begin_invocation, end_invocation, point_id
+from .invocations import begin_invocation, end_invocation
+from .store import RunStore, point_id
 
 
 @dataclass
@@ -297,7 +298,7 @@ class Sweep:
             except Exception as exc:
                 reraise_if_terminated(exc)
                 base["warning"] = f"profiler pass failed: {one_line(exc)}"
-        rows, krows = [], []
+        rows, krows, samples = [], [], {}
         for mode in modes:
             row = self._row(prob, routing, bname, mode, config, kernel_us=kus, **base)
             try:
@@ -309,6 +310,7 @@ class Sweep:
                                 warmup_ms=self.warmup_ms, rep_ms=self.rep_ms)
                 row.update(median_us=t.median_us, p10_us=t.p10_us, p90_us=t.p90_us, n=t.n,
                            noisy=bool(t.noisy))
+                samples[row["point_id"]] = t.samples_us
                 notes = [row.get("warning", ""), t.note if t.noisy else ""]
                 if mode.kind == "graph" and kus == kus:
                     ok, warn = check_kernel_coverage(kus, t.median_us)
@@ -327,6 +329,7 @@ class Sweep:
             rows.append(row)
             if kdf is not None and row["status"] == "ok":
                 krows += [dict(k, point_id=row["point_id"]) for k in kdf.to_dict("records")]
+        self.store.append_samples(samples)  # before the rows: a kill between leaves no row
         return rows, krows
 
     def _run_compile(self, shard, todo, weights, counts, bar):
@@ -350,9 +353,12 @@ class Sweep:
 
                 def finish(r, b=b, m=m):
                     prob = by_tokens[r["tokens"]]
+                    samples = r.pop("samples_us", None)
                     out = self._row(prob, routing, b, m)
                     out.update({k: v for k, v in r.items() if k not in out or k in MEASURED})
                     _add_roofline([out], prob, None, self.device)
+                    if samples:
+                        self.store.append_samples({out["point_id"]: samples})
                     self.store.append([out], [])
                     counts["measured"] += 1
                     bar.update(1)

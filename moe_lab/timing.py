@@ -90,9 +90,12 @@ class Timing:
     note: str = ""
     median_all_us: float = math.nan  # eager: plain median over every call
     steady_frac: float = 1.0          # eager: share of calls in steady blocks
+    # the statistic's own per-call times, in call order (eager: the steady blocks' calls),
+    # kept so that any statistic (a bootstrap interval, another quantile) can be redone
+    samples_us: tuple = ()
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "samples_us"}
 
 
 class CaptureError(RuntimeError):
@@ -125,7 +128,8 @@ def summarize(times_us: Sequence[float], note: str = "") -> Timing:
                      "other work on the device, clock changes or too few repeats")
     if len(xs) < 10:
         notes.append(f"only {len(xs)} timed calls")
-    return Timing(med, p10, p90, len(xs), noisy, "; ".join(notes))
+    return Timing(med, p10, p90, len(xs), noisy, "; ".join(notes),
+                  samples_us=tuple(float(t) for t in times_us))
 
 
 def _counts(estimate_ms: float, warmup_ms: float, rep_ms: float,

@@ -30,7 +30,8 @@ from .environment import capture_environment, device_name, now_iso
 from .errors import PointTimeout, reraise_if_terminated, terminate_gracefully, time_limit
 from .problems import Problem
 from .progress import progress_bar
-from .store import RunStore, begin_invocation, end_invocation
+from .invocations import begin_invocation, end_invocation
+from .store import RunStore
 from .timing import time_fn
 
 CANDIDATE_KEY = ("candidate_id",)

@@ -25,7 +25,8 @@ import torch
 import moe_lab.backends as registry
 from moe_lab.commands.sweep import default_run_id
 from moe_lab.cli import main
-from moe_lab.store import KILLED, STATUSES, point_id
+from moe_lab.invocations import KILLED
+from moe_lab.store import STATUSES, point_id
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "custom:H=64,I=32,E=8,k=2"

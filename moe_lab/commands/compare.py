@@ -1,0 +1,44 @@
+"""`moe-lab compare A [B]`: per matching point, the ratio of medians B/A with a bootstrap
+95% interval from the kept per-call samples and a verdict (faster, slower, no detectable
+change) that accounts for the mode's noise; points on one side only, or whose inputs
+differ, are listed, never silently compared. `--by COLUMN --values X,Y` splits one run."""
+from __future__ import annotations
+
+import os
+
+from ..compare import compare, summary
+from ..errors import UsageError
+from ..store import open_run
+
+
+def configure(p):
+    p.add_argument("run_a", help="run folder or run id (the baseline, A)")
+    p.add_argument("run_b", nargs="?", default=None, help="run folder or id (B); default: A "
+                   "itself, split with --by")
+    p.add_argument("--by", default=None, help="split by this column, e.g. config or backend")
+    p.add_argument("--values", default=None, help="the two values of --by: A,B")
+    p.add_argument("--mode", default=None, help="only this mode, e.g. graph")
+    p.add_argument("--out", default="reports", help="folder for the figure and the CSV")
+    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
+
+
+def run(args) -> int:
+    a = open_run(args.run_a)
+    b = open_run(args.run_b) if args.run_b else a
+    values = [v.strip() for v in args.values.split(",")] if args.values else None
+    if args.run_b is None and args.by is None:
+        raise UsageError("give a second run, or --by COLUMN --values A,B to split one run")
+    table = compare(a, b, args.by, values, n_resamples=args.resamples)
+    if args.mode:
+        table = table[table["mode"] == args.mode]
+    name = f"compare-{a.run_id}-{b.run_id if args.run_b else args.by}"
+    os.makedirs(args.out, exist_ok=True)
+    table.to_csv(os.path.join(args.out, name + ".csv"), index=False)
+    from ..plots.compare import fig_ratio
+    fig = fig_ratio(table, a, b, args.by, values)
+    fig.savefig(os.path.join(args.out, name + ".png"), dpi=110)
+    cols = ["model", "tp", "ep", "backend", "mode", "tokens", "a_us", "b_us", "ratio", "low",
+            "high", "verdict"]
+    print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"# B/A: {summary(table)}; {os.path.join(args.out, name)}.png, .csv")
+    return 0
