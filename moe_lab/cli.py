@@ -24,6 +24,7 @@ VERBS = {
     "ceilings": ("moe_lab.commands.ceilings", "measure this GPU's bandwidth and GEMM ceilings into data/ceilings/"),
     "claims": ("moe_lab.claims.cli", "parse serving benchmarks and check the seeds' claims"),
     "compare": ("moe_lab.commands.compare", "compare two runs (or one split by a column) point by point with bootstrap intervals"),
+    "merge": ("moe_lab.commands.merge", "combine run folders measured apart (sweep parts, GPUs, machines) into one run"),
     "report": ("moe_lab.commands.report", "execute the notebooks into HTML and export figures"),
     "doctor": ("moe_lab.commands.doctor", "print the environment: devices, versions, what will run"),
 }

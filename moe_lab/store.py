@@ -291,6 +291,9 @@ def merge_runs(dst: str | os.PathLike, sources: list) -> RunStore:
         raise ValueError(f"{dst} already holds a run")
     out.append([r for run in runs for r in run.results.to_dict("records")],
                [k for run in runs for k in run.kernels.to_dict("records")])
+    for run in runs:
+        smp = run.samples()
+        out.append_samples(dict(zip(smp["point_id"], smp["samples_us"])))
     tables = [run.compile for run in runs if len(run.compile)]
     if tables:
         atomic_write_parquet(out.dir / "compile.parquet", pd.concat(tables, ignore_index=True))

@@ -99,7 +99,8 @@ MEASURED = ("status", "error", "median_us", "p10_us", "p90_us", "n", "max_rel_er
 class Sweep:
     def __init__(self, grid: Grid, device: str, run_dir, *, seed: int = 0, profile=True,
                  traces: int = 0, warmup_ms=10.0, rep_ms=50.0, compile_budget_s=None,
-                 point_timeout_s=120.0, progress=True, command=None, set_aside_corrupt=False):
+                 point_timeout_s=120.0, progress=True, command=None, set_aside_corrupt=False,
+                 part: tuple[int, int] | None = None):
         self.grid, self.device, self.seed = grid, device, seed
         self.profile, self.traces_left = profile, traces
         self.warmup_ms, self.rep_ms, self.point_timeout_s = warmup_ms, rep_ms, point_timeout_s
@@ -107,6 +108,7 @@ class Sweep:
         self.progress = progress
         self.command = command or " ".join(sys.argv)
         self.run_dir, self.set_aside_corrupt = str(run_dir), set_aside_corrupt
+        self.part = part  # (i, n): this sweep measures part i of n (a deterministic split)
         self.device_name = device_name(device)
         self.store = RunStore(run_dir, create=False)
 
@@ -141,7 +143,8 @@ class Sweep:
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), environment=env,
             config=dict(self.grid.config(), device=self.device, seed=self.seed,
                         warmup_ms=self.warmup_ms, rep_ms=self.rep_ms,
-                        compile_budget_s=self.budget, profile=self.profile),
+                        compile_budget_s=self.budget, profile=self.profile,
+                        part=f"{self.part[0]}/{self.part[1]}" if self.part else None),
             inputs="weights, activations and routing drawn from CPU generators seeded by "
                    "the point (correctness.point_seed: seed + 1009*tokens + crc32(routing) "
                    "% 997; weights by the seed alone): the same inputs on any machine",
@@ -150,7 +153,7 @@ class Sweep:
         invocations = begin_invocation(self.store, manifest, t_start)
         done = self.store.done_ids()
         counts = {"measured": 0, "skipped": 0}
-        bar = progress_bar(self.grid.total_points(), self.progress)
+        bar = progress_bar(self.total_points(), self.progress)
         status = "interrupted"
         try:
             with terminate_gracefully():
@@ -172,22 +175,30 @@ class Sweep:
                            counts["skipped"])
         return counts
 
+    def _mine(self, pid: str) -> bool:
+        """Whether a point belongs to this part of a split sweep: its id (a hash of the
+        point's key) modulo the number of parts; the same on every machine."""
+        return self.part is None or int(pid[:8], 16) % self.part[1] == self.part[0]
+
+    def total_points(self) -> int:
+        return sum(len(v) for shard in self.grid.shards()
+                   for v in self._pending(shard, set()).values())
+
     def _pending(self, shard, done) -> dict:
         """(prob, routing, backend) -> [(mode, config)] not yet measured, in run order."""
         todo = {}
         for prob in shard:
             for routing in self.grid.routings:
                 for b in self.grid.backends:
-                    left = [(m, c) for m, c in self.grid.points_of(b)
-                            if row_id(prob, routing, b, m, c) not in done]
+                    ids = {(m, c): row_id(prob, routing, b, m, c) for m, c in self.grid.points_of(b)}
+                    left = [mc for mc, pid in ids.items() if pid not in done and self._mine(pid)]
                     if left:
                         todo[(prob, routing, b)] = left
         return todo
 
     def _run_shard(self, shard: list[Problem], done, counts, bar):
         todo = self._pending(shard, done)
-        n_all = len(shard) * len(self.grid.routings) * sum(
-            len(self.grid.points_of(b)) for b in self.grid.backends)
+        n_all = sum(len(v) for v in self._pending(shard, set()).values())
         n_todo = sum(len(v) for v in todo.values())
         counts["skipped"] += n_all - n_todo
         bar.update(n_all - n_todo)

@@ -562,3 +562,30 @@ def test_compile_rows_recounted_from_results_after_a_kill(tmp_path):
         assert fixed.loc[w, "points"] == 3 and fixed.loc[w, "points_ok"] == 3
         assert fixed.loc[w, "tokens_first"] == 1 and fixed.loc[w, "status"] == "ok"
         assert abs(fixed.loc[w, "compile_s_total"] - good.loc[w, "compile_s_total"]) < 1e-9
+
+
+def test_a_sweep_split_in_parts_covers_every_point_once_and_merges_into_one_run(tmp_path, capsys):
+    """--shard I/N splits the points by id (the same on any machine): the parts are
+    disjoint, together they are the whole sweep, and `moe-lab merge` makes them one run
+    with every row's samples."""
+    import pandas as pd
+    base = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2,4,8", "--backends",
+            "torch,torch-grouped", "--dtype", "fp32", "--device", "cpu", "--no-progress",
+            "--rep-ms", "2", "--warmup-ms", "1", "--data-dir", str(tmp_path)]
+    assert main(base + ["--run-id", "whole"]) == 0
+    for i in range(3):
+        assert main(base + ["--shard", f"{i}/3", "--run-id", f"p{i}"]) == 0
+    ids = [set(pd.read_parquet(tmp_path / f"p{i}" / "results.parquet")["point_id"])
+           for i in range(3)]
+    whole = set(pd.read_parquet(tmp_path / "whole" / "results.parquet")["point_id"])
+    assert sum(map(len, ids)) == len(whole) == 8 and set().union(*ids) == whole
+    assert all(ids) and not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "all")] + [str(tmp_path / f"p{i}") for i in range(3)]) == 0
+    merged = pd.read_parquet(tmp_path / "all" / "results.parquet")
+    assert set(merged["point_id"]) == whole
+    assert set(pd.read_parquet(tmp_path / "all" / "samples.parquet")["point_id"]) == whole
+    # merging a part twice is refused: a point in two sources is never silently one
+    assert main(["merge", str(tmp_path / "dup"), str(tmp_path / "p0"), str(tmp_path / "p0")]) == 2
+    for bad in ("3/3", "x", "1-2", "-1/2"):
+        assert main(base + [f"--shard={bad}", "--run-id", "bad"]) == 2

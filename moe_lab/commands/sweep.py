@@ -85,6 +85,10 @@ def configure(p):
                         "(x wrapped) over the token grid; a compile running past it is "
                         "stopped and it and the remaining token counts become timeout rows. "
                         "BACKEND=S sets one backend's budget, e.g. 150,torch=30 (default 900)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="measure part I of N of the points (0 <= I < N), split by point id: the "
+                        "same on every machine, so N machines or GPUs can share a sweep; "
+                        "`moe-lab merge` combines the parts' folders into one run")
     p.add_argument("--set-aside-corrupt", action="store_true",
                    help="resume a run whose files are unreadable: rename each such file to "
                         "<name>.corrupt-<time> (kept) and re-measure only what is missing")
@@ -110,6 +114,7 @@ def run(args) -> int:
         backends = [b.name for b in registry.all_backends() if b.available()[0]]
     budget = parse_budget(args.compile_budget) if args.compile_budget else None
     configs = validate_config_arg(args.config)
+    part = parse_part(args.shard) if args.shard else None
     tps = parse_int_list(args.tp)
     eps = parse_int_list(args.ep or ("1,8" if gpu else "1"))
     # validate every sharding before measuring anything
@@ -120,7 +125,8 @@ def run(args) -> int:
     config = dict(models=models, tp=tps, ep=eps, ep_rank=args.ep_rank, tokens=tokens,
                   backends=backends, modes=[m.name for m in modes], routing=routings,
                   dtype=args.dtype, seed=args.seed,
-                  **({} if configs == ["default"] else {"configs": configs}))
+                  **({} if configs == ["default"] else {"configs": configs}),
+                  **({"shard": args.shard} if part else {}))
     dev_name = torch.cuda.get_device_name() if gpu else "cpu"
     run_id = args.run_id or default_run_id(config, dev_name)
     run_dir = os.path.join(args.data_dir, run_id)
@@ -129,9 +135,9 @@ def run(args) -> int:
     sweep = Sweep(grid, device, run_dir, seed=args.seed, profile=not args.no_profile,
                   traces=args.traces, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
                   point_timeout_s=args.point_timeout, progress=not args.no_progress,
-                  compile_budget_s=budget, set_aside_corrupt=args.set_aside_corrupt,
+                  compile_budget_s=budget, set_aside_corrupt=args.set_aside_corrupt, part=part,
                   command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
-    print(f"run {run_dir}: {grid.total_points()} points ({device}: {device_name(device)})",
+    print(f"run {run_dir}: {sweep.total_points()} points ({device}: {device_name(device)})",
           flush=True)
     counts = sweep.run()
     res = sweep.store.load_results()
@@ -139,3 +145,15 @@ def run(args) -> int:
     print(f"done: {counts['measured']} measured now, {counts['skipped']} already there; "
           f"status counts {summary}; {run_dir}")
     return 0
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """`1/4` -> (1, 4): part 1 of 4 (UsageError unless 0 <= I < N)."""
+    i, sep, n = str(text).partition("/")
+    try:
+        i, n = int(i), int(n)
+    except ValueError:
+        i = n = -1
+    if not sep or not (0 <= i < n):
+        raise UsageError(f"--shard {text!r}: give I/N with 0 <= I < N, e.g. 0/2")
+    return i, n

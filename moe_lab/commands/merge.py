@@ -1,0 +1,21 @@
+"""`moe-lab merge OUT RUN RUN...`: combine run folders measured apart (the parts of a
+`--shard` sweep, the GPUs of one host, other machines) into one run; every row keeps its
+device, commit and time, and a point measured twice is an error, never silently one."""
+from __future__ import annotations
+
+from ..errors import UsageError
+from ..store import merge_runs
+
+
+def configure(p):
+    p.add_argument("out", help="the new run folder")
+    p.add_argument("runs", nargs="+", help="run folders or run ids to combine")
+
+
+def run(args) -> int:
+    try:
+        store = merge_runs(args.out, args.runs)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"merged {len(args.runs)} runs into {store.dir}: {len(store.load_results())} rows")
+    return 0
