@@ -75,10 +75,6 @@ class Grid:
     def points_of(self, backend: str) -> list[tuple[Mode, str]]:
         return [(m, c) for m in self.modes_of(backend) for c in self.configs_of(backend, m)]
 
-    def total_points(self) -> int:
-        per_problem = len(self.routings) * sum(len(self.points_of(b)) for b in self.backends)
-        return len(self.models) * len(self.tps) * len(self.eps) * len(self.tokens) * per_problem
-
     def config(self) -> dict:
         return dict(models=self.models, tp=self.tps, ep=self.eps, ep_rank=self.ep_rank,
                     tokens=self.tokens, backends=self.backends,
@@ -181,24 +177,25 @@ class Sweep:
         return self.part is None or int(pid[:8], 16) % self.part[1] == self.part[0]
 
     def total_points(self) -> int:
-        return sum(len(v) for shard in self.grid.shards()
-                   for v in self._pending(shard, set()).values())
+        return sum(self._pending(shard, set())[1] for shard in self.grid.shards())
 
-    def _pending(self, shard, done) -> dict:
-        """(prob, routing, backend) -> [(mode, config)] not yet measured, in run order."""
-        todo = {}
+    def _pending(self, shard, done) -> tuple[dict, int]:
+        """((prob, routing, backend) -> [(mode, config)] not yet measured, in run order;
+        the number of this part's points in the shard, measured or not)."""
+        todo, mine = {}, 0
         for prob in shard:
             for routing in self.grid.routings:
                 for b in self.grid.backends:
                     ids = {(m, c): row_id(prob, routing, b, m, c) for m, c in self.grid.points_of(b)}
-                    left = [mc for mc, pid in ids.items() if pid not in done and self._mine(pid)]
+                    ids = {mc: pid for mc, pid in ids.items() if self._mine(pid)}
+                    mine += len(ids)
+                    left = [mc for mc, pid in ids.items() if pid not in done]
                     if left:
                         todo[(prob, routing, b)] = left
-        return todo
+        return todo, mine
 
     def _run_shard(self, shard: list[Problem], done, counts, bar):
-        todo = self._pending(shard, done)
-        n_all = sum(len(v) for v in self._pending(shard, set()).values())
+        todo, n_all = self._pending(shard, done)
         n_todo = sum(len(v) for v in todo.values())
         counts["skipped"] += n_all - n_todo
         bar.update(n_all - n_todo)
@@ -219,7 +216,7 @@ class Sweep:
 
     def _fail_rest(self, shard, exc, counts, bar):
         status, err = classify_exception(exc), one_line(exc)
-        todo = self._pending(shard, self.store.done_ids())
+        todo, _ = self._pending(shard, self.store.done_ids())
         rows = [self._row(prob, routing, b, m, c, status=status, error=f"setup failed: {err}")
                 for (prob, routing, b), left in todo.items() for m, c in left]
         if rows:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from ..configs import nearest, read_table, write_table  # noqa: F401 (the file format)
 
-KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
-        "num_stages")
 SMEM_BYTES = 200 * 1024  # Hopper: 227 KB per block; keep room for the epilogue
 
 

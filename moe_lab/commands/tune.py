@@ -14,6 +14,7 @@ from ..errors import UsageError
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
 from ..routing import parse_routing
 from ..configs import configs_dir_for
+from ..devices import device_slug
 from ..tuning import Tuner
 
 TUNE_TOKENS = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192"
@@ -61,8 +62,7 @@ def run(args) -> int:
     shards = [[make_problem(m, t, args.dtype, tp, ep) for t in tokens]
               for m in models for tp in parse_int_list(args.tp) for ep in parse_int_list(args.ep)]
     dev = device_name(device)
-    slug = "".join(c if c.isalnum() else "-" for c in dev.lower()).strip("-")
-    run_dir = os.path.join(args.data_dir, args.run_id or f"tune-{args.backend}-{slug}")
+    run_dir = os.path.join(args.data_dir, args.run_id or f"tune-{args.backend}-{device_slug(dev)}")
     tuner = Tuner(args.backend, device, run_dir, args.configs_dir or configs_dir_for(dev),
                   seed=args.seed, routing=args.routing, budget_s=args.budget,
                   warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=not args.no_progress,
