@@ -38,3 +38,14 @@ def atomic_write_json(path: Path, obj: dict) -> None:
 
 def atomic_write_parquet(path: Path, df: pd.DataFrame) -> None:
     _atomic_write_bytes(path, lambda tmp: df.to_parquet(tmp, index=False))
+
+
+def read_parquet(path: Path, **kw) -> pd.DataFrame:
+    """Read a parquet file that a live sweep may be replacing. The file is read in one
+    open (a snapshot of one complete version): pyarrow on a path opens it more than
+    once (footer, then pages), and a rename between those opens mixes the old footer
+    with the new file's pages ("Couldn't deserialize thrift")."""
+    import io
+    with open(path, "rb") as f:
+        data = f.read()
+    return pd.read_parquet(io.BytesIO(data), **kw)

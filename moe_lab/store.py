@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .atomic import atomic_write_json, atomic_write_parquet  # noqa: F401 (re-exported)
+from .atomic import atomic_write_json, atomic_write_parquet, read_parquet  # noqa: F401 (re-exported)
 from .errors import CorruptFile, UsageError
 
 ID_FIELDS = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens", "routing")
@@ -122,7 +122,7 @@ def _read(path: Path) -> pd.DataFrame | None:
     if not path.exists():
         return None
     try:
-        return pd.read_parquet(path)
+        return read_parquet(path)
     except Exception as exc:  # pyarrow raises several types for a truncated file
         raise CorruptFile(path, exc) from None
 

@@ -273,3 +273,33 @@ def test_merge_runs_keeps_every_row_and_refuses_a_point_twice(tmp_path):
         merge_runs(tmp_path / "m", [tmp_path / "a"])
     with pytest.raises(ValueError, match="more than one source"):
         merge_runs(tmp_path / "m2", [tmp_path / "a", tmp_path / "a"])
+
+
+def test_a_reader_never_sees_a_file_being_replaced_as_corrupt(tmp_path):
+    """A notebook or `compare` reading a run while a sweep appends to it: every read
+    gets one complete version (pyarrow on a path opens it twice, and a rename between
+    the two opens used to read as a corrupt file)."""
+    import threading
+
+    import pandas as pd
+
+    from moe_lab.atomic import atomic_write_parquet, read_parquet
+
+    path = tmp_path / "results.parquet"
+    atomic_write_parquet(path, pd.DataFrame({"x": range(10)}))
+    stop = threading.Event()
+
+    def writer():
+        n = 10
+        while not stop.is_set():
+            n += 1
+            atomic_write_parquet(path, pd.DataFrame({"x": range(n), "y": [str(i) for i in range(n)]}))
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        lengths = [len(read_parquet(path)) for _ in range(300)]
+    finally:
+        stop.set()
+        t.join()
+    assert min(lengths) >= 10 and len(set(lengths)) > 1, "the writer did not run during the reads"

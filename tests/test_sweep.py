@@ -26,6 +26,7 @@ import moe_lab.backends as registry
 from moe_lab.commands.sweep import default_run_id
 from moe_lab.cli import main
 from moe_lab.invocations import KILLED
+from moe_lab.atomic import read_parquet
 from moe_lab.store import STATUSES, point_id
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +60,7 @@ def _read_results(run_dir: Path) -> pd.DataFrame | None:
     p = run_dir / "results.parquet"
     if not p.exists():
         return None
-    return pd.read_parquet(p)
+    return read_parquet(p)
 
 
 def _assert_readable(run_dir: Path) -> pd.DataFrame:

@@ -95,13 +95,15 @@ def load_measured(runs_dir: str | Path | None = None):
     cannot be read, or a results table without the columns used here, is a UsageError
     naming the file: a corrupt run is never skipped silently."""
     import pandas as pd
+
+    from ..atomic import read_parquet
     runs_dir = Path(data_dir() if runs_dir is None else runs_dir)
     if runs_dir.exists() and not runs_dir.is_dir():
         raise UsageError(f"runs directory {runs_dir} is not a directory")
     frames = []
     for p in sorted(runs_dir.glob("*/results.parquet")) if runs_dir.is_dir() else []:
         try:
-            df = pd.read_parquet(p)
+            df = read_parquet(p)
         except Exception as exc:
             raise UsageError(f"{p}: cannot read this run's results "
                              f"({_one_line(exc)})") from None

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..atomic import read_parquet
 from ..devices import Ceilings, ceilings_for
 from ..errors import UsageError
 from ..problems import make_problem
@@ -386,7 +387,7 @@ def winners_table(backend="aiter-triton", device=None, shipped="MI300X", root=No
         m = read_json(p / "manifest.json") if (p / "winners.parquet").is_file() else {}
         if m.get("kind") == "tune" and (m.get("config") or {}).get("backend") == backend and (
                 device is None or (m.get("environment") or {}).get("device_name") == device):
-            found.append(pd.read_parquet(p / "winners.parquet").assign(tune_run=p.name))
+            found.append(read_parquet(p / "winners.parquet").assign(tune_run=p.name))
     if not found:
         return pd.DataFrame()
     w = pd.concat(found, ignore_index=True).sort_values(["measured_at", "tune_run"])
