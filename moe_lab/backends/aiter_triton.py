@@ -298,7 +298,19 @@ class AiterTritonBackend(Backend):
                 # takes C's stride(0) and stride(1) as its row and column strides, so C must
                 # be 2-D (a [T, k, I] tensor made it write out of bounds on an H200)
                 a = torch.empty(numel, inter, dtype=x.dtype, device=x.device)
-                gemm1(A=x, C=a, **routing(cfg1))
+                r1 = routing(cfg1)
+                if emap is not None:
+                    # Under EP, this kernel's zero-fill of a remote block (expert id -1)
+                    # is sized for [.., 2I] while C is [.., I]: it writes past its rows
+                    # and past the buffer (wrong rows, then a crash, seen on the H200 and
+                    # under TRITON_INTERPRET). Remote blocks sort last (the sentinel
+                    # expert E_local is the largest id), so gemm1 is told the padded
+                    # count of the local blocks only: it never visits the remote ones.
+                    # Their rows of `a` stay unwritten and are never read: gemm2 gives
+                    # a remote block zeros without loading A.
+                    local = (r1["expert_ids"] >= 0).sum(dtype=torch.int32) * cfg1["BLOCK_SIZE_M"]
+                    r1 = dict(r1, num_tokens_post_padded=local.reshape(1))
+                gemm1(A=x, C=a, **r1)
             else:
                 c1 = torch.empty(T, k, 2 * inter, dtype=x.dtype, device=x.device)
                 gemm1(A=x, C=c1, **routing(cfg1))
