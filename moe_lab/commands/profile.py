@@ -9,8 +9,8 @@ from ..errors import UsageError
 
 
 def configure(p):
-    p.add_argument("--model", required=True, help="preset or custom:H=..,I=..,E=..,k=..")
-    p.add_argument("--tokens", type=int, required=True)
+    p.add_argument("--model", default=None, help="preset or custom:H=..,I=..,E=..,k=.. (required)")
+    p.add_argument("--tokens", type=int, default=None, help="(required)")
     p.add_argument("--backend", default="torch")
     p.add_argument("--tp", type=int, default=8)
     p.add_argument("--ep", type=int, default=1)
@@ -29,6 +29,12 @@ def configure(p):
     p.add_argument("--cu-num", type=int, default=304,
                    help="with --explain: the GPU's CU count (304 MI300X/MI325X, 256 MI355X, "
                         "80 MI308X), aiter's cu_num key")
+    p.add_argument("--split", action="store_true",
+                   help="where eager time goes: split one call into Python/dispatch on the "
+                        "host, launch gaps and kernel time, checked against a timed eager call")
+    p.add_argument("--run", default=None,
+                   help="with --split and no --model: split every trace of this run folder "
+                        "against its eager rows")
     p.add_argument("--gfx", default=None,
                    help="with --explain: the GPU arch (gfx942, gfx950); default from --cu-num")
 
@@ -46,8 +52,16 @@ def explain(args) -> int:
 
 
 def run(args) -> int:
+    if args.split and args.run and args.model is None:
+        from .eager_split import print_run_split
+        return print_run_split(args.run)
+    if args.model is None or args.tokens is None:
+        raise UsageError("profile needs --model and --tokens (or --split --run RUN)")
     if args.explain:
         return explain(args)
+    if args.split:
+        from .eager_split import print_point_split
+        return print_point_split(args)
     device = args.device or default_device()
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda but no GPU is visible to torch")
