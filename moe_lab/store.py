@@ -29,8 +29,9 @@ from .errors import CorruptFile, UsageError
 
 ID_FIELDS = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens", "routing")
 # identifying too, but only when set (so the ids of rows written before they existed stay)
-OPTIONAL_ID_FIELDS = ("wrapped", "config")
-DEFAULTS = {"wrapped": False, "config": "default"}  # an optional field at its default is left out
+OPTIONAL_ID_FIELDS = ("wrapped", "config", "parallel", "world_size", "rank")
+# an optional field at its default is left out (distributed rows: moe_lab.distributed)
+DEFAULTS = {"wrapped": False, "config": "default", "parallel": "", "world_size": None, "rank": None}
 PROVENANCE_COLUMNS = ("git_commit", "device", "measured_at")
 RESULT_COLUMNS = (*ID_FIELDS, "wrapped", "config", "status", "error", "median_us", "p10_us", "p90_us",
                   "n", "kernel_us", "max_rel_err", "flops", "bytes", "roof_us", "pct_of_roof",

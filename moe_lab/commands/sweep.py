@@ -19,6 +19,7 @@ from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, p
 from ..routing import parse_routing
 from ..sweep import Grid, Sweep
 from ..configs import validate_config_arg
+from ..distributed.launch import add_arguments as add_distributed_arguments
 
 
 def parse_budget(text: str) -> dict[str, float]:
@@ -93,6 +94,7 @@ def configure(p):
                    help="resume a run whose files are unreadable: rename each such file to "
                         "<name>.corrupt-<time> (kept) and re-measure only what is missing")
     p.add_argument("--no-progress", action="store_true")
+    add_distributed_arguments(p)
 
 
 def run(args) -> int:
@@ -115,6 +117,9 @@ def run(args) -> int:
     budget = parse_budget(args.compile_budget) if args.compile_budget else None
     configs = validate_config_arg(args.config)
     part = parse_part(args.shard) if args.shard else None
+    if args.nproc:  # every point on N ranks (moe_lab.distributed)
+        from ..distributed.launch import run_nproc
+        return run_nproc(args, device, models, tokens, routings, modes, backends)
     tps = parse_int_list(args.tp)
     eps = parse_int_list(args.ep or ("1,8" if gpu else "1"))
     # validate every sharding before measuring anything
@@ -130,6 +135,9 @@ def run(args) -> int:
     dev_name = torch.cuda.get_device_name() if gpu else "cpu"
     run_id = args.run_id or default_run_id(config, dev_name)
     run_dir = os.path.join(args.data_dir, run_id)
+    if args.gpus:  # one part per local GPU, then merged
+        from ..distributed.launch import run_spread
+        return run_spread(args, run_dir)
     grid = Grid(models=models, tokens=tokens, backends=backends, modes=modes, tps=tps, eps=eps,
                 ep_rank=args.ep_rank, routings=routings, dtype=args.dtype, configs=configs)
     sweep = Sweep(grid, device, run_dir, seed=args.seed, profile=not args.no_profile,

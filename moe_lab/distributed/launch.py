@@ -1,0 +1,236 @@
+"""Starting distributed sweeps, and spreading a sweep over the GPUs of a host.
+
+    moe-lab sweep --nproc N ...           spawns N ranks (python -m moe_lab.distributed.worker)
+                                          with the standard environment contract
+    torchrun --nproc-per-node N -m moe_lab sweep --nproc N ...
+                                          the same, ranks started by torchrun
+    moe-lab sweep --gpus all ...          one part of the sweep per local GPU (--shard i/n,
+                                          CUDA_VISIBLE_DEVICES=i), then the parts merged
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import UsageError
+from . import VARIANTS
+
+FAULT_ENV = "MOE_LAB_DIST_FAULT"  # testing hook: "RANK:PHASE" (worker.fault)
+PKG_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def add_arguments(p):
+    g = p.add_argument_group("expert parallelism and spreading (moe_lab.distributed)")
+    g.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="measure every point on N ranks with torch.distributed (NCCL on GPUs, "
+                        "gloo on the CPU): each rank holds its real TP or EP shard; spawned "
+                        "here, or started by torchrun with the same N")
+    g.add_argument("--parallel", default=",".join(VARIANTS),
+                   help="with --nproc: the variants, from " + ", ".join(VARIANTS))
+    g.add_argument("--dist-reps", type=int, default=20,
+                   help="with --nproc: timed calls of the collective and of the layer")
+    g.add_argument("--dist-timeout", type=float, default=120.0,
+                   help="with --nproc: seconds a collective may take before it fails")
+    g.add_argument("--gpus", default=None, metavar="all|N",
+                   help="spread the sweep over the local GPUs: part i of n on GPU i "
+                        "(--shard i/n), then the parts merged into one run")
+
+
+def parse_variants(text: str) -> list[str]:
+    out = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in out if v not in VARIANTS]
+    if bad or not out:
+        raise UsageError(f"--parallel: {', '.join(bad) or text!r} unknown; choose from "
+                         f"{', '.join(VARIANTS)}")
+    return out
+
+
+def under_launcher() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
+    """Start `nproc` ranks on this host and wait for them. A rank that exits with an error
+    while others keep running gets them stopped once they had time to notice (a rank that
+    lost its peers reports within 2 x the collective timeout)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    port = free_port()
+    procs = []
+    for r in range(nproc):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
+                   WORLD_SIZE=str(nproc), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc),
+                   PYTHONPATH=os.pathsep.join(p for p in (PKG_ROOT, os.environ.get("PYTHONPATH"))
+                                              if p))
+        procs.append(subprocess.Popen([sys.executable, "-m", "moe_lab.distributed.worker", f.name],
+                                      env=env))
+    first_fail = None
+    try:
+        while any(p.poll() is None for p in procs):
+            if first_fail is None and any(p.poll() not in (None, 0) for p in procs):
+                first_fail = time.time()
+            if first_fail is not None and time.time() - first_fail > 3 * timeout_s + 30:
+                for p in procs:
+                    if p.poll() is None:
+                        p.terminate()
+            time.sleep(0.2)
+    except BaseException:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            p.wait()
+        raise
+    finally:
+        os.unlink(f.name)
+    codes = [p.returncode for p in procs]
+    return 0 if all(c == 0 for c in codes) else 1
+
+
+def run_nproc(args, device: str, models, tokens, routings, modes, backends) -> int:
+    """`sweep --nproc N`: validate every shard, name the run, start the ranks."""
+    from ..environment import device_name
+    from .shards import rank_problem
+    from ..problems import parse_model
+    variants = parse_variants(args.parallel)
+    if args.gpus:
+        raise UsageError("--nproc and --gpus: give one")
+    if args.dist_reps < 1 or not args.dist_timeout > 0:
+        raise UsageError("--dist-reps must be >= 1 and --dist-timeout > 0")
+    for m in models:
+        for v in variants:
+            for r in range(args.nproc):
+                rank_problem(parse_model(m), 1, args.dtype, v, args.nproc, r)
+    spec = dict(models=models, tokens=tokens, routings=routings, backends=backends,
+                modes=[m.name for m in modes], variants=variants, dtype=args.dtype,
+                seed=args.seed, nproc=args.nproc, device=device, reps=args.dist_reps,
+                warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, timeout_s=args.dist_timeout)
+    dev = device_name(device) if device == "cpu" else "gpu"
+    if device == "cuda":
+        import torch
+        dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "cuda"
+    slug = "".join(c if c.isalnum() else "-" for c in f"{dev} x{args.nproc}".lower()).strip("-")
+    digest = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
+    run_id = args.run_id or f"{slug}-{digest}"  # the same command resumes the same run
+    spec.update(run_dir=os.path.join(args.data_dir, run_id),
+                command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
+    return run_distributed(args, spec)
+
+
+def run_distributed(args, spec: dict) -> int:
+    """`sweep --nproc N`: every rank measures the grid; rank 0 writes the run."""
+    n = args.nproc
+    if n < 1:
+        raise UsageError("--nproc must be >= 1")
+    if under_launcher():
+        world = int(os.environ["WORLD_SIZE"])
+        if world != n:
+            raise UsageError(f"--nproc {n} but the launcher started {world} ranks")
+        from .worker import Worker
+        rank = int(os.environ["RANK"])
+        return Worker(spec, rank, world, int(os.environ.get("LOCAL_RANK", rank))).run()
+    if spec["device"] == "cuda":
+        import torch
+        if torch.cuda.device_count() < n:
+            raise UsageError(f"--nproc {n} needs {n} GPUs; {torch.cuda.device_count()} visible")
+    if os.environ.get(FAULT_ENV):
+        spec = dict(spec, fault=os.environ[FAULT_ENV])
+    print(f"run {spec['run_dir']}: {n} ranks ({spec['device']}), variants "
+          f"{', '.join(spec['variants'])}", flush=True)
+    rc = spawn(spec, n, spec["timeout_s"])
+    from ..store import open_run
+    res = open_run(spec["run_dir"]).results if os.path.exists(
+        os.path.join(spec["run_dir"], "results.parquet")) else None
+    counts = res["status"].value_counts().to_dict() if res is not None else {}
+    print(f"done (exit {rc}): status counts {counts}; {spec['run_dir']}")
+    return rc
+
+
+# --- one sweep spread over the GPUs of a host ------------------------------------------
+
+def gpu_count(text: str) -> int:
+    import torch
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have == 0:
+        raise UsageError("--gpus: no GPU is visible to torch on this machine; run one part "
+                         "with --shard I/N instead")
+    if text == "all":
+        return have
+    try:
+        n = int(text)
+    except ValueError:
+        raise UsageError(f"--gpus {text!r}: give all or a number") from None
+    if not 1 <= n <= have:
+        raise UsageError(f"--gpus {n}: {have} GPU(s) visible")
+    return n
+
+
+def _without(argv: list[str], flags: tuple[str, ...]) -> list[str]:
+    """argv without `--flag value` / `--flag=value` for the given flags."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in flags:
+            skip = True
+            continue
+        if any(a.startswith(f + "=") for f in flags):
+            continue
+        out.append(a)
+    return out
+
+
+def run_spread(args, run_dir: str) -> int:
+    """One part per GPU (CUDA_VISIBLE_DEVICES=i, --shard i/n), each its own resumable
+    folder under <data-dir>/.parts/<run id>/, then merged into `run_dir` (replacing an
+    earlier merge). The merged manifest records the spread's wall time."""
+    n = gpu_count(args.gpus)
+    if args.shard:
+        raise UsageError("--gpus and --shard: give one (--gpus makes the parts itself)")
+    argv = _without(list(getattr(args, "_argv", sys.argv[1:])), ("--gpus", "--run-id", "--data-dir"))
+    parts_dir = Path(args.data_dir) / ".parts" / Path(run_dir).name
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    procs = []
+    for i in range(n):
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(i),
+                   PYTHONPATH=os.pathsep.join(p for p in (PKG_ROOT, os.environ.get("PYTHONPATH")) if p))
+        cmd = [sys.executable, "-m", "moe_lab", *argv, "--shard", f"{i}/{n}",
+               "--data-dir", str(parts_dir), "--run-id", f"part-{i}-of-{n}", "--no-progress"]
+        log = open(parts_dir / f"part-{i}-of-{n}.log", "w")
+        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    codes = []
+    for p, log in procs:
+        codes.append(p.wait())
+        log.close()
+    wall = time.time() - t0
+    from ..store import RunStore, merge_runs
+    parts = [str(parts_dir / f"part-{i}-of-{n}") for i in range(n)]
+    tmp = run_dir.rstrip("/") + ".merging"
+    shutil.rmtree(tmp, ignore_errors=True)
+    merge_runs(tmp, [p for p in parts if os.path.exists(os.path.join(p, "results.parquet"))])
+    if os.path.exists(run_dir):
+        shutil.rmtree(run_dir)
+    os.replace(tmp, run_dir)
+    RunStore(run_dir).update_manifest(
+        spread=dict(gpus=n, wall_s=round(wall, 1), part_exit_codes=codes,
+                    parts=[os.path.relpath(p, args.data_dir) for p in parts]),
+        command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
+    print(f"spread over {n} GPUs in {wall:.0f} s (exit codes {codes}); merged into {run_dir}")
+    return 0 if all(c == 0 for c in codes) else 1
+

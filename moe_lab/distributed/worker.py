@@ -1,0 +1,374 @@
+"""One rank of a distributed sweep: `python -m moe_lab.distributed.worker SPEC.json`,
+started by `moe-lab sweep --nproc N` or by torchrun (environment contract: RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
+
+Every rank draws the same inputs (a pure function of the point and the seed), holds its
+real shard, and for each point x variant x backend goes through three phases, each ended
+by a status exchange through the store (moe_lab.distributed.control):
+
+    setup   available / supports / prepare on this rank (no collective)
+    check   the layer once, end to end; this rank's output against the single-process
+            reference of the full layer (every rank computes it from the full weights)
+    time    per mode: this rank's expert work alone (moe_lab.timing), then the
+            collective alone and the layer end to end, barrier-synchronised (timed.py)
+
+A rank that raises in a phase reports it; then every rank's row of the point carries the
+reason (`rank R: ...`) and the sweep goes on (with a fresh process group when the failure
+may have left a collective half done). Rank 0 writes every rank's rows."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from .. import backends as registry
+from ..backends import Weights
+from ..correctness import THRESHOLDS, classify_exception, make_inputs, one_line, point_seed, reference, rel_err
+from ..environment import capture_environment, device_name, now_iso
+from ..invocations import begin_invocation, end_invocation
+from ..problems import DTYPES, parse_model
+from ..store import RunStore, point_id
+from ..timing import time_fn
+from . import layers, shards
+from .control import Control, RankLost, open_store
+from .timed import across_ranks, sync_loop
+
+ORDER = ("ok", "incorrect", "unsupported", "unavailable", "timeout", "oom", "failed")
+
+
+def fault(spec: dict, rank: int, phase: str):
+    """Testing hook (spec["fault"] = "RANK:PHASE"): that rank raises in that phase, or
+    exits without a word for PHASE "exit"; how the tests make a rank fail for real."""
+    want = spec.get("fault")
+    if want and want == f"{rank}:{phase}":
+        raise RuntimeError(f"injected fault on rank {rank} in {phase}")
+    if want == f"{rank}:exit" and phase == "time":
+        os._exit(3)
+
+
+def _median(xs):
+    xs = sorted(xs)
+    return float(xs[len(xs) // 2]) if len(xs) % 2 else float((xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2)
+
+
+def _q(xs, q):
+    xs = sorted(xs)
+    return float(xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))])
+
+
+class Worker:
+    def __init__(self, spec: dict, rank: int, world: int, local_rank: int):
+        self.spec, self.rank, self.world = spec, rank, world
+        want = spec.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+        if want == "cuda":
+            torch.cuda.set_device(local_rank)
+            self.device = f"cuda:{local_rank}"
+        else:
+            self.device = "cpu"
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        self.cuda = self.device.startswith("cuda")
+        self.pg_backend = "nccl" if self.cuda else "gloo"
+        self.timeout_s = float(spec.get("timeout_s", 120))
+        store = open_store(rank, world, self.timeout_s)
+        dist.init_process_group(self.pg_backend, store=store, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=self.timeout_s))
+        self.group = None  # the default group until a failure calls for a fresh one
+        # a rank reports after its collective timed out: wait longer than that
+        self.ctl = Control(store, rank, world, 2 * self.timeout_s + 10)
+        self.dev_name = device_name(self.device)
+        self.env = capture_environment()
+
+    # --- helpers ---------------------------------------------------------------------
+    def fresh_group(self):
+        """A new process group: after a failure a collective may be half done on some
+        ranks, so the old group's sequence can no longer be trusted."""
+        self.group = dist.new_group(backend=self.pg_backend,
+                                    timeout=datetime.timedelta(seconds=self.timeout_s))
+
+    def agree(self, tag: str, status: str, error: str = "", **facts) -> list[dict]:
+        out = self.ctl.exchange(tag, dict(status=status, error=error, **facts))
+        lost = [r for r, p in enumerate(out) if p.get("lost")]
+        if lost:
+            self.lost = lost
+        return out
+
+    @staticmethod
+    def verdict(states: list[dict]) -> tuple[str, str]:
+        """The point's status: the worst rank's, with every failing rank's reason."""
+        bad = [(r, s) for r, s in enumerate(states) if s["status"] != "ok"]
+        if not bad:
+            return "ok", ""
+        status = max((s["status"] for _, s in bad), key=ORDER.index)
+        return status, "; ".join(f"rank {r}: {s['error']}" for r, s in bad)[:600]
+
+    # --- the loop --------------------------------------------------------------------
+    def run(self) -> int:
+        spec, t0 = self.spec, time.time()
+        self.lost = []
+        self.store = RunStore(spec["run_dir"]) if self.rank == 0 else None
+        hosts = self.ctl.exchange("hello", dict(device=self.dev_name, host=socket.gethostname(),
+                                                cuda_device=self.device))
+        if self.rank == 0:
+            manifest = dict(
+                run_id=os.path.basename(os.path.abspath(spec["run_dir"])),
+                command=spec.get("command"), started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                environment=self.env, config={k: v for k, v in spec.items()
+                                              if k not in ("run_dir", "command", "fault")},
+                distributed=dict(world_size=self.world, backend=self.pg_backend,
+                                 ranks=[dict(rank=r, **h) for r, h in enumerate(hosts)]),
+                inputs="every rank draws the same routing and activations (correctness."
+                       "point_seed); expert e's weights from a generator seeded by (seed, e) "
+                       "(distributed.shards): each rank's shard is a slice of one full layer",
+                where=f"measured by {self.world} processes over {self.pg_backend} on "
+                      + ", ".join(sorted({h['device'] for h in hosts})))
+            self.invocations = begin_invocation(self.store, manifest, t0)
+            done = sorted(self.store.done_ids())
+        else:
+            done = None
+        self.done = set(self.ctl.exchange("done", done)[0])
+        self.devices = [h["device"] for h in hosts]
+        counts = dict(measured=0, skipped=0)
+        status = "interrupted"
+        try:
+            for model in spec["models"]:
+                self.run_model(parse_model(model), counts)
+            status = "complete"
+        except RankLost as exc:
+            status = f"failed: {exc}"
+        except BaseException as exc:
+            status = f"failed: {one_line(exc)}"
+            raise
+        finally:
+            if self.rank == 0:
+                end_invocation(self.store, self.invocations, t0, status, counts["measured"],
+                               counts["skipped"])
+            if not self.lost:
+                self.ctl.exchange("bye", None)  # rank 0 hosts the store: leave together
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass
+        return 0 if status == "complete" else 1
+
+    def points(self, model):
+        s = self.spec
+        for tokens in s["tokens"]:
+            for routing in s["routings"]:
+                for variant in s["variants"]:
+                    for b in s["backends"]:
+                        yield tokens, routing, variant, b
+
+    def row_key(self, model, tokens, routing, variant, backend, mode, rank) -> dict:
+        prob = shards.rank_problem(model, tokens, self.spec["dtype"], variant, self.world, rank)
+        return dict(prob.key(), backend=backend, mode=mode, routing=routing, config="default",
+                    parallel=variant, world_size=self.world, rank=rank,
+                    sharding=prob.sharding)
+
+    def todo_modes(self, model, tokens, routing, variant, b) -> list[str]:
+        return [m for m in self.spec["modes"]
+                if any(point_id(self.row_key(model, tokens, routing, variant, b, m, r))
+                       not in self.done for r in range(self.world))]
+
+    def run_model(self, model, counts):
+        s, dt = self.spec, DTYPES[self.spec["dtype"]]
+        work = [(p, self.todo_modes(model, *p)) for p in self.points(model)]
+        counts["skipped"] += sum(len(s["modes"]) - len(m) for _, m in work) * self.world
+        work = [(p, m) for p, m in work if m]
+        if not work:
+            return
+        full = None
+        try:  # this rank draws its EP shard; the full layer is every rank's shard gathered
+            w1, w2 = shards.ep_shard(model, dt, self.device, s["seed"], self.world, self.rank)
+            fault(s, self.rank, "setup")
+            state = dict(status="ok", error="")
+        except Exception as exc:
+            state = dict(status=classify_exception(exc), error=f"weights: {one_line(exc)}")
+        states = self.agree("weights", **state)
+        if self.verdict(states)[0] == "ok":
+            try:
+                full = Weights(self.gather(w1), self.gather(w2), None)
+                del w1, w2
+            except Exception as exc:
+                states = self.agree("gather", classify_exception(exc), f"gather: {one_line(exc)}")
+            else:
+                states = self.agree("gather", "ok")
+            if self.verdict(states)[0] != "ok":
+                self.fresh_group()
+        status = self.verdict(states)[0]
+        tp_w = None
+        for (tokens, routing, variant, b), modes in work:
+            if status != "ok":  # this model's weights: every point a row with the reason
+                self.write(model, tokens, routing, variant, b, modes, states, {})
+                counts["measured"] += len(modes) * self.world
+                continue
+            if variant == "tp-allreduce" and tp_w is None:
+                tp_w = shards.tp_slice(full, self.world, self.rank)
+            self.run_point(model, full, tp_w, tokens, routing, variant, b, modes)
+            counts["measured"] += len(modes) * self.world
+            if self.lost:
+                raise RankLost(f"rank(s) {self.lost} stopped reporting")
+
+    def reference(self, fprob, full, inp, key):
+        """The single-process reference of the full layer (fp64 on the CPU, fp32 on a
+        GPU), once per token count and routing."""
+        if getattr(self, "_ref", (None,))[0] != key:
+            self._ref = (None, None)
+            self._ref = (key, reference(fprob, full, inp))
+        return self._ref[1]
+
+    def gather(self, t: torch.Tensor) -> torch.Tensor:
+        """Every rank's shard of a weight, concatenated in rank order."""
+        t = t.contiguous()
+        parts = [torch.empty_like(t) for _ in range(self.world)]
+        dist.all_gather(parts, t, group=self.group)
+        return torch.cat(parts)
+
+    # --- one point -------------------------------------------------------------------
+    def run_point(self, model, full, tp_w, tokens, routing, variant, bname, modes):
+        s, r = self.spec, self.rank
+        prob = shards.rank_problem(model, tokens, s["dtype"], variant, self.world, r)
+        seed = point_seed(s["seed"], tokens, routing)
+        fprob = shards.full_problem(model, tokens, s["dtype"])
+        inp = make_inputs(fprob, self.device, seed, routing, ensure_local=False)
+        facts = dict(inputs_digest=inp.digest(), seed=seed, threshold=THRESHOLDS[s["dtype"]])
+        # setup: this rank alone
+        try:
+            backend = registry.get(bname)
+            bprob = layers.k1_problem(prob) if variant == "ep-alltoall" else prob
+            ok, why = backend.available()
+            st = "unavailable"
+            if ok:
+                ok, why = backend.supports(bprob, self.device)
+                st = "unsupported"
+            if ok:
+                lo = prob.first_local_expert
+                w = tp_w if variant == "tp-allreduce" else shards.ep_weights(
+                    prob, full.w1[lo:lo + prob.local_experts], full.w2[lo:lo + prob.local_experts],
+                    self.device)
+                fn = backend.prepare(bprob, w)
+                fault(s, r, "setup")
+                st, why = "ok", ""
+        except Exception as exc:
+            st, why = classify_exception(exc), one_line(exc)
+        states = self.agree("setup", st, why)
+        status, error = self.verdict(states)
+        if status != "ok":
+            return self.write(model, tokens, routing, variant, bname, modes, states, facts)
+        # check: the layer once, end to end, against the single-process reference
+        err = float("nan")
+        try:
+            lay = layers.build(variant, prob, fn, inp, self.world, r, self.group)
+            out = lay.layer()
+            if self.cuda:
+                torch.cuda.synchronize()
+            ref = self.reference(fprob, full, inp, (model.name, tokens, routing))[lay.rows.to(inp.x.device)]
+            err = rel_err(out, ref) if len(lay.rows) else 0.0
+            fault(s, r, "check")
+            st, why = "ok", ""
+            if not err <= facts["threshold"]:
+                st, why = "incorrect", f"max_rel_err {err:.3g} > {facts['threshold']:.0e}"
+            mine = dict(pairs=lay.pairs, experts_hit=lay.experts_hit, sent_bytes=lay.sent_bytes,
+                        tokens_local=len(lay.rows))
+        except Exception as exc:
+            st, why, mine = classify_exception(exc), one_line(exc), {}
+        states = self.agree("check", st, why, max_rel_err=err, **mine)
+        facts["max_rel_err"] = max((x.get("max_rel_err", float("nan")) for x in states),
+                                   key=lambda v: -1 if v != v else v)
+        status, error = self.verdict(states)
+        if status != "ok":
+            if status != "incorrect":
+                self.fresh_group()
+            return self.write(model, tokens, routing, variant, bname, modes, states, facts)
+        for mode in modes:
+            self.time_mode(model, tokens, routing, variant, bname, mode, backend, lay, facts,
+                           states)
+
+    def time_mode(self, model, tokens, routing, variant, bname, mode, backend, lay, facts,
+                  checked):
+        s = self.spec
+        mine = {}
+        try:
+            if mode == "graph" and not self.cuda:
+                raise _Unsupported("graph mode needs a GPU (CUDA/HIP graphs)")
+            if mode == "graph" and (backend.not_capturable or getattr(lay, "not_capturable", None)):
+                raise _Unsupported(f"graph capture: {backend.not_capturable or lay.not_capturable}")
+            t = time_fn(mode, lay.compute, [()], self.device, warmup_ms=s["warmup_ms"],
+                        rep_ms=s["rep_ms"])
+            fault(s, self.rank, "time")
+            coll = sync_loop(lay.collective, self.device, mode, s["reps"], 3, self.group)
+            e2e = sync_loop(lay.layer, self.device, mode, s["reps"], 3, self.group)
+            mine = dict(expert_us=t.median_us, expert_p10_us=t.p10_us, expert_p90_us=t.p90_us,
+                        expert_n=t.n, coll=coll, e2e=e2e)
+            st, why = "ok", ""
+        except _Unsupported as exc:
+            st, why = "unsupported", str(exc)
+        except Exception as exc:
+            st, why = classify_exception(exc), one_line(exc)
+        states = self.agree(f"time-{mode}", st, why, **mine)
+        status, _ = self.verdict(states)
+        if status not in ("ok", "unsupported"):
+            self.fresh_group()
+        merged = [dict(c, **t) for c, t in zip(checked, states)]
+        self.write(model, tokens, routing, variant, bname, [mode], merged, facts)
+
+    # --- rows ------------------------------------------------------------------------
+    def write(self, model, tokens, routing, variant, bname, modes, states, facts):
+        """Rank 0 writes one row per rank and mode; every row of the point carries the
+        point's status and every failing rank's reason."""
+        if self.rank != 0:
+            return
+        status, error = self.verdict(states)
+        rows, samples = [], {}
+        timed = status == "ok" and all("e2e" in x for x in states)
+        if timed:
+            layer = across_ranks([x["e2e"] for x in states])
+            exp = [x["expert_us"] for x in states]
+            coll = [_median(x["coll"]) for x in states]
+            pairs = [x["pairs"] for x in states]
+            point = dict(median_us=_median(layer), p10_us=_q(layer, 0.1), p90_us=_q(layer, 0.9),
+                         n=len(layer), layer_us=_median(layer), predicted_us=max(exp) + max(coll),
+                         imbalance=max(pairs) / (sum(pairs) / len(pairs)) if sum(pairs) else 1.0,
+                         imbalance_time=max(exp) / (sum(exp) / len(exp)))
+        for mode in modes:
+            for r, x in enumerate(states):
+                row = dict(self.row_key(model, tokens, routing, variant, bname, mode, r),
+                           status=status, error=error, median_us=float("nan"), n=0,
+                           kernel_us=float("nan"), warning="", noisy=False, dist_backend=self.pg_backend,
+                           git_commit=self.env.get("git_commit"), measured_at=now_iso(),
+                           device=self.devices[r],
+                           **facts)
+                for k in ("pairs", "experts_hit", "sent_bytes", "tokens_local"):
+                    if k in x:
+                        row[k] = x[k]
+                if timed:
+                    row.update(point, expert_us=x["expert_us"], expert_p10_us=x["expert_p10_us"],
+                               expert_p90_us=x["expert_p90_us"], collective_us=_median(x["coll"]),
+                               rank_layer_us=_median(x["e2e"]))
+                    row["point_id"] = point_id(row)
+                    samples[row["point_id"]] = x["e2e"]
+                rows.append(row)
+        self.store.append_samples(samples)
+        self.store.append(rows, [])
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    w = Worker(spec, rank, world, int(os.environ.get("LOCAL_RANK", rank)))
+    return w.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
