@@ -301,7 +301,8 @@ class Sweep:
                         os.makedirs(os.path.join(self.run_dir, "traces"), exist_ok=True)
                         export_trace(fn, inp.args(), os.path.join(
                             self.run_dir, "traces",
-                            f"{prob.model.name}_{prob.sharding}_T{prob.tokens}_{bname}.json.gz"))
+                            f"{prob.model.name}_{prob.sharding}_T{prob.tokens}_{bname}.json.gz"),
+                            device=self.device)
                         self.traces_left -= 1
             except Exception as exc:
                 reraise_if_terminated(exc)
