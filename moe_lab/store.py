@@ -284,6 +284,7 @@ def merge_runs(dst: str | os.PathLike, sources: list) -> RunStore:
     a manifest listing every source's manifest. A point measured in two sources is an
     error (ValueError naming it), never silently one of them."""
     runs = [open_run(s) for s in sources]
+    _same_sweep(runs)
     ids = pd.concat([r.results["point_id"] for r in runs])
     if ids.duplicated().any():
         raise ValueError(f"point {ids[ids.duplicated()].iloc[0]} is in more than one source")
@@ -307,6 +308,19 @@ def merge_runs(dst: str | os.PathLike, sources: list) -> RunStore:
         merged_from={r.run_id: r.manifest for r in runs},
         where="merged from " + ", ".join(f"{r.run_id} ({r.device})" for r in runs)))
     return out
+
+
+def _same_sweep(runs: list) -> None:
+    """Parts of one sweep differ only in which part they are: a folder whose sweep
+    (its manifest's config, the part aside) is another is refused (ValueError)."""
+    def sweep_of(r):
+        return {k: v for k, v in (r.manifest.get("config") or {}).items() if k not in ("part", "shard")}
+    first = sweep_of(runs[0])
+    for r in runs[1:]:
+        diff = sorted(k for k in set(first) | set(sweep_of(r)) if first.get(k) != sweep_of(r).get(k))
+        if diff:
+            raise ValueError(f"{r.run_id} is from another sweep than {runs[0].run_id} "
+                             f"({', '.join(diff)} differ); merge only the parts of one sweep")
 
 
 # --- reading runs -------------------------------------------------------------------------

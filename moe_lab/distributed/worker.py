@@ -42,13 +42,16 @@ from .timed import across_ranks, sync_loop
 ORDER = ("ok", "incorrect", "unsupported", "unavailable", "timeout", "oom", "failed")
 
 
-def fault(spec: dict, rank: int, phase: str):
-    """Testing hook (spec["fault"] = "RANK:PHASE"): that rank raises in that phase, or
-    exits without a word for PHASE "exit"; how the tests make a rank fail for real."""
-    want = spec.get("fault")
-    if want and want == f"{rank}:{phase}":
+def fault(spec: dict, rank: int, phase: str, tokens: int | None = None):
+    """Testing hook (spec["fault"] = "RANK:PHASE[:TOKENS]"): that rank raises in that
+    phase (setup, check, time; at that token count only, if given), or exits without a
+    word when the phase is "exit" (at its time phase); how the tests make a rank fail."""
+    want = (spec.get("fault") or "").split(":")
+    if len(want) < 2 or int(want[0]) != rank or (len(want) > 2 and int(want[2]) != tokens):
+        return
+    if want[1] == phase:
         raise RuntimeError(f"injected fault on rank {rank} in {phase}")
-    if want == f"{rank}:exit" and phase == "time":
+    if want[1] == "exit" and phase == "time":
         os._exit(3)
 
 
@@ -185,7 +188,7 @@ class Worker:
         full = None
         try:  # this rank draws its EP shard; the full layer is every rank's shard gathered
             w1, w2 = shards.ep_shard(model, dt, self.device, s["seed"], self.world, self.rank)
-            fault(s, self.rank, "setup")
+            fault(s, self.rank, "weights")
             state = dict(status="ok", error="")
         except Exception as exc:
             state = dict(status=classify_exception(exc), error=f"weights: {one_line(exc)}")
@@ -252,7 +255,7 @@ class Worker:
                     prob, full.w1[lo:lo + prob.local_experts], full.w2[lo:lo + prob.local_experts],
                     self.device)
                 fn = backend.prepare(bprob, w)
-                fault(s, r, "setup")
+                fault(s, r, "setup", tokens)
                 st, why = "ok", ""
         except Exception as exc:
             st, why = classify_exception(exc), one_line(exc)
@@ -269,7 +272,7 @@ class Worker:
                 torch.cuda.synchronize()
             ref = self.reference(fprob, full, inp, (model.name, tokens, routing))[lay.rows.to(inp.x.device)]
             err = rel_err(out, ref) if len(lay.rows) else 0.0
-            fault(s, r, "check")
+            fault(s, r, "check", tokens)
             st, why = "ok", ""
             if not err <= facts["threshold"]:
                 st, why = "incorrect", f"max_rel_err {err:.3g} > {facts['threshold']:.0e}"
@@ -300,7 +303,7 @@ class Worker:
                 raise _Unsupported(f"graph capture: {backend.not_capturable or lay.not_capturable}")
             t = time_fn(mode, lay.compute, [()], self.device, warmup_ms=s["warmup_ms"],
                         rep_ms=s["rep_ms"])
-            fault(s, self.rank, "time")
+            fault(s, self.rank, "time", tokens)
             coll = sync_loop(lay.collective, self.device, mode, s["reps"], 3, self.group)
             e2e = sync_loop(lay.layer, self.device, mode, s["reps"], 3, self.group)
             mine = dict(expert_us=t.median_us, expert_p10_us=t.p10_us, expert_p90_us=t.p90_us,
