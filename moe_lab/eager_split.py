@@ -145,11 +145,12 @@ def split_trace(path, range_name: str = RANGE_NAME) -> dict:
 
 
 def check_split(wall_us: float, eager: dict | None, n_ops: float = math.nan,
-                tol: float = CHECK_TOL, profiled_us: float = math.nan) -> tuple[bool, str]:
+                tol: float = CHECK_TOL, profiled_us: float = math.nan,
+                cpu: bool = False) -> tuple[bool, str]:
     """Does the profiled call's window (= the parts' sum) match the timed eager median
     within tol? (ok, reason when not). `eager`: the eager row (median_us, p10_us, p90_us,
     noisy); `profiled_us`: the same call timed eagerly under the profiler, when known
-    (split_point), which measures the profiler's own cost."""
+    (split_point), which measures the profiler's own cost; `cpu`: no device timeline."""
     if not eager or not (eager.get("median_us") or 0) > 0:
         return False, "no eager time measured for this point: nothing to check the sum against"
     med = float(eager["median_us"])
@@ -171,13 +172,16 @@ def check_split(wall_us: float, eager: dict | None, n_ops: float = math.nan,
         if profiled_us == profiled_us and profiled_us > 0:
             ops += f"; the call timed under the profiler: {profiled_us:.0f} us"
         why = ("the profiler adds host time to every op and launch it records" + ops
-               + ", and eager's host runs at two speeds (10-25% noise on the hosts measured)")
+               + (", and this CPU's speed changes between calls" if cpu else
+                  ", and eager's host runs at two speeds (10-25% noise on the hosts measured)"))
         return False, (f"profiled call {wall_us:.0f} us is {r - 1:.0%} above the timed eager "
                        f"median {med:.0f} us{spread}: {why}{noisy}")
+    why = ("this CPU ran the profiled calls faster than the timed ones (its speed changes "
+           "between calls)" if cpu else
+           "the host ran faster while profiled than in the timed window (eager's host noise, "
+           "10-25% on the hosts measured), and the timed calls start from a flushed L2")
     return False, (f"profiled call {wall_us:.0f} us is {1 - r:.0%} below the timed eager "
-                   f"median {med:.0f} us{spread}: the host ran faster while profiled than in "
-                   f"the timed window (eager's host noise, 10-25% on the hosts measured), and the "
-                   f"timed calls start from a flushed L2{noisy}")
+                   f"median {med:.0f} us{spread}: {why}{noisy}")
 
 
 def parse_trace_name(name: str) -> dict | None:
@@ -221,7 +225,7 @@ def run_split(run) -> pd.DataFrame:
         s = split_trace(path)
         eager, ambiguous = _timed_row(run.results, pt, "eager")
         graph, _ = _timed_row(run.results, pt, "graph")
-        ok, why = check_split(s["wall_us"], eager, s["n_ops"])
+        ok, why = check_split(s["wall_us"], eager, s["n_ops"], cpu=not s["device_timeline"])
         rows.append(dict(pt, **s, eager_us=(eager or {}).get("median_us", math.nan),
                          graph_us=(graph or {}).get("median_us", math.nan),
                          device=(eager or {}).get("device", run.device),
@@ -273,6 +277,7 @@ def split_point(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep
             tp_ = time_fn("eager", fn, [inp.args()], device)
     s = split_trace(path)
     eager = dict(median_us=t.median_us, p10_us=t.p10_us, p90_us=t.p90_us, noisy=t.noisy)
-    ok, why = check_split(s["wall_us"], eager, s["n_ops"], profiled_us=tp_.median_us)
+    ok, why = check_split(s["wall_us"], eager, s["n_ops"], profiled_us=tp_.median_us,
+                          cpu=not s["device_timeline"])
     return dict(s, eager_us=t.median_us, profiled_eager_us=tp_.median_us, adds_up=ok,
                 reason=why, trace=path, point=prob.describe(), backend=backend, device=device)
