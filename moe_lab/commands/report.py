@@ -1,4 +1,6 @@
-"""`moe-lab report`: execute every notebook headless into HTML and export its figures."""
+"""`moe-lab report`: execute every notebook headless into HTML and export its figures; with
+`--runs A[,B...] --out DIR` the review export instead: one self-contained HTML page of the
+runs' figures, each with its provenance underneath, plus PNG and SVG files (moe_lab.review)."""
 from __future__ import annotations
 
 import glob
@@ -14,9 +16,41 @@ def configure(p):
     p.add_argument("--only", default=None, help="comma-separated notebook name prefixes, e.g. 01,03")
     p.add_argument("--out", default="reports", help="output folder")
     p.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    p.add_argument("--runs", default=None,
+                   help="review export: comma-separated run folders or ids (two: a compare "
+                        "section, B over A); writes OUT/index.html and OUT/figures/*.png|svg")
+    p.add_argument("--by", default=None,
+                   help="with --runs: compare one run split by this column, e.g. config")
+    p.add_argument("--values", default=None, help="with --by: the two values A,B")
+    p.add_argument("--mode", default=None, help="with --runs: compare only this mode, e.g. graph")
+
+
+def review(args) -> int:
+    from ..review import build, write
+    from ..store import open_run
+    names = [r.strip() for r in args.runs.split(",") if r.strip()]
+    if not names:
+        raise UsageError("--runs needs at least one run folder or run id")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out} is a file, not a folder")
+    if args.by and len(names) > 2:
+        raise UsageError("--by compares one run (or two): give at most two --runs")
+    values = [v.strip() for v in args.values.split(",")] if args.values else None
+    runs = [open_run(n) for n in names]
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write the report to {args.out}: {exc.strerror or exc}") from None
+    sections = build(runs, args.by, values, args.mode)
+    path = write(sections, args.out, getattr(args, "_argv", None))
+    print(f"review: {len(sections)} sections, "
+          f"{sum(s.fig is not None for s in sections)} figures -> {path}")
+    return 0
 
 
 def run(args) -> int:
+    if args.runs is not None:
+        return review(args)
     try:
         import nbclient  # noqa: F401
         import nbconvert  # noqa: F401

@@ -1,0 +1,246 @@
+"""The review export of `moe-lab report --runs ... --out DIR`: one self-contained HTML page
+(every figure embedded as a PNG data URI, with the device, dtype, commits and commands of
+the rows it draws written underneath) plus a PNG and an SVG per figure in DIR/figures/.
+
+    sections = build([open_run("a"), open_run("b")])          # figures and tables
+    write(sections, "reports/review", argv)                    # -> reports/review/index.html
+
+What a review gets, from what the runs hold: time per call against tokens per run; where
+an eager call's time goes when a run has sweep traces; the compare of two runs (or of one
+split by a column, `by`/`values`) with bootstrap intervals and verdicts; the same shapes
+on several devices side by side when the runs come from more than one device.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .errors import UsageError
+from .store import Run
+
+PNG_DPI = 150       # files and embedded images (2x for sharp text at the displayed width)
+PAGE_PX = 900       # the width a pull request shows; wider figures are scaled down to it
+
+
+@dataclass
+class Section:
+    title: str
+    text: str = ""
+    fig: object | None = None                # a matplotlib Figure
+    drawn: list = field(default_factory=list)  # (Run, rows drawn) for the provenance
+    table: pd.DataFrame | None = None
+    details: pd.DataFrame | None = None      # long table, folded
+    slug: str = ""
+
+
+def commands_of(run: Run) -> list[str]:
+    """The commands that wrote a run: its invocations', else its own, else those of the
+    runs it was merged from."""
+    m = run.manifest
+    cmds = [i.get("command") for i in m.get("invocations") or [] if i.get("command")]
+    if not cmds and m.get("command"):
+        cmds = [m["command"]]
+    if not cmds:
+        for src in (m.get("merged_from") or {}).values():
+            if isinstance(src, dict) and src.get("command"):
+                cmds.append(src["command"])
+    return list(dict.fromkeys(cmds))
+
+
+def provenance(run: Run, rows: pd.DataFrame | None) -> dict:
+    rows = run.results if rows is None else rows
+    def vals(col):
+        return sorted({str(v) for v in rows[col].dropna()}) if col in rows and len(rows) else []
+    return dict(run=run.run_id, device=", ".join(vals("device")) or run.device,
+                dtype=", ".join(vals("dtype")) or "?", commits=", ".join(run.commits(rows))
+                or "unknown", commands=commands_of(run), rows=len(rows))
+
+
+def _title(fig, text: str) -> None:
+    if getattr(fig, "_suptitle", None) is None:
+        fig.suptitle(text, fontsize=11)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60]
+
+
+def _time_section(run: Run) -> Section:
+    from .plots import kernel_time
+    fig = kernel_time.fig_time_vs_tokens(run)
+    _title(fig, f"Time per MoE call against tokens, {run.device}")
+    ok = kernel_time.ok_times(run.results)
+    return Section(f"Time per call: {run.run_id}", fig=fig, drawn=[(run, ok)],
+                   text=f"{len(ok)} ok points of {len(run.results)}; median per call, band "
+                        "p10-p90; dashed eager (host included), solid graph replay.")
+
+
+def _split_section(run: Run) -> Section | None:
+    from .plots import eager_split
+    t = eager_split.table(run)
+    if t.empty:
+        return None
+    fig = eager_split.fig_eager_split(run, t)
+    shown = t.assign(sum_over_eager=t["sum_over_eager"].round(2))[
+        ["model", "tp", "ep", "tokens", "backend", "wall_us", "host_us", "gap_us", "kernel_us",
+         "eager_us", "graph_us", "sum_over_eager", "adds_up", "reason"]].round(1)
+    rows = run.results[(run.results["mode"] == "eager")
+                       & run.results["backend"].isin(t["backend"])
+                       & run.results["model"].isin(t["model"])
+                       & run.results["tokens"].isin(t["tokens"])]
+    return Section(f"Where eager time goes: {run.run_id}", fig=fig, drawn=[(run, rows)],
+                   table=shown, text=(
+                       f"{len(t)} profiled eager calls (the run's sweep traces), each cut into "
+                       "Python and dispatch on the host, launch gaps (device idle between the "
+                       "call's kernels) and kernel time; the parts add up to the call's window, "
+                       f"which is within 10% of the timed eager median at {int(t['adds_up'].sum())}"
+                       f" of {len(t)} points; the others say why."))
+
+
+def _compare_section(a: Run, b: Run, by=None, values=None, mode=None) -> Section:
+    from .compare import compare, summary
+    from .plots.compare import fig_ratio
+    t = compare(a, b, by, values)
+    if mode:
+        t = t[t["mode"] == mode]
+    fig = fig_ratio(t, a, b, by, values)
+    what = (f"{by} {values[1]} over {values[0]} in {a.run_id}" if by else
+            f"{b.run_id} over {a.run_id}")
+    _title(fig, f"B / A: {what}, {a.device}")
+    by_cols = [c for c in ("backend", "mode", "verdict") if c in t]
+    counts = (t.groupby(by_cols).size().rename("points").reset_index() if len(t)
+              else pd.DataFrame())
+    cols = [c for c in ("model", "tp", "ep", "backend", "mode", "tokens", "a_us", "b_us",
+                        "ratio", "low", "high", "verdict") if c in t]
+    drawn = [(a, _matched(a, t))] + ([] if b is a else [(b, _matched(b, t))])
+    return Section(f"Compare: {what}", fig=fig, drawn=drawn, table=counts,
+                   details=t[cols].round(3), text=(
+                       f"Per matching point, B/A ratio of medians with a bootstrap 95% interval "
+                       f"from the kept samples; verdicts against the mode's noise: {summary(t)}."))
+
+
+def _matched(run: Run, t: pd.DataFrame) -> pd.DataFrame:
+    r = run.results
+    keys = [k for k in ("model", "backend", "mode", "tokens") if k in t and k in r]
+    if not len(t) or not keys:
+        return r.iloc[:0]
+    return r.merge(t[keys].drop_duplicates(), on=keys, how="inner")
+
+
+def _devices_section(runs: list[Run]) -> Section | None:
+    from .plots import devices
+    rows = devices.rows_for(runs)
+    if rows.empty:
+        return None
+    fig = devices.fig_side_by_side(rows, runs)
+    _title(fig, "The same shapes on " + ", ".join(sorted(rows["device"].unique())))
+    return Section("Devices side by side", fig=fig,
+                   drawn=[(r, rows[rows["run_id"] == r.run_id]) for r in runs
+                          if (rows["run_id"] == r.run_id).any()],
+                   text=devices.summary(rows))
+
+
+def build(runs: list[Run], by: str | None = None, values=None, mode: str | None = None
+          ) -> list[Section]:
+    """The sections of a review of `runs` (see the module doc)."""
+    out = []
+    if len(runs) == 2 or by:
+        out.append(_compare_section(runs[0], runs[-1], by, values, mode))
+    for run in {str(r.path): r for r in runs}.values():  # a run compared with itself once
+        out.append(_time_section(run))
+        s = _split_section(run)
+        if s is not None:
+            out.append(s)
+    if len({r.device for r in runs}) > 1:
+        s = _devices_section(runs)
+        if s is not None:
+            out.append(s)
+    return out
+
+
+CSS = """body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:940px;
+margin:1.5em auto;padding:0 12px;color:#222;line-height:1.45}h1{font-size:1.5em}
+h2{font-size:1.15em;margin-top:2.2em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.82em;color:#444;margin-top:.4em}figcaption code{font-size:.95em;
+word-break:break-all;background:#f6f6f6;padding:0 2px}table{border-collapse:collapse;
+font-size:.8em;margin:.6em 0}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
+th{background:#f3f3f3}td:last-child{text-align:left}.meta{color:#555;font-size:.85em}
+details summary{cursor:pointer;font-size:.9em;color:#333}"""
+
+
+def _img(fig, path_base: str) -> tuple[str, int]:
+    """Save PNG and SVG files; return the PNG as a data URI and its display width (px)."""
+    fig.savefig(path_base + ".svg")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=PNG_DPI)
+    with open(path_base + ".png", "wb") as f:
+        f.write(buf.getvalue())
+    width = min(PAGE_PX, int(fig.get_figwidth() * 96))
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode(), width
+
+
+def _caption(sec: Section, files: str) -> str:
+    lines = []
+    for run, rows in sec.drawn:
+        p = provenance(run, rows)
+        cmds = "; ".join(f"<code>{html.escape(c)}</code>" for c in p["commands"]) or "not recorded"
+        lines.append(f"<b>run</b> {html.escape(p['run'])} &middot; <b>device</b> "
+                     f"{html.escape(p['device'])} &middot; <b>dtype</b> {html.escape(p['dtype'])}"
+                     f" &middot; <b>commits</b> {html.escape(p['commits'])} &middot; "
+                     f"{p['rows']} rows &middot; <b>command</b> {cmds}")
+    lines.append(f"files: {html.escape(files)}")
+    return "<figcaption class=\"provenance\">" + "<br>".join(lines) + "</figcaption>"
+
+
+def _table(df: pd.DataFrame) -> str:
+    return df.to_html(index=False, border=0, na_rep="", escape=True)
+
+
+def write(sections: list[Section], out: str, argv: list[str] | None = None,
+          title: str = "moe-lab review") -> str:
+    """Write DIR/index.html and DIR/figures/<n>-<slug>.{png,svg}; return the HTML's path."""
+    figdir = os.path.join(out, "figures")
+    try:
+        os.makedirs(figdir, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
+    for old in os.listdir(figdir):  # an earlier export's figures would mislead
+        if re.match(r"^\d\d-.*\.(png|svg)$", old):
+            os.remove(os.path.join(figdir, old))
+    body = [f"<h1>{html.escape(title)}</h1>",
+            f"<p class=\"meta\">made {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by "
+            f"<code>{html.escape(' '.join(['moe-lab'] + list(argv or [])))}</code>; every figure "
+            "names the runs, devices, dtypes, commits and commands of the rows it draws.</p>"]
+    body.append("<ul>" + "".join(f"<li>{html.escape(s.title)}</li>" for s in sections) + "</ul>")
+    for i, s in enumerate(sections, 1):
+        body.append(f"<h2>{html.escape(s.title)}</h2>")
+        if s.text:
+            body.append(f"<p>{html.escape(s.text)}</p>")
+        if s.fig is not None:
+            base = os.path.join(figdir, f"{i:02d}-{s.slug or _slug(s.title)}")
+            uri, width = _img(s.fig, base)
+            rel = os.path.relpath(base, out)
+            body.append(f"<figure><img alt=\"{html.escape(s.title)}\" width=\"{width}\" "
+                        f"src=\"{uri}\">{_caption(s, rel + '.png, ' + rel + '.svg')}</figure>")
+        if s.table is not None and len(s.table):
+            body.append(_table(s.table))
+        if s.details is not None and len(s.details):
+            body.append(f"<details><summary>every point ({len(s.details)})</summary>"
+                        f"{_table(s.details)}</details>")
+    page = ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
+            + "\n".join(body) + "</body></html>\n")
+    path = os.path.join(out, "index.html")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(page)
+    os.replace(tmp, path)
+    return path
