@@ -16,13 +16,23 @@ import torch
 
 from . import backends
 from .backends.torch_ref import torch_moe
-from .problems import Problem
+from .problems import FP8_SCHEMES, Problem
 from .routing import make_routing
 
 # Pass/fail threshold on max|out-ref|/max|ref| per dtype. bf16 keeps 8 bits of mantissa:
 # rounding of the output alone is 2^-8 ~ 0.4% of an element, and the bf16 intermediate
 # between the two GEMMs adds as much again; 2% leaves room for accumulation order.
 THRESHOLDS = {"bf16": 2e-2, "fp16": 5e-3, "fp32": 2e-3}
+# fp8 schemes: the reference runs on the same dequantised weights and activations, so
+# quantisation error is not in this number (it is `quant_err`). What is left is larger
+# than bf16's: a kernel computes gemm1's output and silu*mul in bf16, then re-quantises
+# `a` to fp8; an element of `a` within bf16 rounding of an fp8 rounding boundary lands on
+# the neighbouring fp8 value, one fp8 quantum (2^-3 of the element) away from the
+# reference's, and a few such flips per row move an output by a few % of the max. Measured
+# on the CPU (torch-fp8 and torch-fp8-dequant, Qwen3-30B TP8 and EP8 and a Llama-4-like
+# shape, 1/16/64 tokens, two seeds): median 2.2%, max 4.6%. 6e-2 covers that; a wrong
+# scale (x2, or e4m3fn bits read as e4m3fnuz without doubling the scale) is 50-100% off.
+THRESHOLDS.update({s: 6e-2 for s in FP8_SCHEMES})
 
 
 def default_device() -> str:
@@ -50,7 +60,13 @@ def make_weights(problem: Problem, device: str, seed: int) -> backends.Weights:
     E, I, H, dt = problem.local_experts, problem.inter, problem.hidden, problem.torch_dtype
     w1 = _randn_cpu((E, 2 * I, H), g, dt, device, H ** -0.5)
     w2 = _randn_cpu((E, H, I), g, dt, device, I ** -0.5)
-    return backends.Weights(w1, w2, problem.expert_map(device))
+    qw = None
+    if problem.is_fp8:  # quantised once, with scales from these weights (moe_lab.quant)
+        from .devices import fp8_format_for
+        from .environment import device_name
+        from .quant import quantize_weights
+        qw = quantize_weights(w1, w2, problem.dtype, fp8_format_for(device_name(device)))
+    return backends.Weights(w1, w2, problem.expert_map(device), qw)
 
 
 @dataclass
@@ -86,9 +102,31 @@ def make_inputs(problem: Problem, device: str, seed: int, routing: str = "unifor
 
 
 def reference(problem: Problem, weights: backends.Weights, inp: Inputs) -> torch.Tensor:
+    """fp64 (CPU) / fp32 (GPU). An fp8 scheme: the FP8 layer on the dequantised weights
+    and activations (moe_lab.backends.torch_fp8.fp8_reference)."""
+    cd = torch.float64 if inp.x.device.type == "cpu" else torch.float32
+    if problem.is_fp8:
+        from .backends.torch_fp8 import fp8_reference
+        return fp8_reference(inp.x, weights.quant, inp.topk_weights, inp.topk_ids,
+                             weights.expert_map, problem.weight_on_input, compute_dtype=cd)
+    return unquantized_reference(problem, weights, inp)
+
+
+def unquantized_reference(problem: Problem, weights: backends.Weights, inp: Inputs) -> torch.Tensor:
+    """The layer on the unquantised (bf16) weights and activations."""
     cd = torch.float64 if inp.x.device.type == "cpu" else torch.float32
     return torch_moe(inp.x, weights.w1, weights.w2, inp.topk_weights, inp.topk_ids,
                      weights.expert_map, problem.weight_on_input, compute_dtype=cd)
+
+
+def quant_facts(problem: Problem, weights: backends.Weights, inp: Inputs,
+                ref: torch.Tensor) -> dict:
+    """Row columns of the dtype: fp8_format ('' for bf16) and quant_err, the distance of
+    the FP8 layer (ref) from the bf16 layer, max|fp8 - bf16| / max|bf16| (NaN for bf16)."""
+    if not problem.is_fp8:
+        return dict(fp8_format="", quant_err=float("nan"))
+    return dict(fp8_format=weights.quant.fmt,
+                quant_err=rel_err(ref, unquantized_reference(problem, weights, inp)))
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -122,6 +160,11 @@ def check_backend(backend: backends.Backend, problem: Problem, weights: backends
     ok, why = backend.available()
     if not ok:
         return dict(row, status="unavailable", error=why)
+    if problem.is_fp8 and problem.dtype not in backend.quant_schemes:
+        return dict(row, status="unsupported",
+                    error=f"{backend.name} has no {problem.dtype} path" +
+                    (f" (its fp8 schemes: {', '.join(backend.quant_schemes)})"
+                     if backend.quant_schemes else ""))
     ok, why = backend.supports(problem, device)
     if not ok:
         return dict(row, status="unsupported", error=why)
@@ -149,6 +192,7 @@ def check_problem(problem: Problem, backend_names: list[str], device: str, seed:
     weights = make_weights(problem, device, seed)
     inp = make_inputs(problem, device, seed + 7, routing)
     ref = reference(problem, weights, inp)
+    facts = quant_facts(problem, weights, inp, ref)
     rows = []
     for name in backend_names:
         t0 = time.perf_counter()
@@ -160,7 +204,7 @@ def check_problem(problem: Problem, backend_names: list[str], device: str, seed:
         else:
             fn = be.prepare(problem, weights, config=table) if table is not None else None
             row = check_backend(be, problem, weights, inp, ref, device, fn)
-        row.update(problem.key(), routing=routing, seed=seed,
+        row.update(problem.key(), **facts, routing=routing, seed=seed,
                    config=config if be.tunable else "default",
                    check_s=round(time.perf_counter() - t0, 3))
         rows.append(row)

@@ -36,6 +36,9 @@ class DeviceSpec:
     hbm_tb_s: float
     l2_mb: float  # last-level on-chip cache: L2 on NVIDIA, Infinity Cache (MALL) on AMD
     source: str
+    # the fp8 its matrix cores take: OCP e4m3fn (NVIDIA Hopper/Blackwell, CDNA4 MI350/MI355)
+    # or e4m3fnuz (CDNA3 MI300X/MI325X; aiter's utility/dtypes.py: gfx942 -> fnuz, gfx950 -> fn)
+    fp8_format: str = "e4m3fn"
 
 
 DEVICE_SPECS: dict[str, DeviceSpec] = {
@@ -45,12 +48,12 @@ DEVICE_SPECS: dict[str, DeviceSpec] = {
     # (torch reports L2_cache_size=4MB: one XCD's, ROCm/legacy-rocm-build#4203).
     "mi300x": DeviceSpec("AMD Instinct MI300X", "amd", 1307.4, 2614.9, 5.3, 256.0,
                          "AMD Instinct MI300X data sheet: 1307.4 TFLOP/s bf16 dense, "
-                         "2614.9 fp8 dense, 5.3 TB/s HBM3, 256 MB Infinity Cache"),
+                         "2614.9 fp8 dense, 5.3 TB/s HBM3, 256 MB Infinity Cache", fp8_format="e4m3fnuz"),
     # AMD Instinct MI325X data sheet (amd.com/en/products/accelerators/instinct/mi300/mi325x.html):
     # same CDNA3 compute as MI300X, 256 GB HBM3E at 6.0 TB/s, 256 MB Infinity Cache.
     "mi325x": DeviceSpec("AMD Instinct MI325X", "amd", 1307.4, 2614.9, 6.0, 256.0,
                          "AMD Instinct MI325X data sheet: 1307.4 TFLOP/s bf16 dense, "
-                         "2614.9 fp8 dense, 6.0 TB/s HBM3E, 256 MB Infinity Cache"),
+                         "2614.9 fp8 dense, 6.0 TB/s HBM3E, 256 MB Infinity Cache", fp8_format="e4m3fnuz"),
     # AMD Instinct MI355X data sheet (amd.com/en/products/accelerators/instinct/mi350/mi355x.html):
     # AMD quotes 2.5 PF bf16 and 5.0 PF fp8 dense; 256 CUs x 2400 MHz x 4096 (bf16) or
     # 8192 (fp8, ISSCC 2026) FLOP/clk/CU = 2516.6 / 5033.2 TFLOP/s. 8.0 TB/s HBM3E,
@@ -106,6 +109,21 @@ def spec_for(device_name: str) -> DeviceSpec | None:
         if re.search(pattern, device_name, re.IGNORECASE):
             return DEVICE_SPECS[key]
     return None
+
+
+def fp8_format_for(device_name: str) -> str:
+    """'e4m3fn' or 'e4m3fnuz' for a device name: its spec's, else by the ROCm arch torch
+    reports (gfx94x: CDNA3, fnuz), else e4m3fn (NVIDIA, CDNA4, and the CPU, which computes
+    in the OCP format)."""
+    spec = spec_for(device_name)
+    if spec is not None:
+        return spec.fp8_format
+    import torch
+    if torch.version.hip and torch.cuda.is_available():
+        arch = getattr(torch.cuda.get_device_properties(0), "gcnArchName", "")
+        if arch.startswith("gfx94"):
+            return "e4m3fnuz"
+    return "e4m3fn"
 
 
 def spec_key(spec: DeviceSpec) -> str | None:

@@ -70,6 +70,10 @@ PRESETS: dict[str, ModelSpec] = {
 SEED_MODELS = ("llama4-scout-16e", "llama4-maverick-128e", "deepseek-r1", "qwen3-235b-a22b")
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# fp8 schemes (moe_lab.quant): fp8 weights and activations inside the layer; the layer's
+# input and output (x, out) stay in the activation dtype, bf16
+FP8_SCHEMES = ("fp8-tensor", "fp8-channel", "fp8-block128")
+DTYPES.update({s: torch.bfloat16 for s in FP8_SCHEMES})
 
 _CUSTOM_RE = re.compile(r"^custom:(.+)$")
 
@@ -166,7 +170,17 @@ class Problem:
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        """The dtype of x and out (bf16 for the fp8 schemes)."""
         return DTYPES[self.dtype]
+
+    @property
+    def act_dtype(self) -> str:
+        """'bf16', 'fp16' or 'fp32': the layer's input/output dtype."""
+        return "bf16" if self.is_fp8 else self.dtype
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.dtype in FP8_SCHEMES
 
     @property
     def weight_on_input(self) -> bool:

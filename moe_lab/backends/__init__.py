@@ -20,6 +20,8 @@ on the class:
                       None: unknown (its backend roof columns stay NaN).
     compile_both_ways measured under torch.compile both traced and through its custom op
     not_capturable    None, or why graph capture is not even tried
+    quant_schemes     the fp8 schemes (moe_lab.quant.SCHEMES) it implements; () = none: a
+                      point of another scheme is an `unsupported` row without asking it
     tunable           has launch configurations that `moe-lab tune` searches (then it also
                       implements config_space, default_config and config files, below)
     available() -> (bool, reason)             can it run on this machine at all?
@@ -58,6 +60,7 @@ class Weights:
     w1: torch.Tensor
     w2: torch.Tensor
     expert_map: torch.Tensor | None  # int32[E] global -> local, -1 remote; None without EP
+    quant: object = None  # moe_lab.quant.QuantWeights for an fp8 scheme (w1/w2 stay bf16)
 
 
 class Backend:
@@ -69,6 +72,7 @@ class Backend:
     compile_both_ways = False
     not_capturable: str | None = None
     tunable = False
+    quant_schemes: tuple[str, ...] = ()
 
     def available(self) -> tuple[bool, str]:
         return True, ""
