@@ -39,6 +39,9 @@ from .problems import Problem, make_problem
 # --- cost -----------------------------------------------------------------------------
 
 _ELEM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# the weight scales of each fp8 scheme (moe_lab.quant), in _weight_bytes_per_expert's terms
+FP8_SCALES = {"fp8-tensor": "per-tensor", "fp8-channel": "per-channel",
+              "fp8-block128": "block:128"}
 
 @dataclass
 class Cost:
@@ -103,7 +106,9 @@ def cost(problem: Problem, ids: torch.Tensor | None = None, backend: str | None 
     ids: global topk ids int32[T, k] for exact counts; None (or routing_expected=True)
     uses the uniform-routing expectations. experts_hit and pairs override the counts of
     local experts read and local (token, slot) pairs computed (e.g. a row's exact counts).
-    weight_dtype defaults to the problem's dtype; "fp8" adds `scales`. backend adds that
+    weight_dtype defaults to the problem's dtype; "fp8" adds `scales`. An fp8 scheme
+    (fp8-tensor/-channel/-block128) is fp8 weights with its own scales (FP8_SCALES) and
+    x/out in bf16; fp8 activations inside the layer are the backend's. backend adds that
     backend's declared intermediates (ValueError if it declares none)."""
     T, H, I, k = problem.tokens, problem.hidden, problem.inter, problem.topk
     E, E_local, ep = problem.experts, problem.local_experts, problem.ep
@@ -118,8 +123,10 @@ def cost(problem: Problem, ids: torch.Tensor | None = None, backend: str | None 
     if experts_hit is not None:
         hit = float(experts_hit)
     pairs = float(pairs)
-    act_b = _ELEM_BYTES[problem.dtype]
+    act_b = _ELEM_BYTES[problem.act_dtype]
     wdt = weight_dtype or problem.dtype
+    if wdt in FP8_SCALES:
+        wdt, scales = "fp8", FP8_SCALES[wdt]
     flops = 2.0 * pairs * (2 * I * H + I * H)
     weight_bytes = hit * _weight_bytes_per_expert(H, I, wdt, scales)
     act_bytes = 2.0 * T * H * act_b
@@ -175,15 +182,19 @@ def roof_basis(ceil: DeviceSpec | Ceilings, dtype: str = "bf16") -> str:
         bw, source = f"peak {_peaks(ceil)[2]:.3g} TB/s", "vendor"
     try:
         peak = peak_tflops(ceil, dtype)
-        gemm = f"gemm {'' if dtype in ('bf16', 'fp16') else dtype + ' '}{peak:.4g} TFLOP/s"
+        name = "fp8" if dtype in FP8_SCALES else dtype
+        gemm = f"gemm {'' if dtype in ('bf16', 'fp16') else name + ' '}{peak:.4g} TFLOP/s"
     except ValueError:
         gemm = f"no {dtype} gemm peak"
     return f"{bw}, {gemm} ({source})"
 
 
 def peak_tflops(ceil: DeviceSpec | Ceilings, dtype: str = "bf16") -> float:
-    """The matrix peak for dtype: bf16/fp16 share one; fp8 its own; fp32 has none quoted."""
+    """The matrix peak for dtype: bf16/fp16 share one; fp8 (and the fp8 schemes) its own;
+    fp32 has none quoted."""
     bf16, fp8, _ = _peaks(ceil)
+    if dtype in FP8_SCALES:
+        dtype = "fp8"
     if dtype in ("bf16", "fp16"):
         return bf16
     if dtype == "fp8" and fp8 is not None:

@@ -23,7 +23,7 @@ from . import backends as registry
 from .compile import COMPILE_BUDGET_S, CompileBench
 from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
 from .correctness import (THRESHOLDS, check_backend, classify_exception, make_inputs,
-                          make_weights, one_line, point_seed, reference)
+                          make_weights, one_line, point_seed, quant_facts, reference)
 from .environment import capture_environment, device_name, now_iso
 from .errors import PointTimeout, Terminated, reraise_if_terminated, terminate_gracefully, time_limit
 from .modes import Mode
@@ -238,7 +238,8 @@ class Sweep:
             ref = reference(prob, weights, inp)
             hit, pairs = local_counts(prob, inp.topk_ids.cpu())
             facts = dict(experts_hit=hit, pairs=pairs, inputs_digest=inp.digest(),
-                         threshold=THRESHOLDS[prob.dtype], **self._speed_of_light(prob, pairs))
+                         threshold=THRESHOLDS[prob.dtype], **self._speed_of_light(prob, pairs),
+                         **quant_facts(prob, weights, inp, ref))
             for b, config, modes in work:
                 bar.set_description(f"{prob.model.name} {prob.sharding} T={prob.tokens} {b}"
                                     + ("" if config == "default" else f" [{config}]"))
@@ -400,7 +401,7 @@ def _add_roofline(rows, prob, topk_ids, device):
         ids = topk_ids.cpu() if topk_ids is not None else None
         for r in rows:
             c = cost(prob, ids=ids)
-            roof = floor_us(c, ceil)
+            roof = floor_us(c, ceil, prob.dtype)
             r.update(flops=float(c.flops), bytes=float(c.bytes), roof_us=roof,
                      ceiling_source=ceil.source)
             med = r.get("median_us", float("nan"))
