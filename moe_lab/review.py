@@ -75,7 +75,7 @@ def _slug(text: str) -> str:
 def _time_section(run: Run) -> Section:
     from .plots import kernel_time
     fig = kernel_time.fig_time_vs_tokens(run)
-    _title(fig, f"Time per MoE call against tokens, {run.device}")
+    _title(fig, f"Time per MoE call, {run.device}")
     ok = kernel_time.ok_times(run.results)
     return Section(f"Time per call: {run.run_id}", fig=fig, drawn=[(run, ok)],
                    text=f"{len(ok)} ok points of {len(run.results)}; median per call, band "
@@ -113,17 +113,20 @@ def _compare_section(a: Run, b: Run, by=None, values=None, mode=None) -> Section
     fig = fig_ratio(t, a, b, by, values)
     what = (f"{by} {values[1]} over {values[0]} in {a.run_id}" if by else
             f"{b.run_id} over {a.run_id}")
-    _title(fig, f"B / A: {what}, {a.device}")
+    _title(fig, f"B / A (median time), {a.device}")
     by_cols = [c for c in ("backend", "mode", "verdict") if c in t]
     counts = (t.groupby(by_cols).size().rename("points").reset_index() if len(t)
               else pd.DataFrame())
     cols = [c for c in ("model", "tp", "ep", "backend", "mode", "tokens", "a_us", "b_us",
                         "ratio", "low", "high", "verdict") if c in t]
     drawn = [(a, _matched(a, t))] + ([] if b is a else [(b, _matched(b, t))])
+    text = ("Per matching point, B/A ratio of medians with a bootstrap 95% interval from the "
+            f"kept samples; verdicts against the mode's noise: {summary(t)}.")
+    if len(t) and (t["verdict"] == "no samples").all():
+        text += (" These runs were made before per-call samples were kept: ratios of medians "
+                 "only, without intervals or verdicts.")
     return Section(f"Compare: {what}", fig=fig, drawn=drawn, table=counts,
-                   details=t[cols].round(3), text=(
-                       f"Per matching point, B/A ratio of medians with a bootstrap 95% interval "
-                       f"from the kept samples; verdicts against the mode's noise: {summary(t)}."))
+                   details=t[cols].round(3), text=text)
 
 
 def _matched(run: Run, t: pd.DataFrame) -> pd.DataFrame:

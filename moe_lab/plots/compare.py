@@ -18,29 +18,26 @@ def fig_ratio(table: pd.DataFrame, a, b, by=None, values=None) -> Figure:
     models = list(dict.fromkeys(t["model"]))
     shards = list(dict.fromkeys(zip(t["tp"], t["ep"])))
     shards.sort(key=lambda s: (int(s[1]), int(s[0])))
-    fig, axes = style.new_figure(len(models), len(shards), squeeze=False,
-                                 figsize=(4.2 * len(shards) + 2.2, 2.9 * len(models) + 0.9))
-    for i, m in enumerate(models):
-        for j, (tp, ep) in enumerate(shards):
-            ax = axes[i][j]
-            sub = t[(t["model"] == m) & (t["tp"] == tp) & (t["ep"] == ep)]
-            for key, g in sub.groupby(lines):
-                bk, mode = (key if by != "backend" else (None, key[0]))  # split by backend:
-                g = g.sort_values("tokens")                             # a line per mode
-                c = style.backend_color(bk) if bk else style.mode_color(mode)
-                ax.plot(g["tokens"], g["ratio"], style.mode_style(mode), marker=".", color=c,
-                        label=f"{style.backend_label(bk)} {mode}" if bk else str(mode))
-                ax.fill_between(g["tokens"], g["low"], g["high"], color=c, alpha=0.15,
-                                linewidth=0)
-            ax.axhline(1.0, color="black", linewidth=0.8)
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("tokens")
-            ax.set_ylabel("B / A (median time)")
-            ax.set_title(f"{m} {sharding_name(int(tp), int(ep))}", fontsize=10)
-            ax.grid(True, which="both", alpha=0.3)
-            if sub.empty:
-                ax.text(0.5, 0.5, "no point compared", transform=ax.transAxes, ha="center",
-                        color="0.4")
+    fig, cells = style.panel_grid(models, shards)
+    for ax, m, (tp, ep) in cells:
+        sub = t[(t["model"] == m) & (t["tp"] == tp) & (t["ep"] == ep)]
+        for key, g in sub.groupby(lines):
+            bk, mode = (key if by != "backend" else (None, key[0]))  # split by backend:
+            g = g.sort_values("tokens")                             # a line per mode
+            c = style.backend_color(bk) if bk else style.mode_color(mode)
+            ax.plot(g["tokens"], g["ratio"], style.mode_style(mode), marker=".", color=c,
+                    label=f"{style.backend_label(bk)} {mode}" if bk else str(mode))
+            ax.fill_between(g["tokens"], g["low"], g["high"], color=c, alpha=0.15,
+                            linewidth=0)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens")
+        ax.set_ylabel("B / A (median time)")
+        ax.set_title(f"{m} {sharding_name(int(tp), int(ep))}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        if sub.empty:
+            ax.text(0.5, 0.5, "no point compared", transform=ax.transAxes, ha="center",
+                    color="0.4")
     style.shared_legend(fig)
     what = (f"A = {by} {values[0]}, B = {by} {values[1]} in {a.run_id}" if by else
             f"A = {a.run_id}, B = {b.run_id}")

@@ -54,25 +54,22 @@ def fig_time_vs_tokens(run, models=None) -> Figure:
         return style.note_figure("no ok point to draw in this run", run, r)
     models = list(dict.fromkeys(r["model"]))
     shards = sorted(r["sharding"].unique(), key=len)
-    fig, axes = style.new_figure(len(models), len(shards), squeeze=False,
-                                 figsize=(4.8 * len(shards) + 1.8, 3.4 * len(models) + 0.5))
-    for i, m in enumerate(models):
-        for j, s in enumerate(shards):
-            ax = axes[i][j]
-            sub = r[(r["model"] == m) & (r["sharding"] == s)]
-            for (b, mode), g in sub.groupby(["backend", "mode"]):
-                g = g.sort_values("tokens")
-                c = style.backend_color(b)
-                ax.plot(g["tokens"], g["median_us"], style.mode_style(mode), marker=".",
-                        color=c, label=f"{style.backend_label(b)} {mode}")
-                ax.fill_between(g["tokens"], g["p10_us"], g["p90_us"], color=c, alpha=0.12,
-                                linewidth=0)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_title(f"{m} {s}", fontsize=10)
-            ax.set_xlabel("tokens")
-            ax.set_ylabel("time per MoE call (us)")
-            ax.grid(True, which="both", alpha=0.3)
+    fig, cells = style.panel_grid(models, shards, 4.8, 3.4, 1.8, 0.5)
+    for ax, m, s in cells:
+        sub = r[(r["model"] == m) & (r["sharding"] == s)]
+        for (b, mode), g in sub.groupby(["backend", "mode"]):
+            g = g.sort_values("tokens")
+            c = style.backend_color(b)
+            ax.plot(g["tokens"], g["median_us"], style.mode_style(mode), marker=".",
+                    color=c, label=f"{style.backend_label(b)} {mode}")
+            ax.fill_between(g["tokens"], g["p10_us"], g["p90_us"], color=c, alpha=0.12,
+                            linewidth=0)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{m} {s}", fontsize=10)
+        ax.set_xlabel("tokens")
+        ax.set_ylabel("time per MoE call (us)")
+        ax.grid(True, which="both", alpha=0.3)
     return style.finish(fig, run, r, "median, band p10-p90; dashed eager, solid graph")
 
 

@@ -126,6 +126,26 @@ def new_figure(nrows: int = 1, ncols: int = 1, figsize=(8, 5), **subplots_kw):
     return fig, fig.subplots(nrows, ncols, **subplots_kw)
 
 
+def panel_grid(models: list, shards: list, panel_w: float = 4.2, panel_h: float = 2.9,
+               extra_w: float = 2.2, extra_h: float = 0.9):
+    """(Figure, [(ax, model, shard)]) with a row per model and a column per sharding; with
+    one sharding the models wrap into two columns, so the figure stays readable at the
+    width a pull request shows (~900 px). Unused panels are hidden."""
+    if len(shards) == 1 and len(models) > 1:
+        ncols = 2
+        cells = [(m, shards[0]) for m in models]
+    else:
+        ncols = len(shards)
+        cells = [(m, s) for m in models for s in shards]
+    nrows = -(-len(cells) // ncols)
+    fig, axes = new_figure(nrows, ncols, squeeze=False,
+                           figsize=(panel_w * ncols + extra_w, panel_h * nrows + extra_h))
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[len(cells):]:
+        ax.set_visible(False)
+    return fig, [(ax, m, s) for ax, (m, s) in zip(flat, cells)]
+
+
 def shared_legend(fig: Figure, handles=None, labels=None, title: str | None = None,
                   loc: str = "outside right upper", fontsize: float = 7, order=None):
     """ONE legend for the whole figure: the distinct labels of every panel (first handle
