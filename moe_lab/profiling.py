@@ -22,6 +22,12 @@ kernel that does the whole expert MLP (aiter asm 1-stage `fmoe_*`, CK-tile
 `FusedMoeGemmKernel`) is reported as gemm1. cuBLAS split-K reduce kernels take the phase
 of the GEMM before them; torch._grouped_mm's `prepare_grouped_gemm_data` the one after.
 
+Activation quantisation written in PyTorch (the fp8 schemes, moe_lab.quant) runs generic
+kernels (amax, divide, cast); it is wrapped in a `moe_lab.quant` record_function range. On
+the CPU that range is one top-level op (`quant`). On a GPU the profiler mirrors it as a
+device-side annotation: a kernel that starts inside it is named `moe_lab.quant/<kernel>`
+and is `quant`. Library quant kernels (aiter's `*quant*`) are `quant` by name.
+
 What the profiler cannot see: graph-replayed kernels (profile eager calls; on ROCm they
 may vanish from traces), and work on the host. The CPU profile (device="cpu") reports
 the top-level aten ops inside each forward with their inclusive CPU time.
@@ -37,6 +43,7 @@ from typing import Callable, Sequence
 
 PHASES = ("route", "align", "gemm1", "act", "gemm2", "combine", "quant", "other")
 RANGE_NAME = "moe_lab.forward"
+QUANT_RANGE = "moe_lab.quant"
 COVERAGE_RANGE = (0.7, 1.05)
 
 # order-dependent kinds, resolved by classify_sequence
@@ -64,7 +71,7 @@ PATTERNS: list[tuple[re.Pattern, str]] = [(re.compile(p, f), k) for p, f, k in [
     (r"fused_moe_kernel|fused_moe_persistent|kernel_moe_gemm|MoeFlatmm|moe_gemm|_moe_mm", _I, GEMM),
     (r"grouped_?(gemm|mm)|GroupProblemShape|GemmUniversal|cutlass|Kernel2|xmma_gemm|"
      r"s16816gemm|s1688gemm|nvjet|gemm|Cijk_|wvSplitK|LLGemm|"
-     r"^aten::(mm|matmul|bmm|addmm|baddbmm|linear|_grouped_mm|_scaled_grouped_mm)$", _I, GEMM),
+     r"^aten::(mm|matmul|bmm|addmm|baddbmm|linear|_grouped_mm|_scaled_grouped_mm|_scaled_mm\w*)$", _I, GEMM),
     # router
     (r"topk|top_k_per|softmax|sigmoid|moe_fused_gate|gating|"
      r"^aten::(topk|_softmax|softmax|sigmoid)$", _I, "route"),
@@ -266,10 +273,17 @@ def profile_kernels(fn: Callable, args: tuple, iters: int = 5, device: str = "cu
     fwd.sort(key=lambda e: e.time_range.start)
     ranges = [(e.time_range.start, e.time_range.end) for e in fwd]
     if gpu:
-        items = [(e.time_range.start, _kernel_name(e), _dur_us(e)) for e in evs
+        quant = [(e.time_range.start, e.time_range.end) for e in evs
+                 if e.device_type == DeviceType.CUDA and e.name == QUANT_RANGE]
+
+        def named(e):
+            inside = any(lo <= e.time_range.start <= hi for lo, hi in quant)
+            return f"{QUANT_RANGE}/{_kernel_name(e)}" if inside else _kernel_name(e)
+        items = [(e.time_range.start, named(e), _dur_us(e)) for e in evs
                  if e.device_type == DeviceType.CUDA
                  and not getattr(e, "is_user_annotation", False)
-                 and e.name != range_name and not e.name.startswith("ProfilerStep")]
+                 and e.name not in (range_name, QUANT_RANGE)
+                 and not e.name.startswith("ProfilerStep")]
         seqs, how = split_iterations(ranges, items, iters)
     else:
         fwd_ids = {id(e) for e in fwd}
