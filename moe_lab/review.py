@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .errors import UsageError
+from .roofline import sharding_name
 from .store import Run
 
 PNG_DPI = 150       # files and embedded images (2x for sharp text at the displayed width)
@@ -37,6 +38,7 @@ class Section:
     drawn: list = field(default_factory=list)  # (Run, rows drawn) for the provenance
     table: pd.DataFrame | None = None
     details: pd.DataFrame | None = None      # long table, folded
+    notes: list = field(default_factory=list)  # one line per point that needs a word
     slug: str = ""
 
 
@@ -88,15 +90,20 @@ def _split_section(run: Run) -> Section | None:
     if t.empty:
         return None
     fig = eager_split.fig_eager_split(run, t)
-    shown = t.assign(sum_over_eager=t["sum_over_eager"].round(2))[
-        ["model", "tp", "ep", "tokens", "backend", "wall_us", "host_us", "gap_us", "kernel_us",
-         "eager_us", "graph_us", "sum_over_eager", "adds_up", "reason"]].round(1)
+    names = [f"{m} {sharding_name(int(tp), int(ep))} T={n} {b}" for m, tp, ep, n, b in
+             zip(t["model"], t["tp"], t["ep"], t["tokens"], t["backend"])]
+    shown = pd.DataFrame({
+        "point": names, "host us": t["host_us"].round(0), "gaps us": t["gap_us"].round(0),
+        "kernels us": t["kernel_us"].round(0), "sum us": t["wall_us"].round(0),
+        "timed eager us": t["eager_us"].round(0), "timed graph us": t["graph_us"].round(0),
+        "sum / eager": t["sum_over_eager"].round(2)})
+    notes = [f"{n}: {r}" for n, ok, r in zip(names, t["adds_up"], t["reason"]) if not ok]
     rows = run.results[(run.results["mode"] == "eager")
                        & run.results["backend"].isin(t["backend"])
                        & run.results["model"].isin(t["model"])
                        & run.results["tokens"].isin(t["tokens"])]
     return Section(f"Where eager time goes: {run.run_id}", fig=fig, drawn=[(run, rows)],
-                   table=shown, text=(
+                   table=shown, notes=notes, text=(
                        f"{len(t)} profiled eager calls (the run's sweep traces), each cut into "
                        "Python and dispatch on the host, launch gaps (device idle between the "
                        "call's kernels) and kernel time; the parts add up to the call's window, "
@@ -175,8 +182,9 @@ figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:.82em;color:#444;margin-top:.4em}figcaption code{font-size:.95em;
 word-break:break-all;background:#f6f6f6;padding:0 2px}table{border-collapse:collapse;
 font-size:.8em;margin:.6em 0}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
-th{background:#f3f3f3}td:last-child{text-align:left}.meta{color:#555;font-size:.85em}
-details summary{cursor:pointer;font-size:.9em;color:#333}"""
+th{background:#f3f3f3}.meta{color:#555;font-size:.85em}
+details summary{cursor:pointer;font-size:.9em;color:#333}ul.notes{font-size:.82em;color:#333}
+td:first-child,th:first-child{text-align:left}"""
 
 
 def _img(fig, path_base: str) -> tuple[str, int]:
@@ -204,7 +212,8 @@ def _caption(sec: Section, files: str) -> str:
 
 
 def _table(df: pd.DataFrame) -> str:
-    return df.to_html(index=False, border=0, na_rep="", escape=True)
+    return df.to_html(index=False, border=0, na_rep="", escape=True,
+                      float_format=lambda v: f"{v:.0f}" if abs(v) >= 100 else f"{v:.4g}")
 
 
 def write(sections: list[Section], out: str, argv: list[str] | None = None,
@@ -235,6 +244,9 @@ def write(sections: list[Section], out: str, argv: list[str] | None = None,
                         f"src=\"{uri}\">{_caption(s, rel + '.png, ' + rel + '.svg')}</figure>")
         if s.table is not None and len(s.table):
             body.append(_table(s.table))
+        if s.notes:
+            body.append("<ul class=\"notes\">" + "".join(f"<li>{html.escape(n)}</li>"
+                                                          for n in s.notes) + "</ul>")
         if s.details is not None and len(s.details):
             body.append(f"<details><summary>every point ({len(s.details)})</summary>"
                         f"{_table(s.details)}</details>")
