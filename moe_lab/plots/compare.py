@@ -30,6 +30,10 @@ def fig_ratio(table: pd.DataFrame, a, b, by=None, values=None) -> Figure:
             ax.fill_between(g["tokens"], g["low"], g["high"], color=c, alpha=0.15,
                             linewidth=0)
         ax.axhline(1.0, color="black", linewidth=0.8)
+        if "noise" in sub and sub["noise"].notna().any():  # inside it: no detectable change
+            nz = float(sub["noise"].max())
+            ax.axhspan(1 - nz, 1 + nz, color="0.92", zorder=0, linewidth=0,
+                       label="no-change band (the mode's noise)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("tokens")
         ax.set_ylabel("B / A (median time)")
