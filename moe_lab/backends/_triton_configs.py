@@ -21,12 +21,18 @@ from ..configs import nearest, read_table, write_table  # noqa: F401 (the file f
 SMEM_BYTES = 200 * 1024  # Hopper: 227 KB per block; keep room for the epilogue
 
 
-def file_stem(local_experts: int, inter: int, device_name: str) -> str:
-    return f"E={local_experts},N={inter},device_name={device_name.replace(' ', '_')}"
+def file_stem(local_experts: int, inter: int, device_name: str, dtype: str = "bf16") -> str:
+    """vLLM's name; fp8 schemes add `,dtype=fp8_w8a8` and blocks `,block_shape=[128,128]`
+    (vLLM's get_config_file_name), so bf16 and fp8 tunings never share a file."""
+    stem = f"E={local_experts},N={inter},device_name={device_name.replace(' ', '_')}"
+    if dtype.startswith("fp8"):
+        stem += ",dtype=fp8_w8a8" + (",block_shape=[128,128]" if dtype == "fp8-block128" else "")
+    return stem
 
 
-def file_names(local_experts: int, inter: int, device_name: str) -> dict[str, str]:
-    stem = file_stem(local_experts, inter, device_name)
+def file_names(local_experts: int, inter: int, device_name: str,
+               dtype: str = "bf16") -> dict[str, str]:
+    stem = file_stem(local_experts, inter, device_name, dtype)
     return {"gemm1": f"{stem}.json", "gemm2": f"{stem}_down.json"}
 
 

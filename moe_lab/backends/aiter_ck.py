@@ -15,7 +15,10 @@ calls it for unquantised weights:
   * supports(): the CK tile rule of the kernel aiter's dispatcher would pick on this GPU
     (moe_lab.backends._aiter_dispatch: tuned row or get_block_size_M + block_m heuristic);
   * Llama-4 weight-on-input: `doweight_stage1=True` (top-1 only);
-  * `activation=ActivationType.Silu`, `quant_type=QuantType.No`.
+  * `activation=ActivationType.Silu`, `quant_type=QuantType.No` (bf16/fp16);
+  * fp8 schemes: weights quantised once in the device's fp8 format and shuffled, scales
+    and quant_type as vLLM passes them, the Llama-4 per-channel path through
+    `asm_moe_tkw1` (moe_lab.backends._aiter_fp8 has the shapes and why).
 Runs only on ROCm: `import aiter` needs the ROCm toolchain.
 """
 from __future__ import annotations
@@ -25,7 +28,8 @@ import os
 import torch
 
 from . import Backend, Weights, register
-from ._aiter_dispatch import ck_supports
+from ._aiter_dispatch import GFX_SUPPORTED, ck_supports
+from ._aiter_fp8 import ck_fp8_kwargs, tkw1_kwargs, uses_tkw1
 from .aiter_triton import aiter_root, aiter_version
 
 SHUFFLE_LAYOUT = (16, 16)
@@ -84,6 +88,7 @@ class AiterCKBackend(Backend):
     # 2-stage: stage 1 writes the activated [T*k, I], stage 2 reads it
     intermediates = [("stage1 out a", "all", "I", "act")]
     compile_both_ways = True
+    quant_schemes = ("fp8-tensor", "fp8-channel", "fp8-block128")
 
     def available(self):
         if aiter_root() is None:
@@ -102,11 +107,18 @@ class AiterCKBackend(Backend):
     def supports(self, problem, device):
         if not str(device).startswith("cuda"):
             return False, "aiter runs on ROCm GPUs only"
-        if problem.dtype not in ("bf16", "fp16"):
-            return False, "aiter's unquantised fused_moe takes bf16/fp16"
+        if problem.dtype not in ("bf16", "fp16") + self.quant_schemes:
+            return False, f"aiter's fused_moe has no {problem.dtype} path here"
         if problem.weight_on_input and problem.topk != 1:
             return False, "doweight_stage1 (weight on input) is top-1 only"
-        esz = torch.tensor([], dtype=problem.torch_dtype).element_size()
+        if problem.dtype == "fp8-block128":
+            if problem.weight_on_input:
+                return False, ("vLLM refuses the router weight on the input for block-scaled "
+                               "fp8 MoE on aiter")
+            if problem.inter % 128 or problem.hidden % 128:
+                return False, (f"per_128x128 needs H and I multiples of 128 "
+                               f"(H={problem.hidden}, I={problem.inter})")
+        esz = 1 if problem.is_fp8 else torch.tensor([], dtype=problem.torch_dtype).element_size()
         for shape in ((problem.local_experts, 2 * problem.inter, problem.hidden),
                       (problem.local_experts, problem.hidden, problem.inter)):
             ok, why = shuffle_ok(shape, esz)
@@ -115,6 +127,9 @@ class AiterCKBackend(Backend):
         dev = rocm_device(int(str(device).partition(":")[2] or 0))
         if dev is None:
             return False, "aiter's CK/asm fused_moe needs a ROCm GPU (this torch sees none)"
+        if problem.is_fp8:  # the CK tile rule (ck_supports) is worked out for bf16 only
+            ok = dev[0] in GFX_SUPPORTED
+            return ok, "" if ok else f"{dev[0]}: aiter's fused_moe has no entry for this arch"
         return ck_supports(problem, *dev)
 
     def info(self):
@@ -124,10 +139,21 @@ class AiterCKBackend(Backend):
         from aiter import ActivationType, QuantType
         from aiter.fused_moe import fused_moe
         from aiter.ops.shuffle import shuffle_weight
-        w1 = shuffle_weight(weights.w1, layout=SHUFFLE_LAYOUT)
-        w2 = shuffle_weight(weights.w2, layout=SHUFFLE_LAYOUT)
+        qw = weights.quant if problem.is_fp8 else None
+        w1 = shuffle_weight(qw.w1 if qw else weights.w1, layout=SHUFFLE_LAYOUT)
+        w2 = shuffle_weight(qw.w2 if qw else weights.w2, layout=SHUFFLE_LAYOUT)
         mask = expert_mask_from_map(weights.expert_map, sentinel=True)
+        if qw is not None and uses_tkw1(problem):  # vLLM: Llama-4 fp8 per-channel
+            from aiter.fused_moe_bf16_asm import asm_moe_tkw1
+            tkw = tkw1_kwargs(qw.w1_scale, qw.w2_scale, mask, ActivationType)
+
+            def fn_tkw1(x, topk_weights, topk_ids):
+                return asm_moe_tkw1(x, w1, w2, topk_weights.float(), topk_ids.to(torch.int32),
+                                    **tkw)
+            return fn_tkw1
         base = fused_moe_kwargs(problem, w1, w2, None, None, mask, (ActivationType, QuantType))
+        if qw is not None:
+            base.update(ck_fp8_kwargs(problem, qw.w1_scale, qw.w2_scale, QuantType))
 
         def fn(x, topk_weights, topk_ids):
             kw = dict(base, hidden_states=x, topk_weight=topk_weights.float(),

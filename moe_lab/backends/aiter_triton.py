@@ -31,7 +31,9 @@ import types
 
 import torch
 
+from .. import quant
 from . import Backend, Weights, register
+from ._aiter_fp8 import TRITON_SCHEMES, fit_block_k, triton_fp8_fixed
 from ._triton_configs import file_names, gemm_space, nearest
 
 AMD_ONLY_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
@@ -99,11 +101,13 @@ def config_device() -> str:
     return "MI300X"
 
 
-def aiter_moe_configs(device_name: str | None = None) -> dict:
-    """aiter's tuned bf16/fp16 MoE configs ({small_M, medium_M, large_M}) from its JSON."""
+def aiter_moe_configs(device_name: str | None = None, fp8: bool = False) -> dict:
+    """aiter's tuned MoE configs ({small_M, medium_M, large_M}) from its JSON: bf16/fp16
+    (MOE-DEFAULT) or fp8 w8a8 (MOE-FP8_W8A8)."""
     device_name = device_name or config_device()
     root = aiter_root()
-    path = os.path.join(root, "ops", "triton", "configs", "moe", f"{device_name}-MOE-DEFAULT.json")
+    kind = "FP8_W8A8" if fp8 else "DEFAULT"
+    path = os.path.join(root, "ops", "triton", "configs", "moe", f"{device_name}-MOE-{kind}.json")
     with open(path) as f:
         return json.load(f)
 
@@ -174,18 +178,23 @@ class FusedMoeCall:
 
 
 def fused_moe_calls(fused_moe, w1, w2, compute_type, weight_on_input: bool, top_k: int,
-                    gemm1_fn=None):
+                    gemm1_fn=None, fp8: tuple[dict, dict] | None = None):
     """The backend's two calls: gemm1 (x @ w1^T -> [T, k, 2I], the router weight applied
     here when it scales the input; `gemm1_fn`, e.g. aiter's fused_moe_silu, instead of
     fused_moe) and gemm2 (a @ w2^T -> [T, k, H], one expert per row, the router weight
-    applied here otherwise). bf16/fp16, no quantisation."""
+    applied here otherwise). bf16/fp16 without `fp8`; with it (gemm1's and gemm2's fixed
+    fp8 arguments, _aiter_fp8.triton_fp8_fixed) A_scale is a per-call argument."""
     common = dict(A_scale=None, B_scale=None, B_zp=None, compute_type=compute_type,
                   use_fp8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
                   block_shape=None)
-    gemm1 = FusedMoeCall(gemm1_fn or fused_moe, B=w1, mul_routed_weight=weight_on_input,
-                         top_k=top_k, **common)
-    gemm2 = FusedMoeCall(fused_moe, B=w2, mul_routed_weight=not weight_on_input, top_k=1,
-                         **common)
+    q1, q2, per_call = {}, {}, FUSED_MOE_PER_CALL
+    if fp8 is not None:
+        (q1, q2), per_call = fp8, FUSED_MOE_PER_CALL + ("A_scale",)
+        del common["A_scale"]
+    gemm1 = FusedMoeCall(gemm1_fn or fused_moe, per_call, B=w1,
+                         mul_routed_weight=weight_on_input, top_k=top_k, **{**common, **q1})
+    gemm2 = FusedMoeCall(fused_moe, per_call, B=w2, mul_routed_weight=not weight_on_input,
+                         top_k=1, **{**common, **q2})
     return gemm1, gemm2
 
 
@@ -199,6 +208,7 @@ class AiterTritonBackend(Backend):
                      ("c2", "all", "H", "act")]
     compile_both_ways = True  # aiter's Python graph-breaks when traced
     tunable = True
+    quant_schemes = TRITON_SCHEMES  # fp8-channel: no per-channel fp8 path (_aiter_fp8)
     fused_silu = False  # gemm1 through aiter's fused_moe_silu (SiLU*mul in its epilogue)
 
     def available(self):
@@ -219,8 +229,8 @@ class AiterTritonBackend(Backend):
     def supports(self, problem, device):
         if not str(device).startswith("cuda"):
             return False, "Triton kernels run on GPU only"
-        if problem.dtype not in ("bf16", "fp16"):
-            return False, "aiter's Triton MoE configs are for bf16/fp16 here"
+        if problem.dtype not in ("bf16", "fp16") + self.quant_schemes:
+            return False, f"aiter's Triton MoE has no {problem.dtype} path here"
         return True, ""
 
     def info(self):
@@ -229,15 +239,18 @@ class AiterTritonBackend(Backend):
     # --- configurations (moe-lab tune) ------------------------------------------------
     def default_config(self, problem) -> dict:
         """aiter's shipped choice for this token count (AMD-only keys dropped off ROCm)."""
-        cfg = pick_config(aiter_moe_configs(), problem.tokens, torch.version.hip is None)
+        cfg = pick_config(aiter_moe_configs(fp8=problem.is_fp8), problem.tokens,
+                          torch.version.hip is None)
+        cfg = fit_block_k(cfg, problem.dtype)
         return {"gemm1": cfg, "gemm2": dict(cfg)}
 
     def config_space(self, problem) -> dict:
         rows = problem.tokens * problem.topk / problem.local_experts
-        return {"gemm1": gemm_space(rows), "gemm2": gemm_space(rows)}
+        space = [c for c in gemm_space(rows) if fit_block_k(c, problem.dtype) == c]
+        return {"gemm1": space, "gemm2": list(space)}
 
     def config_files(self, problem, device_name: str) -> dict:
-        return file_names(problem.local_experts, problem.inter, device_name)
+        return file_names(problem.local_experts, problem.inter, device_name, problem.dtype)
 
     def prepare(self, problem, weights: Weights, config: dict | None = None):
         """`config`: None (aiter's shipped configs by token count), or {"gemm1": c,
@@ -245,10 +258,15 @@ class AiterTritonBackend(Backend):
         (the nearest M is used, as vLLM does)."""
         import triton.language as tl
         moe_op, align = load_aiter_triton()
-        shipped = aiter_moe_configs()
+        shipped = aiter_moe_configs(fp8=problem.is_fp8)
         strip = torch.version.hip is None
-        compute_type = {"bf16": tl.bfloat16, "fp16": tl.float16}[problem.dtype]
-        w1, w2 = weights.w1, weights.w2
+        compute_type = tl.float16 if problem.dtype == "fp16" else tl.bfloat16
+        scheme, qw = problem.dtype, weights.quant
+        w1, w2 = (qw.w1, qw.w2) if problem.is_fp8 else (weights.w1, weights.w2)
+        fp8 = triton_fp8_fixed(scheme, qw.w1_scale, qw.w2_scale) if problem.is_fp8 else None
+        block = scheme == "fp8-block128"
+        if problem.is_fp8 and self.fused_silu:
+            raise ValueError("aiter-triton-silu has no fp8 path here")
         E_local, inter, k = w1.shape[0], problem.inter, problem.topk
         woi = problem.weight_on_input
         emap = weights.expert_map
@@ -256,14 +274,15 @@ class AiterTritonBackend(Backend):
         # bound to the installed fused_moe's signature here: a bad argument fails now
         gemm1_fn = load_silu_fused().fused_moe_silu if self.fused_silu else None
         gemm1, gemm2 = fused_moe_calls(moe_op.fused_moe, w1, w2, compute_type, woi, k,
-                                       gemm1_fn)
+                                       gemm1_fn, fp8)
         self.gemm_calls = (gemm1, gemm2)
 
         def pick(stage, T):
             if config is None:
-                return pick_config(shipped, T, strip)
+                return fit_block_k(pick_config(shipped, T, strip), scheme)
             c = config[stage]
-            return dict(nearest(c, T) if all(isinstance(m, int) for m in c) else c)
+            return fit_block_k(dict(nearest(c, T) if all(isinstance(m, int) for m in c) else c),
+                               scheme)
 
         def fn(x, topk_weights, topk_ids):
             T = x.shape[0]
@@ -311,13 +330,27 @@ class AiterTritonBackend(Backend):
                     local = (r1["expert_ids"] >= 0).sum(dtype=torch.int32) * cfg1["BLOCK_SIZE_M"]
                     r1 = dict(r1, num_tokens_post_padded=local.reshape(1))
                 gemm1(A=x, C=a, **r1)
+            elif fp8 is not None:  # per tensor: fused_moe quantises A itself (A_scale unused);
+                # blocks: A in fp8 with [rows, K/128] scales (moe_lab.quant, phase `quant`).
+                # Remote pairs' rows of c1 are never written: zeros, not garbage, since a
+                # per-tensor amax over `a` reads them
+                c1 = (torch.zeros if emap is not None else torch.empty)(
+                    T, k, 2 * inter, dtype=x.dtype, device=x.device)
+                A, A_scale = quant.quantize_act(x, scheme, qw.fmt) if block else (x, None)
+                gemm1(A=A, A_scale=A_scale, C=c1, **routing(cfg1))
+                g = c1.view(numel, 2 * inter)
+                a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
             else:
                 c1 = torch.empty(T, k, 2 * inter, dtype=x.dtype, device=x.device)
                 gemm1(A=x, C=c1, **routing(cfg1))
                 g = c1.view(numel, 2 * inter)
                 a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
             c2 = torch.empty(T, k, x.shape[1], dtype=x.dtype, device=x.device)
-            gemm2(A=a, C=c2, **routing(cfg2))
+            if fp8 is not None:
+                A, A_scale = quant.quantize_act(a, scheme, qw.fmt) if block else (a, None)
+                gemm2(A=A, A_scale=A_scale, C=c2, **routing(cfg2))
+            else:
+                gemm2(A=a, C=c2, **routing(cfg2))
             return c2.sum(dim=1) if k > 1 else c2.view(T, -1)
         return fn
 

@@ -18,6 +18,7 @@ class AiterTritonSiluBackend(AiterTritonBackend):
     # c1 is the activated [T, k, I]; c2 [T, k, H], then the sum over k
     intermediates = [("c1 activated", "all", "I", "act"), ("c2", "all", "H", "act")]
     fused_silu = True
+    quant_schemes = ()  # fused_moe_silu is wired for bf16/fp16 here
 
     def config_files(self, problem, device_name: str) -> dict:
         """Its own files: the fused kernel's best tiles are not the plain one's."""
