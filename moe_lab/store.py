@@ -367,8 +367,16 @@ class Run:
 
     def has(self, what: str | None) -> bool:
         """Whether the run holds data of a kind: None/`results` (any row), `ok` (an ok row),
-        `compile` (compile rows), or a mode name such as `graph`."""
+        `compile` (compile rows), or a mode name such as `graph`; all of them about
+        single-process rows. `distributed`: rows of `sweep --nproc` (notebook 06's)."""
         r = self.results
+        if "parallel" in r:
+            dist = r["parallel"].notna() & (r["parallel"].astype(str) != "")
+            if what == "distributed":
+                return bool((dist & (r["status"] == "ok")).any())
+            r = r[~dist]
+        elif what == "distributed":
+            return False
         if what in (None, "results"):
             return len(r) > 0
         if what == "ok":

@@ -38,7 +38,9 @@ def newest_committed_run_with_ok_rows() -> str:
     found = []
     for d in RUNS.iterdir():
         if (d / "results.parquet").is_file():
-            res = pd.read_parquet(d / "results.parquet", columns=["status"])
+            res = pd.read_parquet(d / "results.parquet")
+            if "parallel" in res:  # distributed rows are notebook 06's
+                res = res[res["parallel"].isna()]
             if (res["status"] == "ok").any():
                 found.append((json.loads((d / "manifest.json").read_text())["started"], d.name))
     return max(found)[1]

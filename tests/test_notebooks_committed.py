@@ -13,7 +13,7 @@ PATHS = sorted(glob.glob(os.path.join(NOTEBOOKS, "*.ipynb")))
 
 
 def test_the_notebooks_exist():
-    assert [os.path.basename(p)[:2] for p in PATHS] == ["01", "02", "03", "04", "05"]
+    assert [os.path.basename(p)[:2] for p in PATHS] == ["01", "02", "03", "04", "05", "06"]
 
 
 @pytest.mark.parametrize("path", PATHS, ids=os.path.basename)

@@ -80,6 +80,11 @@ def tp_slice(full: Weights, world: int, rank: int) -> Weights:
     return Weights(w1, full.w2[:, :, lo:hi].contiguous(), None)
 
 
-def ep_weights(prob: Problem, w1: torch.Tensor, w2: torch.Tensor, device) -> Weights:
-    """An EP shard with its expert map (global -> local, -1 remote)."""
-    return Weights(w1, w2, prob.expert_map(device))
+def rank_weights(variant: str, prob: Problem, full: Weights, world: int, rank: int,
+                 device) -> Weights:
+    """This rank's weights for a variant: its TP slice, or its experts (views of the full
+    layer) with the expert map (global -> local, -1 remote)."""
+    if variant.startswith("tp"):
+        return tp_slice(full, world, rank)
+    lo, n = prob.first_local_expert, prob.local_experts
+    return Weights(full.w1[lo:lo + n], full.w2[lo:lo + n], prob.expert_map(device))

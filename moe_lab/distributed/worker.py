@@ -90,7 +90,10 @@ class Worker:
     # --- helpers ---------------------------------------------------------------------
     def fresh_group(self):
         """A new process group: after a failure a collective may be half done on some
-        ranks, so the old group's sequence can no longer be trusted."""
+        ranks, so the old group's sequence can no longer be trusted. Not with a rank lost
+        (its rows are written; the sweep ends: RankLost)."""
+        if self.lost:
+            raise RankLost(f"rank(s) {self.lost} stopped reporting")
         self.group = dist.new_group(backend=self.pg_backend,
                                     timeout=datetime.timedelta(seconds=self.timeout_s))
 
@@ -116,7 +119,7 @@ class Worker:
         self.lost = []
         self.store = RunStore(spec["run_dir"]) if self.rank == 0 else None
         hosts = self.ctl.exchange("hello", dict(device=self.dev_name, host=socket.gethostname(),
-                                                cuda_device=self.device))
+                                                torch_device=self.device))
         if self.rank == 0:
             manifest = dict(
                 run_id=os.path.basename(os.path.abspath(spec["run_dir"])),
@@ -201,7 +204,7 @@ class Worker:
                 states = self.agree("gather", classify_exception(exc), f"gather: {one_line(exc)}")
             else:
                 states = self.agree("gather", "ok")
-            if self.verdict(states)[0] != "ok":
+            if self.verdict(states)[0] != "ok" and not self.lost:
                 self.fresh_group()
         status = self.verdict(states)[0]
         tp_w = None
@@ -211,7 +214,8 @@ class Worker:
                 counts["measured"] += len(modes) * self.world
                 continue
             if variant == "tp-allreduce" and tp_w is None:
-                tp_w = shards.tp_slice(full, self.world, self.rank)
+                tp_w = shards.rank_weights(variant, None, full, self.world, self.rank,
+                                           self.device)
             self.run_point(model, full, tp_w, tokens, routing, variant, b, modes)
             counts["measured"] += len(modes) * self.world
             if self.lost:
@@ -250,10 +254,8 @@ class Worker:
                 ok, why = backend.supports(bprob, self.device)
                 st = "unsupported"
             if ok:
-                lo = prob.first_local_expert
-                w = tp_w if variant == "tp-allreduce" else shards.ep_weights(
-                    prob, full.w1[lo:lo + prob.local_experts], full.w2[lo:lo + prob.local_experts],
-                    self.device)
+                w = tp_w if variant == "tp-allreduce" else shards.rank_weights(
+                    variant, prob, full, self.world, r, self.device)
                 fn = backend.prepare(bprob, w)
                 fault(s, r, "setup", tokens)
                 st, why = "ok", ""
@@ -285,9 +287,10 @@ class Worker:
                                    key=lambda v: -1 if v != v else v)
         status, error = self.verdict(states)
         if status != "ok":
+            self.write(model, tokens, routing, variant, bname, modes, states, facts)
             if status != "incorrect":
                 self.fresh_group()
-            return self.write(model, tokens, routing, variant, bname, modes, states, facts)
+            return
         for mode in modes:
             self.time_mode(model, tokens, routing, variant, bname, mode, backend, lay, facts,
                            states)
@@ -314,11 +317,10 @@ class Worker:
         except Exception as exc:
             st, why = classify_exception(exc), one_line(exc)
         states = self.agree(f"time-{mode}", st, why, **mine)
-        status, _ = self.verdict(states)
-        if status not in ("ok", "unsupported"):
-            self.fresh_group()
         merged = [dict(c, **t) for c, t in zip(checked, states)]
         self.write(model, tokens, routing, variant, bname, [mode], merged, facts)
+        if self.verdict(states)[0] not in ("ok", "unsupported"):
+            self.fresh_group()
 
     # --- rows ------------------------------------------------------------------------
     def write(self, model, tokens, routing, variant, bname, modes, states, facts):

@@ -1,0 +1,215 @@
+"""Expert parallelism, for notebooks/06_expert_parallel.ipynb: per-rank time, imbalance
+against routing skew, the collective's share of the layer, TP against EP per token count,
+and the estimate at more ranks (labelled as such). Tables come from
+moe_lab.distributed.analysis; every figure has the provenance footer of the rows it draws.
+"""
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..distributed import VARIANTS
+from ..distributed import analysis
+from ..store import Run, find_runs, open_run
+from . import style
+
+VARIANT_COLOR = {"tp-allreduce": "tab:blue", "ep-allreduce": "tab:orange",
+                 "ep-alltoall": "tab:green"}
+
+
+def is_distributed(run: Run) -> bool:
+    return len(analysis.distributed_rows(run.results)) > 0
+
+
+def default_run(run=None) -> Run:
+    """`run` opened, or the newest run holding distributed rows (the store's rule)."""
+    return open_run(run, has="distributed")
+
+
+def spread_pair() -> tuple[Run, Run] | None:
+    """The newest sweep spread over GPUs (`sweep --gpus`, its manifest has `spread`) and
+    the same sweep measured on one GPU (same config, no spread), if both exist."""
+    runs = find_runs()
+    for sp in (r for r in runs if r.manifest.get("spread")):
+        cfg = {k: v for k, v in (sp.manifest.get("config") or {}).items() if k != "part"}
+        for one in runs:
+            if not one.manifest.get("spread") and one.manifest.get("status") == "complete" and \
+                    {k: v for k, v in (one.manifest.get("config") or {}).items() if k != "part"} == cfg:
+                return sp, one
+    return None
+
+
+def runs_at(world_size: int) -> list[Run]:
+    """Runs with ok distributed rows at this world size, newest first (issue 18: 8)."""
+    out = []
+    for r in find_runs(has="distributed"):
+        d = analysis.distributed_rows(r.results)
+        if (d["world_size"] == world_size).any():
+            out.append(r)
+    return out
+
+
+def describe(run: Run) -> str:
+    d = analysis.distributed_rows(run.results)
+    world = sorted({int(w) for w in d["world_size"].dropna()})
+    pg = sorted({str(b) for b in d.get("dist_backend", pd.Series(dtype=str)).dropna()})
+    gpu = any("cpu" not in str(x) for x in d["device"].dropna())
+    return (f"{style.describe(run)}\n{len(d)} rank rows, world size {world}, over "
+            f"{', '.join(pg) or '?'}; " + ("measured on GPUs" if gpu else
+                                          "a CPU run (gloo): NOT GPU results"))
+
+
+def _main_rows(pts: pd.DataFrame, backend=None, mode=None) -> pd.DataFrame:
+    backend = backend or pts["backend"].value_counts().index[0]
+    mode = mode or ("graph" if (pts["mode"] == "graph").any() else "eager")
+    return pts[(pts["backend"] == backend) & (pts["mode"] == mode)]
+
+
+def fig_rank_times(run, model=None, routing=None, backend=None, mode=None) -> Figure:
+    """A panel per variant: per token count one bar per rank, its expert time with its
+    collective time stacked on top; the line is the measured layer (end to end)."""
+    run = open_run(run)
+    r = analysis.per_rank(run.results)
+    if r.empty:
+        return style.note_figure("no ok distributed point in this run", run, r)
+    r = _main_rows(r, backend, mode)
+    model = model or r["model"].iloc[0]
+    routing = routing or ("uniform" if (r["routing"] == "uniform").any() else r["routing"].iloc[0])
+    r = r[(r["model"] == model) & (r["routing"] == routing)]
+    variants = [v for v in VARIANTS if v in set(r["parallel"])]
+    fig, axes = style.new_figure(1, len(variants), squeeze=False,
+                                 figsize=(4.4 * len(variants) + 1.5, 3.8), sharey=True)
+    for ax, v in zip(axes[0], variants):
+        g = r[r["parallel"] == v]
+        toks = sorted(g["tokens"].unique())
+        ranks = sorted(g["rank"].unique())
+        width = 0.8 / len(ranks)
+        for j, rk in enumerate(ranks):
+            gr = g[g["rank"] == rk].set_index("tokens").reindex(toks)
+            xs = [i + (j - (len(ranks) - 1) / 2) * width for i in range(len(toks))]
+            ax.bar(xs, gr["expert_us"], width, color=f"C{j}", label=f"rank {rk} experts")
+            ax.bar(xs, gr["collective_us"], width, bottom=gr["expert_us"], color=f"C{j}",
+                   alpha=0.4, hatch="//", label=f"rank {rk} collective")
+        layer = g.groupby("tokens")["layer_us"].first().reindex(toks)
+        ax.plot(range(len(toks)), layer, "k_", markersize=18, mew=2, label="layer (measured)")
+        ax.set_xticks(range(len(toks)), [str(t) for t in toks])
+        ax.set_xlabel("tokens")
+        ax.set_title(v, fontsize=10)
+        ax.set_yscale("log")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("us per call (median)")
+    rows = run.results[(run.results["model"] == model) & (run.results["routing"] == routing)]
+    return style.finish(fig, run, rows, extra=f"{routing} routing, {g['backend'].iloc[0]} "
+                        f"{g['mode'].iloc[0]}")
+
+
+def fig_imbalance(run, backend=None, mode=None) -> Figure:
+    """Imbalance (max/mean over ranks) of routed pairs and of expert time against tokens,
+    a line per routing skew (EP variants: under TP every rank has every pair)."""
+    run = open_run(run)
+    pts = analysis.points(run.results)
+    pts = _main_rows(pts, backend, mode) if len(pts) else pts
+    pts = pts[pts["parallel"] == "ep-allreduce"] if len(pts) else pts
+    if pts.empty:
+        return style.note_figure("no ok ep-allreduce point in this run", run, None)
+    models = list(dict.fromkeys(pts["model"]))
+    fig, axes = style.new_figure(len(models), 2, squeeze=False,
+                                 figsize=(10, 3.2 * len(models) + 0.6))
+    for i, m in enumerate(models):
+        for j, (col, what) in enumerate((("imbalance", "routed pairs"),
+                                         ("imbalance_time", "expert time"))):
+            ax = axes[i][j]
+            for k, (routing, g) in enumerate(pts[pts["model"] == m].groupby("routing")):
+                g = g.sort_values("tokens")
+                ax.plot(g["tokens"], g[col], marker="o", color=f"C{k}", label=routing)
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("tokens")
+            ax.set_ylabel(f"max / mean of {what}")
+            ax.set_title(f"{m}: {what}", fontsize=9)
+            ax.grid(True, alpha=0.3)
+    return style.finish(fig, run, analysis.distributed_rows(run.results), legend_title="routing",
+                        extra="ep-allreduce")
+
+
+def fig_collective_share(run, backend=None, mode=None) -> Figure:
+    """The collective's share of the layer's measured time against tokens, per variant."""
+    run = open_run(run)
+    pts = analysis.points(run.results)
+    if pts.empty:
+        return style.note_figure("no ok distributed point in this run", run, None)
+    pts = _main_rows(pts, backend, mode)
+    fig, ax = style.new_figure(figsize=(8, 4.2))
+    for (v, routing), g in pts.groupby(["parallel", "routing"]):
+        g = g.groupby("tokens")["collective_share"].median()
+        ax.plot(g.index, 100 * g.values, marker="o", color=VARIANT_COLOR.get(v),
+                linestyle={"uniform": "-"}.get(routing, "--"), label=f"{v} ({routing})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("slowest rank's collective / layer (%)")
+    ax.grid(True, alpha=0.3)
+    return style.finish(fig, run, analysis.distributed_rows(run.results))
+
+
+def fig_variants(run, routing="uniform", backend=None, mode=None) -> Figure:
+    """TP against EP: the layer's measured time (end to end) per token count, a panel per
+    model, a line per variant; dotted: predicted (slowest rank + collective)."""
+    run = open_run(run)
+    pts = analysis.points(run.results)
+    if pts.empty:
+        return style.note_figure("no ok distributed point in this run", run, None)
+    pts = _main_rows(pts, backend, mode)
+    pts = pts[pts["routing"] == routing] if (pts["routing"] == routing).any() else pts
+    models = list(dict.fromkeys(pts["model"]))
+    fig, axes = style.new_figure(1, len(models), squeeze=False,
+                                 figsize=(4.8 * len(models) + 1.8, 3.8))
+    for ax, m in zip(axes[0], models):
+        for v, g in pts[pts["model"] == m].groupby("parallel"):
+            g = g.sort_values("tokens")
+            c = VARIANT_COLOR.get(v)
+            ax.plot(g["tokens"], g["layer_us"], "-o", color=c, label=f"{v} measured")
+            ax.plot(g["tokens"], g["predicted_us"], ":", color=c, label=f"{v} predicted")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens")
+        ax.set_ylabel("layer us per call")
+        ax.set_title(m, fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+    return style.finish(fig, run, analysis.distributed_rows(run.results),
+                        extra=f"{routing} routing")
+
+
+def fig_estimate(run, est: pd.DataFrame, measured: pd.DataFrame | None = None) -> Figure:
+    """The layer at N ranks ESTIMATED from the run (dashed), beside the run's own measured
+    layer; a measured run at N (issue 18) drawn solid when there is one."""
+    run = open_run(run)
+    if est.empty:
+        return style.note_figure("nothing to estimate from", run, None)
+    n = int(est["world_size"].iloc[0])
+    e = est[est["routing"] == "uniform"] if (est["routing"] == "uniform").any() else est
+    e = e[e["backend"] == e["backend"].value_counts().index[0]]
+    e = e[e["mode"] == ("graph" if (e["mode"] == "graph").any() else "eager")]
+    models = list(dict.fromkeys(e["model"]))
+    fig, axes = style.new_figure(1, len(models), squeeze=False,
+                                 figsize=(4.8 * len(models) + 1.8, 3.8))
+    for ax, m in zip(axes[0], models):
+        for v, g in e[e["model"] == m].groupby("parallel"):
+            g = g.sort_values("tokens")
+            c = VARIANT_COLOR.get(v)
+            ax.plot(g["tokens"], g["measured_layer_us_at_from"], "-o", color=c, alpha=0.5,
+                    label=f"{v} measured, {int(g['from_world_size'].iloc[0])} ranks")
+            ax.plot(g["tokens"], g["layer_us"], "--", color=c, label=f"{v} ESTIMATE, {n} ranks")
+            if measured is not None and len(measured):
+                mm = measured[(measured["model"] == m) & (measured["parallel"] == v)]
+                if len(mm):
+                    ax.plot(mm["tokens"], mm["layer_us_measured"], "s-", color=c,
+                            label=f"{v} measured, {n} ranks")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens")
+        ax.set_ylabel("layer us per call")
+        ax.set_title(m, fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+    return style.finish(fig, run, analysis.distributed_rows(run.results),
+                        extra=f"dashed: an estimate for {n} ranks (fitted per-rank cost + "
+                              "collective model), not a measurement")

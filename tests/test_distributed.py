@@ -1,0 +1,190 @@
+"""Expert parallelism with torch.distributed on the CPU (gloo), real processes, tiny shapes:
+every variant's combined output is the single-process reference; a rank that raises or
+dies gives rows with the reason on every rank, without a hang, and the sweep goes on; the
+N=8 code path runs; a part of another sweep is refused by merge; --gpus without GPUs is
+one line."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import ROOT
+from moe_lab.cli import main
+from moe_lab.correctness import make_inputs, reference, rel_err
+from moe_lab.distributed import VARIANTS, shards
+from moe_lab.distributed.launch import free_port
+from moe_lab.problems import parse_model
+
+MODEL = "custom:H=32,I=16,E=8,k=2"
+ENV = dict(os.environ, PYTHONPATH=ROOT)
+
+LAYERS = textwrap.dedent("""
+    import datetime, os, sys, torch, torch.distributed as dist
+    from moe_lab import backends
+    from moe_lab.correctness import make_inputs
+    from moe_lab.distributed import layers, shards
+    from moe_lab.distributed.control import open_store
+    from moe_lab.problems import parse_model
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", store=open_store(rank, world, 30), rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=30))
+    model, out = parse_model(sys.argv[1]), {}
+    full = shards.full_weights(model, torch.float32, "cpu", 5)
+    for tokens, routing in [(1, "uniform"), (16, "hot:0.9"), (16, "zipf:1.2")]:
+        inp = make_inputs(shards.full_problem(model, tokens, "fp32"), "cpu", 100 + tokens,
+                          routing, ensure_local=False)
+        for variant in ("tp-allreduce", "ep-allreduce", "ep-alltoall"):
+            for name in ("torch", "torch-grouped"):
+                prob = shards.rank_problem(model, tokens, "fp32", variant, world, rank)
+                bprob = layers.k1_problem(prob) if variant == "ep-alltoall" else prob
+                w = shards.rank_weights(variant, prob, full, world, rank, "cpu")
+                lay = layers.build(variant, prob, backends.get(name).prepare(bprob, w), inp,
+                                   world, rank)
+                out[(tokens, routing, variant, name)] = (lay.rows, lay.layer(), lay.pairs)
+        # the comparison can fail: rank r holding the other rank's experts
+        other = shards.rank_problem(model, tokens, "fp32", "ep-allreduce", world, 1 - rank)
+        w = shards.rank_weights("ep-allreduce", other, full, world, 1 - rank, "cpu")
+        prob = shards.rank_problem(model, tokens, "fp32", "ep-allreduce", world, rank)
+        from moe_lab.backends import Weights
+        w = Weights(w.w1, w.w2, prob.expert_map())
+        lay = layers.build("ep-allreduce", prob, backends.get("torch").prepare(prob, w), inp, world, rank)
+        out[(tokens, routing, "wrong-shard", "torch")] = (lay.rows, lay.layer(), lay.pairs)
+    torch.save(out, sys.argv[2] + "." + str(rank))
+    dist.destroy_process_group()
+""")
+
+
+def ranks(script, args, n=2, timeout=120):
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", script, *args], cwd=ROOT, env=dict(
+        ENV, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE=str(n),
+        LOCAL_RANK=str(r))) for r in range(n)]
+    assert [p.wait(timeout=timeout) for p in procs] == [0] * n
+
+
+def sweep(tmp_path, *extra, run_id="r", nproc=2, env=None, timeout=240):
+    cmd = [sys.executable, "-m", "moe_lab", "sweep", "--nproc", str(nproc), "--models", MODEL,
+           "--dtype", "fp32", "--backends", "torch", "--data-dir", str(tmp_path), "--run-id",
+           run_id, "--dist-reps", "3", "--rep-ms", "2", "--warmup-ms", "1", *extra]
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=ROOT, env=dict(ENV, **(env or {})), capture_output=True,
+                       text=True, timeout=timeout)
+    path = tmp_path / run_id / "results.parquet"
+    return p, (pd.read_parquet(path) if path.exists() else None), time.time() - t0
+
+
+def test_every_variant_combined_equals_the_single_process_reference(tmp_path):
+    ranks(LAYERS, [MODEL, str(tmp_path / "out")])
+    outs = [torch.load(tmp_path / f"out.{r}") for r in range(2)]
+    model = parse_model(MODEL)
+    full = shards.full_weights(model, torch.float64, "cpu", 5)
+    for key in outs[0]:
+        tokens, routing, variant, _ = key
+        fprob = shards.full_problem(model, tokens, "fp32")
+        inp = make_inputs(fprob, "cpu", 100 + tokens, routing, ensure_local=False)
+        inp.x = inp.x.double()
+        ref = reference(fprob, full, inp)
+        (rows0, y0, p0), (rows1, y1, p1) = outs[0][key], outs[1][key]
+        if variant == "ep-alltoall":  # each rank holds its own tokens' output
+            assert sorted(rows0.tolist() + rows1.tolist()) == list(range(tokens))
+            y = torch.zeros(tokens, model.hidden, dtype=torch.float64)
+            y[rows0], y[rows1] = y0.double(), y1.double()
+        else:
+            assert torch.equal(y0, y1)  # every rank ends with the whole, summed output
+            y = y0
+        err = rel_err(y, ref)
+        if variant == "wrong-shard":
+            assert err > 0.1, key
+        else:
+            assert err < 1e-5, (key, err)
+        if variant.startswith("ep"):  # EP ranks split the routed pairs between them
+            assert p0 + p1 == tokens * model.topk
+    assert len(outs[0]) == 3 * 7
+
+
+def test_a_rank_that_raises_gives_rows_with_the_reason_on_every_rank_and_the_sweep_goes_on(tmp_path):
+    # rank 1 raises in the check of the 4-token points: every rank's row says so, the
+    # 1- and 8-token points are measured; every (point, rank) is one row
+    p, res, _ = sweep(tmp_path, "--tokens", "1,4,8", env={"MOE_LAB_DIST_FAULT": "1:check:4"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert len(res) == 3 * 3 * 2 and res["point_id"].is_unique
+    assert set(res["world_size"]) == {2} and set(res["rank"]) == {0, 1}
+    assert set(res["parallel"]) == set(VARIANTS)
+    bad = res[res["tokens"] == 4]
+    assert (bad["status"] == "failed").all()
+    assert bad["error"].str.contains("rank 1: RuntimeError: injected fault on rank 1 in check").all()
+    good = res[res["tokens"] != 4]
+    assert (good["status"] == "ok").all() and (good["max_rel_err"] < 2e-3).all()
+    assert (good["median_us"] > 0).all() and (good["expert_us"] > 0).all()
+    assert (good["predicted_us"] > 0).all() and (good["collective_us"] > 0).all()
+    # ranks differ in pairs under EP, not under TP
+    tp = good[good["parallel"] == "tp-allreduce"]
+    assert (tp.groupby(["tokens"])["pairs"].nunique() == 1).all()
+    ep = good[good["parallel"] == "ep-allreduce"].groupby("tokens")["pairs"].sum()
+    assert ep.to_dict() == {1: 2, 8: 16}
+    # rerunning resumes: nothing left to measure for the ok points
+    p2, res2, _ = sweep(tmp_path, "--tokens", "1,4,8")
+    assert p2.returncode == 0
+    assert sorted(res2.loc[res2["tokens"] != 4, "measured_at"]) == sorted(good["measured_at"])
+
+
+def test_a_rank_that_raises_inside_the_timed_collectives_does_not_hang(tmp_path):
+    # rank 1 raises before the barrier-synchronised loops: rank 0 waits in a collective
+    # until the timeout (3 s), both report, and the next point runs on a fresh group
+    p, res, took = sweep(tmp_path, "--tokens", "2,4", "--parallel", "ep-allreduce",
+                         "--dist-timeout", "3", env={"MOE_LAB_DIST_FAULT": "1:time:2"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    bad = res[res["tokens"] == 2]
+    assert (bad["status"] == "failed").all() and len(bad) == 2
+    assert bad["error"].str.contains("rank 1: RuntimeError: injected fault").all()
+    assert bad["error"].str.contains("rank 0: ").all()  # its collective timed out
+    assert (res.loc[res["tokens"] == 4, "status"] == "ok").all()
+    assert took < 90
+
+
+def test_a_rank_that_dies_is_named_on_every_row_and_the_sweep_ends_without_a_hang(tmp_path):
+    p, res, took = sweep(tmp_path, "--tokens", "2,4", "--parallel", "ep-allreduce",
+                         "--dist-timeout", "3", env={"MOE_LAB_DIST_FAULT": "1:exit:2"})
+    assert p.returncode != 0 and took < 90
+    assert len(res) == 2 and (res["status"] == "failed").all()
+    assert res["error"].str.contains("rank 1 did not report").all()
+
+
+def test_eight_ranks_code_path(tmp_path):
+    """Issue 18's layout at tiny size: 8 gloo processes, E=8 (one expert per EP rank)."""
+    p, res, _ = sweep(tmp_path, "--tokens", "8", "--nproc", "8", nproc=8, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert len(res) == 3 * 8 and set(res["rank"]) == set(range(8))
+    assert (res["status"] == "ok").all() and (res["max_rel_err"] < 2e-3).all()
+    ep = res[res["parallel"] == "ep-allreduce"]
+    assert ep["pairs"].sum() == 8 * 2 and (ep["local_experts"] == 1).all()
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    base = ["sweep", "--models", MODEL, "--dtype", "fp32", "--backends", "torch",
+            "--data-dir", str(tmp_path)]
+    assert main(base + ["--nproc", "2", "--parallel", "tp-magic"]) == 2
+    assert main(base + ["--nproc", "3"]) == 2  # E=8 does not split over 3 ranks
+    assert main(base + ["--gpus", "all"]) == 2  # no GPU here
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(e.startswith("moe-lab: error:") for e in err)
+    assert "tp-magic" in err[0] and "no GPU is visible" in err[2]
+    assert not list(tmp_path.iterdir())
+
+
+def test_merge_refuses_a_part_of_another_sweep(tmp_path, capsys):
+    base = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2", "--backends", "torch",
+            "--dtype", "fp32", "--device", "cpu", "--no-progress", "--rep-ms", "2",
+            "--warmup-ms", "1", "--no-profile", "--data-dir", str(tmp_path)]
+    assert main(base + ["--shard", "0/2", "--run-id", "a0"]) == 0
+    assert main(base + ["--shard", "1/2", "--run-id", "a1", "--seed", "1"]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "m"), str(tmp_path / "a0"), str(tmp_path / "a1")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "another sweep" in err[0] and "seed" in err[0]
+    assert not (tmp_path / "m" / "results.parquet").exists()
