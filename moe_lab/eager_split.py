@@ -54,7 +54,7 @@ LAUNCH = re.compile(r"LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|Gr
 DEVICE_SYNC = re.compile(r"^(cuda|hip)DeviceSynchronize$")
 ANY_SYNC = re.compile(r"Synchronize$")
 TRACE_NAME = re.compile(r"^(?P<model>.+)_TP(?P<tp>\d+)(?:\+EP(?P<ep>\d+))?_T(?P<tokens>\d+)_"
-                        r"(?P<backend>[^_]+)\.json\.gz$")
+                        r"(?P<backend>[^_]+)(?:_(?P<config>[^_]+))?\.json\.gz$")
 COLUMNS = ("call", "wall_us", *PARTS, "launch_api_us", "n_kernels", "n_ops", "device_timeline")
 
 
@@ -184,13 +184,30 @@ def check_split(wall_us: float, eager: dict | None, n_ops: float = math.nan,
                    f"median {med:.0f} us{spread}: {why}{noisy}")
 
 
+def config_tag(config) -> str:
+    """What a sweep trace's name carries of its launch configuration: nothing for the
+    default, else `_<name>` (a file: its base name, characters other than letters, digits,
+    '.', '-' and '=' made '-')."""
+    if config is None or config != config or str(config) == "default":
+        return ""
+    return "_" + re.sub(r"[^A-Za-z0-9.=-]+", "-", os.path.basename(str(config)))
+
+
+def trace_name(prob, backend: str, config="default") -> str:
+    """The file name the sweep gives a point's trace (parse_trace_name reads it back)."""
+    return (f"{prob.model.name}_{prob.sharding}_T{prob.tokens}_{backend}"
+            f"{config_tag(config)}.json.gz")
+
+
 def parse_trace_name(name: str) -> dict | None:
-    """model, tp, ep, tokens, backend from a sweep trace's file name, None if not one."""
+    """model, tp, ep, tokens, backend, config tag from a sweep trace's file name, None if
+    not one."""
     m = TRACE_NAME.match(os.path.basename(str(name)))
     if not m:
         return None
     return dict(model=m["model"], tp=int(m["tp"]), ep=int(m["ep"] or 1),
-                tokens=int(m["tokens"]), backend=m["backend"])
+                tokens=int(m["tokens"]), backend=m["backend"],
+                config=("_" + m["config"]) if m["config"] else "")
 
 
 def _timed_row(results: pd.DataFrame, pt: dict, mode: str) -> tuple[dict | None, str]:
@@ -201,11 +218,11 @@ def _timed_row(results: pd.DataFrame, pt: dict, mode: str) -> tuple[dict | None,
             & (r["mode"] == mode) & (r["status"] == "ok")]
     if "ep_rank" in sel:
         sel = sel[sel["ep_rank"].fillna(0) == 0]
-    if "config" in sel and len(sel) > 1:
-        sel = sel[sel["config"].fillna("default") == "default"]
+    if "config" in sel:
+        sel = sel[[config_tag(c) == pt.get("config", "") for c in sel["config"]]]
     if len(sel) > 1:
-        return None, (f"{len(sel)} {mode} rows match this trace (its name has no dtype or "
-                      "config): nothing to check the sum against")
+        return None, (f"{len(sel)} {mode} rows match this trace (its name has no dtype): "
+                      "nothing to check the sum against")
     if sel.empty:
         return None, ""
     return sel.iloc[0].to_dict(), ""

@@ -266,6 +266,7 @@ class Sweep:
 
     def _measure_backend(self, prob, routing, bname, config, modes, weights, inp, ref, prepared,
                          facts):
+        from .eager_split import trace_name
         from .profiling import check_kernel_coverage, export_trace, profile_kernels
         from .timing import CaptureError, time_fn
         from .configs import config_for
@@ -301,8 +302,7 @@ class Sweep:
                     if self.traces_left > 0:
                         os.makedirs(os.path.join(self.run_dir, "traces"), exist_ok=True)
                         export_trace(fn, inp.args(), os.path.join(
-                            self.run_dir, "traces",
-                            f"{prob.model.name}_{prob.sharding}_T{prob.tokens}_{bname}.json.gz"),
+                            self.run_dir, "traces", trace_name(prob, bname, config)),
                             device=self.device)
                         self.traces_left -= 1
             except Exception as exc:

@@ -127,3 +127,26 @@ def test_profile_split_bad_input_is_one_line(argv, what, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and what in err
+
+
+def test_trace_names_carry_the_configuration_and_find_their_own_rows():
+    """A sweep of default and tuned configurations traces both points: the names differ and
+    each trace is checked against its own configuration's eager row, never the other's."""
+    import pandas as pd
+
+    from moe_lab.problems import make_problem
+    prob = make_problem("deepseek-r1", 64, "bf16", 8, 8, 0)
+    cfg = "data/configs/nvidia-h200/aiter-triton/E=32,N=2048,device_name=NVIDIA_H200.json"
+    names = [es.trace_name(prob, "aiter-triton", c) for c in ("default", "tuned", cfg)]
+    assert names[0] == "deepseek-r1_TP8+EP8_T64_aiter-triton.json.gz"
+    assert len(set(names)) == 3
+    rows = pd.DataFrame([dict(model="deepseek-r1", tp=8, ep=8, ep_rank=0, tokens=64,
+                              backend="aiter-triton", mode="eager", status="ok", config=c,
+                              median_us=us) for c, us in (("default", 900.0), ("tuned", 600.0),
+                                                          (cfg, 700.0))])
+    for name, us in zip(names, (900.0, 600.0, 700.0)):
+        pt = es.parse_trace_name(name)
+        assert (pt["model"], pt["tp"], pt["ep"], pt["tokens"], pt["backend"]) == (
+            "deepseek-r1", 8, 8, 64, "aiter-triton")
+        row, why = es._timed_row(rows, pt, "eager")
+        assert why == "" and row["median_us"] == us
