@@ -70,7 +70,8 @@ def ranks(script, args, n=2, timeout=120):
 def sweep(tmp_path, *extra, run_id="r", nproc=2, env=None, timeout=240):
     cmd = [sys.executable, "-m", "moe_lab", "sweep", "--nproc", str(nproc), "--models", MODEL,
            "--dtype", "fp32", "--backends", "torch", "--data-dir", str(tmp_path), "--run-id",
-           run_id, "--dist-reps", "3", "--rep-ms", "2", "--warmup-ms", "1", *extra]
+           run_id, "--dist-reps", "3", "--rep-ms", "2", "--warmup-ms", "1", "--device", "cpu",
+           *extra]
     t0 = time.time()
     p = subprocess.run(cmd, cwd=ROOT, env=dict(ENV, **(env or {})), capture_output=True,
                        text=True, timeout=timeout)

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -79,6 +80,10 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
         procs.append(subprocess.Popen([sys.executable, "-m", "moe_lab.distributed.worker", f.name],
                                       env=env))
     first_fail = None
+
+    def on_term(signum, frame):  # `timeout -s TERM` on the launcher: stop the ranks too
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, on_term)
     try:
         while any(p.poll() is None for p in procs):
             if first_fail is None and any(p.poll() not in (None, 0) for p in procs):
@@ -96,6 +101,7 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
             p.wait()
         raise
     finally:
+        signal.signal(signal.SIGTERM, old)
         os.unlink(f.name)
     codes = [p.returncode for p in procs]
     return 0 if all(c == 0 for c in codes) else 1
@@ -220,6 +226,7 @@ def run_spread(args, run_dir: str) -> int:
         log.close()
     wall = time.time() - t0
     from ..store import RunStore, merge_runs
+    before = RunStore(run_dir, create=False).read_manifest().get("spread") or {}
     parts = [str(parts_dir / f"part-{i}-of-{n}") for i in range(n)]
     tmp = run_dir.rstrip("/") + ".merging"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -228,7 +235,8 @@ def run_spread(args, run_dir: str) -> int:
         shutil.rmtree(run_dir)
     os.replace(tmp, run_dir)
     RunStore(run_dir).update_manifest(
-        spread=dict(gpus=n, wall_s=round(wall, 1), part_exit_codes=codes,
+        spread=dict(gpus=n, wall_s=round(wall + before.get("wall_s", 0), 1),
+                    wall_s_this_invocation=round(wall, 1), part_exit_codes=codes,
                     parts=[os.path.relpath(p, args.data_dir) for p in parts]),
         command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
     print(f"spread over {n} GPUs in {wall:.0f} s (exit codes {codes}); merged into {run_dir}")

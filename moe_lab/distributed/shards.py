@@ -1,8 +1,10 @@
 """The full layer's weights and each rank's real shard of them.
 
 The full layer is defined expert by expert: expert e's w1 [2I, H] (gate rows, then up) and
-w2 [H, I] are drawn on the CPU from a generator seeded by (seed, e), so every shard is a
-slice of one well-defined layer, whatever N:
+w2 [H, I] are drawn from a generator seeded by (seed, e) on the run's device (the CPU's
+generator on the CPU; on a GPU its own, so that DeepSeek-sized layers are drawn in seconds;
+the same numbers on every GPU of that kind), so every shard is a slice of one
+well-defined layer, whatever N:
 
     EP rank r of N   experts [r*E/N, (r+1)*E/N), whole (drawn directly: only its experts)
     TP rank r of N   every expert's gate rows, up rows and w2 columns [r*I/N, (r+1)*I/N)
@@ -32,10 +34,12 @@ def draw_experts(model: ModelSpec, lo: int, hi: int, dtype: torch.dtype, device,
     H, I = model.hidden, model.intermediate
     w1 = torch.empty(hi - lo, 2 * I, H, dtype=dtype, device=device)
     w2 = torch.empty(hi - lo, H, I, dtype=dtype, device=device)
+    gen_device = "cuda" if str(device).startswith("cuda") else "cpu"
     for j, e in enumerate(range(lo, hi)):
-        g = torch.Generator().manual_seed(expert_seed(seed, e))
-        w1[j].copy_(torch.randn(2 * I, H, generator=g).mul_(H ** -0.5))
-        w2[j].copy_(torch.randn(H, I, generator=g).mul_(I ** -0.5))
+        g = torch.Generator(device=device if gen_device == "cuda" else "cpu")
+        g.manual_seed(expert_seed(seed, e))
+        w1[j].copy_(torch.randn(2 * I, H, generator=g, device=g.device).mul_(H ** -0.5))
+        w2[j].copy_(torch.randn(H, I, generator=g, device=g.device).mul_(I ** -0.5))
     return w1, w2
 
 

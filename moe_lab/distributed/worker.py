@@ -232,6 +232,10 @@ class Worker:
     def gather(self, t: torch.Tensor) -> torch.Tensor:
         """Every rank's shard of a weight, concatenated in rank order."""
         t = t.contiguous()
+        if self.cuda:  # one buffer: the full layer once in memory, not twice
+            out = t.new_empty((self.world * t.shape[0], *t.shape[1:]))
+            dist.all_gather_into_tensor(out, t, group=self.group)
+            return out
         parts = [torch.empty_like(t) for _ in range(self.world)]
         dist.all_gather(parts, t, group=self.group)
         return torch.cat(parts)
