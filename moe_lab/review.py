@@ -75,13 +75,32 @@ def _slug(text: str) -> str:
 
 
 def _time_section(run: Run) -> Section:
+    import dataclasses
+
     from .plots import kernel_time
-    fig = kernel_time.fig_time_vs_tokens(run)
+    res = run.results
+    sharded = res[res["tp"].notna() & res["ep"].notna()] if len(res) else res
+    run_ = dataclasses.replace(run, results=sharded)
+    fig = kernel_time.fig_time_vs_tokens(run_)
     _title(fig, f"Time per MoE call, {run.device}")
-    ok = kernel_time.ok_times(run.results)
+    ok = kernel_time.ok_times(sharded)
+    left = len(res) - len(sharded)
     return Section(f"Time per call: {run.run_id}", fig=fig, drawn=[(run, ok)],
-                   text=f"{len(ok)} ok points of {len(run.results)}; median per call, band "
-                        "p10-p90; dashed eager (host included), solid graph replay.")
+                   text=f"{len(ok)} ok points of {len(res)}; median per call, band "
+                        "p10-p90; dashed eager (host included), solid graph replay."
+                        + (f" {left} rows of shapes without a TP/EP sharding (custom) are not "
+                           "drawn." if left else ""))
+
+
+def _guarded(title: str, make, *args) -> Section | None:
+    """A section, or one saying why it could not be drawn (the rest of the review goes on)."""
+    try:
+        return make(*args)
+    except UsageError as exc:
+        return Section(title, text=f"not drawn: {exc}")
+    except Exception as exc:  # a figure that fails is a line in the review, not a crash
+        why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        return Section(title, text=f"not drawn: {type(exc).__name__}: {why}")
 
 
 def _split_section(run: Run) -> Section | None:
@@ -162,17 +181,15 @@ def build(runs: list[Run], by: str | None = None, values=None, mode: str | None 
     """The sections of a review of `runs` (see the module doc)."""
     out = []
     if len(runs) == 2 or by:
-        out.append(_compare_section(runs[0], runs[-1], by, values, mode))
+        if by and (values is None or len(values) != 2):  # bad input: one line, exit 2
+            raise UsageError("--by needs two values, e.g. --by config --values default,tuned")
+        out.append(_guarded("Compare", _compare_section, runs[0], runs[-1], by, values, mode))
     for run in {str(r.path): r for r in runs}.values():  # a run compared with itself once
-        out.append(_time_section(run))
-        s = _split_section(run)
-        if s is not None:
-            out.append(s)
+        out.append(_guarded(f"Time per call: {run.run_id}", _time_section, run))
+        out.append(_guarded(f"Where eager time goes: {run.run_id}", _split_section, run))
     if len({r.device for r in runs}) > 1:
-        s = _devices_section(runs)
-        if s is not None:
-            out.append(s)
-    return out
+        out.append(_guarded("Devices side by side", _devices_section, runs))
+    return [s for s in out if s is not None]
 
 
 CSS = """body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:940px;

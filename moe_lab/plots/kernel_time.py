@@ -54,14 +54,18 @@ def fig_time_vs_tokens(run, models=None) -> Figure:
         return style.note_figure("no ok point to draw in this run", run, r)
     models = list(dict.fromkeys(r["model"]))
     shards = sorted(r["sharding"].unique(), key=len)
+    r = r.assign(_config=r["config"].fillna("default").astype(str) if "config" in r
+                 else "default")
     fig, cells = style.panel_grid(models, shards, 4.8, 3.4, 1.8, 0.5)
     for ax, m, s in cells:
         sub = r[(r["model"] == m) & (r["sharding"] == s)]
-        for (b, mode), g in sub.groupby(["backend", "mode"]):
-            g = g.sort_values("tokens")
+        for (b, mode, cfg), g in sub.groupby(["backend", "mode", "_config"]):
+            g = g.sort_values("tokens")  # a line per configuration (never default-tuned zigzags)
             c = style.backend_color(b)
-            ax.plot(g["tokens"], g["median_us"], style.mode_style(mode), marker=".",
-                    color=c, label=f"{style.backend_label(b)} {mode}")
+            ax.plot(g["tokens"], g["median_us"], style.mode_style(mode),
+                    marker="." if cfg == "default" else "^", markersize=None if cfg ==
+                    "default" else 4, color=c, label=f"{style.backend_label(b)} {mode}"
+                    + ("" if cfg == "default" else f" [{cfg}]"))
             ax.fill_between(g["tokens"], g["p10_us"], g["p90_us"], color=c, alpha=0.12,
                             linewidth=0)
         ax.set_xscale("log", base=2)

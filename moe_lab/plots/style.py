@@ -214,7 +214,7 @@ def footer(fig: Figure, run: Run | None, rows: pd.DataFrame | None = None, extra
     """Write the provenance footer (footer_text) as the figure's last text, wrapped to its
     width, and keep room for it below the panels. Returns the text."""
     text = footer_text(run, rows, extra, device)
-    width = max(int(fig.get_figwidth() * 72 / (FOOTER_FONTSIZE * 0.55)), 40)
+    width = max(int(fig.get_figwidth() * 72 / (FOOTER_FONTSIZE * 0.62)), 40)
     wrapped = textwrap.fill(text, width=width, break_long_words=False, break_on_hyphens=False)
     nlines = wrapped.count("\n") + 1
     room = (nlines * FOOTER_FONTSIZE * 1.25 + 4) / (fig.get_figheight() * 72)
