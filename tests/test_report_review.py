@@ -146,3 +146,15 @@ def test_bad_out_is_one_line_and_exit_2(tmp_path, capsys):
         assert main(["report", "--runs", "h200-repeat-a-20261130", "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and what in err
+
+
+def test_a_section_that_cannot_be_drawn_does_not_stop_the_review(tmp_path):
+    """The aiter import's custom shapes have no TP/EP sharding: its time figure leaves them
+    out and says how many; the H200 run and AMD's rows still meet in the devices section."""
+    out = tmp_path / "devices"
+    assert main(["report", "--runs", "h200-tuned-20261130,aiter-tuned-fmoe-0-1-7-post2-dev18",
+                 "--out", str(out)]) == 0
+    page = _check_page(out, 4, ["h200-tuned-20261130", "aiter-tuned-fmoe-0-1-7-post2-dev18"])
+    text = open(out / "index.html").read()
+    assert "Devices side by side" in text and "without a TP/EP sharding" in text
+    assert "moe-lab import-aiter" in page.figures[-1]["caption"]

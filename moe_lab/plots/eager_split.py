@@ -30,6 +30,10 @@ def fig_eager_split(run, t: pd.DataFrame | None = None) -> Figure:
     if t.empty:
         return style.note_figure("this run has no sweep traces to split (sweep --traces N)", run)
     t = t.assign(sharding=[sharding_name(int(a), int(b)) for a, b in zip(t["tp"], t["ep"])])
+    labels = dict(PART_LABELS)
+    if not t["device_timeline"].any():  # a CPU run: the ops are the work, no device
+        labels.update(host_us="Python between ops (host)", kernel_us="aten ops (CPU)",
+                      gap_us="launch gaps (none on a CPU)")
     panels = list(dict.fromkeys(zip(t["model"], t["sharding"])))
     bks = list(dict.fromkeys(t["backend"]))
     fig, axes = style.new_figure(len(panels), len(bks), squeeze=False, sharey="row",
@@ -42,7 +46,7 @@ def fig_eager_split(run, t: pd.DataFrame | None = None) -> Figure:
             x = np.arange(len(g))
             bottom = np.zeros(len(g))
             for p in PARTS:
-                ax.bar(x, g[p], 0.6, bottom=bottom, color=PART_COLOR[p], label=PART_LABELS[p])
+                ax.bar(x, g[p], 0.6, bottom=bottom, color=PART_COLOR[p], label=labels[p])
                 bottom += g[p].to_numpy()
             ax.scatter(x, g["eager_us"], marker="_", s=500, color="black", linewidths=2,
                        zorder=3, label="timed eager median")
@@ -61,7 +65,7 @@ def fig_eager_split(run, t: pd.DataFrame | None = None) -> Figure:
                 ax.set_ylabel("one eager call (us)")
             ax.grid(True, axis="y", alpha=0.3)
             ax.margins(y=0.12)
-    handles = [Patch(color=PART_COLOR[p], label=PART_LABELS[p]) for p in reversed(PARTS)] + [
+    handles = [Patch(color=PART_COLOR[p], label=labels[p]) for p in reversed(PARTS)] + [
         Line2D([], [], color="black", marker="_", markersize=14, linestyle="none",
                markeredgewidth=2, label="timed eager median"),
         Line2D([], [], color="black", marker="s", markerfacecolor="none", linestyle="none",
