@@ -110,6 +110,9 @@ def run(args) -> int:
     for r in routings:
         parse_routing(r)
     modes = parse_modes(args.modes or ("eager,graph" if gpu else "eager"))
+    if args.dtype.startswith("fp8") and any(m.kind == "compile" for m in modes):
+        raise UsageError(f"--dtype {args.dtype}: compile modes measure the bf16 layer only; "
+                         "use --modes eager,graph")
     if args.backends:
         backends = registry.parse_names(args.backends)
     else:
