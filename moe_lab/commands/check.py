@@ -88,8 +88,10 @@ def run(args) -> int:
             err = "" if r["max_rel_err"] != r["max_rel_err"] else f"{r['max_rel_err']:.2e}"
             verdict = {"ok": "PASS", "incorrect": "FAIL", "failed": "FAIL", "oom": "FAIL"}.get(
                 r["status"], r["status"])
+            note = r["error"] or (f"quant_err {r['quant_err']:.2e} ({r['fp8_format']})"
+                                  if r.get("fp8_format") and r["status"] == "ok" else "")
             emit(f"{prob.model.name:22} {prob.sharding:9} {prob.tokens:>6} {r['backend']:14} "
-                 f"{verdict:12} {err:>11} {r['threshold']:>6.0e}  {r['error']}")
+                 f"{verdict:12} {err:>11} {r['threshold']:>6.0e}  {note}")
             bad += r["status"] in ("incorrect", "failed", "oom")
     emit(f"# {bad} failing backend-point(s)" if bad else "# all available backends pass")
     if args.out:
