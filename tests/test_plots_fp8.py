@@ -1,0 +1,75 @@
+"""FP8 beside bf16 (moe_lab.plots.fp8) on two real CPU sweeps of a small shape, and the
+plain message when no run has FP8 rows."""
+import pandas as pd
+import pytest
+
+from moe_lab.modes import Mode
+from moe_lab.plots import fp8
+from moe_lab.store import find_runs, open_run
+from moe_lab.sweep import Grid, Sweep
+
+MODEL = "custom:H=256,I=256,E=4,k=2"
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    for dtype, backends in (("bf16", ["torch", "torch-grouped"]),
+                            ("fp8-channel", ["torch-fp8", "torch-fp8-dequant", "torch"])):
+        grid = Grid(models=[MODEL], tokens=[1, 4], backends=backends, modes=[Mode("eager")],
+                    tps=[1], dtype=dtype)
+        Sweep(grid, "cpu", root / dtype, seed=1, profile=False, warmup_ms=1, rep_ms=5,
+              progress=False).run()
+    return root
+
+
+def test_fp8_rows_carry_format_and_quantisation_error(runs_dir):
+    res = open_run(runs_dir / "fp8-channel").results
+    ok = res[res["status"] == "ok"]
+    assert set(ok["backend"]) == {"torch-fp8", "torch-fp8-dequant"}
+    assert (ok["fp8_format"] == "e4m3fn").all() and (ok["quant_err"] > 0).all()
+    assert (res.loc[res["backend"] == "torch", "status"] == "unsupported").all()
+    bf = open_run(runs_dir / "bf16").results
+    assert (bf["fp8_format"] == "").all() and bf["quant_err"].isna().all()
+    table = fp8.dtype_table(open_run(runs_dir / "fp8-channel"))
+    assert set(table["dtype"]) == {"fp8-channel"} and table["ok"].sum() == 4
+
+
+def test_fp8_against_bf16_from_two_runs(runs_dir):
+    runs = find_runs(runs_dir)
+    rows, run = fp8.comparison_rows(runs=runs)
+    assert run.run_id == "fp8-channel"
+    assert set(rows["run_id"]) == {"fp8-channel", "bf16"}
+    cmp = fp8.fp8_vs_bf16(rows)
+    assert len(cmp) == 2 and set(cmp["tokens"]) == {1, 4}
+    for r in cmp.itertuples():
+        f8 = rows[(rows["dtype"] == "fp8-channel") & (rows["tokens"] == r.tokens)]
+        bf = rows[(rows["dtype"] == "bf16") & (rows["tokens"] == r.tokens)]
+        assert r.fp8_us == f8["median_us"].min() and r.bf16_us == bf["median_us"].min()
+        assert r.speedup == pytest.approx(r.bf16_us / r.fp8_us)
+    t = fp8.targets(cmp, mode="eager")
+    assert t.loc[2, "points"] == 0  # no 4096-token point in this run
+    assert t.loc[0, "points"] == 0  # 1 and 4 tokens, but a CPU run has no roof: not counted
+    fig = fp8.fig_fp8_vs_bf16(cmp, run, rows)
+    assert "fp8-channel" in fig.texts[-1].get_text()  # the footer names the dtype
+    assert any(line.get_label().startswith("fp8-channel eager") for ax in fig.axes
+               for line in ax.get_lines())
+
+
+def test_targets_count_what_is_met():
+    cmp = pd.DataFrame(dict(dtype="fp8-block128", model="m", tp=8, ep=1, mode="graph",
+                            tokens=[1, 8, 16, 64, 4096, 8192],
+                            fp8_pct_of_roof=[60, 40, 90, 80, 70, 70],
+                            speedup=[1, 1, 1, 1, 1.6, 1.2]))
+    t = fp8.targets(cmp).set_index("target")
+    assert t["points"].tolist() == [2, 2, 2] and t["met"].tolist() == [1, 1, 1]
+
+
+def test_no_fp8_rows_says_so(tmp_path, runs_dir):
+    runs = [r for r in find_runs(runs_dir) if r.run_id == "bf16"]
+    rows, run = fp8.comparison_rows(runs=runs)
+    assert run is None and not len(rows)
+    cmp = fp8.fp8_vs_bf16(rows)
+    fig = fp8.fig_fp8_vs_bf16(cmp, run, rows)
+    assert any("No FP8 rows" in t.get_text() for ax in fig.axes for t in ax.texts)
+    assert fp8.targets(cmp)["points"].sum() == 0
