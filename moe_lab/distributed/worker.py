@@ -113,13 +113,24 @@ class Worker:
         status = max((s["status"] for _, s in bad), key=ORDER.index)
         return status, "; ".join(f"rank {r}: {s['error']}" for r, s in bad)[:600]
 
+    def gpu_facts(self) -> dict:
+        """Which GPU this rank is (the manifest names every one)."""
+        if not self.cuda:
+            return {}
+        try:
+            p = torch.cuda.get_device_properties(self.device)
+            return dict(gpu_uuid=str(getattr(p, "uuid", "")), pci_bus_id=getattr(p, "pci_bus_id", None),
+                        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+        except Exception as exc:
+            return dict(gpu_facts_error=one_line(exc))
+
     # --- the loop --------------------------------------------------------------------
     def run(self) -> int:
         spec, t0 = self.spec, time.time()
         self.lost = []
         self.store = RunStore(spec["run_dir"]) if self.rank == 0 else None
         hosts = self.ctl.exchange("hello", dict(device=self.dev_name, host=socket.gethostname(),
-                                                torch_device=self.device))
+                                                torch_device=self.device, **self.gpu_facts()))
         if self.rank == 0:
             manifest = dict(
                 run_id=os.path.basename(os.path.abspath(spec["run_dir"])),
