@@ -242,8 +242,11 @@ def run_split(run) -> pd.DataFrame:
         s = split_trace(path)
         eager, ambiguous = _timed_row(run.results, pt, "eager")
         graph, _ = _timed_row(run.results, pt, "graph")
-        ok, why = check_split(s["wall_us"], eager, s["n_ops"], cpu=not s["device_timeline"])
+        prof_us = float((eager or {}).get("eager_profiled_us") or math.nan)
+        ok, why = check_split(s["wall_us"], eager, s["n_ops"], profiled_us=prof_us,
+                              cpu=not s["device_timeline"])
         rows.append(dict(pt, **s, eager_us=(eager or {}).get("median_us", math.nan),
+                         profiled_eager_us=prof_us,
                          graph_us=(graph or {}).get("median_us", math.nan),
                          device=(eager or {}).get("device", run.device),
                          git_commit=(eager or {}).get("git_commit"),
@@ -254,6 +257,19 @@ def run_split(run) -> pd.DataFrame:
         out["sum_over_eager"] = out["wall_us"] / out["eager_us"]
         out = out.sort_values(["model", "tp", "ep", "backend", "tokens"]).reset_index(drop=True)
     return out
+
+
+def profiled_eager_us(fn, args: tuple, device: str, **timer_kw) -> float:
+    """The eager timer's median for fn(*args) with the profiler recording (host ops and,
+    on a GPU, device activity): the call with the profiler's own cost, which a profiled
+    call's window is compared with when it is far from the plain eager time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .timing import time_fn
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if str(device).startswith("cuda")
+                                     else [])
+    with profile(activities=acts):
+        return float(time_fn("eager", fn, [tuple(args)], device, **timer_kw).median_us)
 
 
 def split_point(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: int = 1,
@@ -284,17 +300,13 @@ def split_point(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep
     if chk["status"] != "ok":  # correct before fast: an incorrect backend is not split
         raise UsageError(f"{backend} on {prob.describe()}: {chk['status']} {chk['error']}")
     path = trace or os.path.join(tempfile.mkdtemp(prefix="moe-lab-split-"), "call.json.gz")
-    from torch.profiler import ProfilerActivity, profile
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda")
-                                     else [])
     with native_log_filter():
         export_trace(fn, inp.args(), path, iters=max(2, iters), device=device)
         t = time_fn("eager", fn, [inp.args()], device)
-        with profile(activities=acts):  # the profiler's own cost, measured
-            tp_ = time_fn("eager", fn, [inp.args()], device)
+        prof_us = profiled_eager_us(fn, inp.args(), device)  # the profiler's own cost
     s = split_trace(path)
     eager = dict(median_us=t.median_us, p10_us=t.p10_us, p90_us=t.p90_us, noisy=t.noisy)
-    ok, why = check_split(s["wall_us"], eager, s["n_ops"], profiled_us=tp_.median_us,
+    ok, why = check_split(s["wall_us"], eager, s["n_ops"], profiled_us=prof_us,
                           cpu=not s["device_timeline"])
-    return dict(s, eager_us=t.median_us, profiled_eager_us=tp_.median_us, adds_up=ok,
+    return dict(s, eager_us=t.median_us, profiled_eager_us=prof_us, adds_up=ok,
                 reason=why, trace=path, point=prob.describe(), backend=backend, device=device)

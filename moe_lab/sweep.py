@@ -266,7 +266,7 @@ class Sweep:
 
     def _measure_backend(self, prob, routing, bname, config, modes, weights, inp, ref, prepared,
                          facts):
-        from .eager_split import trace_name
+        from .eager_split import profiled_eager_us, trace_name
         from .profiling import check_kernel_coverage, export_trace, profile_kernels
         from .timing import CaptureError, time_fn
         from .configs import config_for
@@ -305,6 +305,10 @@ class Sweep:
                             self.run_dir, "traces", trace_name(prob, bname, config)),
                             device=self.device)
                         self.traces_left -= 1
+                        # the eager time with the profiler's cost: what its split is held to
+                        base["eager_profiled_us"] = profiled_eager_us(
+                            fn, inp.args(), self.device, warmup_ms=self.warmup_ms,
+                            rep_ms=self.rep_ms)
             except Exception as exc:
                 reraise_if_terminated(exc)
                 base["warning"] = f"profiler pass failed: {one_line(exc)}"

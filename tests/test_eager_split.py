@@ -150,3 +150,19 @@ def test_trace_names_carry_the_configuration_and_find_their_own_rows():
             "deepseek-r1", 8, 8, 64, "aiter-triton")
         row, why = es._timed_row(rows, pt, "eager")
         assert why == "" and row["median_us"] == us
+
+
+def test_a_sweep_with_traces_holds_each_split_to_the_profiled_eager_time(tmp_path):
+    """sweep --traces times each traced point once more under the profiler
+    (`eager_profiled_us`), so a split far from the plain eager time says by how much the
+    profiler itself slows the call."""
+    assert main(["sweep", "--models", "custom:H=64,I=32,E=4,k=2", "--tp", "1", "--tokens", "2",
+                 "--backends", "torch-grouped", "--dtype", "fp32", "--device", "cpu",
+                 "--data-dir", str(tmp_path), "--run-id", "r", "--traces", "1", "--rep-ms", "5",
+                 "--warmup-ms", "1", "--no-progress"]) == 0
+    t = es.run_split(tmp_path / "r")
+    assert len(t) == 1
+    r = t.iloc[0]
+    assert r["profiled_eager_us"] > 0 and r["eager_us"] > 0
+    assert _close(r["host_us"] + r["gap_us"] + r["kernel_us"], r["wall_us"])
+    assert r["adds_up"] or "profiler" in r["reason"]
