@@ -189,3 +189,34 @@ def test_merge_refuses_a_part_of_another_sweep(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "another sweep" in err[0] and "seed" in err[0]
     assert not (tmp_path / "m" / "results.parquet").exists()
+
+
+def test_gpus_runs_one_part_per_gpu_and_merges_them_into_the_whole_sweep(tmp_path, monkeypatch):
+    """--gpus N on a host with N GPUs: the parts run as N processes (CUDA_VISIBLE_DEVICES=i,
+    --shard i/N) and merge into one run with every point once. There is no GPU here, so the
+    GPU count is the one thing faked; the parts are real sweeps (on the CPU)."""
+    import json
+    from moe_lab.distributed import analysis, launch
+    from moe_lab.store import find_runs
+    monkeypatch.setattr(launch, "gpu_count", lambda text: 2)
+    base = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2,4", "--backends",
+            "torch,torch-grouped", "--dtype", "fp32", "--device", "cpu", "--no-progress",
+            "--rep-ms", "2", "--warmup-ms", "1", "--no-profile", "--data-dir", str(tmp_path)]
+    assert main(base + ["--run-id", "one"]) == 0
+    assert main(base + ["--gpus", "2", "--run-id", "spread"]) == 0
+    one = pd.read_parquet(tmp_path / "one" / "results.parquet")
+    spread = pd.read_parquet(tmp_path / "spread" / "results.parquet")
+    assert len(one) == 6 and spread["point_id"].is_unique
+    assert set(spread["point_id"]) == set(one["point_id"]) and (spread["status"] == "ok").all()
+    parts = [pd.read_parquet(tmp_path / ".parts" / "spread" / f"part-{i}-of-2" / "results.parquet")
+             for i in range(2)]
+    assert all(len(p) for p in parts) and sum(map(len, parts)) == 6
+    m = json.loads((tmp_path / "spread" / "manifest.json").read_text())
+    assert m["spread"]["gpus"] == 2 and m["spread"]["part_exit_codes"] == [0, 0]
+    assert sorted(r.run_id for r in find_runs(tmp_path)) == ["one", "spread"]  # parts hidden
+    t = analysis.spread_target(m, json.loads((tmp_path / "one" / "manifest.json").read_text()))
+    assert t["ratio"] > 0 and t["gpus"] == 2
+    # the same command again resumes the parts (nothing re-measured) and merges again
+    assert main(base + ["--gpus", "2", "--run-id", "spread"]) == 0
+    again = pd.read_parquet(tmp_path / "spread" / "results.parquet")
+    assert sorted(again["measured_at"]) == sorted(spread["measured_at"])
