@@ -37,7 +37,7 @@ def fig_eager_split(run, t: pd.DataFrame | None = None) -> Figure:
     panels = list(dict.fromkeys(zip(t["model"], t["sharding"])))
     bks = list(dict.fromkeys(t["backend"]))
     fig, axes = style.new_figure(len(panels), len(bks), squeeze=False, sharey="row",
-                                 figsize=(2.6 * len(bks) + 2.3, 2.9 * len(panels) + 0.9))
+                                 figsize=(max(2.6 * len(bks) + 2.3, 6.8), 2.9 * len(panels) + 0.9))
     for i, (m, sh) in enumerate(panels):
         for j, bk in enumerate(bks):
             ax = axes[i][j]
@@ -69,9 +69,9 @@ def fig_eager_split(run, t: pd.DataFrame | None = None) -> Figure:
         Line2D([], [], color="black", marker="_", markersize=14, linestyle="none",
                markeredgewidth=2, label="timed eager median"),
         Line2D([], [], color="black", marker="s", markerfacecolor="none", linestyle="none",
-               label="timed graph median")]
+               label="timed graph median")][:None if t["graph_us"].notna().any() else -1]
     style.shared_legend(fig, handles=handles, fontsize=8)
-    fig.suptitle(f"Where an eager MoE call's time goes, {run.device}", fontsize=11)
+    fig.suptitle(f"Where eager time goes, {run.device}", fontsize=11, x=0.01, ha="left")
     n_bad = int((~t["adds_up"]).sum())
     note = ("bars: one profiled call (mean of the calls after the first); over a bar: its sum "
             f"/ the timed eager median, red where beyond 10% ({n_bad} of {len(t)}; "
