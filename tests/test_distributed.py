@@ -172,8 +172,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(base + ["--nproc", "2", "--parallel", "tp-magic"]) == 2
     assert main(base + ["--nproc", "3"]) == 2  # E=8 does not split over 3 ranks
     assert main(base + ["--gpus", "all"]) == 2  # no GPU here
+    assert main(base + ["--nproc", "2", "--dtype", "fp8-tensor"]) == 2  # not sharded yet
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(e.startswith("moe-lab: error:") for e in err)
+    assert len(err) == 4 and "fp8" in err[3] and all(e.startswith("moe-lab: error:") for e in err)
     assert "tp-magic" in err[0] and "no GPU is visible" in err[2]
     assert not list(tmp_path.iterdir())
 
