@@ -1,8 +1,8 @@
 """notebooks/06_expert_parallel.ipynb executes headless on the CPU against the newest
 committed run with distributed rows: it prints the run, says plainly when it is a CPU run,
 and prints the prediction target; the test recomputes that target from the parquet file
-(per point: the slowest rank's expert time plus the slowest rank's collective against the
-measured layer), not through moe_lab.distributed.analysis."""
+(per point: the slowest rank's expert time plus the slowest rank's collective, both timed
+like the layer, against the measured layer), not through moe_lab.distributed.analysis."""
 import json
 import re
 from pathlib import Path
@@ -35,7 +35,8 @@ def expected_target(res: pd.DataFrame) -> dict:
     for mode, g in ok.groupby("mode"):
         within = total = 0
         for _, p in g.groupby(KEY):
-            pred = p["expert_us"].max() + p["collective_us"].max()
+            pred = p["expert_sync_us"].max() + p["collective_us"].max()
+            assert (p["predicted_us"] - pred).abs().max() < 1e-6 * pred
             layer = p["layer_us"].iloc[0]
             assert (p["layer_us"] == layer).all() and p["rank"].nunique() == p["world_size"].iloc[0]
             within += abs(pred / layer - 1) <= 0.05

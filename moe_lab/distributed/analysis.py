@@ -2,7 +2,8 @@
 
     points(res)            one row per point: layer time (end to end, the slowest rank per
                            call), predicted = slowest rank's expert time + slowest rank's
-                           collective, their ratio, imbalance, the collective's share
+                           collective (both timed like the layer: barrier, then the call),
+                           their ratio, imbalance, the collective's share
     per_rank(res)          one row per point and rank: expert and collective time, pairs
     collective_model(pts)  per variant x mode x world size: time = latency + bytes / bandwidth
                            (least squares over the measured token counts)
@@ -32,9 +33,12 @@ def distributed_rows(res: pd.DataFrame) -> pd.DataFrame:
 def per_rank(res: pd.DataFrame) -> pd.DataFrame:
     d = distributed_rows(res)
     d = d[d["status"] == "ok"]
-    cols = KEY + ["rank", "expert_us", "collective_us", "rank_layer_us", "pairs", "experts_hit",
-                  "sent_bytes", "layer_us"]
-    return d[[c for c in cols if c in d]].sort_values(KEY + ["rank"]).reset_index(drop=True)
+    cols = KEY + ["rank", "expert_us", "expert_sync_us", "collective_us", "rank_layer_us", "pairs",
+                  "experts_hit", "sent_bytes", "layer_us"]
+    out = d[[c for c in cols if c in d]].sort_values(KEY + ["rank"]).reset_index(drop=True)
+    if "expert_sync_us" not in out:  # runs before it was measured: the timer's
+        out["expert_sync_us"] = out["expert_us"]
+    return out
 
 
 def points(res: pd.DataFrame) -> pd.DataFrame:
@@ -44,10 +48,11 @@ def points(res: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=KEY + ["layer_us", "predicted_us", "ratio"])
     g = r.groupby(KEY, sort=True)
     out = g.agg(layer_us=("layer_us", "first"), expert_max_us=("expert_us", "max"),
-                expert_mean_us=("expert_us", "mean"), collective_us=("collective_us", "max"),
+                expert_mean_us=("expert_us", "mean"), sync_max_us=("expert_sync_us", "max"),
+                collective_us=("collective_us", "max"),
                 pairs_max=("pairs", "max"), pairs_mean=("pairs", "mean"),
                 sent_bytes=("sent_bytes", "max"), ranks=("rank", "nunique")).reset_index()
-    out["predicted_us"] = out["expert_max_us"] + out["collective_us"]
+    out["predicted_us"] = out["sync_max_us"] + out["collective_us"]  # as the rows' predicted_us
     out["ratio"] = out["predicted_us"] / out["layer_us"]
     out["imbalance"] = np.where(out["pairs_mean"] > 0, out["pairs_max"] / out["pairs_mean"], 1.0)
     out["imbalance_time"] = out["expert_max_us"] / out["expert_mean_us"]
@@ -153,7 +158,7 @@ def estimate(res: pd.DataFrame, n: int = 8) -> pd.DataFrame:
             w = work(model, row["tokens"], row["routing"], row["seed"], par, int(world))
             wr = w.iloc[int(row["rank"])]
             feats.append([1.0, wr["flops"], wr["weight_bytes"]])
-            ys.append(row["expert_us"])
+            ys.append(row.get("expert_sync_us", row["expert_us"]))
         coef = _nnls(np.array(feats), np.array(ys))
         c = coll.loc[(par, mode, world)]
         lat, bw = c["latency_us"], c["gb_per_s"] * 1e3  # bytes per us

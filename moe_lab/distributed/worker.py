@@ -9,8 +9,10 @@ by a status exchange through the store (moe_lab.distributed.control):
     setup   available / supports / prepare on this rank (no collective)
     check   the layer once, end to end; this rank's output against the single-process
             reference of the full layer (every rank computes it from the full weights)
-    time    per mode: this rank's expert work alone (moe_lab.timing), then the
-            collective alone and the layer end to end, barrier-synchronised (timed.py)
+    time    per mode: this rank's expert work alone (moe_lab.timing: expert_us), then
+            barrier-synchronised (timed.py) the expert work (expert_sync_us), the
+            collective alone and the layer end to end; predicted_us = the slowest rank's
+            expert_sync_us + the slowest rank's collective
 
 A rank that raises in a phase reports it; then every rank's row of the point carries the
 reason (`rank R: ...`) and the sweep goes on (with a fresh process group when the failure
@@ -322,10 +324,13 @@ class Worker:
             t = time_fn(mode, lay.compute, [()], self.device, warmup_ms=s["warmup_ms"],
                         rep_ms=s["rep_ms"])
             fault(s, self.rank, "time", tokens)
+            # the parts and the whole in one regime (barrier, then the call): the prediction
+            # adds the first two; expert_us above is the single-GPU sweeps' timer
+            comp = sync_loop(lay.compute, self.device, mode, s["reps"], 3, self.group)
             coll = sync_loop(lay.collective, self.device, mode, s["reps"], 3, self.group)
             e2e = sync_loop(lay.layer, self.device, mode, s["reps"], 3, self.group)
             mine = dict(expert_us=t.median_us, expert_p10_us=t.p10_us, expert_p90_us=t.p90_us,
-                        expert_n=t.n, coll=coll, e2e=e2e)
+                        expert_n=t.n, comp=comp, coll=coll, e2e=e2e)
             st, why = "ok", ""
         except _Unsupported as exc:
             st, why = "unsupported", str(exc)
@@ -348,7 +353,7 @@ class Worker:
         timed = status == "ok" and all("e2e" in x for x in states)
         if timed:
             layer = across_ranks([x["e2e"] for x in states])
-            exp = [x["expert_us"] for x in states]
+            exp = [_median(x["comp"]) for x in states]
             coll = [_median(x["coll"]) for x in states]
             pairs = [x["pairs"] for x in states]
             point = dict(median_us=_median(layer), p10_us=_q(layer, 0.1), p90_us=_q(layer, 0.9),
@@ -369,6 +374,7 @@ class Worker:
                 if timed:
                     row.update(point, expert_us=x["expert_us"], expert_p10_us=x["expert_p10_us"],
                                expert_p90_us=x["expert_p90_us"], collective_us=_median(x["coll"]),
+                               expert_sync_us=_median(x["comp"]),
                                rank_layer_us=_median(x["e2e"]))
                     row["point_id"] = point_id(row)
                     samples[row["point_id"]] = x["e2e"]
