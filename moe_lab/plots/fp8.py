@@ -16,17 +16,24 @@ from ..problems import FP8_SCHEMES
 from ..store import Run, find_runs
 from . import style
 
-NONE_YET = ("No FP8 rows in any run yet: the FP8 schemes are measured by scripts/h200_fp8.sh "
+NONE_YET = ("No FP8 rows measured by moe-lab in any run yet: the FP8 schemes are measured by scripts/h200_fp8.sh "
             "on a GPU (or `moe-lab sweep --dtype fp8-block128 ...`).")
 # the issue's targets (graph mode on the H200; reported, not timed tests)
 TARGETS = (("below 16 tokens: >= 50% of the FP8 roof", "fp8_pct_of_roof", 1, 15, 50.0),
            ("16 to 64 tokens: >= 85% of the FP8 roof", "fp8_pct_of_roof", 16, 64, 85.0),
            ("4096+ tokens: >= 1.5x the best bf16 point", "speedup", 4096, 1 << 30, 1.5))
-KEY = ["model", "tp", "ep", "mode", "tokens"]
+KEY = ["device", "model", "tp", "ep", "mode", "tokens"]
 
 
 def is_fp8(dtype) -> bool:
-    return str(dtype) in FP8_SCHEMES
+    """moe-lab's schemes, and fp8 rows imported from aiter's tuning table (`fp8-token`,
+    its per_Token scheme, is fp8-channel's activations with per-channel weights)."""
+    return str(dtype) in FP8_SCHEMES or str(dtype).startswith("fp8-")
+
+
+def imported(run: Run) -> bool:
+    """Rows imported from another tool (`moe-lab import-aiter`), not measured by moe-lab."""
+    return run.manifest.get("kind") == "import" or "aiter-tuner" in set(run.results.get("mode", []))
 
 
 def dtype_table(run: Run) -> pd.DataFrame:
@@ -56,12 +63,13 @@ def _ok(run: Run) -> pd.DataFrame:
 
 def comparison_rows(run: Run | None = None, runs: list[Run] | None = None
                     ) -> tuple[pd.DataFrame, Run | None]:
-    """(ok rows, the FP8 run): the FP8 rows of `run` (else of the newest run that has
-    any), and the bf16 rows of the same device and models from every run. Empty, None
-    when no run has FP8 rows."""
+    """(ok rows, the FP8 run): the FP8 rows of `run` (else of the newest run measured by
+    moe-lab that has any, else of the newest imported one), and the bf16 rows of the same
+    device and models from every run. Empty, None when no run has FP8 rows."""
     runs = find_runs() if runs is None else runs
-    cands = ([run] if run is not None else []) + [r for r in runs if run is None or
-                                                   r.run_id != run.run_id]
+    others = [r for r in runs if run is None or r.run_id != run.run_id]
+    cands = (([run] if run is not None else []) + [r for r in others if not imported(r)]
+             + [r for r in others if imported(r)])
     fp8_run = next((r for r in cands if _ok(r)["dtype"].map(is_fp8).any()), None)
     if fp8_run is None:
         return pd.DataFrame(columns=KEY + ["dtype", "median_us"]), None
@@ -108,6 +116,19 @@ def fp8_vs_bf16(rows: pd.DataFrame) -> pd.DataFrame:
     return df[["dtype"] + KEY + [c for c in df.columns if c not in KEY + ["dtype"]]]
 
 
+def summary(cmp: pd.DataFrame, run: Run | None) -> str:
+    """One line: where the FP8 rows come from and how many points compare, or NONE_YET."""
+    if run is None:
+        return NONE_YET
+    both = cmp["speedup"].notna() if len(cmp) else pd.Series(dtype=bool)
+    src = " (imported: AMD's tuner's times, not moe-lab's)" if imported(run) else ""
+    head = "No FP8 rows measured by moe-lab yet; " if imported(run) else ""
+    return (head + f"FP8 rows from {run.run_id} ({run.device}){src}: {len(cmp)} FP8 points "
+            f"({', '.join(sorted(set(cmp['dtype'])))}), {int(both.sum())} with a bf16 point "
+            f"to compare" + (f", median speedup {cmp.loc[both, 'speedup'].median():.2f}x"
+                             if both.any() else ""))
+
+
 def targets(cmp: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     """The issue's targets over the `mode` rows: points, met, median, worst."""
     rows = []
@@ -130,16 +151,20 @@ def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | Non
             f"{run.run_id} has FP8 rows but no bf16 row of the same model, sharding, mode "
             "and tokens on this device to compare them with.")
         return style.note_figure(why, run, rows)
+    # one device per figure: the one with the most points on a roof, then the most points
+    rank = have.groupby("device").agg(roofed=("fp8_pct_of_roof", "count"), n=("tokens", "size"))
+    devices = rank.sort_values(["roofed", "n"], ascending=False)
+    have = have[have["device"] == devices.index[0]]
     shards = sorted({(int(t), int(e)) for t, e in zip(have["tp"], have["ep"])})
     models = sorted(set(have["model"]))
     fig, cells = style.panel_grid(models, shards)
-    colors = dict(zip(sorted(set(have["dtype"])), ("tab:purple", "tab:green", "tab:orange")))
+    colors = dict(zip(sorted(set(have["dtype"])), style.CYCLE))
     for ax, model, (tp, ep) in cells:
         d = have[(have["model"] == model) & (have["tp"] == tp) & (have["ep"] == ep)]
         twin = ax.twinx() if d["fp8_pct_of_roof"].notna().any() else None
         for (scheme, mode), g in d.groupby(["dtype", "mode"]):
             g = g.sort_values("tokens")
-            ls = style.mode_style(mode)
+            ls = style.MODE_STYLE.get(str(mode).split(":")[0], "-.")
             ax.plot(g["tokens"], g["speedup"], ls, marker="o", ms=3, color=colors[scheme],
                     label=f"{scheme} {mode}: bf16 / fp8")
             if twin is not None:
@@ -156,4 +181,8 @@ def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | Non
         ax.set_xlabel("tokens")
         ax.set_ylabel("speedup over best bf16")
     runs = sorted(set(have["fp8_run"]) | set(have.get("bf16_run", pd.Series(dtype=str)).dropna()))
-    return style.finish(fig, run, rows, extra=f"rows from {', '.join(runs)}")
+    note = f"rows from {', '.join(runs)}"
+    if len(devices) > 1:
+        note += f"; {devices.index[0]} shown, {len(devices) - 1} other device(s) in the table"
+    drawn = rows[rows["device"] == devices.index[0]] if rows is not None else None
+    return style.finish(fig, run, drawn, extra=note, device=devices.index[0])
