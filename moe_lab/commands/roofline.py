@@ -9,8 +9,8 @@ from __future__ import annotations
 from .. import backends
 from ..devices import DEVICE_SPECS, Ceilings, ceilings_for
 from ..errors import UsageError
-from ..problems import make_problem, parse_model, parse_tokens
-from ..roofline import add_roofline_columns, bound, cost, floor_us, intensity
+from ..problems import FP8_SCHEMES, make_problem, parse_model, parse_tokens
+from ..roofline import add_roofline_columns, bound, cost, floor_us, intensity, roof_basis
 from ..store import RunStore, atomic_write_parquet, open_run
 
 COLUMNS = ("tokens", "experts_hit", "gflop", "mbytes", "flop_per_byte", "floor_us", "bound")
@@ -52,7 +52,8 @@ def configure(parser) -> None:
     parser.add_argument("--tokens", default="1-8192", help="1,64,1024 or 1-8192 (powers of two)")
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--ep", type=int, default=1, help="expert parallel size (== tp when > 1)")
-    parser.add_argument("--dtype", default="bf16", help="bf16 or fp16 (fp32 has no quoted peak)")
+    parser.add_argument("--dtype", default="bf16", help="bf16, fp16 or an fp8 scheme: fp8-tensor, "
+                        "fp8-channel, fp8-block128 (fp32 has no quoted peak)")
     parser.add_argument("--device-spec", default="h200-sxm",
                         help=f"one of {', '.join(DEVICE_SPECS)}, or a torch device name")
     parser.add_argument("--backend", default=None,
@@ -100,16 +101,15 @@ def run(args) -> int:
     ceil = resolve_ceilings(args.device_spec)
     if args.backend is not None and backends.backend_class(args.backend).intermediates is None:
         raise UsageError(f"backend {args.backend!r} declares no intermediates for the cost model")
-    if args.dtype not in ("bf16", "fp16"):
-        raise UsageError(f"--dtype must be bf16 or fp16 (the matrix peaks quoted), "
-                         f"not {args.dtype!r}")
+    if args.dtype not in ("bf16", "fp16") + FP8_SCHEMES:
+        raise UsageError(f"--dtype must be bf16, fp16 or {', '.join(FP8_SCHEMES)} (the matrix "
+                         f"peaks quoted), not {args.dtype!r}")
     p0 = make_problem(spec, tokens[0], args.dtype, args.tp, args.ep)
     rows = floor_rows(spec, tokens, ceil, args.dtype, args.tp, args.ep, args.backend)
     print(f"# {spec.name} {p0.sharding}: H={p0.hidden} I={p0.inter} "
           f"E={p0.local_experts}/{p0.experts} k={p0.topk} {args.dtype}; "
           f"{args.backend or 'ideal fused (no intermediates)'}; uniform routing, expected")
-    print(f"# {ceil.device} [{ceil.source}]: {ceil.tflops_bf16:g} TFLOP/s bf16, "
-          f"{ceil.bandwidth_text}")
+    print(f"# {ceil.device} [{ceil.source}]: {roof_basis(ceil, args.dtype)}")
     print(f"{'tokens':>7} {'experts_hit':>11} {'GFLOP':>10} {'MB':>10} "
           f"{'FLOP/B':>8} {'floor_us':>9} {'bound':>7}")
     for r in rows:
