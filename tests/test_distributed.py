@@ -156,10 +156,16 @@ def test_a_rank_that_dies_is_named_on_every_row_and_the_sweep_ends_without_a_han
     assert res["error"].str.contains("rank 1 did not report").all()
 
 
-def test_eight_ranks_code_path(tmp_path):
-    """Issue 18's layout at tiny size: 8 gloo processes, E=8 (one expert per EP rank)."""
-    p, res, _ = sweep(tmp_path, "--tokens", "8", "--nproc", "8", nproc=8, timeout=300)
+def test_eight_ranks_started_by_torchrun(tmp_path):
+    """Issue 18's layout at tiny size: 8 gloo processes, E=8 (one expert per EP rank),
+    started the standard way (torchrun; its ranks, so no --nproc)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "8", "-m",
+           "moe_lab", "sweep", "--models", MODEL, "--dtype", "fp32", "--backends", "torch", "--data-dir", str(tmp_path), "--run-id",
+           "r", "--dist-reps", "3", "--rep-ms", "2", "--warmup-ms", "1", "--device", "cpu",
+           "--tokens", "8"]
+    p = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
+    res = pd.read_parquet(tmp_path / "r" / "results.parquet")
     assert len(res) == 3 * 8 and set(res["rank"]) == set(range(8))
     assert (res["status"] == "ok").all() and (res["max_rel_err"] < 2e-3).all()
     ep = res[res["parallel"] == "ep-allreduce"]

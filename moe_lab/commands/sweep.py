@@ -19,7 +19,7 @@ from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, p
 from ..routing import parse_routing
 from ..sweep import Grid, Sweep
 from ..configs import validate_config_arg
-from ..distributed.launch import add_arguments as add_distributed_arguments
+from ..distributed.launch import add_arguments as add_distributed_arguments, under_launcher
 
 
 def parse_budget(text: str) -> dict[str, float]:
@@ -120,7 +120,7 @@ def run(args) -> int:
     budget = parse_budget(args.compile_budget) if args.compile_budget else None
     configs = validate_config_arg(args.config)
     part = parse_part(args.shard) if args.shard else None
-    if args.nproc:  # every point on N ranks (moe_lab.distributed)
+    if args.nproc or under_launcher():  # every point on N ranks (moe_lab.distributed)
         from ..distributed.launch import run_nproc
         return run_nproc(args, device, models, tokens, routings, modes, backends)
     tps = parse_int_list(args.tp)

@@ -2,8 +2,10 @@
 
     moe-lab sweep --nproc N ...           spawns N ranks (python -m moe_lab.distributed.worker)
                                           with the standard environment contract
-    torchrun --nproc-per-node N -m moe_lab sweep --nproc N ...
-                                          the same, ranks started by torchrun
+    torchrun --nproc-per-node N -m moe_lab sweep ...
+                                          the same, ranks started by torchrun (WORLD_SIZE
+                                          set: --nproc may be left out, torchrun would
+                                          read it as its own --nproc-per-node)
     moe-lab sweep --gpus all ...          one part of the sweep per local GPU (--shard i/n,
                                           CUDA_VISIBLE_DEVICES=i), then the parts merged
 """
@@ -33,7 +35,7 @@ def add_arguments(p):
     g.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="measure every point on N ranks with torch.distributed (NCCL on GPUs, "
                         "gloo on the CPU): each rank holds its real TP or EP shard; spawned "
-                        "here, or started by torchrun with the same N")
+                        "here (under torchrun: its ranks, WORLD_SIZE of them)")
     g.add_argument("--parallel", default=",".join(VARIANTS),
                    help="with --nproc: the variants, from " + ", ".join(VARIANTS))
     g.add_argument("--dist-reps", type=int, default=20,
@@ -113,6 +115,8 @@ def run_nproc(args, device: str, models, tokens, routings, modes, backends) -> i
     from .shards import rank_problem
     from ..problems import parse_model
     from ..problems import FP8_SCHEMES
+    if not args.nproc:  # under torchrun (whose own --nproc-per-node swallows --nproc)
+        args.nproc = int(os.environ["WORLD_SIZE"])
     variants = parse_variants(args.parallel)
     if args.dtype in FP8_SCHEMES:
         raise UsageError(f"--nproc with --dtype {args.dtype}: the fp8 schemes are not sharded "
