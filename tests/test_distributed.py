@@ -150,7 +150,7 @@ def test_a_rank_that_raises_inside_the_timed_collectives_does_not_hang(tmp_path)
 
 def test_a_rank_that_dies_is_named_on_every_row_and_the_sweep_ends_without_a_hang(tmp_path):
     p, res, took = sweep(tmp_path, "--tokens", "2,4", "--parallel", "ep-allreduce",
-                         "--dist-timeout", "3", env={"MOE_LAB_DIST_FAULT": "1:exit:2"})
+                         "--dist-timeout", "2", env={"MOE_LAB_DIST_FAULT": "1:exit:2"})
     assert p.returncode != 0 and took < 90
     assert len(res) == 2 and (res["status"] == "failed").all()
     assert res["error"].str.contains("rank 1 did not report").all()

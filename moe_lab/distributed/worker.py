@@ -85,7 +85,7 @@ class Worker:
                                 timeout=datetime.timedelta(seconds=self.timeout_s))
         self.group = None  # the default group until a failure calls for a fresh one
         # a rank reports after its collective timed out: wait longer than that
-        self.ctl = Control(store, rank, world, 2 * self.timeout_s + 10)
+        self.ctl = Control(store, rank, world, 2 * self.timeout_s + 5)
         self.dev_name = device_name(self.device)
         self.env = capture_environment()
 
