@@ -22,11 +22,13 @@ kernel that does the whole expert MLP (aiter asm 1-stage `fmoe_*`, CK-tile
 `FusedMoeGemmKernel`) is reported as gemm1. cuBLAS split-K reduce kernels take the phase
 of the GEMM before them; torch._grouped_mm's `prepare_grouped_gemm_data` the one after.
 
-Activation quantisation written in PyTorch (the fp8 schemes, moe_lab.quant) runs generic
-kernels (amax, divide, cast); it is wrapped in a `moe_lab.quant` record_function range. On
-the CPU that range is one top-level op (`quant`). On a GPU the profiler mirrors it as a
-device-side annotation: a kernel that starts inside it is named `moe_lab.quant/<kernel>`
-and is `quant`. Library quant kernels (aiter's `*quant*`) are `quant` by name.
+Code that knows its phase can say so: a `moe_lab.<phase>` record_function range (e.g.
+`moe_lab.quant` around PyTorch activation quantisation, whose amax/divide/cast kernels are
+generic; `moe_lab.gemm1`/`gemm2` around the GEMMs of a loop that runs every gemm1 before
+any gemm2). On the CPU that range is one top-level op of that phase. On a GPU the profiler
+mirrors it as a device-side annotation: a kernel that starts inside it is named
+`moe_lab.<phase>/<kernel>` and takes that phase. Library quant kernels (aiter's
+`*quant*`) are `quant` by name.
 
 What the profiler cannot see: graph-replayed kernels (profile eager calls; on ROCm they
 may vanish from traces), and work on the host. The CPU profile (device="cpu") reports
@@ -43,7 +45,7 @@ from typing import Callable, Sequence
 
 PHASES = ("route", "align", "gemm1", "act", "gemm2", "combine", "quant", "other")
 RANGE_NAME = "moe_lab.forward"
-QUANT_RANGE = "moe_lab.quant"
+PHASE_RANGES = {f"moe_lab.{p}": p for p in PHASES}  # record_function name -> phase
 COVERAGE_RANGE = (0.7, 1.05)
 
 # order-dependent kinds, resolved by classify_sequence
@@ -55,6 +57,8 @@ _INT_T = (r"(?:(?:unsigned|signed)\s+)?(?:char|short|int|long\s+long|long|bool|"
           r"u?int(?:8|16|32|64)_t)\b")
 # (compiled pattern, phase or kind). First match wins: specific before generic.
 PATTERNS: list[tuple[re.Pattern, str]] = [(re.compile(p, f), k) for p, f, k in [
+    # kernels inside a `moe_lab.<phase>` range (module doc), and the range on the CPU
+    *[(rf"^moe_lab\.{ph}(/|$)", 0, ph) for ph in PHASES],
     # copies and fills: never part of a phase
     (r"^(memcpy|memset)|\bmemcpy\b|\bmemset\b|hipMemcpy|hipMemset", _I, "other"),
     # alignment / sorting tokens by expert (before "stage1" markers: align has stages too)
@@ -273,16 +277,17 @@ def profile_kernels(fn: Callable, args: tuple, iters: int = 5, device: str = "cu
     fwd.sort(key=lambda e: e.time_range.start)
     ranges = [(e.time_range.start, e.time_range.end) for e in fwd]
     if gpu:
-        quant = [(e.time_range.start, e.time_range.end) for e in evs
-                 if e.device_type == DeviceType.CUDA and e.name == QUANT_RANGE]
+        spans = [(e.time_range.start, e.time_range.end, e.name) for e in evs
+                 if e.device_type == DeviceType.CUDA and e.name in PHASE_RANGES]
 
         def named(e):
-            inside = any(lo <= e.time_range.start <= hi for lo, hi in quant)
-            return f"{QUANT_RANGE}/{_kernel_name(e)}" if inside else _kernel_name(e)
+            t = e.time_range.start
+            inside = next((n for lo, hi, n in spans if lo <= t <= hi), None)
+            return f"{inside}/{_kernel_name(e)}" if inside else _kernel_name(e)
         items = [(e.time_range.start, named(e), _dur_us(e)) for e in evs
                  if e.device_type == DeviceType.CUDA
                  and not getattr(e, "is_user_annotation", False)
-                 and e.name not in (range_name, QUANT_RANGE)
+                 and e.name != range_name and e.name not in PHASE_RANGES
                  and not e.name.startswith("ProfilerStep")]
         seqs, how = split_iterations(ranges, items, iters)
     else:

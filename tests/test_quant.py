@@ -196,3 +196,19 @@ def test_bad_dtype_is_one_line_exit_2():
     r = _cli("check", "--dtype", "fp8-row")
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "fp8-row" in r.stderr
+
+
+def test_profile_of_an_fp8_call_has_quant_and_both_gemms():
+    """torch-fp8 runs every gemm1 before any gemm2 and quantises in PyTorch: its
+    moe_lab.<phase> ranges give the phases (kernels inside them on a GPU get the prefix)."""
+    from moe_lab.profiling import classify_sequence, phase_table, profile_kernels
+    p = make_problem("custom:H=256,I=256,E=4,k=2", 8, "fp8-channel", 1, 1)
+    w, inp = make_weights(p, "cpu", 1), make_inputs(p, "cpu", 3)
+    df = profile_kernels(get("torch-fp8").prepare(p, w), inp.args(), iters=1, device="cpu")
+    t = phase_table(df).set_index("phase")
+    assert {"quant", "gemm1", "gemm2"} <= set(t.index)
+    assert t.loc["gemm1", "calls"] == t.loc["gemm2", "calls"] == 4  # one per expert each
+    # GPU names: three gemm1 launches then three gemm2 launches keep their phases
+    names = ["moe_lab.gemm1/nvjet_a"] * 3 + ["moe_lab.quant/reduce_kernel<MaxOps>"] + \
+        ["moe_lab.gemm2/nvjet_a"] * 3
+    assert classify_sequence(names) == ["gemm1"] * 3 + ["quant"] + ["gemm2"] * 3
