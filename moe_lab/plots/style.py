@@ -18,8 +18,8 @@ from ..store import Run
 # Colours handed to backends that declare none, or that are not registered here (a run
 # made elsewhere); the colours registered backends declare are skipped.
 CYCLE = ("tab:cyan", "tab:olive", "tab:pink", "tab:brown", "tab:green", "tab:purple",
-         "tab:blue", "tab:orange", "tab:red", "tab:gray", "#17becf", "#bcbd22", "#393b79",
-         "#8c6d31", "#843c39", "#7b4173")
+         "tab:blue", "tab:orange", "tab:red", "tab:gray", "#393b79", "#637939", "#8c6d31",
+         "#843c39", "#7b4173", "#3182bd", "#e6550d")  # after tab10: tab20b/c's dark shades
 PHASE_COLOR = {"route": "#8c564b", "align": "#9467bd", "gemm1": "#1f77b4", "act": "#2ca02c",
                "gemm2": "#ff7f0e", "combine": "#d62728", "quant": "#e377c2", "other": "#bbbbbb"}
 # line style by mode kind; a wrapped (custom-op) compile mode is dotted
@@ -56,8 +56,10 @@ def backend_color(name: str) -> str:
         return cls.color
     if name not in _EXTRA_COLORS:
         from .. import backends
-        declared = {backends.backend_class(n).color for n in backends.names()}
-        free = [c for c in CYCLE if c not in declared]
+        from matplotlib.colors import to_rgba  # 'tab:cyan' and '#17becf' are one colour
+        declared = {to_rgba(backends.backend_class(n).color) for n in backends.names()
+                    if backends.backend_class(n).color}
+        free = [c for c in CYCLE if to_rgba(c) not in declared]
         unused = [c for c in free if c not in _EXTRA_COLORS.values()]
         _EXTRA_COLORS[name] = unused[0] if unused else free[len(_EXTRA_COLORS) % len(free)]
     return _EXTRA_COLORS[name]
