@@ -6,7 +6,7 @@
 #      DeepSeek-R1 and Qwen3-235B, fp8-channel on Llama-4 Scout and Maverick, fp8-tensor
 #      on DeepSeek-R1; 1, 64 and 1024 tokens. Reports in $B/checks/.
 #   2. sweeps, 1..8192 tokens, eager and graph: DeepSeek-R1 fp8-block128 and Llama-4-Scout
-#      fp8-channel (torch-fp8, aiter-triton, torch-fp8-dequant for reference), then the
+#      fp8-channel (torch-fp8-grouped, torch-fp8, aiter-triton, torch-fp8-dequant), then the
 #      same models in bf16 (torch-grouped, aiter-triton default and tuned) in the same
 #      lease, so notebook 01/03's FP8-vs-bf16 speedups compare one machine.
 # aiter-triton has no fp8-channel and no tuned fp8 files yet: those points are
@@ -22,7 +22,7 @@ STAMP=${STAMP:-$(date -u +%Y%m%d)}
 # seconds per lane (a device command may run 600 s): checks (a third per scheme; a check
 # killed by its timeout keeps its lines in logs/check-*.log), fp8 sweeps, the bf16 sweep
 CHECK_S=${CHECK_S:-240}; FP8_S=${FP8_S:-160}; BF16_S=${BF16_S:-100}
-FP8_BACKENDS=torch,torch-fp8,torch-fp8-dequant,torch-grouped,aiter-triton,aiter
+FP8_BACKENDS=torch,torch-fp8,torch-fp8-grouped,torch-fp8-dequant,torch-grouped,aiter-triton,aiter
 t0=$(date +%s)
 
 sweep() {  # gpu ep dtype models name backends configs seconds
@@ -44,9 +44,9 @@ lane() {  # gpu ep
       --seed 15 --out $B/checks/h200-fp8-$dt-ep$ep-$STAMP.txt > $B/logs/check-$dt-ep$ep.log 2>&1
     echo "check $dt ep$ep rc=$? ($(( $(date +%s)-t0 )) s)"; tail -1 $B/logs/check-$dt-ep$ep.log
   done
-  sweep $g $ep fp8-block128 deepseek-r1 deepseek-r1 torch-fp8,aiter-triton,torch-fp8-dequant \
+  sweep $g $ep fp8-block128 deepseek-r1 deepseek-r1 torch-fp8-grouped,torch-fp8,aiter-triton,torch-fp8-dequant \
     default,tuned $(( FP8_S / 2 ))
-  sweep $g $ep fp8-channel llama4-scout-16e llama4-scout torch-fp8,aiter-triton,torch-fp8-dequant \
+  sweep $g $ep fp8-channel llama4-scout-16e llama4-scout torch-fp8-grouped,torch-fp8,aiter-triton,torch-fp8-dequant \
     default $(( FP8_S / 2 ))
   sweep $g $ep bf16 deepseek-r1,llama4-scout-16e baseline torch-grouped,aiter-triton \
     default,tuned $BF16_S

@@ -1,0 +1,137 @@
+"""`torch-fp8-grouped`: fp8-tensor and fp8-channel experts as two `torch._scaled_grouped_mm`
+calls (row-wise scaled FP8 grouped GEMM; CUDA sm90+), no host synchronisation, so a
+CUDA graph can capture it. Untested on a GPU so far (scripts/h200_fp8.sh checks it first).
+
+The call, for T tokens, k slots, N = T*k pairs, E local experts:
+  1. quant   x (times the router weight first, Llama-4) to fp8 with the scheme's dynamic
+             scales: one per tensor or one per token (moe_lab.quant; phase `quant`)
+  2. route   one stable sort of the pairs by local expert (remote: key E, last); every
+             expert's group padded to a multiple of ALIGN rows (FP8 grouped GEMMs want
+             16-row aligned group starts), so the row of a sorted pair is its expert's
+             padded start plus its rank in the group. Counts by index_add (no sync).
+  3. gemm1   h = _scaled_grouped_mm(xs [R, H] fp8, w1^T [E, H, 2I] column-major,
+             scale_a [R] (the row's token scale), scale_b [E, 2I], offs = padded ends)
+  4. act     a = silu(gate) * up, bf16; padding rows zeroed (their h is never written)
+  5. quant   a to fp8 (per tensor over all rows, or per row)
+  6. gemm2   y = _scaled_grouped_mm(aq, w2^T [E, I, H], ...)
+  7. combine out[t] = sum_j w_tj * y[row of (t, j)] by one embedding_bag, remote pairs
+             pointing at a zero row (padding_idx), as torch-grouped does.
+A per-tensor weight scale is given as the same value for every column (scale_b [E, N]):
+row-wise scaling with equal values is per-tensor scaling.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import quant
+from . import Backend, Weights, register
+
+ALIGN = 16
+SCHEMES = ("fp8-tensor", "fp8-channel")
+
+
+def _row_scales(w_scale: torch.Tensor, n: int) -> torch.Tensor:
+    """[E] (per tensor) or [E, n] (per channel) -> [E, n] fp32, contiguous."""
+    s = w_scale.float()
+    return (s.view(-1, 1).expand(-1, n) if s.dim() == 1 else s).contiguous()
+
+
+def grouped_fp8_fn(problem, qw: quant.QuantWeights, expert_map, mm=None):
+    """fn(x, topk_weights, topk_ids) -> out [T, H]; `mm` stands in for
+    torch._scaled_grouped_mm (tests on a CPU, where it has no kernel)."""
+    mm = mm or torch._scaled_grouped_mm
+    scheme, fmt = qw.scheme, qw.fmt
+    E, two_i, H = qw.w1.shape
+    inter, woi = two_i // 2, problem.weight_on_input
+    dev = qw.w1.device
+    w1t, w2t = qw.w1.transpose(-2, -1), qw.w2.transpose(-2, -1)  # column-major views
+    s1, s2 = _row_scales(qw.w1_scale, two_i), _row_scales(qw.w2_scale, H)
+    key_of = None
+    if expert_map is not None:
+        emap = expert_map.to(device=dev, dtype=torch.int64)
+        key_of = torch.where(emap < 0, E, emap)
+
+    def layout(topk_ids):
+        T, k = topk_ids.shape
+        n = T * k
+        ids = topk_ids.reshape(-1).long()
+        key = key_of.index_select(0, ids) if key_of is not None else ids
+        skey, order = torch.sort(key, stable=True)
+        counts = torch.zeros(E + 1, dtype=torch.int64, device=dev).index_add_(
+            0, key, torch.ones_like(key))
+        padded = (counts[:E] + ALIGN - 1) // ALIGN * ALIGN
+        pstart = torch.cumsum(padded, 0) - padded
+        start = torch.cumsum(counts, 0) - counts  # unpadded start of each key
+        rank = torch.arange(n, device=dev) - start.index_select(0, skey)
+        rows_total = n + E * (ALIGN - 1)  # fixed: every padding fits
+        # remote pairs (key E) get the spare row `rows_total` (zero, the bag's padding)
+        first = F.pad(pstart, (0, 1), value=rows_total).index_select(0, skey)
+        row_sorted = torch.where(skey < E, first + rank, torch.full_like(rank, rows_total))
+        row = torch.empty_like(row_sorted)
+        row[order] = row_sorted
+        ends = torch.cumsum(padded, 0).to(torch.int32)
+        return order, row_sorted, row, ends, rows_total
+
+    def fn(x, topk_weights, topk_ids):
+        T, k = topk_ids.shape
+        order, row_sorted, row, ends, R = layout(topk_ids)
+        xin = x
+        if woi:  # Llama-4, top-1: the router weight scales x before quantisation
+            xin = (x.float() * topk_weights.reshape(T, k)[:, :1].float()).to(x.dtype)
+        xq, xs = quant.quantize_act(xin, scheme, fmt)
+        tok = order // k
+        rows = torch.zeros(R + 1, H, dtype=xq.dtype, device=x.device)
+        rows.view(torch.uint8).index_copy_(0, row_sorted, xq.index_select(0, tok).view(torch.uint8))
+        sa = torch.ones(R + 1, dtype=torch.float32, device=x.device)
+        sa.index_copy_(0, row_sorted, (xs.expand(T, 1) if xs.numel() == 1 else xs).reshape(-1)
+                       .index_select(0, tok))
+        h = mm(rows[:R], w1t, sa[:R], s1, offs=ends, out_dtype=torch.bfloat16)
+        a = F.silu(h[:, :inter]) * h[:, inter:]
+        # rows past the last group are never written by the GEMM: zero them (padding rows
+        # inside a group are zero already: their x rows are zeros)
+        used = torch.arange(R, device=x.device) < ends[-1]
+        a = torch.where(used[:, None], a, torch.zeros((), dtype=a.dtype, device=a.device))
+        aq, a_s = quant.quantize_act(a, scheme, fmt)
+        y = mm(aq, w2t, a_s.reshape(-1).expand(R).contiguous() if a_s.numel() == 1
+               else a_s.reshape(-1), s2, offs=ends, out_dtype=torch.bfloat16)
+        y = torch.cat([y, y.new_zeros(1, H)])  # row R: remote pairs read zeros
+        psw = None if woi else topk_weights.to(y.dtype)
+        return F.embedding_bag(row.view(T, k), y, per_sample_weights=psw, mode="sum",
+                               padding_idx=R).to(x.dtype)
+    return fn
+
+
+@register
+class TorchFp8GroupedBackend(Backend):
+    name = "torch-fp8-grouped"
+    description = ("fp8-tensor/fp8-channel experts as torch._scaled_grouped_mm row-wise FP8 "
+                   "grouped GEMMs (CUDA sm90+), 16-row aligned groups")
+    label, color = "torch-fp8-grouped", "tab:cyan"
+    quant_schemes = SCHEMES
+    # xs fp8 [R, H], h [R, 2I] bf16, a [R, I] bf16 and fp8, y [R, H] bf16 (R ~ T*k)
+    intermediates = [("x fp8", "tokens", "H", 1), ("x gathered fp8", "all", "H", 1),
+                     ("gemm1 out h", "all", "2I", "act"), ("act out a", "all", "I", "act"),
+                     ("a fp8", "all", "I", 1), ("gemm2 out y", "all", "H", "act")]
+
+    def available(self):
+        if not hasattr(torch, "_scaled_grouped_mm"):
+            return False, f"torch {torch.__version__} has no torch._scaled_grouped_mm"
+        return True, ""
+
+    def supports(self, problem, device):
+        if problem.dtype not in SCHEMES:
+            return False, f"torch._scaled_grouped_mm has row-wise scales only: no {problem.dtype}"
+        if not str(device).startswith("cuda"):
+            return False, "torch._scaled_grouped_mm has no CPU kernel"
+        if torch.version.hip is None and torch.cuda.is_available():
+            major, _ = torch.cuda.get_device_capability()
+            if major < 9:
+                return False, f"torch._scaled_grouped_mm needs sm90+ (this is sm{major}x)"
+        if problem.hidden % 16 or problem.inter % 16:
+            return False, (f"FP8 grouped GEMM rows must be 16-byte aligned: H and I multiples of "
+                           f"16 (H={problem.hidden}, I={problem.inter})")
+        return True, ""
+
+    def prepare(self, problem, weights: Weights):
+        return grouped_fp8_fn(problem, weights.quant, weights.expert_map)
