@@ -15,7 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..timing import gc_paused
+from ..timing import capture_graphs, gc_paused
 
 
 def _sync(device: str):
@@ -24,21 +24,11 @@ def _sync(device: str):
 
 
 def capture(fn, device: str, group=None):
-    """fn captured in a CUDA graph after warm-up on a side stream (every rank calls this
-    together: the warm-up calls hold collectives)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    _sync(device)
+    """fn captured in a CUDA/HIP graph (moe_lab.timing.capture_graphs: warm-up on a side
+    stream, then capture; CaptureError with the reason). Every rank calls this together:
+    the warm-up calls hold collectives."""
     dist.barrier(group=group)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    _sync(device)
-    return g.replay
+    return capture_graphs(fn, [()], warmup_iters=2)[0].replay
 
 
 def sync_loop(fn, device: str, mode: str = "eager", reps: int = 20, warmup: int = 3,

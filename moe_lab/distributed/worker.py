@@ -36,7 +36,7 @@ from ..environment import capture_environment, device_name, now_iso
 from ..invocations import begin_invocation, end_invocation
 from ..problems import DTYPES, parse_model
 from ..store import RunStore, point_id
-from ..timing import time_fn
+from ..timing import CaptureError, time_fn
 from . import layers, shards
 from .control import Control, RankLost, open_store
 from .timed import across_ranks, sync_loop
@@ -334,6 +334,8 @@ class Worker:
             st, why = "ok", ""
         except _Unsupported as exc:
             st, why = "unsupported", str(exc)
+        except CaptureError as exc:  # as the single-GPU sweep: a row saying why
+            st, why = "unsupported", f"graph capture: {exc}"
         except Exception as exc:
             st, why = classify_exception(exc), one_line(exc)
         states = self.agree(f"time-{mode}", st, why, **mine)
