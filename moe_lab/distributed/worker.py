@@ -25,6 +25,7 @@ import os
 import socket
 import sys
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -245,13 +246,11 @@ class Worker:
     def gather(self, t: torch.Tensor) -> torch.Tensor:
         """Every rank's shard of a weight, concatenated in rank order."""
         t = t.contiguous()
-        if self.cuda:  # one buffer: the full layer once in memory, not twice
-            out = t.new_empty((self.world * t.shape[0], *t.shape[1:]))
+        out = t.new_empty((self.world * t.shape[0], *t.shape[1:]))  # the full layer once
+        with warnings.catch_warnings():  # deprecated for all_gather_single in torch 2.13,
+            warnings.simplefilter("ignore", FutureWarning)  # which torch 2.11 lacks
             dist.all_gather_into_tensor(out, t, group=self.group)
-            return out
-        parts = [torch.empty_like(t) for _ in range(self.world)]
-        dist.all_gather(parts, t, group=self.group)
-        return torch.cat(parts)
+        return out
 
     # --- one point -------------------------------------------------------------------
     def run_point(self, model, full, tp_w, tokens, routing, variant, bname, modes):
