@@ -10,7 +10,6 @@ import textwrap
 import time
 
 import pandas as pd
-import pytest
 import torch
 
 from conftest import ROOT

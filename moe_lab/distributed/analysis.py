@@ -102,7 +102,7 @@ def rank_work(model: str, tokens: int, routing: str, seed: int, parallel: str, n
     spec = parse_model(model)
     _, ids, _ = make_routing(spec, tokens, routing, seed)
     flat = ids.reshape(-1).long()
-    H, I, E, k = spec.hidden, spec.intermediate, spec.experts, spec.topk
+    H, I, E = spec.hidden, spec.intermediate, spec.experts
     rows = []
     for r in range(n):
         if parallel == "tp-allreduce":

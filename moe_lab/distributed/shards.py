@@ -11,7 +11,7 @@ well-defined layer, whatever N:
                      (sliced from the full weights)
 
 The full weights (for the single-process reference and the TP slices) are the EP shards
-of all ranks gathered (`full_from_shards`) or drawn in one process (`full_weights`).
+of all ranks gathered (the worker's all-gather) or drawn in one process (`full_weights`).
 """
 from __future__ import annotations
 
@@ -65,11 +65,6 @@ def ep_shard(model: ModelSpec, dtype: torch.dtype, device, seed: int, world: int
 def full_weights(model: ModelSpec, dtype: torch.dtype, device, seed: int) -> Weights:
     w1, w2 = draw_experts(model, 0, model.experts, dtype, device, seed)
     return Weights(w1, w2, None)
-
-
-def full_from_shards(shards: list[tuple[torch.Tensor, torch.Tensor]]) -> Weights:
-    """The full layer from every rank's EP shard, in rank order."""
-    return Weights(torch.cat([s[0] for s in shards]), torch.cat([s[1] for s in shards]), None)
 
 
 def tp_slice(full: Weights, world: int, rank: int) -> Weights:

@@ -17,10 +17,6 @@ VARIANT_COLOR = {"tp-allreduce": "tab:blue", "ep-allreduce": "tab:orange",
                  "ep-alltoall": "tab:green"}
 
 
-def is_distributed(run: Run) -> bool:
-    return len(analysis.distributed_rows(run.results)) > 0
-
-
 def default_run(run=None) -> Run:
     """`run` opened, or the newest run holding distributed rows (the store's rule)."""
     return open_run(run, has="distributed")
