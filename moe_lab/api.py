@@ -55,7 +55,8 @@ def check(model: str, tokens=(1, 16), backends=None, tp: int = 8, ep: int = 1,
     """Each backend against the reference on fresh inputs: one row per backend x tokens
     with status (ok / incorrect / unsupported / ...), max_rel_err and threshold."""
     device = device or default_device()
-    names = registry.parse_names(",".join(_list(backends))) if backends else registry.names()
+    names = (registry.parse_names(",".join(_list(backends))) if backends else
+             registry.for_dtype(registry.names(), dtype))
     rows = []
     for i, t in enumerate(_tokens(tokens)):
         prob = make_problem(model, t, dtype, tp, ep, ep_rank if ep > 1 else 0)
@@ -83,7 +84,8 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
     grid = Grid(models=split_models(models) if isinstance(models, str) else list(models),
                 tokens=_tokens(tokens),
                 backends=registry.parse_names(",".join(_list(backends))) if backends else
-                [b.name for b in registry.all_backends() if b.available()[0]],
+                registry.for_dtype([b.name for b in registry.all_backends()
+                                    if b.available()[0]], dtype),
                 modes=[m if isinstance(m, Mode) else parse_mode(m) for m in _list(modes, lambda x: x)],
                 tps=_list(tp, int), eps=_list(ep, int), ep_rank=ep_rank,
                 routings=_list(routing), dtype=dtype)

@@ -160,14 +160,14 @@ def check_backend(backend: backends.Backend, problem: Problem, weights: backends
     ok, why = backend.available()
     if not ok:
         return dict(row, status="unavailable", error=why)
+    ok, why = backend.supports(problem, device)
+    if not ok:
+        return dict(row, status="unsupported", error=why)
     if problem.is_fp8 and problem.dtype not in backend.quant_schemes:
         return dict(row, status="unsupported",
                     error=f"{backend.name} has no {problem.dtype} path" +
                     (f" (its fp8 schemes: {', '.join(backend.quant_schemes)})"
                      if backend.quant_schemes else ""))
-    ok, why = backend.supports(problem, device)
-    if not ok:
-        return dict(row, status="unsupported", error=why)
     try:
         fn = prepared or backend.prepare(problem, weights)
         out = fn(*inp.args())

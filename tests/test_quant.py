@@ -212,3 +212,19 @@ def test_profile_of_an_fp8_call_has_quant_and_both_gemms():
     names = ["moe_lab.gemm1/nvjet_a"] * 3 + ["moe_lab.quant/reduce_kernel<MaxOps>"] + \
         ["moe_lab.gemm2/nvjet_a"] * 3
     assert classify_sequence(names) == ["gemm1"] * 3 + ["quant"] + ["gemm2"] * 3
+
+
+def test_default_backend_lists_follow_the_dtype():
+    from moe_lab import backends
+    fp8_only = {"torch-fp8", "torch-fp8-dequant", "torch-fp8-grouped"}
+    assert not fp8_only & set(backends.for_dtype(backends.names(), "bf16"))
+    assert fp8_only <= set(backends.for_dtype(backends.names(), "fp8-block128"))
+    assert "torch" in backends.for_dtype(backends.names(), "fp8-tensor")  # an unsupported row
+
+
+def test_aiter_triton_says_why_it_has_no_fp8_channel():
+    ok, why = get("aiter-triton").supports(make_problem("llama4-scout-16e", 4, "fp8-channel", 8, 1),
+                                           "cuda")
+    assert not ok and "one weight scale per expert" in why
+    assert get("aiter-triton").supports(make_problem("deepseek-r1", 4, "fp8-block128", 8, 1),
+                                        "cuda")[0]

@@ -22,6 +22,8 @@ on the class:
     not_capturable    None, or why graph capture is not even tried
     quant_schemes     the fp8 schemes (moe_lab.quant.SCHEMES) it implements; () = none: a
                       point of another scheme is an `unsupported` row without asking it
+    fp8_only          runs fp8 schemes only: left out of the default backend list of a
+                      bf16 (or fp16/fp32) check or sweep (named explicitly, it gives rows)
     tunable           has launch configurations that `moe-lab tune` searches (then it also
                       implements config_space, default_config and config files, below)
     available() -> (bool, reason)             can it run on this machine at all?
@@ -73,6 +75,7 @@ class Backend:
     not_capturable: str | None = None
     tunable = False
     quant_schemes: tuple[str, ...] = ()
+    fp8_only = False
 
     def available(self) -> tuple[bool, str]:
         return True, ""
@@ -131,6 +134,12 @@ def parse_names(text: str) -> list[str]:
     if not names:
         raise UsageError("no backend named")
     return names
+
+
+def for_dtype(names_: list[str], dtype: str) -> list[str]:
+    """A default backend list for a dtype: fp8-only backends only for fp8 schemes."""
+    fp8 = dtype.startswith("fp8")
+    return [n for n in names_ if fp8 or not backend_class(n).fp8_only]
 
 
 def all_backends() -> list[Backend]:

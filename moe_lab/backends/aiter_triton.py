@@ -33,7 +33,7 @@ import torch
 
 from .. import quant
 from . import Backend, Weights, register
-from ._aiter_fp8 import TRITON_SCHEMES, fit_block_k, triton_fp8_fixed
+from ._aiter_fp8 import TRITON_NO_CHANNEL, TRITON_SCHEMES, fit_block_k, triton_fp8_fixed
 from ._triton_configs import file_names, gemm_space, nearest
 
 AMD_ONLY_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
@@ -229,6 +229,8 @@ class AiterTritonBackend(Backend):
     def supports(self, problem, device):
         if not str(device).startswith("cuda"):
             return False, "Triton kernels run on GPU only"
+        if problem.dtype == "fp8-channel" and not self.fused_silu:
+            return False, TRITON_NO_CHANNEL
         if problem.dtype not in ("bf16", "fp16") + self.quant_schemes:
             return False, f"aiter's Triton MoE has no {problem.dtype} path here"
         return True, ""

@@ -161,7 +161,7 @@ class TorchFp8Backend(Backend):
     description = ("per-expert loop of torch._scaled_mm / F.scaled_mm FP8 matmuls "
                    "(fp8 schemes where the build has the scaling)")
     label, color = "torch-fp8 (scaled_mm loop)", "tab:olive"
-    quant_schemes = quant.SCHEMES
+    quant_schemes, fp8_only = quant.SCHEMES, True
     # xq [T, H] fp8, h [local, 2I] bf16, a [local, I] bf16 and fp8, y [local, H] bf16
     intermediates = [("x fp8", "tokens", "H", 1), ("gemm1 out h", "local", "2I", "act"),
                      ("act out a", "local", "I", "act"), ("a fp8", "local", "I", 1),
@@ -193,7 +193,7 @@ class TorchFp8DequantBackend(Backend):
     description = ("fp8 schemes without an fp8 GEMM: weights dequantised once to bf16, "
                    "activations quantised and dequantised per call, bf16 matmuls per expert")
     label, color = "torch-fp8-dequant (bf16 matmuls)", "tab:brown"
-    quant_schemes = quant.SCHEMES
+    quant_schemes, fp8_only = quant.SCHEMES, True
     intermediates = [("x fp8", "tokens", "H", 1), ("x dequantised", "tokens", "H", "act"),
                      ("gemm1 out h", "local", "2I", "act"), ("act out a", "local", "I", "act"),
                      ("a fp8", "local", "I", 1), ("a dequantised", "local", "I", "act"),

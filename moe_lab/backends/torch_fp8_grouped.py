@@ -108,7 +108,7 @@ class TorchFp8GroupedBackend(Backend):
     description = ("fp8-tensor/fp8-channel experts as torch._scaled_grouped_mm row-wise FP8 "
                    "grouped GEMMs (CUDA sm90+), 16-row aligned groups")
     label, color = "torch-fp8-grouped", "tab:cyan"
-    quant_schemes = SCHEMES
+    quant_schemes, fp8_only = SCHEMES, True
     # xs fp8 [R, H], h [R, 2I] bf16, a [R, I] bf16 and fp8, y [R, H] bf16 (R ~ T*k)
     intermediates = [("x fp8", "tokens", "H", 1), ("x gathered fp8", "all", "H", 1),
                      ("gemm1 out h", "all", "2I", "act"), ("act out a", "all", "I", "act"),

@@ -49,7 +49,8 @@ def run(args) -> int:
     validate_config_arg(args.config)
     tokens = parse_tokens(args.tokens)
     models = split_models(args.model) if args.model else _models_default(device)
-    names = backends.parse_names(args.backends) if args.backends else backends.names()
+    names = (backends.parse_names(args.backends) if args.backends else
+             backends.for_dtype(backends.names(), args.dtype))
     tps, eps = parse_int_list(args.tp), parse_int_list(args.ep)
     problems = [make_problem(m, t, args.dtype, tp, ep if ep > 1 else 1,
                              args.ep_rank if ep > 1 else 0)

@@ -116,7 +116,8 @@ def run(args) -> int:
     if args.backends:
         backends = registry.parse_names(args.backends)
     else:
-        backends = [b.name for b in registry.all_backends() if b.available()[0]]
+        backends = registry.for_dtype([b.name for b in registry.all_backends()
+                                       if b.available()[0]], args.dtype)
     budget = parse_budget(args.compile_budget) if args.compile_budget else None
     configs = validate_config_arg(args.config)
     part = parse_part(args.shard) if args.shard else None
