@@ -199,3 +199,23 @@ def test_triton_has_no_fp8_channel():
     src = _source(os.path.join("ops", "triton", "_triton_kernels", "moe_op.py"))
     # the fp8 w8a8 non-block branch loads a single scale per expert
     assert "b_scale = tl.load(b_scale_ptr + off_experts)" in src
+
+
+def test_fp8_launch_configs_and_files():
+    """aiter's own FP8_W8A8 configs for fp8 points, BLOCK_SIZE_K fitted to the 128 block,
+    tuned files named as vLLM names fp8 ones (never shared with bf16's)."""
+    from moe_lab.backends.aiter_triton import AiterTritonBackend
+    be = AiterTritonBackend()
+    blk = make_problem("deepseek-r1", 64, "fp8-block128", 8, 1)
+    cfg = be.default_config(blk)
+    assert 128 % cfg["gemm1"]["BLOCK_SIZE_K"] == 0
+    assert all(128 % c["BLOCK_SIZE_K"] == 0 for c in be.config_space(blk)["gemm1"])
+    names = {d: be.config_files(make_problem("deepseek-r1", 64, d, 8, 1), "NVIDIA H200")["gemm1"]
+             for d in ("bf16", "fp8-tensor", "fp8-block128")}
+    assert names == {
+        "bf16": "E=256,N=256,device_name=NVIDIA_H200.json",
+        "fp8-tensor": "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8.json",
+        "fp8-block128": "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,"
+                        "block_shape=[128,128].json"}
+    assert af.fit_block_k(dict(BLOCK_SIZE_K=256), "fp8-block128")["BLOCK_SIZE_K"] == 128
+    assert af.fit_block_k(dict(BLOCK_SIZE_K=256), "fp8-tensor")["BLOCK_SIZE_K"] == 256
