@@ -124,5 +124,6 @@ def dense_gemm_us(problem: Problem, pairs, device, timer: Callable = time_fn,
                            f"{M} x {I} x {H} GEMMs")
     return DenseGemm(flops=flops, dense_gemm_us=us, dense_tflops=flops / us / 1e6,
                      note=f"[{M}, {H}] x [{H}, {2 * I}] then [{M}, {I}] x [{I}, {H}], "
-                          f"{problem.dtype}; {getattr(t, 'note', '')}".rstrip("; "),
+                          f"{'bf16 (no fp8 dense GEMM yet)' if problem.is_fp8 else problem.dtype}"
+                          f"; {getattr(t, 'note', '')}".rstrip("; "),
                      **common)
