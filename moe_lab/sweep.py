@@ -254,7 +254,7 @@ class Sweep:
     def _speed_of_light(self, prob, pairs) -> dict:
         """On a GPU: two dense GEMMs with the point's rows and flops (moe_lab.sol), the
         "what one big GEMM gets here" of every backend at this point."""
-        if not self.device.startswith("cuda"):
+        if not self.device.startswith("cuda") or prob.is_fp8:  # no fp8 dense GEMM yet
             return {}
         from .sol import dense_gemm_us
         try:
