@@ -12,6 +12,9 @@
 # aiter-triton has no fp8-channel and no tuned fp8 files yet: those points are
 # `unsupported` rows saying so. Resumable: with STAMP=<the first lease's YYYYMMDD> and the
 # partial runs under data/runs (committed or carried), a rerun measures only what is missing.
+# STEP=tune (a second lease, after the first is committed): `moe-lab tune` of aiter-triton
+# for DeepSeek-R1 fp8-block128 per lane, then its sweep with --config default,tuned into
+# the same run folder (the fp8 tuned files are named with vLLM's dtype/block_shape suffix).
 # Run from the repo root with the amd-aiter wheel in .whl/ (scripts/fetch-device-wheels.sh)
 # and MOE_LAB_GIT_COMMIT=<sha>. Everything lands in $OUT/bundle.tar.gz.
 set -uo pipefail
@@ -51,5 +54,23 @@ lane() {  # gpu ep
   sweep $g $ep bf16 deepseek-r1,llama4-scout-16e baseline torch-grouped,aiter-triton \
     default,tuned $BF16_S
 }
-lane 0 1 & lane 1 8 & wait
+tune_lane() {  # gpu ep
+  local g=$1 ep=$2 run=h200-tune-aiter-triton-fp8-block128-ep$2-$STAMP
+  [ -d data/runs/$run ] && [ ! -d $B/runs/$run ] && cp -r data/runs/$run $B/runs/$run  # resume
+  CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 20 $(( TUNE_S + 40 )) python3 -m moe_lab tune \
+    --backend aiter-triton --dtype fp8-block128 --models deepseek-r1 --tp 8 --ep $ep \
+    --tokens 1,4,16,64,256,1024,4096,8192 --budget $TUNE_S --rep-ms 10 --warmup-ms 2 \
+    --run-id $run --data-dir $B/runs --configs-dir $B/configs-ep$ep/nvidia-h200 --no-progress \
+    > $B/logs/$run.log 2>&1
+  echo "tune ep$ep rc=$? ($(( $(date +%s)-t0 )) s)"; tail -1 $B/logs/$run.log
+  mkdir -p data/configs/nvidia-h200/aiter-triton   # the sweep reads tuned files from data/configs
+  cp $B/configs-ep$ep/nvidia-h200/aiter-triton/E=*.json data/configs/nvidia-h200/aiter-triton/
+  sweep $g $ep fp8-block128 deepseek-r1 deepseek-r1 aiter-triton default,tuned $TUNED_S
+}
+TUNE_S=${TUNE_S:-300}; TUNED_S=${TUNED_S:-200}
+if [ "${STEP:-main}" = tune ]; then
+  tune_lane 0 1 & tune_lane 1 8 & wait
+else
+  lane 0 1 & lane 1 8 & wait
+fi
 tar czf $OUT/bundle.tar.gz -C $OUT bundle && rm -rf $B
