@@ -219,3 +219,63 @@ def test_fp8_launch_configs_and_files():
                         "block_shape=[128,128].json"}
     assert af.fit_block_k(dict(BLOCK_SIZE_K=256), "fp8-block128")["BLOCK_SIZE_K"] == 128
     assert af.fit_block_k(dict(BLOCK_SIZE_K=256), "fp8-tensor")["BLOCK_SIZE_K"] == 256
+
+
+# --- CK: prepare() and the call, with only the ROCm GPU faked (test_aiter_api's fixture) ---
+from test_aiter_api import _load_real_shuffle, fake_rocm_aiter  # noqa: E402,F401
+
+
+def _fake_tkw1(monkeypatch):
+    """aiter's asm_moe_tkw1 with its real signature (from fused_moe_bf16_asm.py), body
+    replaced by a recorder."""
+    tree = ast.parse(_source("fused_moe_bf16_asm.py"))
+    fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "asm_moe_tkw1")
+    fdef.body = [ast.parse("return __record__(dict(locals()))").body[0]]
+    fdef.decorator_list = []
+    calls = []
+
+    def record(kw):
+        calls.append(kw)
+        return torch.zeros_like(kw["hidden_states"])
+    ns = dict(torch=torch, ActivationType=_real_enum("ActivationType"), __record__=record)
+    exec(compile(ast.Module([fdef], type_ignores=[]), "aiter/fused_moe_bf16_asm.py", "exec"), ns)
+    mod = types.ModuleType("aiter.fused_moe_bf16_asm")
+    mod.asm_moe_tkw1 = ns["asm_moe_tkw1"]
+    monkeypatch.setitem(__import__("sys").modules, "aiter.fused_moe_bf16_asm", mod)
+    return calls
+
+
+@pytest.mark.parametrize("scheme", quant.SCHEMES)
+def test_ck_prepare_passes_shuffled_fp8_weights_scales_and_quant_type(fake_rocm_aiter, scheme):
+    from moe_lab.backends.aiter_ck import AiterCKBackend
+    calls, Act, Quant = fake_rocm_aiter
+    p = make_problem("custom:H=256,I=256,E=4,k=2", 5, scheme, 1, 1)
+    w, inp = make_weights(p, "cpu", 0), make_inputs(p, "cpu", 1)
+    AiterCKBackend().prepare(p, w)(*inp.args())
+    (kw,) = calls
+    shuffle, qw = _load_real_shuffle(), w.quant
+    for got, q in ((kw["w1"], qw.w1), (kw["w2"], qw.w2)):
+        assert got.dtype == q.dtype  # fp8 in the device's format
+        assert torch.equal(got.view(torch.uint8), shuffle(q, layout=(16, 16)).view(torch.uint8))
+    assert kw["hidden_states"] is inp.x  # bf16: fused_moe quantises it (and stage 1's output)
+    assert kw["quant_type"].name == af.CK_QUANT[scheme] and kw["a1_scale"] is None
+    E = p.local_experts
+    want = {"fp8-tensor": ((E, 1), (E, 1)), "fp8-channel": ((E, 512, 1), (E, 256, 1)),
+            "fp8-block128": ((E, 4, 2), (E, 2, 2))}[scheme]
+    assert (tuple(kw["w1_scale"].shape), tuple(kw["w2_scale"].shape)) == want
+
+
+def test_ck_llama4_fp8_channel_goes_through_tkw1(fake_rocm_aiter, monkeypatch):
+    from moe_lab.backends.aiter_ck import AiterCKBackend
+    calls, Act, Quant = fake_rocm_aiter
+    tkw1 = _fake_tkw1(monkeypatch)
+    p = make_problem("custom:H=256,I=256,E=16,k=1,router=llama4", 5, "fp8-channel", 8, 8, 1)
+    w, inp = make_weights(p, "cpu", 0), make_inputs(p, "cpu", 1)
+    AiterCKBackend().prepare(p, w)(*inp.args())
+    assert not calls  # not fused_moe
+    (kw,) = tkw1
+    assert kw["fc1_scale"].shape == (2, 512, 1) and kw["fc2_scale"].shape == (2, 256, 1)
+    assert kw["a16"] is False and kw["fc1_smooth_scale"] is None
+    assert kw["topk_weight"].dtype == torch.float32 and kw["topk_ids"].dtype == torch.int32
+    assert torch.equal(kw["expert_mask"], torch.cat([(p.expert_map() > -1).int(),
+                                                     torch.zeros(1).int()]))
