@@ -25,7 +25,8 @@ from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
 from .correctness import (THRESHOLDS, check_backend, classify_exception, make_inputs,
                           make_weights, one_line, point_seed, quant_facts, reference)
 from .environment import capture_environment, device_name, now_iso
-from .errors import PointTimeout, Terminated, reraise_if_terminated, terminate_gracefully, time_limit
+from .errors import (PointTimeout, Terminated, UsageError, reraise_if_terminated,
+                     terminate_gracefully, time_limit)
 from .modes import Mode
 from .problems import Problem, make_problem
 from .progress import native_log_filter, progress_bar
@@ -50,6 +51,9 @@ class Grid:
 
     def shards(self) -> list[list[Problem]]:
         """One list of problems (the token grid) per model x tp x ep."""
+        if self.dtype.startswith("fp8") and any(m.kind == "compile" for m in self.modes):
+            raise UsageError(f"dtype {self.dtype}: compile modes measure the bf16 layer only; "
+                             "use eager and graph")
         return [[make_problem(m, t, self.dtype, tp, ep, self.ep_rank if ep > 1 else 0)
                  for t in self.tokens]
                 for m in self.models for tp in self.tps for ep in self.eps]

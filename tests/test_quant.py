@@ -231,3 +231,14 @@ def test_aiter_triton_says_why_it_has_no_fp8_channel():
     assert not ok and "one weight scale per expert" in why
     assert get("aiter-triton").supports(make_problem("deepseek-r1", 4, "fp8-block128", 8, 1),
                                         "cuda")[0]
+
+
+def test_fp8_compile_modes_are_refused_before_anything_runs():
+    import moe_lab as ml
+    from moe_lab.errors import UsageError
+    with pytest.raises(UsageError, match="compile modes measure the bf16 layer"):
+        ml.measure([SMALL], [1], backends=["torch-fp8"], modes="compile:default",
+                   dtype="fp8-tensor", tp=1)
+    r = _cli("sweep", "--device", "cpu", "--models", SMALL, "--tp", "1", "--dtype", "fp8-tensor",
+             "--modes", "eager,compile:default", "--tokens", "1")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
