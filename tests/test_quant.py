@@ -145,7 +145,9 @@ def test_reference_isolates_kernel_error_from_quantisation_error():
     assert facts["fp8_format"] == "e4m3fn"
     assert 1e-3 < facts["quant_err"] < 0.2  # fp8 is measurably off the bf16 layer
     row = check_backend(get("torch-fp8"), p, w, inp, ref, "cpu")
-    assert row["status"] == "ok" and row["max_rel_err"] < facts["quant_err"] * 3
+    # an fp8 GEMM with fp32 accumulation on the same fp8 operands: kernel error only,
+    # far below what quantisation itself costs
+    assert row["status"] == "ok" and row["max_rel_err"] < 0.01 < facts["quant_err"]
     bf = make_problem(SMALL, 8, "bf16", 1, 1)
     assert quant_facts(bf, make_weights(bf, "cpu", 3), inp, ref)["fp8_format"] == ""
 

@@ -35,8 +35,8 @@ def fp8_moe(x, topk_weights, topk_ids, expert_map, weight_on_input: bool, scheme
             fmt: str, gemm1, gemm2, acc=torch.float32, act_dtype=None):
     """out[T, H] (acc dtype) of the FP8 layer. gemm1(e, q, scale) -> h [n, 2I] and
     gemm2(e, q, scale) -> y [n, H] take fp8 rows and their activation scales.
-    act_dtype: the dtype a is computed in before its quantisation (a kernel's bf16 or
-    the reference's acc)."""
+    act_dtype: the dtype of the intermediate (gemm1's output, silu, the product) before
+    its quantisation: bf16 as the layer holds it; None keeps gemm1's output dtype."""
     T, H = x.shape
     k = topk_ids.shape[1]
     ids = topk_ids.long()
@@ -63,9 +63,11 @@ def fp8_moe(x, topk_weights, topk_ids, expert_map, weight_on_input: bool, scheme
         with record_function("moe_lab.gemm1"):  # all gemm1s run before any gemm2 (profiling)
             h = gemm1(e, xq[tok], xs_rows)
         inter = h.shape[1] // 2
+        if act_dtype is not None:  # the layer's bf16 intermediate: h, silu and the product
+            h = h.to(act_dtype)
         a = F.silu(h[:, :inter]) * h[:, inter:]
         groups.append((e, idx, tok))
-        a_rows.append(a.to(act_dtype) if act_dtype is not None else a)
+        a_rows.append(a)
     out = torch.zeros(T, H, dtype=acc, device=x.device)
     if not groups:
         return out
@@ -97,10 +99,14 @@ def dequant_gemms(qw: quant.QuantWeights, dtype):
 
 def fp8_reference(x, qw: quant.QuantWeights, topk_weights, topk_ids, expert_map,
                   weight_on_input: bool, compute_dtype=torch.float64):
-    """The FP8 layer computed exactly on the dequantised operands (compute_dtype out)."""
+    """The FP8 layer on the dequantised operands: both GEMMs exact (compute_dtype), the
+    intermediate between them in x's dtype as the layer keeps it (gemm1's output, silu,
+    the product, rounded to bf16 as vLLM's intermediate cache and every kernel here hold
+    it), then quantised: so the check measures the kernels' error, not which neighbouring
+    fp8 value an unrounded intermediate would have picked."""
     g1, g2 = dequant_gemms(qw, compute_dtype)
     return fp8_moe(x, topk_weights, topk_ids, expert_map, weight_on_input, qw.scheme,
-                   qw.fmt, g1, g2, acc=compute_dtype, act_dtype=compute_dtype)
+                   qw.fmt, g1, g2, acc=compute_dtype, act_dtype=x.dtype)
 
 
 # --- scaled matmuls ----------------------------------------------------------------------
