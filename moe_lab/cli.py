@@ -30,6 +30,17 @@ VERBS = {
 }
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds "(default: X)" only where the help does not already say its default and there
+    is one to say: no "(default: None)" after "default: cuda when visible, else cpu"."""
+
+    def _get_help_string(self, action):
+        help_ = action.help or ""
+        if "default" in help_.lower() or action.default in (None, False, argparse.SUPPRESS):
+            return help_
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2
         self.exit(2, f"moe-lab: error: {message}\n")
@@ -43,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for verb, (modname, help_) in VERBS.items():
         sp = sub.add_parser(verb, help=help_, description=help_,
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                            formatter_class=_Help)
         sp.set_defaults(_module=modname)
         try:
             mod = importlib.import_module(modname)
@@ -71,9 +82,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("moe-lab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `moe-lab compare A B | head`: the reader left; no traceback
+        _quiet_stdout()
+        return 141
     except Terminated:
         print("moe-lab: terminated (SIGTERM); what was measured is saved", file=sys.stderr)
         return 143
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test's capture)
+        pass
 
 
 if __name__ == "__main__":

@@ -58,6 +58,28 @@ def verdict(lo: float, hi: float, noise: float) -> str:
     return "no detectable change"
 
 
+def check_args(a, b, by: str | None = None, values=None, mode: str | None = None) -> None:
+    """UsageError (one line, exit 2) for a split or a mode that selects nothing: an unknown
+    --by column, a --values value no row has, a --mode no row is in. Without this they
+    gave an empty table (every point `only in A`) and exit 0."""
+    if by is not None:
+        if values is None or len(values) != 2:
+            raise UsageError("--by needs two values, e.g. --by config --values default,tuned")
+        for run, value in ((a, values[0]), (b, values[1])):
+            if by not in run.results:
+                raise UsageError(f"run {run.run_id} has no column {by!r}")
+            have = sorted(set(run.results[by].dropna().astype(str)))
+            if str(value) not in have:
+                raise UsageError(f"run {run.run_id} has no rows with {by}={value!r}; its "
+                                 f"values: {', '.join(have) or 'none'}")
+    if mode is not None:
+        have = sorted(set(a.results.get("mode", pd.Series(dtype=str)).dropna().astype(str))
+                      | set(b.results.get("mode", pd.Series(dtype=str)).dropna().astype(str)))
+        if str(mode) not in have:
+            raise UsageError(f"--mode {mode!r}: no rows in that mode; modes here: "
+                             f"{', '.join(have) or 'none'}")
+
+
 def _side(run, by=None, value=None) -> pd.DataFrame:
     r = run.results
     if by is not None:

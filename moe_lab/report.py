@@ -25,10 +25,34 @@ def execute_notebook(path: str, timeout: int = 900, edit=None):
     return nb
 
 
+def template_dirs() -> list[str]:
+    """nbconvert's own template folders where its jupyter path misses them. In a venv made
+    with --system-site-packages nbconvert is the base interpreter's, and so are its
+    templates (<base prefix>/share/jupyter/nbconvert/templates), but jupyter's path looks
+    under the venv's prefix: without this, every export failed ("No template sub-directory
+    with name 'lab'")."""
+    import sys
+    import sysconfig
+    prefixes = [sys.base_prefix, sysconfig.get_config_var("userbase") or ""]
+    try:
+        import site
+        prefixes.append(site.getuserbase())
+    except Exception:  # noqa: BLE001 - site is optional in embedded interpreters
+        pass
+    out = []
+    for pre in prefixes:
+        d = os.path.join(pre, "share", "jupyter", "nbconvert", "templates")
+        if pre and os.path.isdir(d) and d not in out:
+            out.append(d)
+    return out
+
+
 def export(nb, name: str, out: str) -> list[str]:
     from nbconvert import HTMLExporter
     os.makedirs(os.path.join(out, "figures"), exist_ok=True)
-    html, _ = HTMLExporter().from_notebook_node(nb)
+    dirs = template_dirs()  # `lab` under them, and `base/null.j2` that `lab` extends
+    html, _ = HTMLExporter(extra_template_basedirs=dirs,
+                           extra_template_paths=dirs).from_notebook_node(nb)
     with open(os.path.join(out, f"{name}.html"), "w") as f:
         f.write(html)
     figs = []

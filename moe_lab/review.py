@@ -181,8 +181,8 @@ def build(runs: list[Run], by: str | None = None, values=None, mode: str | None 
     """The sections of a review of `runs` (see the module doc)."""
     out = []
     if len(runs) == 2 or by:
-        if by and (values is None or len(values) != 2):  # bad input: one line, exit 2
-            raise UsageError("--by needs two values, e.g. --by config --values default,tuned")
+        from .compare import check_args
+        check_args(runs[0], runs[-1], by, values, mode)  # bad input: one line, exit 2
         out.append(_guarded("Compare", _compare_section, runs[0], runs[-1], by, values, mode))
     for run in {str(r.path): r for r in runs}.values():  # a run compared with itself once
         out.append(_guarded(f"Time per call: {run.run_id}", _time_section, run))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ..compare import compare, summary
+from ..compare import check_args, compare, summary
 from ..errors import UsageError
 from ..store import open_run
 
@@ -28,6 +28,7 @@ def run(args) -> int:
     values = [v.strip() for v in args.values.split(",")] if args.values else None
     if args.run_b is None and args.by is None:
         raise UsageError("give a second run, or --by COLUMN --values A,B to split one run")
+    check_args(a, b, args.by, values, args.mode)
     table = compare(a, b, args.by, values, n_resamples=args.resamples)
     if args.mode:
         table = table[table["mode"] == args.mode]

@@ -51,6 +51,9 @@ def review(args) -> int:
 def run(args) -> int:
     if args.runs is not None:
         return review(args)
+    given = [f"--{k}" for k in ("by", "values", "mode") if getattr(args, k, None) is not None]
+    if given:  # they shape the review export only: ignored, they would mislead
+        raise UsageError(f"{', '.join(given)} go with --runs A[,B] (the review export)")
     try:
         import nbclient  # noqa: F401
         import nbconvert  # noqa: F401
@@ -61,7 +64,8 @@ def run(args) -> int:
         pre = tuple(s.strip() for s in args.only.split(","))
         paths = [p for p in paths if os.path.basename(p).startswith(pre)]
     if not paths:
-        raise UsageError(f"no notebooks found in {args.notebooks!r}")
+        raise UsageError(f"no notebooks found in {args.notebooks!r}"
+                         + (f" whose name starts with {args.only}" if args.only else ""))
     failed = 0
     for path in paths:
         name = os.path.splitext(os.path.basename(path))[0]
@@ -72,7 +76,13 @@ def run(args) -> int:
             failed += 1
             print(f"FAIL {failure_line(path, exc)}")
             continue
-        figs = export(nb, name, args.out)
+        try:
+            figs = export(nb, name, args.out)
+        except Exception as exc:  # nbconvert's templates or a write: a line, not a traceback
+            failed += 1
+            why = (str(exc).strip().splitlines() or [""])[0][:300]
+            print(f"FAIL {path}: exporting to HTML: {type(exc).__name__}: {why}")
+            continue
         print(f"ok   {name}: {len(figs)} figures, {time.time() - t0:.0f} s -> "
               f"{os.path.join(args.out, name + '.html')}")
     return 1 if failed else 0

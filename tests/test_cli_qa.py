@@ -1,0 +1,110 @@
+"""What a new user trips on at the command line: help that says "(default: None)", a
+compare or review that selects nothing and still exits 0, review-only options given to the
+notebook report, a traceback when the reader of a pipe leaves, and a notebook export that
+cannot find nbconvert's templates from a venv made with --system-site-packages."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from moe_lab.cli import build_parser, main
+
+A, B, TUNED = "h200-repeat-a-20261130", "h200-repeat-b-20261130", "h200-tuned-20261130"
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def _verb_parser(verb: str):
+    p = build_parser()
+    sub = next(a for a in p._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices[verb]
+
+
+def _verb_help(verb: str) -> str:
+    return _verb_parser(verb).format_help()
+
+
+@pytest.mark.parametrize("verb", ["backends", "check", "sweep", "profile", "tune", "roofline",
+                                  "compare", "report", "import-aiter", "ceilings"])
+def test_help_never_says_default_none_nor_twice(verb):
+    assert "(default: None)" not in " ".join(_verb_help(verb).split())
+    sp = _verb_parser(verb)
+    fmt = sp._get_formatter()
+    for action in sp._actions:
+        if action.help:  # a help that states its default gets no second "(default: ...)"
+            shown = fmt._get_help_string(action)
+            assert shown == action.help or "default" not in action.help.lower(), shown
+
+
+def test_help_still_shows_a_plain_default():
+    text = " ".join(_verb_help("sweep").split())
+    assert "timed repetitions, in ms (default: 50.0)" in text
+
+
+def test_compare_with_a_mode_no_row_has_is_refused(capsys, tmp_path):
+    assert main(["compare", A, B, "--mode", "bogus", "--out", str(tmp_path)]) == 2
+    err = _one_line_error(capsys)
+    assert "'bogus'" in err and "eager" in err and "graph" in err
+    assert not list(tmp_path.iterdir())  # no empty figure or CSV written
+
+
+def test_compare_by_a_value_no_row_has_is_refused(capsys, tmp_path):
+    assert main(["compare", TUNED, "--by", "config", "--values", "default,nosuch",
+                 "--out", str(tmp_path)]) == 2
+    err = _one_line_error(capsys)
+    assert "config='nosuch'" in err and "default" in err and "tuned" in err
+
+
+def test_review_with_a_bad_mode_or_value_is_refused(capsys, tmp_path):
+    assert main(["report", "--runs", f"{A},{B}", "--mode", "bogus", "--out", str(tmp_path)]) == 2
+    assert "'bogus'" in _one_line_error(capsys)
+    assert main(["report", "--runs", TUNED, "--by", "config", "--values", "default,x",
+                 "--out", str(tmp_path)]) == 2
+    assert "config='x'" in _one_line_error(capsys)
+    assert not (tmp_path / "index.html").exists()
+
+
+@pytest.mark.parametrize("extra", [["--mode", "graph"], ["--by", "config", "--values", "a,b"]])
+def test_review_options_without_runs_are_refused_not_ignored(capsys, tmp_path, extra):
+    # before: the notebooks ran (minutes) and the option was silently ignored
+    assert main(["report", "--out", str(tmp_path)] + extra) == 2
+    assert "--runs" in _one_line_error(capsys)
+
+
+def test_report_only_matching_nothing_names_the_prefix(capsys):
+    assert main(["report", "--only", "99"]) == 2
+    assert "99" in _one_line_error(capsys)
+
+
+def test_a_closed_pipe_is_not_a_traceback(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    cmd = (f"{sys.executable} -m moe_lab compare {TUNED} --by config --values default,tuned "
+           f"--resamples 10 --out {tmp_path} | head -1")
+    p = subprocess.run(cmd, shell=True, cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.stdout.strip(), p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr[-2000:]
+
+
+def test_export_finds_nbconvert_templates_from_a_system_site_packages_venv(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",
+                    str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    code = ("import sys, nbformat; from moe_lab.report import export; "
+            "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell('hi')]); "
+            "export(nb, 'x', sys.argv[1])")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("JUPYTER_PATH", None)
+    if subprocess.run([str(py), "-c", "import nbconvert"], env=env).returncode != 0:
+        pytest.skip("nbconvert is not in the base interpreter's site-packages")
+    p = subprocess.run([str(py), "-c", code, str(tmp_path / "out")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-1500:]
+    assert (tmp_path / "out" / "x.html").read_text().count("hi") >= 1
