@@ -244,3 +244,17 @@ def test_fp8_compile_modes_are_refused_before_anything_runs():
     r = _cli("sweep", "--device", "cpu", "--models", SMALL, "--tp", "1", "--dtype", "fp8-tensor",
              "--modes", "eager,compile:default", "--tokens", "1")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_scaled_mm_probe_checks_the_numbers(monkeypatch):
+    """A scaled matmul that runs but reads the scales wrongly is not `supported`."""
+    from moe_lab.backends import torch_fp8
+    real = torch._scaled_mm
+    torch_fp8.scaled_mm_probe.cache_clear()
+    monkeypatch.setattr(torch, "_scaled_mm", lambda a, b, sa, sb, **kw: real(a, b, sa, sa.new_ones(
+        sb.shape) if sb.numel() > 1 else sb * 0 + 1, **kw))
+    ok, why, _ = torch_fp8.scaled_mm_probe("fp8-channel", "cpu", "e4m3fn")
+    assert not ok and "wrong numbers" in why
+    monkeypatch.setattr(torch, "_scaled_mm", real)
+    torch_fp8.scaled_mm_probe.cache_clear()
+    assert torch_fp8.scaled_mm_probe("fp8-channel", "cpu", "e4m3fn")[0]

@@ -111,16 +111,28 @@ def fp8_reference(x, qw: quant.QuantWeights, topk_weights, topk_ids, expert_map,
 
 # --- scaled matmuls ----------------------------------------------------------------------
 
-def scaled_mm_gemm(w: torch.Tensor, w_scale: torch.Tensor, scheme: str, out_dtype=torch.bfloat16):
+# Layouts of the block scales tried for F.scaled_mm (BlockWise1x128 x BlockWise128x128):
+# a's [n, K/128] row- or column-major, b's [K/128, N/128] as the transposed view of our
+# [N/128, K/128] or made contiguous. Which one the build takes is found by the probe.
+BLOCK_LAYOUTS = (("rows", "view"), ("cols", "view"), ("cols", "contiguous"),
+                 ("rows", "contiguous"))
+
+
+def scaled_mm_gemm(w: torch.Tensor, w_scale: torch.Tensor, scheme: str, out_dtype=torch.bfloat16,
+                   layout=BLOCK_LAYOUTS[0]):
     """gemm(e, q, s) = (q * s) @ (w[e] * w_scale[e])^T by the build's scaled matmul:
     per tensor torch._scaled_mm(scalar, scalar); per channel (row-wise) _scaled_mm([n, 1],
-    [1, N]); blocks F.scaled_mm(BlockWise1x128 [n, K/128], BlockWise128x128 [K/128, N/128])."""
+    [1, N]); blocks F.scaled_mm(BlockWise1x128 [n, K/128], BlockWise128x128 [K/128, N/128])
+    with the scales in `layout` (BLOCK_LAYOUTS)."""
     if scheme == "fp8-block128":
         ST = F.ScalingType
+        a_cols, b_contig = layout[0] == "cols", layout[1] == "contiguous"
 
         def gemm(e, q, s):
-            return F.scaled_mm(q, w[e].t(), s, ST.BlockWise1x128, w_scale[e].t(),
-                               ST.BlockWise128x128, output_dtype=out_dtype)
+            sa = s.t().contiguous().t() if a_cols else s
+            sb = w_scale[e].t().contiguous() if b_contig else w_scale[e].t()
+            return F.scaled_mm(q, w[e].t(), sa, ST.BlockWise1x128, sb, ST.BlockWise128x128,
+                               output_dtype=out_dtype)
         return gemm
     if scheme == "fp8-channel":
         def gemm(e, q, s):
@@ -135,24 +147,38 @@ def scaled_mm_gemm(w: torch.Tensor, w_scale: torch.Tensor, scheme: str, out_dtyp
 
 
 @functools.lru_cache(maxsize=None)
-def scaled_mm_supports(scheme: str, device: str, fmt: str) -> tuple[bool, str]:
-    """Whether this torch build's scaled matmul runs `scheme` on `device`: one tiny call."""
+def scaled_mm_probe(scheme: str, device: str, fmt: str):
+    """(ok, why, layout): whether this torch build's scaled matmul computes `scheme` on
+    `device`, by one small call checked against the dequantised product (blocks: the
+    first scale layout that runs and gives the right numbers)."""
     if scheme == "fp8-block128" and not hasattr(F, "scaled_mm"):
-        return False, f"torch {torch.__version__} has no torch.nn.functional.scaled_mm (blockwise)"
+        return False, f"torch {torch.__version__} has no torch.nn.functional.scaled_mm (blockwise)", None
     if not hasattr(torch, "_scaled_mm"):
-        return False, f"torch {torch.__version__} has no torch._scaled_mm"
-    try:
-        g = torch.Generator().manual_seed(0)
-        w = torch.randn(1, 256, 256, generator=g).to(device)
-        x = torch.randn(32, 256, generator=g).to(device)
-        qw, sw = quant.quantize_weight(w, scheme, fmt)
-        qx, sx = quant.quantize_act(x, scheme, fmt)
-        scaled_mm_gemm(qw, sw, scheme)(0, qx, sx)
-    except Exception as exc:
-        msg = str(exc).strip().splitlines()
-        return False, (f"torch {torch.__version__} scaled matmul cannot do {scheme} on {device}: "
-                       f"{type(exc).__name__}: {msg[0][:160] if msg else ''}")
-    return True, ""
+        return False, f"torch {torch.__version__} has no torch._scaled_mm", None
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(1, 256, 384, generator=g).to(device)
+    x = torch.randn(32, 384, generator=g).to(device)
+    qw, sw = quant.quantize_weight(w, scheme, fmt)
+    qx, sx = quant.quantize_act(x, scheme, fmt)
+    want = quant.dequantize_act(qx, sx, scheme) @ quant.dequantize_weight(qw, sw, scheme)[0].t()
+    why = ""
+    for layout in (BLOCK_LAYOUTS if scheme == "fp8-block128" else BLOCK_LAYOUTS[:1]):
+        try:
+            got = scaled_mm_gemm(qw, sw, scheme, layout=layout)(0, qx, sx).float()
+        except Exception as exc:
+            msg = str(exc).strip().splitlines()
+            why = f"{type(exc).__name__}: {msg[0][:160] if msg else ''}"
+            continue
+        err = ((got - want).abs().max() / want.abs().max()).item()
+        if err < 1e-2:
+            return True, "", layout
+        why = f"wrong numbers (max_rel_err {err:.2g}) with scales laid out {layout}"
+    return False, f"torch {torch.__version__} scaled matmul cannot do {scheme} on {device}: {why}", None
+
+
+def scaled_mm_supports(scheme: str, device: str, fmt: str) -> tuple[bool, str]:
+    ok, why, _ = scaled_mm_probe(scheme, device, fmt)
+    return ok, why
 
 
 def _fmt(weights: Weights) -> quant.QuantWeights:
@@ -183,8 +209,9 @@ class TorchFp8Backend(Backend):
 
     def prepare(self, problem, weights: Weights):
         qw = _fmt(weights)
-        g1 = scaled_mm_gemm(qw.w1, qw.w1_scale, qw.scheme)
-        g2 = scaled_mm_gemm(qw.w2, qw.w2_scale, qw.scheme)
+        layout = scaled_mm_probe(qw.scheme, str(qw.w1.device), qw.fmt)[2] or BLOCK_LAYOUTS[0]
+        g1 = scaled_mm_gemm(qw.w1, qw.w1_scale, qw.scheme, layout=layout)
+        g2 = scaled_mm_gemm(qw.w2, qw.w2_scale, qw.scheme, layout=layout)
         emap, woi = weights.expert_map, problem.weight_on_input
 
         def fn(x, topk_weights, topk_ids):
