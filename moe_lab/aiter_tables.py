@@ -159,15 +159,17 @@ def _short_dtype(text: str) -> str:
             "fp4x2": "fp4", "uint32": "int4", "int4": "int4"}.get(t, t)
 
 
-_SCHEMES = {"No": None, "per_Tensor": "tensor", "per_Token": "token", "per_1x128": "block128",
+# aiter's per_Token is moe-lab's fp8-channel: a scale per output channel of the weights and
+# a dynamic one per token of the activations (the Llama-4 FP8-dynamic checkpoints)
+_SCHEMES = {"No": None, "per_Tensor": "tensor", "per_Token": "channel", "per_1x128": "block128",
             "per_1x32": "block32", "per_128x128": "block128x128"}
-_SCALES = {"tensor": "per-tensor", "token": "per-channel", "block128": "block:128"}
+_SCALES = {"tensor": "per-tensor", "channel": "per-channel", "block128": "block:128"}
 
 
 def quant_scheme(q_type: str, q_dtype_w: str) -> tuple[str, str | None, str | None]:
     """(dtype column, weight dtype for the cost model or None, its scales or None):
     QuantType.No -> the weight dtype (bf16); per_Tensor/per_Token/per_1x128 with fp8
-    weights -> fp8-tensor / fp8-token / fp8-block128 (weights per tensor, per output
+    weights -> fp8-tensor / fp8-channel / fp8-block128 (weights per tensor, per output
     channel, in 128x128 blocks, as the tuner quantizes them); other schemes are named
     the same way (int8-tensor, ...) without a cost model."""
     q = str(q_type).removeprefix("QuantType.")

@@ -149,7 +149,7 @@ def test_quant_schemes_and_err_columns():
     assert at.quant_scheme("QuantType.No", "torch.bfloat16") == ("bf16", "bf16", None)
     assert at.quant_scheme("QuantType.per_Tensor", "torch.float8_e4m3fn") == \
         ("fp8-tensor", "fp8", "per-tensor")
-    assert at.quant_scheme("QuantType.per_Token", "torch.float8_e4m3fnuz")[0] == "fp8-token"
+    assert at.quant_scheme("QuantType.per_Token", "torch.float8_e4m3fnuz")[0] == "fp8-channel"
     assert at.quant_scheme("QuantType.per_1x128", "torch.float8_e4m3fnuz") == \
         ("fp8-block128", "fp8", "block:128")
     assert at.quant_scheme("QuantType.per_Tensor", "torch.int8") == ("int8-tensor", None, None)

@@ -26,8 +26,8 @@ KEY = ["device", "model", "tp", "ep", "mode", "tokens"]
 
 
 def is_fp8(dtype) -> bool:
-    """moe-lab's schemes, and fp8 rows imported from aiter's tuning table (`fp8-token`,
-    its per_Token scheme, is fp8-channel's activations with per-channel weights)."""
+    """moe-lab's schemes, and fp8 rows imported from aiter's tuning table (named with
+    the same schemes; other fp8 schemes of another importer start with `fp8-`)."""
     return str(dtype) in FP8_SCHEMES or str(dtype).startswith("fp8-")
 
 
