@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `moe-lab compare A B | head`: the reader left; no traceback
         _quiet_stdout()
         return 141
+    except OSError as exc:  # a path given that cannot be written or read (--out a file...)
+        if exc.filename is None:
+            raise
+        print(f"moe-lab: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     except Terminated:
         print("moe-lab: terminated (SIGTERM); what was measured is saved", file=sys.stderr)
         return 143

@@ -108,3 +108,29 @@ def test_export_finds_nbconvert_templates_from_a_system_site_packages_venv(tmp_p
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-1500:]
     assert (tmp_path / "out" / "x.html").read_text().count("hi") >= 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["compare", A, B, "--out", "{file}"],                  # --out is a file
+    ["check", "--model", "custom:H=64,I=32,E=4,k=2", "--tp", "1", "--tokens", "1",
+     "--backends", "torch", "--out", "{file}/x.txt"],      # --out under a file
+    ["sweep", "--models", "custom:H=64,I=32,E=4,k=2", "--tp", "1", "--tokens", "1",
+     "--backends", "torch", "--device", "cpu", "--no-progress", "--data-dir", "{file}"],
+])
+def test_an_output_path_that_cannot_be_written_is_one_line(capsys, tmp_path, argv):
+    f = tmp_path / "a-file"
+    f.write_text("")
+    assert main([a.replace("{file}", str(f)) for a in argv]) == 2
+    assert str(f) in _one_line_error(capsys)
+
+
+def test_tune_of_a_backend_that_cannot_run_here_is_refused(capsys, tmp_path):
+    from moe_lab.backends import get
+    ok, why = get("aiter-triton").available()
+    if ok:
+        pytest.skip("aiter-triton runs here")
+    assert main(["tune", "--models", "custom:H=64,I=32,E=4,k=2", "--tp", "1", "--ep", "1",
+                 "--tokens", "1", "--device", "cpu", "--no-progress",
+                 "--data-dir", str(tmp_path), "--configs-dir", str(tmp_path / "c")]) == 2
+    assert why in _one_line_error(capsys)
+    assert not list(tmp_path.iterdir())  # no run folder of failed candidates

@@ -67,6 +67,9 @@ def run(args) -> int:
                   seed=args.seed, routing=args.routing, budget_s=args.budget,
                   warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=not args.no_progress,
                   command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
+    ok, why = tuner.backend.available()
+    if not ok:  # before: every candidate a `failed` row, "done: 0 points tuned", exit 0
+        raise UsageError(f"{tuner.backend_name} cannot run here: {why}")
     print(f"tune {args.backend}: {sum(len(s) for s in shards)} points -> {run_dir}, "
           f"configs to {tuner.configs_dir / tuner.backend_name}", flush=True)
     win = tuner.run(shards)
