@@ -52,3 +52,19 @@ def test_measured_times_are_joined(reg, tmp_path):
     assert df.loc["000-scout-bf16", "measured_run"] == "r1"
     assert math.isnan(df.loc["002-deepseek-r1", "measured_us"])  # failed rows ignored
     assert "no committed measurement" in df.loc["002-deepseek-r1", "note"]
+
+
+def test_an_fp8_claim_is_measured_by_the_scheme_its_checkpoint_ships(reg, tmp_path):
+    """Seed 002's DeepSeek-R1 claim is FP8 with 128x128 weight blocks: its measured time is
+    the best fp8-block128 row, never a bf16 row or another fp8 scheme's."""
+    run = tmp_path / "r1"
+    run.mkdir()
+    rows = [("bf16", 50.0), ("fp8-tensor", 60.0), ("fp8-block128", 300.0), ("fp8-block128", 200.0)]
+    pd.DataFrame(dict(model="deepseek-r1", tp=8, ep=8, backend="aiter-triton", mode="graph",
+                      tokens=64, status="ok", dtype=[d for d, _ in rows],
+                      median_us=[t for _, t in rows])).to_parquet(run / "results.parquet")
+    df = implications(reg, runs_dir=tmp_path).set_index("config")
+    assert df.loc["002-deepseek-r1", "measured_us"] == 200.0
+    # Maverick's FP8 checkpoint is per-channel: no fp8-channel row, nothing joined
+    assert math.isnan(df.loc["002-maverick-fp8", "measured_us"])
+    assert "fp8-channel" in df.loc["002-maverick-fp8", "note"]

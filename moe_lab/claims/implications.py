@@ -28,6 +28,14 @@ FP8_SCALES = {
     "llama4-scout-16e": "per-channel",
     "qwen3-235b-a22b": "block:128",
 }
+# ... and the moe-lab dtype scheme whose rows measure that checkpoint's layer
+FP8_DTYPE = {"block:128": "fp8-block128", "per-channel": "fp8-channel", "per-tensor": "fp8-tensor"}
+
+
+def measured_dtype(preset: str, dtype: str) -> str:
+    """The rows' dtype that measures a claim's dtype: a claim's "fp8" is the scheme its
+    checkpoint ships (fp8-block128 for DeepSeek-R1, fp8-channel for Llama-4 FP8)."""
+    return FP8_DTYPE[FP8_SCALES.get(preset, "per-channel")] if dtype == "fp8" else dtype
 
 COLUMNS = ["config", "source", "model", "dtype", "gpu", "tp", "ep", "tokens", "moe_layers",
            "tpot_base_ms", "tpot_new_ms", "itl_base_ms", "itl_new_ms", "step_saved_ms",
@@ -188,8 +196,9 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
         else:
             sel = measured[(measured["model"] == preset) & (measured["tp"] == tp)
                            & (measured["ep"] == ep) & (measured["tokens"] == tokens)]
+            want = measured_dtype(preset, cfg.get("dtype", "bf16"))
             if "dtype" in sel.columns:
-                sel = sel[sel["dtype"] == cfg.get("dtype", "bf16")]
+                sel = sel[sel["dtype"] == want]
             if len(sel):
                 best = sel.loc[sel["median_us"].idxmin()]
                 m_us, m_backend = float(best["median_us"]), f"{best['backend']}/{best['mode']}"
@@ -197,7 +206,7 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
                 notes.append(f"measured on {m_dev or 'the run device'}, not {dev}")
             else:
                 notes.append(f"no committed measurement for {preset} TP{tp} EP{ep} "
-                             f"T={tokens} {cfg.get('dtype', 'bf16')}")
+                             f"T={tokens} {want}")
         rows.append(dict(
             config=cid, source=cfg["source"], model=preset, dtype=cfg.get("dtype", "bf16"),
             gpu=dev, tp=tp, ep=ep, tokens=tokens, moe_layers=L, tpot_base_ms=tb,
