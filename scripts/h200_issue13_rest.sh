@@ -5,7 +5,7 @@
 #  3. a sweep of aiter-triton-silu --config default,tuned beside aiter-triton tuned, graph
 #     and eager, so notebook 05 shows the fused variant tuned.
 # The 58 missing max-autotune compile points are a separate command (it resumes the
-# committed folders): MODES=compile:max-autotune,compile:max-autotune:dynamic \
+# committed folders): MODES=compile:max-autotune-no-cudagraphs \
 #   TOKENS=64,1024 bash scripts/h200_compile.sh
 # Run from the repo root with the amd-aiter wheel in .whl/ (bash scripts/fetch-device-wheels.sh)
 # and MOE_LAB_GIT_COMMIT=<sha>. Everything lands in $OUT/bundle.tar.gz; rerun with the
