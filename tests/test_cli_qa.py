@@ -134,3 +134,13 @@ def test_tune_of_a_backend_that_cannot_run_here_is_refused(capsys, tmp_path):
                  "--data-dir", str(tmp_path), "--configs-dir", str(tmp_path / "c")]) == 2
     assert why in _one_line_error(capsys)
     assert not list(tmp_path.iterdir())  # no run folder of failed candidates
+
+
+def test_check_columns_line_up_with_long_backend_names(capsys):
+    assert main(["check", "--model", "custom:H=64,I=32,E=4,k=2", "--tp", "1", "--tokens", "1",
+                 "--device", "cpu", "--dtype", "fp32",
+                 "--backends", "torch,torch-grouped-bmm,aiter-triton-silu"]) in (0, 1)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("#")]
+    col = lines[0].index("status")
+    for ln in lines[1:]:  # every row's status starts under the header's
+        assert ln[col - 1] == " " and ln[col] != " ", (lines[0], ln)

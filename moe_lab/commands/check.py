@@ -74,14 +74,16 @@ def run(args) -> int:
          f"vllm {env.get('vllm')}, git {env.get('git_commit')}")
     emit(f"# seed {seed}, routing {args.routing}, metric max|out-ref|/max|ref| vs "
          f"{'fp64' if device == 'cpu' else 'fp32'} reference")
-    emit(f"{'model':22} {'shard':9} {'tokens':>6} {'backend':14} {'status':12} "
+    bw = max([14] + [len(n) for n in names])  # aiter-triton-silu, torch-fp8-dequant: 17
+    mw = max([22] + [len(p.model.name) for p in problems])  # custom:H=..,I=..,E=..,k=..
+    emit(f"{'model':{mw}} {'shard':9} {'tokens':>6} {'backend':{bw}} {'status':12} "
          f"{'max_rel_err':>11} {'limit':>6}  note")
     bad = 0
     for i, prob in enumerate(problems):
         try:
             rows = check_problem(prob, names, device, seed + i, args.routing, args.config)
         except Exception as exc:  # the reference itself could not run (e.g. OOM)
-            emit(f"{prob.model.name:22} {prob.sharding:9} {prob.tokens:>6} {'(reference)':14} "
+            emit(f"{prob.model.name:{mw}} {prob.sharding:9} {prob.tokens:>6} {'(reference)':{bw}} "
                  f"{classify_exception(exc):12} {'':>11} {'':>6}  {one_line(exc)}")
             bad += 1
             continue
@@ -91,7 +93,7 @@ def run(args) -> int:
                 r["status"], r["status"])
             note = r["error"] or (f"quant_err {r['quant_err']:.2e} ({r['fp8_format']})"
                                   if r.get("fp8_format") and r["status"] == "ok" else "")
-            emit(f"{prob.model.name:22} {prob.sharding:9} {prob.tokens:>6} {r['backend']:14} "
+            emit(f"{prob.model.name:{mw}} {prob.sharding:9} {prob.tokens:>6} {r['backend']:{bw}} "
                  f"{verdict:12} {err:>11} {r['threshold']:>6.0e}  {note}")
             bad += r["status"] in ("incorrect", "failed", "oom")
     emit(f"# {bad} failing backend-point(s)" if bad else "# all available backends pass")
