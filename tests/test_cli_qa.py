@@ -144,3 +144,18 @@ def test_check_columns_line_up_with_long_backend_names(capsys):
     col = lines[0].index("status")
     for ln in lines[1:]:  # every row's status starts under the header's
         assert ln[col - 1] == " " and ln[col] != " ", (lines[0], ln)
+
+
+def test_a_sweep_started_elsewhere_writes_where_run_ids_are_looked_up(tmp_path, monkeypatch,
+                                                                      capsys):
+    elsewhere, runs = tmp_path / "elsewhere", tmp_path / "runs"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("MOE_LAB_DATA", str(runs))
+    assert main(["sweep", "--models", "custom:H=64,I=32,E=4,k=2", "--tp", "1", "--tokens", "1",
+                 "--backends", "torch", "--dtype", "fp32", "--device", "cpu", "--no-progress",
+                 "--rep-ms", "2", "--warmup-ms", "1", "--no-profile", "--run-id", "r"]) == 0
+    assert (runs / "r" / "results.parquet").exists() and not (elsewhere / "data").exists()
+    capsys.readouterr()
+    assert main(["compare", "r", "--by", "backend", "--values", "torch,torch",
+                 "--out", str(tmp_path / "cmp")]) == 0  # found by its run id

@@ -38,8 +38,8 @@ def run(args) -> int:
     from ..plots.compare import fig_ratio
     fig = fig_ratio(table, a, b, args.by, values)
     fig.savefig(os.path.join(args.out, name + ".png"), dpi=110)
-    cols = ["model", "tp", "ep", "backend", "mode", "tokens", "a_us", "b_us", "ratio", "low",
-            "high", "verdict"]
+    cols = [c for c in ("model", "tp", "ep", "backend", "mode", "tokens", "a_us", "b_us",
+                        "ratio", "low", "high", "verdict") if c in table]  # --by backend: none
     print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"# B/A: {summary(table)}; {os.path.join(args.out, name)}.png, .csv")
     return 0

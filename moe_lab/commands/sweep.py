@@ -14,6 +14,7 @@ from .. import backends as registry
 from ..correctness import THRESHOLDS, default_device
 from ..environment import device_name
 from ..errors import UsageError
+from . import default_data_dir_arg
 from ..modes import parse_modes
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
 from ..routing import parse_routing
@@ -70,7 +71,8 @@ def configure(p):
                    "zipf:S, hot:P")
     p.add_argument("--dtype", default="bf16", choices=sorted(THRESHOLDS))
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
-    p.add_argument("--data-dir", default="data/runs", help="where run folders live")
+    p.add_argument("--data-dir", default=None, help="where run folders live "
+                   "(default: $MOE_LAB_DATA, else the checkout's data/runs)")
     p.add_argument("--run-id", default=None,
                    help="folder name (default: derived from device and arguments, so the same "
                         "command resumes)")
@@ -98,6 +100,7 @@ def configure(p):
 
 
 def run(args) -> int:
+    args.data_dir = args.data_dir or default_data_dir_arg()
     device = args.device or default_device()
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda but no GPU is visible to torch")

@@ -11,6 +11,7 @@ import torch
 from ..correctness import default_device
 from ..environment import device_name
 from ..errors import UsageError
+from . import default_data_dir_arg
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
 from ..routing import parse_routing
 from ..configs import configs_dir_for
@@ -35,7 +36,8 @@ def configure(p):
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
     p.add_argument("--run-id", default=None, help="folder under --data-dir (default: "
                    "tune-<backend>-<device>; the same command resumes it)")
-    p.add_argument("--data-dir", default="data/runs")
+    p.add_argument("--data-dir", default=None, help="where run folders live "
+                   "(default: $MOE_LAB_DATA, else the checkout's data/runs)")
     p.add_argument("--configs-dir", default=None,
                    help="where the winners go (default: data/configs/<device-slug>)")
     p.add_argument("--budget", type=float, default=None, metavar="S",
@@ -48,6 +50,7 @@ def configure(p):
 
 
 def run(args) -> int:
+    args.data_dir = args.data_dir or default_data_dir_arg()
     device = args.device or default_device()
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda but no GPU is visible to torch")
