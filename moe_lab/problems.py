@@ -262,10 +262,14 @@ def parse_tokens(text: str) -> list[int]:
             lo, hi = (int(s) for s in text.split("-"))
             if lo < 1 or hi < lo:
                 raise ValueError
-            return [t for t in default_token_grid(hi) if t >= lo]
-        toks = [int(s) for s in text.split(",") if s.strip()]
+            toks = [t for t in default_token_grid(hi) if t >= lo]
+        else:
+            toks = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise ProblemError(f"tokens must look like 1,64,1024 or 1-8192, not {text!r}") from None
+    if "," not in text and "-" in text and not toks:  # 5-5, 5-7: nothing measured, no why
+        raise ProblemError(f"tokens {text!r}: a range takes the powers of two in it, and "
+                           "there is none; give a list, e.g. " + ",".join(dict.fromkeys(text.split("-"))))
     if not toks or min(toks) < 1:
         raise ProblemError(f"tokens must be positive integers, not {text!r}")
-    return toks
+    return list(dict.fromkeys(toks))  # 1,1,2: each point once

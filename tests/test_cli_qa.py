@@ -159,3 +159,15 @@ def test_a_sweep_started_elsewhere_writes_where_run_ids_are_looked_up(tmp_path, 
     capsys.readouterr()
     assert main(["compare", "r", "--by", "backend", "--values", "torch,torch",
                  "--out", str(tmp_path / "cmp")]) == 0  # found by its run id
+
+
+def test_a_token_range_without_a_power_of_two_is_refused_not_an_empty_check(capsys):
+    # before: `check --tokens 5-5` checked nothing and printed "all available backends pass"
+    assert main(["check", "--model", "custom:H=64,I=32,E=4,k=2", "--tp", "1", "--tokens", "5-7",
+                 "--device", "cpu", "--backends", "torch"]) == 2
+    assert "powers of two" in _one_line_error(capsys)
+
+
+def test_repeated_token_counts_are_one_point_each():
+    from moe_lab.problems import parse_tokens
+    assert parse_tokens("1,1,2,1") == [1, 2] and parse_tokens("3-17") == [4, 8, 16]
