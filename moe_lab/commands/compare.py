@@ -29,6 +29,8 @@ def run(args) -> int:
     if args.run_b is None and args.by is None:
         raise UsageError("give a second run, or --by COLUMN --values A,B to split one run")
     check_args(a, b, args.by, values, args.mode)
+    if args.resamples < 1:  # scipy's bootstrap raised ValueError (a traceback)
+        raise UsageError(f"--resamples {args.resamples}: give a positive count (default 2000)")
     table = compare(a, b, args.by, values, n_resamples=args.resamples)
     if args.mode:
         table = table[table["mode"] == args.mode]
