@@ -36,7 +36,8 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action):
         help_ = action.help or ""
-        if "default" in help_.lower() or action.default in (None, False, argparse.SUPPRESS):
+        if ("default" in help_.lower() or action.default is None or action.default is False
+                or action.default is argparse.SUPPRESS):  # identity: a default of 0 is shown
             return help_
         return super()._get_help_string(action)
 

@@ -177,3 +177,9 @@ def test_repeated_token_counts_are_one_point_each():
 def test_compare_refuses_a_resample_count_below_one(capsys, tmp_path, n):
     assert main(["compare", A, B, "--resamples", n, "--out", str(tmp_path)]) == 2
     assert "--resamples" in _one_line_error(capsys)
+
+
+def test_help_shows_a_default_of_zero_and_every_profile_option_has_help():
+    text = " ".join(_verb_help("profile").split())
+    assert "EP rank whose experts are held (default: 0)" in text
+    assert all(a.help for a in _verb_parser("profile")._actions)
