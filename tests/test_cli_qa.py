@@ -82,6 +82,16 @@ def test_report_only_matching_nothing_names_the_prefix(capsys):
     assert "99" in _one_line_error(capsys)
 
 
+def test_report_started_outside_the_checkout_finds_the_notebooks(tmp_path):
+    """The default notebook folder is the checkout's, not <cwd>/notebooks."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    p = subprocess.run([sys.executable, "-m", "moe_lab", "report", "--only", "05",
+                        "--out", str(tmp_path / "rep")], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (tmp_path / "rep" / "05_tuning.html").is_file()
+
+
 def test_a_closed_pipe_is_not_a_traceback(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
     cmd = (f"{sys.executable} -m moe_lab compare {TUNED} --by config --values default,tuned "

@@ -6,13 +6,18 @@ from __future__ import annotations
 import glob
 import os
 import time
+from pathlib import Path
 
 from ..errors import UsageError
 from ..report import execute_notebook, export, failure_line
 
 
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"  # the checkout's
+
+
 def configure(p):
-    p.add_argument("--notebooks", default="notebooks", help="folder of .ipynb files")
+    p.add_argument("--notebooks", default=str(NOTEBOOKS_DIR),
+                   help="folder of .ipynb files (default: this checkout's notebooks/)")
     p.add_argument("--only", default=None, help="comma-separated notebook name prefixes, e.g. 01,03")
     p.add_argument("--out", default="reports", help="output folder")
     p.add_argument("--timeout", type=int, default=900, help="seconds per cell")
