@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_missing", None):
         print(f"moe-lab: error: verb {args.verb!r} unavailable: {args._missing}", file=sys.stderr)
         return 2
+    empty = [k for k, v in vars(args).items() if v == "" and not k.startswith("_")]
+    if empty:  # `--model ""` (an unset shell variable) would quietly mean the default
+        print(f"moe-lab: error: --{empty[0].replace('_', '-')} is empty", file=sys.stderr)
+        return 2
     mod = importlib.import_module(args._module)
     try:
         return int(mod.run(args) or 0)

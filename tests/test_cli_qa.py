@@ -193,3 +193,11 @@ def test_help_shows_a_default_of_zero_and_every_profile_option_has_help():
     text = " ".join(_verb_help("profile").split())
     assert "EP rank whose experts are held (default: 0)" in text
     assert all(a.help for a in _verb_parser("profile")._actions)
+
+
+@pytest.mark.parametrize("argv", [["check", "--model", ""], ["sweep", "--backends", ""],
+                                  ["compare", "a", "b", "--mode", ""]])
+def test_an_empty_value_is_refused_not_read_as_the_default(capsys, argv):
+    """`--model "$MODEL"` with MODEL unset must not check the default models instead."""
+    assert main(argv) == 2
+    assert "is empty" in _one_line_error(capsys)
