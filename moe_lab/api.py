@@ -110,22 +110,13 @@ def profile(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: in
     the point here or fails its check."""
     import os
 
-    from .correctness import check_backend, make_inputs, make_weights, point_seed, reference
+    from .correctness import checked_point
     from .profiling import export_trace, profile_kernels
     device = device or default_device()
     if iters < 1:
         raise UsageError("iters must be >= 1")
-    prob = make_problem(model, tokens, dtype, tp, ep, ep_rank)
-    be = registry.get(backend)
-    for ok, why in (be.available(), be.supports(prob, device)):
-        if not ok:
-            raise UsageError(f"{backend} cannot run this point here: {why}")
-    weights = make_weights(prob, device, seed)
-    inp = make_inputs(prob, device, point_seed(seed, tokens, routing), routing)
-    fn = be.prepare(prob, weights)
-    chk = check_backend(be, prob, weights, inp, reference(prob, weights, inp), device, fn)
-    if chk["status"] != "ok":
-        raise UsageError(f"{backend} on {prob.describe()}: {chk['status']} {chk['error']}")
+    prob, fn, inp, chk = checked_point(model, tokens, backend, tp, ep, ep_rank, dtype, routing,
+                                       device, seed)
     from .progress import native_log_filter
     with native_log_filter():
         df = profile_kernels(fn, inp.args(), iters=iters, device=device)

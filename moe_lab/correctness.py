@@ -214,3 +214,23 @@ def check_problem(problem: Problem, backend_names: list[str], device: str, seed:
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return rows
+
+
+def checked_point(model: str, tokens: int, backend: str, tp: int, ep: int, ep_rank: int,
+                  dtype: str, routing: str, device: str, seed: int):
+    """One point made ready to measure, correct before fast: (problem, prepared fn, inputs,
+    check row). UsageError when the backend cannot run it here or fails its check."""
+    from .errors import UsageError
+    from .problems import make_problem
+    prob = make_problem(model, tokens, dtype, tp, ep, ep_rank)
+    be = backends.get(backend)
+    for ok, why in (be.available(), be.supports(prob, device)):
+        if not ok:
+            raise UsageError(f"{backend} cannot run this point here: {why}")
+    weights = make_weights(prob, device, seed)
+    inp = make_inputs(prob, device, point_seed(seed, tokens, routing), routing)
+    fn = be.prepare(prob, weights)
+    chk = check_backend(be, prob, weights, inp, reference(prob, weights, inp), device, fn)
+    if chk["status"] != "ok":
+        raise UsageError(f"{backend} on {prob.describe()}: {chk['status']} {chk['error']}")
+    return prob, fn, inp, chk

@@ -280,25 +280,14 @@ def split_point(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep
     check the sum: the split dict plus eager_us, adds_up, reason, trace, point."""
     import tempfile
 
-    from . import backends as registry
-    from .correctness import (check_backend, default_device, make_inputs, make_weights,
-                              point_seed, reference)
-    from .problems import make_problem
+    from .correctness import checked_point, default_device
     from .profiling import export_trace
     from .progress import native_log_filter
     from .timing import time_fn
     device = device or default_device()
-    prob = make_problem(model, tokens, dtype, tp, ep, ep_rank)
-    be = registry.get(backend)
-    for ok, why in (be.available(), be.supports(prob, device)):
-        if not ok:
-            raise UsageError(f"{backend} cannot run this point here: {why}")
-    weights = make_weights(prob, device, seed)
-    inp = make_inputs(prob, device, point_seed(seed, tokens, routing), routing)
-    fn = be.prepare(prob, weights)
-    chk = check_backend(be, prob, weights, inp, reference(prob, weights, inp), device, fn)
-    if chk["status"] != "ok":  # correct before fast: an incorrect backend is not split
-        raise UsageError(f"{backend} on {prob.describe()}: {chk['status']} {chk['error']}")
+    # correct before fast: an incorrect backend is not split
+    prob, fn, inp, _ = checked_point(model, tokens, backend, tp, ep, ep_rank, dtype, routing,
+                                     device, seed)
     path = trace or os.path.join(tempfile.mkdtemp(prefix="moe-lab-split-"), "call.json.gz")
     with native_log_filter():
         export_trace(fn, inp.args(), path, iters=max(2, iters), device=device)
