@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import backends as registry
-from .correctness import check_problem, default_device
+from .correctness import check_problem, resolve_device
 from .errors import UsageError
 from .modes import Mode, parse_mode
 from .problems import make_problem, parse_tokens, split_models
@@ -54,7 +54,7 @@ def check(model: str, tokens=(1, 16), backends=None, tp: int = 8, ep: int = 1,
           device: str | None = None, seed: int = 0) -> pd.DataFrame:
     """Each backend against the reference on fresh inputs: one row per backend x tokens
     with status (ok / incorrect / unsupported / ...), max_rel_err and threshold."""
-    device = device or default_device()
+    device = resolve_device(device)
     names = (registry.parse_names(",".join(_list(backends))) if backends else
              registry.for_dtype(registry.names(), dtype))
     rows = []
@@ -75,11 +75,7 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
     into a temporary folder that is removed. options: Sweep's (profile, warmup_ms,
     rep_ms, compile_budget_s, point_timeout_s, traces)."""
     from .sweep import Grid, Sweep
-    device = device or default_device()
-    if device.startswith("cuda"):
-        import torch
-        if not torch.cuda.is_available():
-            raise UsageError("device cuda but no GPU is visible to torch")
+    device = resolve_device(device)
     modes = modes or ("eager,graph" if device.startswith("cuda") else "eager")
     grid = Grid(models=split_models(models) if isinstance(models, str) else list(models),
                 tokens=_tokens(tokens),
@@ -112,7 +108,7 @@ def profile(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: in
 
     from .correctness import checked_point
     from .profiling import export_trace, profile_kernels
-    device = device or default_device()
+    device = resolve_device(device)
     if iters < 1:
         raise UsageError("iters must be >= 1")
     prob, fn, inp, chk = checked_point(model, tokens, backend, tp, ep, ep_rank, dtype, routing,

@@ -41,6 +41,16 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def resolve_device(device: str | None) -> str:
+    """The device asked for (None: cuda when visible, else cpu); UsageError for cuda
+    where torch sees no GPU."""
+    device = device or default_device()
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        from .errors import UsageError
+        raise UsageError("--device cuda but no GPU is visible to torch")
+    return device
+
+
 def point_seed(seed: int, tokens: int, routing: str) -> int:
     """The seed of a point's routing and activations: the run's seed, the token count and
     the routing name (crc32, not hash(): Python salts that per process)."""

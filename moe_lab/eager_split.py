@@ -280,11 +280,11 @@ def split_point(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep
     check the sum: the split dict plus eager_us, adds_up, reason, trace, point."""
     import tempfile
 
-    from .correctness import checked_point, default_device
+    from .correctness import checked_point, resolve_device
     from .profiling import export_trace
     from .progress import native_log_filter
     from .timing import time_fn
-    device = device or default_device()
+    device = resolve_device(device)
     # correct before fast: an incorrect backend is not split
     prob, fn, inp, _ = checked_point(model, tokens, backend, tp, ep, ep_rank, dtype, routing,
                                      device, seed)

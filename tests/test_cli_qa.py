@@ -201,3 +201,13 @@ def test_an_empty_value_is_refused_not_read_as_the_default(capsys, argv):
     """`--model "$MODEL"` with MODEL unset must not check the default models instead."""
     assert main(argv) == 2
     assert "is empty" in _one_line_error(capsys)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is visible here")
+@pytest.mark.parametrize("argv", [["backends", "--device", "cuda"],
+                                  ["check", "--device", "cuda", "--tokens", "1"],
+                                  ["sweep", "--device", "cuda", "--tokens", "1"]])
+def test_asking_for_a_gpu_where_none_is_visible_is_one_line(capsys, argv):
+    """`backends --device cuda` on a CPU machine listed the torch backends as available."""
+    assert main(argv) == 2
+    assert "no GPU is visible" in _one_line_error(capsys)

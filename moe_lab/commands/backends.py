@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import backends
-from ..correctness import default_device
+from ..correctness import resolve_device
 
 
 def configure(p):
@@ -11,7 +11,7 @@ def configure(p):
 
 
 def table(device: str | None = None) -> list[dict]:
-    device = device or default_device()
+    device = resolve_device(device)
     rows = []
     for b in backends.all_backends():
         ok, why = b.available()

@@ -6,12 +6,10 @@ import os
 import sys
 import time
 
-import torch
 
 from .. import backends
-from ..correctness import THRESHOLDS, check_problem, classify_exception, default_device, one_line
+from ..correctness import THRESHOLDS, check_problem, classify_exception, one_line, resolve_device
 from ..environment import capture_environment
-from ..errors import UsageError
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_tokens, split_models
 from ..routing import parse_routing
 from ..configs import validate_config_arg
@@ -42,9 +40,7 @@ def _models_default(device: str) -> list[str]:
 
 
 def run(args) -> int:
-    device = args.device or default_device()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no GPU is visible to torch")
+    device = resolve_device(args.device)
     parse_routing(args.routing)
     validate_config_arg(args.config)
     tokens = parse_tokens(args.tokens)

@@ -2,7 +2,6 @@
 here, or every trace of a run against its eager rows)."""
 from __future__ import annotations
 
-import torch
 
 from ..eager_split import PART_LABELS, PARTS, run_split, split_point
 from ..errors import UsageError
@@ -13,10 +12,8 @@ def _parts(r) -> str:
 
 
 def print_point_split(args) -> int:
-    from ..correctness import default_device
-    device = args.device or default_device()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no GPU is visible to torch")
+    from ..correctness import resolve_device
+    device = resolve_device(args.device)
     r = split_point(args.model, args.tokens, args.backend, args.tp, args.ep, args.ep_rank,
                     args.dtype, args.routing, device, args.iters, args.seed, args.trace)
     print(f"# {r['point']} backend={r['backend']} on {device}: one eager call, mean of "

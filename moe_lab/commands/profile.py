@@ -1,10 +1,9 @@
 """`moe-lab profile`: one point under the profiler -> per-kernel table + Perfetto trace."""
 from __future__ import annotations
 
-import torch
 
 from ..api import profile
-from ..correctness import default_device
+from ..correctness import resolve_device
 from ..errors import UsageError
 
 
@@ -66,9 +65,7 @@ def run(args) -> int:
     if args.split:
         from .eager_split import print_point_split
         return print_point_split(args)
-    device = args.device or default_device()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no GPU is visible to torch")
+    device = resolve_device(args.device)
     df, trace = profile(args.model, args.tokens, args.backend, args.tp, args.ep, args.ep_rank,
                         args.dtype, args.routing, device, args.iters, args.trace, args.seed)
     chk = df.attrs["check"]

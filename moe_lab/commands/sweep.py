@@ -11,7 +11,7 @@ import sys
 import torch
 
 from .. import backends as registry
-from ..correctness import THRESHOLDS, default_device
+from ..correctness import THRESHOLDS, resolve_device
 from ..environment import device_name
 from ..errors import UsageError
 from . import default_data_dir_arg
@@ -101,9 +101,7 @@ def configure(p):
 
 def run(args) -> int:
     args.data_dir = args.data_dir or default_data_dir_arg()
-    device = args.device or default_device()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no GPU is visible to torch")
+    device = resolve_device(args.device)
     gpu = device == "cuda"
     models = split_models(args.models) if args.models else (list(SEED_MODELS) if gpu else ["qwen3-30b-a3b"])
     for m in models:
