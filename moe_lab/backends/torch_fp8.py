@@ -26,6 +26,7 @@ from torch.profiler import record_function
 
 from .. import quant
 from . import Backend, Weights, register
+from .torch_ref import expert_rows
 
 _NOT_CAPTURABLE = ("the per-expert loop reads expert token counts on the host "
                    "(bincount().tolist()), a sync that CUDA graph capture forbids")
@@ -39,26 +40,13 @@ def fp8_moe(x, topk_weights, topk_ids, expert_map, weight_on_input: bool, scheme
     its quantisation: bf16 as the layer holds it; None keeps gemm1's output dtype."""
     T, H = x.shape
     k = topk_ids.shape[1]
-    ids = topk_ids.long()
-    local = expert_map.long()[ids] if expert_map is not None else ids
-    flat = local.reshape(-1)
     w_flat = topk_weights.reshape(-1).float()
-    token_of = torch.arange(T, device=x.device).repeat_interleave(k)
-    order = torch.argsort(flat, stable=True)
-    E_local = int(flat.max().item()) + 1 if flat.numel() and flat.max() >= 0 else 0
-    counts = torch.bincount(flat[flat >= 0], minlength=E_local).tolist()
-    start = int((flat < 0).sum())
     xin = x
     if weight_on_input:  # Llama-4 (top-1): the router weight scales x before quantisation
         xin = (x.to(acc) * topk_weights.reshape(T, k)[:, 0:1].to(acc)).to(x.dtype)
     xq, xs = quant.quantize_act(xin, scheme, fmt)
     groups, a_rows = [], []
-    for e, n in enumerate(counts):
-        if n == 0:
-            continue
-        idx = order[start:start + n]
-        start += n
-        tok = token_of[idx]
+    for e, idx, tok in expert_rows(topk_ids, expert_map):
         xs_rows = xs if scheme == "fp8-tensor" else xs[tok]
         with record_function("moe_lab.gemm1"):  # all gemm1s run before any gemm2 (profiling)
             h = gemm1(e, xq[tok], xs_rows)

@@ -12,32 +12,42 @@ import torch.nn.functional as F
 from . import Backend, Weights, register
 
 
+def expert_rows(topk_ids: torch.Tensor, expert_map: torch.Tensor | None = None,
+                n_experts: int | None = None) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+    """(e, idx, tok) per local expert that has rows, in expert order: idx the flattened
+    (token, slot) pairs routed to it (stable sort), tok their tokens. Remote experts (-1
+    under EP) are left out. n_experts: the local count (None: the largest id routed + 1)."""
+    T, k = topk_ids.shape
+    ids = topk_ids.long()
+    flat = (expert_map.long()[ids] if expert_map is not None else ids).reshape(-1)
+    token_of = torch.arange(T, device=topk_ids.device).repeat_interleave(k)
+    order = torch.argsort(flat, stable=True)
+    if n_experts is None:
+        n_experts = int(flat.max().item()) + 1 if flat.numel() and flat.max() >= 0 else 0
+    counts = torch.bincount(flat[flat >= 0], minlength=n_experts).tolist()
+    start = int((flat < 0).sum())  # remote experts (-1) sort first
+    groups = []
+    for e, n in enumerate(counts):
+        if n:
+            idx = order[start:start + n]
+            groups.append((e, idx, token_of[idx]))
+        start += n
+    return groups
+
+
 def torch_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
               topk_weights: torch.Tensor, topk_ids: torch.Tensor,
               expert_map: torch.Tensor | None = None, weight_on_input: bool = False,
               compute_dtype: torch.dtype | None = None) -> torch.Tensor:
     """MoE experts for the local experts in w1/w2. Returns x.dtype, or compute_dtype if set."""
     T, H = x.shape
-    k = topk_ids.shape[1]
     E_local, two_i, _ = w1.shape
     inter = two_i // 2
     cd = compute_dtype or x.dtype
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
-    ids = topk_ids.long()
-    local = expert_map.long()[ids] if expert_map is not None else ids
-    flat = local.reshape(-1)
     w_flat = topk_weights.reshape(-1).float()
-    token_of = torch.arange(T, device=x.device).repeat_interleave(k)
-    order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat[flat >= 0], minlength=E_local).tolist()
-    start = int((flat < 0).sum())  # remote experts (-1) sort first
     out = torch.zeros(T, H, dtype=acc, device=x.device)
-    for e, n in enumerate(counts):
-        if n == 0:
-            continue
-        idx = order[start:start + n]
-        start += n
-        tok = token_of[idx]
+    for e, idx, tok in expert_rows(topk_ids, expert_map, E_local):
         xs = x[tok]
         if weight_on_input:  # Llama-4: the router weight scales the input, in its dtype
             xs = (xs.to(acc) * w_flat[idx, None].to(acc)).to(x.dtype)
