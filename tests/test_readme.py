@@ -1,0 +1,226 @@
+"""The README is a manual that stays true: short, its package table lists every module of
+moe_lab (and no module that is not there), every verb it names is a verb of the CLI, its
+data layout names what the committed runs hold; what the data says lives in
+docs/findings.md, whose every run id is a folder under data/runs/. No torch, no GPU: the
+verbs are read from moe_lab/cli.py's source, the columns from the parquet schemas."""
+import ast
+import itertools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+FINDINGS = ROOT / "docs" / "findings.md"
+PKG = ROOT / "moe_lab"
+RUNS = ROOT / "data" / "runs"
+MAX_README_LINES = 260
+# modules the README lists that are being written as it is (issue 22): a row may name them
+# before their file lands; every module that exists must be listed all the same
+EXPECTED_SOON = {"points.py", "glue.py", "ledger.py", "plots/ledger.py", "rows.py"}
+
+
+def _section(text: str, heading: str) -> str:
+    """The body of the `## heading` section (up to the next `## `)."""
+    m = re.search(rf"^## {re.escape(heading)}[^\n]*\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert m, f"README has no '## {heading}' section"
+    return m.group(1)
+
+
+def _table_rows(body: str) -> list[list[str]]:
+    """Cells of each row of the markdown tables in `body` (header and rule rows left out)."""
+    rows = []
+    for line in body.splitlines():
+        if not line.startswith("|") or re.fullmatch(r"\|[\s|:-]+\|", line):
+            continue
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows[1:] if rows else rows  # the first is the header
+
+
+def _code(text: str) -> list[str]:
+    """Every fenced block and inline code span of a markdown text."""
+    fenced = re.findall(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S)
+    rest = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.M | re.S)
+    return fenced + re.findall(r"`([^`\n]+)`", rest)
+
+
+def _modules_on_disk() -> set[str]:
+    return {p.relative_to(PKG).as_posix() for p in PKG.rglob("*.py")
+            if "__pycache__" not in p.parts}
+
+
+def _modules_in_table(readme: str) -> list[str]:
+    names = []
+    for cells in _table_rows(_section(readme, "Package layout")):
+        assert len(cells) >= 2 and cells[1], f"package row without a description: {cells}"
+        found = re.findall(r"`([\w/]+\.py)`", cells[0])
+        assert found, f"package row names no module: {cells[0]}"
+        names += found
+    return names
+
+
+def _verbs() -> set[str]:
+    """The verbs of moe_lab/cli.py's parser: the keys of its VERBS table, read from the
+    source (importing the CLI would import every verb's module)."""
+    tree = ast.parse((PKG / "cli.py").read_text())
+    for node in ast.walk(tree):
+        target = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
+                  else node.target if isinstance(node, ast.AnnAssign) else None)
+        if isinstance(target, ast.Name) and target.id == "VERBS" and isinstance(node.value, ast.Dict):
+            return {ast.literal_eval(k) for k in node.value.keys}
+    raise AssertionError("moe_lab/cli.py has no VERBS table")
+
+
+VERB_RE = re.compile(r"(?:(?<![\w.-])moe-lab|-m[ \t]+moe_lab)[ \t]+([A-Za-z][\w-]*)")
+
+
+def _named_verbs(text: str) -> set[str]:
+    return {m for block in _code(text) for m in VERB_RE.findall(block)}
+
+
+def _expand(pattern: str) -> list[str]:
+    """`a-{x,y}-b` -> [`a-x-b`, `a-y-b`] (shell brace expansion, one level per group)."""
+    parts = re.split(r"\{([^{}]*)\}", pattern)
+    choices = [[p] if i % 2 == 0 else p.split(",") for i, p in enumerate(parts)]
+    return ["".join(c) for c in itertools.product(*choices)]
+
+
+def _run_refs(findings: str) -> set[str]:
+    """Run ids (or globs) findings.md names: every `data/runs/<id>` and the ids of each
+    `Runs:` line (the backticked names before its first ` · `)."""
+    refs = {m for m in re.findall(r"data/runs/([\w.*{},-]+)", findings)}
+    for line in findings.splitlines():
+        if line.startswith("Runs:"):
+            head = line.split(" · ")[0]
+            refs |= {r.removeprefix("data/runs/").split("/")[0]
+                     for r in re.findall(r"`([^`]+)`", head)}
+    return {r for r in refs if r}
+
+
+# ---------------------------------------------------------------------------------------------
+
+def test_readme_is_a_manual_not_a_lab_notebook():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines (at most {MAX_README_LINES})"
+    assert "docs/findings.md" in README.read_text()  # the findings are linked, not inlined
+    assert "Waiting for a GPU" not in README.read_text()  # GPU work to do lives in the issues
+
+
+def test_readme_keeps_the_two_commands_and_the_setup_they_need():
+    text = README.read_text()
+    for needed in ("bash scripts/main.sh", "bash scripts/test.sh",
+                   "python3 -m venv .venv && . .venv/bin/activate", "MOE_LAB_DATA",
+                   "--allow-root", "No ROCm machine was available to this project"):
+        assert needed in text, needed
+
+
+def test_package_table_lists_every_module_and_only_modules():
+    listed = _modules_in_table(README.read_text())
+    on_disk = _modules_on_disk()
+    assert len(on_disk) > 50 and "store.py" in listed  # the walk and the parse both saw something
+    doubled = sorted({m for m in listed if listed.count(m) > 1})
+    assert not doubled, f"listed twice: {doubled}"
+    missing = sorted(on_disk - set(listed))
+    assert not missing, f"modules missing from README's package table: {missing}"
+    ghosts = sorted(set(listed) - on_disk - EXPECTED_SOON)
+    assert not ghosts, f"README's package table names modules that do not exist: {ghosts}"
+
+
+def test_the_module_check_would_catch_a_missing_row():
+    """Not vacuous: a table without one row, or with a made-up one, fails the comparison."""
+    readme = README.read_text()
+    row = next(ln for ln in readme.splitlines() if ln.startswith("| `store.py`"))
+    assert "store.py" in _modules_on_disk() - set(_modules_in_table(readme.replace(row + "\n", "")))
+    fake = readme.replace(row, row + "\n| `no_such_module.py` | a module that is not there |")
+    assert "no_such_module.py" in set(_modules_in_table(fake)) - _modules_on_disk() - EXPECTED_SOON
+
+
+def test_every_verb_the_docs_name_is_a_real_verb_and_every_verb_is_documented():
+    verbs = _verbs()
+    assert {"sweep", "check", "report", "import-aiter"} <= verbs
+    readme_verbs = _named_verbs(README.read_text())
+    unknown = sorted(readme_verbs - verbs)
+    assert not unknown, f"README names verbs moe-lab does not have: {unknown}"
+    undocumented = sorted(verbs - readme_verbs)
+    assert not undocumented, f"verbs missing from README: {undocumented}"
+    if FINDINGS.exists():
+        unknown = sorted(_named_verbs(FINDINGS.read_text()) - verbs)
+        assert not unknown, f"docs/findings.md names verbs moe-lab does not have: {unknown}"
+
+
+@pytest.mark.parametrize("snippet, found", [
+    ("`moe-lab sweep --tokens 1`", {"sweep"}),
+    ("```bash\nPYTHONPATH=. python -m moe_lab import-aiter  # x\n```", {"import-aiter"}),
+    ("`torchrun --nproc-per-node 2 -m moe_lab sweep`", {"sweep"}),
+    ("`python -m moe_lab.distributed.worker SPEC.json`", set()),
+    ("`moe-lab <verb>` and `conda activate moe-lab`", set()),
+    ("`moe-lab sweeep`", {"sweeep"}),
+])
+def test_verb_extraction(snippet, found):
+    assert _named_verbs(snippet) == found
+
+
+def test_findings_name_only_runs_that_exist():
+    assert FINDINGS.exists(), "docs/findings.md is where the README's findings went"
+    text = FINDINGS.read_text()
+    refs = _run_refs(text)
+    assert len(refs) > 10
+    folders = {p.name for p in RUNS.iterdir() if p.is_dir()}
+    absent = sorted(r for r in refs
+                    if not all(any(Path(f).match(alt) for f in folders) for alt in _expand(r)))
+    assert not absent, f"docs/findings.md names runs not in data/runs/: {absent}"
+
+
+def test_each_finding_has_its_runs_and_date():
+    """Every section of findings.md that says something (before the list of GPU work the
+    2026-11-30 session left) carries a `Runs:` or `Data:` line with a date."""
+    text = FINDINGS.read_text().split("\n## GPU work listed by", 1)[0]
+    sections = re.split(r"^#{2,3} ", text, flags=re.M)[1:]
+    assert len(sections) > 10
+    for sec in sections:
+        title, _, body = sec.partition("\n")
+        if not body.strip():
+            continue
+        tagged = [ln for ln in body.splitlines() if ln.startswith(("Runs:", "Data:"))]
+        assert tagged, f"findings section '{title}' names no runs"
+        assert any(re.search(r"\b20\d\d-\d\d-\d\d\b", ln) for ln in tagged), \
+            f"findings section '{title}' has no date"
+
+
+def test_run_ref_expansion():
+    assert _expand("h200-repeat-{a,b}-20261130") == ["h200-repeat-a-20261130", "h200-repeat-b-20261130"]
+    assert _run_refs("see `data/runs/x-1/evidence/` and\nRuns: `y-2`, `z-3` · measured "
+                     "2026-11-30 · its `traces/`") == {"x-1", "y-2", "z-3"}
+
+
+def test_data_layout_names_what_the_committed_runs_hold():
+    pq = pytest.importorskip("pyarrow.parquet")
+    written = {"results.parquet": set(), "kernels.parquet": set(), "samples.parquet": set(),
+               "manifest.json": set()}
+    for run in RUNS.iterdir():
+        for name in written:
+            path = run / name
+            if not path.exists():
+                continue
+            if name.endswith(".json"):
+                m = json.loads(path.read_text())
+                written[name] |= set(m) | set(m.get("environment") or {})
+            else:
+                written[name] |= set(pq.read_schema(path).names)
+    rows = {cells[0].strip("`"): cells[1] for cells in _table_rows(_section(README.read_text(), "Data layout"))}
+    assert set(written) <= set(rows), f"layout table lacks {sorted(set(written) - set(rows))}"
+    source = " ".join(p.read_text() for p in PKG.rglob("*.py"))
+
+    def in_code(col):  # a column no committed run has yet (fp8 rows): the code writes it
+        return re.search(rf"""["']{col}["']|\b{col}=""", source) is not None
+    for name, cols in written.items():
+        named = {c.strip() for span in re.findall(r"`([^`]+)`", rows[name])
+                 for c in span.split(",") if re.fullmatch(r"\s*[a-z_][a-z0-9_]*\s*", c)}
+        assert named, name
+        unknown = sorted(c for c in named - cols if not in_code(c))
+        assert not unknown, f"README's {name} row names what no run or module writes: {unknown}"
+    for cell in rows:  # every file of the layout is one the package writes
+        for f in re.findall(r"([a-z_]+)\.(?:parquet|json)\b", cell):
+            assert f'"{f}' in source or f"'{f}" in source, f"nothing in moe_lab writes {f}"
