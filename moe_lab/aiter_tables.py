@@ -264,7 +264,7 @@ def convert(df: pd.DataFrame, measured_at: str, git_commit: str | None,
     row is a results row or a skip {line, reason}: a row whose times are missing or
     inconsistent is `failed`, one whose err1/err2 >= max_err is `incorrect` (AMD's
     time kept); a row that is the same point as an earlier one is skipped."""
-    from .store import point_id
+    from .points import finish, new_row
     rows, kernels, skips, seen = [], [], [], {}
     for i, raw in enumerate(df.to_dict("records")):
         line = i + 2  # the header is line 1
@@ -288,16 +288,16 @@ def convert(df: pd.DataFrame, measured_at: str, git_commit: str | None,
         notes = [n for n in (shape["note"], roof.pop("why")) if n]
         ok_time = status != "failed"
         run1 = r["run_1stage"] == 1
-        row = dict(
+        row = new_row(dict(
             model=shape["model"], tp=shape["tp"], ep=shape["ep"], ep_rank=0, dtype=r["dtype"],
-            backend=BACKEND, mode=MODE, tokens=r["tokens"], routing=ROUTING, config=config,
+            backend=BACKEND, mode=MODE, tokens=r["tokens"], routing=ROUTING, config=config),
+            git_commit=git_commit, device=device, measured_at=measured_at,
             status=status or "ok", error=why or None, error_kind=kind,
             median_us=r["us"] if ok_time else math.nan,
             kernel_us=r["us1"] + r["us2"] if ok_time else math.nan, max_rel_err=math.nan,
             **{k: v for k, v in roof.items() if k not in ("experts_hit", "pairs")},
             pct_of_roof=(100 * roof["roof_us"] / r["us"] if ok_time and r["us"] > 0
                          else math.nan),
-            git_commit=git_commit, device=device, measured_at=measured_at,
             note="; ".join(notes) or None, hidden=r["model_dim"], inter=r["inter_dim"],
             local_experts=r["expert"], topk=r["topk"], cu_num=r["cu_num"],
             act_type=raw["act_type"], act_dtype=r["act_dtype"], q_type=raw["q_type"],
@@ -308,13 +308,12 @@ def convert(df: pd.DataFrame, measured_at: str, git_commit: str | None,
             kernel1=raw["kernelName1"], kernel2=None if run1 else raw["kernelName2"],
             experts_hit=roof["experts_hit"], pairs=roof["pairs"],
             ceiling_source="vendor" if spec_key else None, table_line=line)
-        pid = point_id(row)
+        pid = finish(row)["point_id"]
         if pid in seen:
             skips.append(dict(line=line, reason=f"the same point as line {seen[pid]} (the "
                               "same key fields: a duplicate in the table)"))
             continue
         seen[pid] = line
-        row["point_id"] = pid
         rows.append(row)
         for n, (name, us) in enumerate([(raw["kernelName1"], r["us1"])]
                                        + ([] if run1 else [(raw["kernelName2"], r["us2"])])):

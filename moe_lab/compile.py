@@ -36,6 +36,7 @@ from .environment import now_iso
 from .errors import has_timeout, reraise_if_terminated, time_limit
 from .layer import MoELayer
 from .modes import Mode
+from .points import Measured, fill_metrics, gate, new_row
 from .problems import Problem
 from .routing import make_routing, route
 from .timing import time_fn
@@ -215,11 +216,10 @@ class CompileBench:
         self.base.pop("tokens")
 
     def row(self, backend: str, mode: Mode, tokens: int, **kw) -> dict:
-        row = dict(self.base, backend=backend, mode=mode.name, wrapped=mode.wrapped,
-                   tokens=tokens, status="ok", error="", median_us=math.nan, p10_us=math.nan,
-                   p90_us=math.nan, n=0, max_rel_err=math.nan, compile_s=math.nan,
-                   graph_breaks=math.nan, recompiles=0, noisy=False, note="",
-                   measured_at=now_iso())
+        """A row of this bench (moe_lab.points.new_row; the sweep adds its provenance)."""
+        row = new_row(dict(self.base, backend=backend, mode=mode.name, wrapped=mode.wrapped,
+                           tokens=tokens), compile_s=math.nan, graph_breaks=math.nan,
+                      recompiles=0, note="")
         row.update(kw)
         return row
 
@@ -234,12 +234,8 @@ class CompileBench:
         tokens = list(self.tokens if tokens is None else tokens)
         emit = on_row or (lambda r: None)
         be = backends.get(backend)
-        ok, why = be.available()
-        status = "unavailable"
-        if ok:
-            ok, why = be.supports(self.problem, self.device)
-            status = "unsupported"
-        if not ok:
+        status, why = gate(be, self.problem, self.device)
+        if status != "ok":
             rows = [self.row(backend, mode, t, status=status, error=why) for t in tokens]
             for r in rows:
                 emit(r)
@@ -318,9 +314,8 @@ class CompileBench:
             err = rel_err(out, ref)
             del out
             timing = time_fn("compile", fn, arg_copies(x, logits), self.device)
-            row.update(median_us=timing.median_us, p10_us=timing.p10_us, p90_us=timing.p90_us,
-                       n=timing.n, noisy=timing.noisy, note=timing.note, max_rel_err=err,
-                       samples_us=list(timing.samples_us))
+            fill_metrics(row, Measured(timing, self.problem.with_tokens(t)))
+            row.update(note=timing.note, max_rel_err=err, samples_us=list(timing.samples_us))
             tol = THRESHOLDS[self.problem.dtype]
             if not err <= tol:
                 row.update(status="incorrect",

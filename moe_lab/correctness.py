@@ -169,17 +169,10 @@ def check_backend(backend: backends.Backend, problem: Problem, weights: backends
     """One backend, one point: status, error and max_rel_err. Never raises."""
     row = dict(backend=backend.name, status="ok", error="", max_rel_err=float("nan"),
                threshold=THRESHOLDS[problem.dtype])
-    ok, why = backend.available()
-    if not ok:
-        return dict(row, status="unavailable", error=why)
-    ok, why = backend.supports(problem, device)
-    if not ok:
-        return dict(row, status="unsupported", error=why)
-    if problem.is_fp8 and problem.dtype not in backend.quant_schemes:
-        return dict(row, status="unsupported",
-                    error=f"{backend.name} has no {problem.dtype} path" +
-                    (f" (its fp8 schemes: {', '.join(backend.quant_schemes)})"
-                     if backend.quant_schemes else ""))
+    from .points import gate
+    status, why = gate(backend, problem, device)
+    if status != "ok":
+        return dict(row, status=status, error=why)
     try:
         fn = prepared or backend.prepare(problem, weights)
         out = fn(*inp.args())
@@ -234,9 +227,10 @@ def checked_point(model: str, tokens: int, backend: str, tp: int, ep: int, ep_ra
     from .problems import make_problem
     prob = make_problem(model, tokens, dtype, tp, ep, ep_rank)
     be = backends.get(backend)
-    for ok, why in (be.available(), be.supports(prob, device)):
-        if not ok:
-            raise UsageError(f"{backend} cannot run this point here: {why}")
+    from .points import gate
+    status, why = gate(be, prob, device)
+    if status != "ok":
+        raise UsageError(f"{backend} cannot run this point here: {why}")
     weights = make_weights(prob, device, seed)
     inp = make_inputs(prob, device, point_seed(seed, tokens, routing), routing)
     fn = be.prepare(prob, weights)

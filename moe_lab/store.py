@@ -27,17 +27,9 @@ import pandas as pd
 from .atomic import atomic_write_json, atomic_write_parquet, read_parquet  # noqa: F401 (re-exported)
 from .errors import CorruptFile, UsageError
 
-ID_FIELDS = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens", "routing")
-# identifying too, but only when set (so the ids of rows written before they existed stay)
-OPTIONAL_ID_FIELDS = ("wrapped", "config", "parallel", "world_size", "rank")
-# an optional field at its default is left out (distributed rows: moe_lab.distributed)
-DEFAULTS = {"wrapped": False, "config": "default", "parallel": "", "world_size": None, "rank": None}
-PROVENANCE_COLUMNS = ("git_commit", "device", "measured_at")
-RESULT_COLUMNS = (*ID_FIELDS, "wrapped", "config", "status", "error", "median_us", "p10_us", "p90_us",
-                  "n", "kernel_us", "max_rel_err", "flops", "bytes", "roof_us", "pct_of_roof",
-                  "warning", "noisy", *PROVENANCE_COLUMNS, "point_id")
-STATUSES = ("ok", "incorrect", "unsupported", "unavailable", "failed", "oom", "timeout")
-KERNEL_COLUMNS = ("point_id", "kernel", "phase", "calls", "total_us")
+from .rows import (BOOL_COLUMNS, FLOAT_COLUMNS, ID_DEFAULTS as DEFAULTS, ID_FIELDS,  # noqa: F401
+                   INT_COLUMNS, KERNEL_COLUMNS, OPTIONAL_ID_FIELDS, PROVENANCE as PROVENANCE_COLUMNS,
+                   RESULT_COLUMNS, STATUSES, STR_COLUMNS, validate)
 RESULTS, KERNELS, MANIFEST = "results.parquet", "kernels.parquet", "manifest.json"
 SAMPLES = "samples.parquet"  # per timed point: its per-call times (point_id, samples_us list)
 DATA_DIR_ENV = "MOE_LAB_DATA"
@@ -68,8 +60,7 @@ def _results_frame(rows: list[dict]) -> pd.DataFrame:
     recs = []
     for r in rows:
         r = dict(r)
-        if r.get("status") is not None and r["status"] not in STATUSES:
-            raise ValueError(f"status {r['status']!r} is not one of {', '.join(STATUSES)}")
+        validate(r)
         r.setdefault("point_id", point_id(r))
         recs.append(r)
     df = pd.DataFrame(recs)
@@ -80,13 +71,6 @@ def _results_frame(rows: list[dict]) -> pd.DataFrame:
     return _typed(df[list(RESULT_COLUMNS) + extra])
 
 
-INT_COLUMNS = ("tp", "ep", "ep_rank", "tokens", "n")
-FLOAT_COLUMNS = ("median_us", "p10_us", "p90_us", "kernel_us", "max_rel_err", "flops", "bytes",
-                 "roof_us", "pct_of_roof", "calls", "total_us")
-STR_COLUMNS = ("model", "dtype", "backend", "mode", "routing", "status", "error", "warning",
-               "point_id", "kernel", "phase", "config", *PROVENANCE_COLUMNS)
-
-
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
     """Fixed column types, so frames with missing values concatenate and round-trip."""
     df = df.copy()
@@ -95,7 +79,7 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
             df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
         elif c in FLOAT_COLUMNS:
             df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
-        elif c in ("noisy", "wrapped"):
+        elif c in BOOL_COLUMNS:
             df[c] = df[c].astype("boolean")
         elif c in STR_COLUMNS:
             df[c] = df[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v)

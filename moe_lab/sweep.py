@@ -24,7 +24,7 @@ from .compile import COMPILE_BUDGET_S, CompileBench
 from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
 from .correctness import (THRESHOLDS, check_backend, classify_exception, make_inputs,
                           make_weights, one_line, point_seed, quant_facts, reference)
-from .environment import capture_environment, device_name, now_iso
+from .environment import capture_environment, device_name
 from .errors import (PointTimeout, Terminated, UsageError, reraise_if_terminated,
                      terminate_gracefully, time_limit)
 from .modes import Mode
@@ -32,6 +32,8 @@ from .problems import Problem, make_problem
 from .progress import native_log_filter, progress_bar
 from .roofline import local_counts
 from .invocations import begin_invocation, end_invocation
+from .points import IDENTITY, finish, gate, new_row
+from . import points
 from .store import RunStore, point_id
 
 
@@ -48,6 +50,7 @@ class Grid:
     routings: list[str] = field(default_factory=lambda: ["uniform"])
     dtype: str = "bf16"
     configs: list[str] = field(default_factory=lambda: ["default"])  # default, tuned, a file
+    glues: list[str] = field(default_factory=lambda: ["fused"])  # fused, naive (moe_lab.glue)
 
     def shards(self) -> list[list[Problem]]:
         """One list of problems (the token grid) per model x tp x ep."""
@@ -76,24 +79,29 @@ class Grid:
             return self.configs
         return ["default"]
 
-    def points_of(self, backend: str) -> list[tuple[Mode, str]]:
-        return [(m, c) for m in self.modes_of(backend) for c in self.configs_of(backend, m)]
+    def glues_of(self, backend: str, mode: Mode) -> list[str]:
+        """Glue variants a backend is measured with: those asked for that it offers
+        (eager and graph modes); "" for a backend with no glue choice."""
+        offered = getattr(registry.backend_class(backend), "glues", ())
+        if not offered or mode.kind == "compile":
+            return [""]
+        return [g for g in self.glues if g in offered] or [offered[0]]
+
+    def points_of(self, backend: str) -> list[tuple[Mode, str, str]]:
+        return [(m, c, g) for m in self.modes_of(backend) for c in self.configs_of(backend, m)
+                for g in self.glues_of(backend, m)]
 
     def config(self) -> dict:
         return dict(models=self.models, tp=self.tps, ep=self.eps, ep_rank=self.ep_rank,
                     tokens=self.tokens, backends=self.backends,
                     modes=[m.name for m in self.modes], routing=self.routings, dtype=self.dtype,
-                    configs=self.configs)
+                    configs=self.configs, glues=self.glues)
 
 
-def row_id(prob: Problem, routing: str, backend: str, mode: Mode, config: str = "default") -> str:
+def row_id(prob: Problem, routing: str, backend: str, mode: Mode, config: str = "default",
+           glue: str = "") -> str:
     return point_id(dict(prob.key(), backend=backend, mode=mode.name, wrapped=mode.wrapped,
-                         routing=routing, config=config))
-
-
-# what a compile row measured (the rest of its fields the sweep's row already holds)
-MEASURED = ("status", "error", "median_us", "p10_us", "p90_us", "n", "max_rel_err", "noisy",
-            "measured_at")
+                         routing=routing, config=config, glue=glue))
 
 
 class Sweep:
@@ -113,15 +121,14 @@ class Sweep:
         self.store = RunStore(run_dir, create=False)
 
     def _row(self, prob: Problem, routing: str, backend: str, mode: Mode, config="default",
-             **kw) -> dict:
-        row = dict(prob.key(), backend=backend, mode=mode.name, wrapped=mode.wrapped,
-                   routing=routing, config=config, status="ok", error="", median_us=float("nan"),
-                   p10_us=float("nan"), p90_us=float("nan"), n=0, kernel_us=float("nan"),
-                   max_rel_err=float("nan"), warning="", noisy=False, sharding=prob.sharding,
-                   seed=point_seed(self.seed, prob.tokens, routing),
-                   git_commit=self.git_commit, device=self.device_name, measured_at=now_iso())
+             glue="", **kw) -> dict:
+        """A row of this sweep (moe_lab.points.new_row); `finish` closes it."""
+        row = new_row(dict(prob.key(), backend=backend, mode=mode.name, wrapped=mode.wrapped,
+                           routing=routing, config=config, glue=glue),
+                      git_commit=self.git_commit, device=self.device_name,
+                      sharding=prob.sharding, seed=point_seed(self.seed, prob.tokens, routing))
         row.update(kw)
-        row["point_id"] = row_id(prob, routing, backend, mode, config)
+        row["point_id"] = row_id(prob, routing, backend, mode, config, glue)
         return row
 
     # --- running -------------------------------------------------------------------
@@ -190,7 +197,8 @@ class Sweep:
         for prob in shard:
             for routing in self.grid.routings:
                 for b in self.grid.backends:
-                    ids = {(m, c): row_id(prob, routing, b, m, c) for m, c in self.grid.points_of(b)}
+                    ids = {(m, c, g): row_id(prob, routing, b, m, c, g)
+                           for m, c, g in self.grid.points_of(b)}
                     ids = {mc: pid for mc, pid in ids.items() if self._mine(pid)}
                     mine += len(ids)
                     left = [mc for mc, pid in ids.items() if pid not in done]
@@ -221,8 +229,9 @@ class Sweep:
     def _fail_rest(self, shard, exc, counts, bar):
         status, err = classify_exception(exc), one_line(exc)
         todo, _ = self._pending(shard, self.store.done_ids())
-        rows = [self._row(prob, routing, b, m, c, status=status, error=f"setup failed: {err}")
-                for (prob, routing, b), left in todo.items() for m, c in left]
+        rows = [finish(self._row(prob, routing, b, m, c, g, status=status,
+                                 error=f"setup failed: {err}"))
+                for (prob, routing, b), left in todo.items() for m, c, g in left]
         if rows:
             self.store.append(rows, [])
             counts["measured"] += len(rows)
@@ -233,9 +242,9 @@ class Sweep:
         prepared: dict[tuple, object] = {}
         by_input: dict = {}
         for (prob, routing, b), left in todo.items():
-            for c in dict.fromkeys(c for m, c in left if m.kind != "compile"):
-                modes = [m for m, c2 in left if c2 == c and m.kind != "compile"]
-                by_input.setdefault((prob, routing), []).append((b, c, modes))
+            for c, g in dict.fromkeys((c, g) for m, c, g in left if m.kind != "compile"):
+                modes = [m for m, c2, g2 in left if (c2, g2) == (c, g) and m.kind != "compile"]
+                by_input.setdefault((prob, routing), []).append((b, c, g, modes))
         for (prob, routing), work in by_input.items():
             inp = make_inputs(prob, self.device, point_seed(self.seed, prob.tokens, routing),
                               routing)
@@ -244,12 +253,14 @@ class Sweep:
             facts = dict(experts_hit=hit, pairs=pairs, inputs_digest=inp.digest(),
                          threshold=THRESHOLDS[prob.dtype], **self._speed_of_light(prob, pairs),
                          **quant_facts(prob, weights, inp, ref))
-            for b, config, modes in work:
+            for b, config, glue, modes in work:
                 bar.set_description(f"{prob.model.name} {prob.sharding} T={prob.tokens} {b}"
-                                    + ("" if config == "default" else f" [{config}]"))
-                rows, krows = self._measure_backend(prob, routing, b, config, modes, weights,
-                                                    inp, ref, prepared, facts)
-                _add_roofline(rows, prob, inp.topk_ids, self.device)
+                                    + ("" if config == "default" else f" [{config}]")
+                                    + ("" if glue in ("", "fused") else f" [glue {glue}]"))
+                rows, krows = self._measure_backend(prob, routing, b, config, glue, modes,
+                                                    weights, inp, ref, prepared, facts)
+                for r in rows:
+                    finish(r, problem=prob, topk_ids=inp.topk_ids, device=self.device)
                 self.store.append(rows, krows)
                 counts["measured"] += len(rows)
                 bar.update(len(rows))
@@ -268,8 +279,8 @@ class Sweep:
             reraise_if_terminated(exc)
             return dict(warning=f"dense GEMM speed of light: {one_line(exc)}")
 
-    def _measure_backend(self, prob, routing, bname, config, modes, weights, inp, ref, prepared,
-                         facts):
+    def _measure_backend(self, prob, routing, bname, config, glue, modes, weights, inp, ref,
+                         prepared, facts):
         from .eager_split import profiled_eager_us, trace_name
         from .profiling import check_kernel_coverage, export_trace, profile_kernels
         from .timing import CaptureError, time_fn
@@ -277,17 +288,17 @@ class Sweep:
         backend = registry.get(bname)
         try:
             with time_limit(self.point_timeout_s):
-                ok_avail, _ = backend.available()
-                ok_sup = backend.supports(prob, self.device)[0] if ok_avail else False
+                can_run = gate(backend, prob, self.device)[0] == "ok"
                 table, why = config_for(bname, config, prob, self.device_name)
-                if ok_avail and ok_sup and why:
+                if can_run and why:
                     chk = dict(status="unsupported", error=why, max_rel_err=float("nan"))
                 else:
-                    if ok_avail and ok_sup and (bname, config) not in prepared:
-                        prepared[(bname, config)] = (backend.prepare(prob, weights, config=table)
-                                                     if backend.tunable else
-                                                     backend.prepare(prob, weights))
-                    fn = prepared.get((bname, config))
+                    if can_run and (bname, config, glue) not in prepared:
+                        kw = dict(config=table) if backend.tunable else {}
+                        if glue:
+                            kw["glue"] = glue
+                        prepared[(bname, config, glue)] = backend.prepare(prob, weights, **kw)
+                    fn = prepared.get((bname, config, glue))
                     chk = check_backend(backend, prob, weights, inp, ref, self.device, fn)
         except Exception as exc:
             reraise_if_terminated(exc)
@@ -295,7 +306,7 @@ class Sweep:
                        classify_exception(exc), error=one_line(exc), max_rel_err=float("nan"))
         base = dict(facts, max_rel_err=chk["max_rel_err"])
         if chk["status"] != "ok":  # incorrect / unsupported / ...: a row, never timed
-            return [self._row(prob, routing, bname, m, config, status=chk["status"],
+            return [self._row(prob, routing, bname, m, config, glue, status=chk["status"],
                               error=chk["error"], **base) for m in modes], []
         kdf, kus = None, float("nan")
         if self.profile:
@@ -318,7 +329,7 @@ class Sweep:
                 base["warning"] = f"profiler pass failed: {one_line(exc)}"
         rows, krows, samples = [], [], {}
         for mode in modes:
-            row = self._row(prob, routing, bname, mode, config, kernel_us=kus, **base)
+            row = self._row(prob, routing, bname, mode, config, glue, kernel_us=kus, **base)
             try:
                 with time_limit(self.point_timeout_s):
                     if mode.kind == "graph" and backend.not_capturable and \
@@ -326,8 +337,7 @@ class Sweep:
                         raise CaptureError(backend.not_capturable)
                     t = time_fn(mode.kind, fn, [inp.args()], self.device,
                                 warmup_ms=self.warmup_ms, rep_ms=self.rep_ms)
-                row.update(median_us=t.median_us, p10_us=t.p10_us, p90_us=t.p90_us, n=t.n,
-                           noisy=bool(t.noisy))
+                finish(row, timing=t)
                 samples[row["point_id"]] = t.samples_us
                 notes = [row.get("warning", ""), t.note if t.noisy else ""]
                 if mode.kind == "graph" and kus == kus:
@@ -356,7 +366,7 @@ class Sweep:
         for routing in self.grid.routings:
             work: dict = {}  # (backend, mode) -> token counts left
             for (prob, r, b), left in todo.items():
-                for m, _ in left:
+                for m, _, _ in left:
                     if r == routing and m.kind == "compile":
                         work.setdefault((b, m), []).append(prob.tokens)
             if not work:
@@ -369,18 +379,19 @@ class Sweep:
             for (b, m), toks in work.items():
                 bar.set_description(f"{shard[0].model.name} {shard[0].sharding} {b} {m.label}")
 
-                def finish(r, b=b, m=m):
+                def on_row(r, b=b, m=m):
                     prob = by_tokens[r["tokens"]]
                     samples = r.pop("samples_us", None)
                     out = self._row(prob, routing, b, m)
-                    out.update({k: v for k, v in r.items() if k not in out or k in MEASURED})
-                    _add_roofline([out], prob, None, self.device)
+                    out.update({k: v for k, v in r.items()  # what the bench measured
+                                if k not in IDENTITY and k not in ("git_commit", "device")})
+                    points.finish(out, problem=prob, device=self.device)
                     if samples:
                         self.store.append_samples({out["point_id"]: samples})
                     self.store.append([out], [])
                     counts["measured"] += 1
                     bar.update(1)
-                _, crow = bench.run(b, m, self.budget.get(b, self.budget["*"]), on_row=finish,
+                _, crow = bench.run(b, m, self.budget.get(b, self.budget["*"]), on_row=on_row,
                                     tokens=sorted(toks))
                 if crow is not None:
                     crow.update(git_commit=self.git_commit, device=self.device_name)
@@ -396,25 +407,3 @@ class Sweep:
                     break
         crow = recount_compile_rows([crow], self.store.load_results())[0]
         self.store.append_table("compile", [crow], key=COMPILE_KEY)
-
-
-def _add_roofline(rows, prob, topk_ids, device):
-    """flops, bytes, roof_us, pct_of_roof per row (ceilings measured when committed)."""
-    if not device.startswith("cuda"):
-        return  # no CPU roofline: the workbook's floors are for GPUs
-    from .devices import ceilings_for
-    from .roofline import cost, floor_us
-    try:
-        ceil = ceilings_for(torch.cuda.get_device_name())
-        ids = topk_ids.cpu() if topk_ids is not None else None
-        for r in rows:
-            c = cost(prob, ids=ids)
-            roof = floor_us(c, ceil, prob.dtype)
-            r.update(flops=float(c.flops), bytes=float(c.bytes), roof_us=roof,
-                     ceiling_source=ceil.source)
-            med = r.get("median_us", float("nan"))
-            r["pct_of_roof"] = 100.0 * roof / med if med == med and med > 0 else float("nan")
-    except Exception as exc:  # the roofline is annotation: never lose a measurement for it
-        for r in rows:
-            r["warning"] = "; ".join(x for x in (r.get("warning", ""),
-                                                 f"roofline: {one_line(exc)}") if x)

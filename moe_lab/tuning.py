@@ -31,6 +31,7 @@ from .errors import PointTimeout, reraise_if_terminated, terminate_gracefully, t
 from .problems import Problem
 from .progress import progress_bar
 from .invocations import begin_invocation, end_invocation
+from .points import finish, new_row
 from .store import RunStore
 from .timing import time_fn
 
@@ -151,24 +152,23 @@ class Tuner:
         if cid in self.done:
             counts["skipped"] += 1
             return self.done[cid]
-        row = dict(prob.key(), backend=self.backend_name, stage=stage, candidate_id=cid,
-                   config=json.dumps(cand, sort_keys=True),
-                   full_config=json.dumps(full, sort_keys=True), mode=self.mode,
-                   status="ok", error="", median_us=math.nan, p10_us=math.nan, p90_us=math.nan,
-                   n=0, max_rel_err=math.nan, git_commit=self.git_commit,
-                   device=self.device_name, measured_at=now_iso())
+        row = new_row(dict(prob.key(), backend=self.backend_name, mode=self.mode),
+                      git_commit=self.git_commit, device=self.device_name, stage=stage,
+                      candidate_id=cid, config=json.dumps(cand, sort_keys=True),
+                      full_config=json.dumps(full, sort_keys=True))
+        t = None
         try:
             with time_limit(self.candidate_timeout_s, "candidate"):
                 fn = self.backend.prepare(prob, weights, config=full)
                 t = time_fn(self.mode, fn, [inp.args()], self.device, warmup_ms=self.warmup_ms,
                             rep_ms=self.rep_ms)
-            row.update(median_us=t.median_us, p10_us=t.p10_us, p90_us=t.p90_us, n=t.n)
         except PointTimeout as exc:
             row.update(status="timeout", error=str(exc))
         except Exception as exc:  # a config that does not compile or fit is a row
             reraise_if_terminated(exc)
             row.update(status=classify_exception(exc), error=one_line(exc))
             _recover(self.device)
+        finish(row, timing=t if row["status"] == "ok" else None, problem=prob)
         self.store.append_table("candidates", [row], key=CANDIDATE_KEY)
         self.done[cid] = row
         counts["measured"] += 1

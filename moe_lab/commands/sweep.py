@@ -67,6 +67,11 @@ def configure(p):
                         "point: their own (default), the tuned files of this device under "
                         "data/configs/<device>/ (tuned; a shape without one is an unsupported "
                         "row saying so), or a config file; e.g. default,tuned")
+    p.add_argument("--glue", default="fused", metavar="fused|naive[,...]",
+                   help="the glue between kernels (SiLU*mul, activation quantisation, combine) "
+                        "of backends that offer a choice, each its own point: the fused kernels "
+                        "a deployment runs (aiter's fused Triton kernels, else a single-pass "
+                        "kernel; default) or naive PyTorch elementwise glue; e.g. fused,naive")
     p.add_argument("--routing", default="uniform", help="comma-separated: uniform, balanced, "
                    "zipf:S, hot:P")
     p.add_argument("--dtype", default="bf16", choices=sorted(THRESHOLDS))
@@ -121,6 +126,7 @@ def run(args) -> int:
                                        if b.available()[0]], args.dtype)
     budget = parse_budget(args.compile_budget) if args.compile_budget else None
     configs = validate_config_arg(args.config)
+    glues = parse_glues(args.glue)
     part = parse_part(args.shard) if args.shard else None
     if args.nproc or under_launcher():  # every point on N ranks (moe_lab.distributed)
         from ..distributed.launch import run_nproc
@@ -136,6 +142,7 @@ def run(args) -> int:
                   backends=backends, modes=[m.name for m in modes], routing=routings,
                   dtype=args.dtype, seed=args.seed,
                   **({} if configs == ["default"] else {"configs": configs}),
+                  **({} if glues == ["fused"] else {"glues": glues}),
                   **({"shard": args.shard} if part else {}))
     dev_name = torch.cuda.get_device_name() if gpu else "cpu"
     run_id = args.run_id or default_run_id(config, dev_name)
@@ -144,7 +151,7 @@ def run(args) -> int:
         from ..distributed.launch import run_spread
         return run_spread(args, run_dir)
     grid = Grid(models=models, tokens=tokens, backends=backends, modes=modes, tps=tps, eps=eps,
-                ep_rank=args.ep_rank, routings=routings, dtype=args.dtype, configs=configs)
+                ep_rank=args.ep_rank, routings=routings, dtype=args.dtype, configs=configs, glues=glues)
     sweep = Sweep(grid, device, run_dir, seed=args.seed, profile=not args.no_profile,
                   traces=args.traces, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
                   point_timeout_s=args.point_timeout, progress=not args.no_progress,
@@ -170,3 +177,15 @@ def parse_part(text: str) -> tuple[int, int]:
     if not sep or not (0 <= i < n):
         raise UsageError(f"--shard {text!r}: give I/N with 0 <= I < N, e.g. 0/2")
     return i, n
+
+
+GLUES = ("fused", "naive")
+
+
+def parse_glues(text: str) -> list[str]:
+    """`fused,naive` -> ["fused", "naive"] (UsageError naming a value that is neither)."""
+    out = list(dict.fromkeys(g.strip() for g in str(text).split(",") if g.strip()))
+    bad = [g for g in out if g not in GLUES]
+    if bad or not out:
+        raise UsageError(f"--glue {text!r}: give fused, naive or fused,naive")
+    return out

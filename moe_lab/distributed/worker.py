@@ -33,11 +33,12 @@ import torch.distributed as dist
 from .. import backends as registry
 from ..backends import Weights
 from ..correctness import THRESHOLDS, classify_exception, make_inputs, one_line, point_seed, reference, rel_err
-from ..environment import capture_environment, device_name, now_iso
+from ..environment import capture_environment, device_name
 from ..invocations import begin_invocation, end_invocation
 from ..problems import DTYPES, parse_model
 from ..store import RunStore, point_id
-from ..timing import CaptureError, time_fn
+from ..points import finish, gate, new_row
+from ..timing import CaptureError, summarize, time_fn
 from . import layers, shards
 from .control import Control, RankLost, open_store
 from .timed import across_ranks, sync_loop
@@ -59,13 +60,7 @@ def fault(spec: dict, rank: int, phase: str, tokens: int | None = None):
 
 
 def _median(xs):
-    xs = sorted(xs)
-    return float(xs[len(xs) // 2]) if len(xs) % 2 else float((xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2)
-
-
-def _q(xs, q):
-    xs = sorted(xs)
-    return float(xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))])
+    return summarize(xs).median_us
 
 
 class Worker:
@@ -264,12 +259,8 @@ class Worker:
         try:
             backend = registry.get(bname)
             bprob = layers.k1_problem(prob) if variant == "ep-alltoall" else prob
-            ok, why = backend.available()
-            st = "unavailable"
-            if ok:
-                ok, why = backend.supports(bprob, self.device)
-                st = "unsupported"
-            if ok:
+            st, why = gate(backend, bprob, self.device)
+            if st == "ok":
                 w = tp_w if variant == "tp-allreduce" else shards.rank_weights(
                     variant, prob, full, self.world, r, self.device)
                 fn = backend.prepare(bprob, w)
@@ -354,21 +345,18 @@ class Worker:
         timed = status == "ok" and all("e2e" in x for x in states)
         if timed:
             layer = across_ranks([x["e2e"] for x in states])
+            timing = summarize(layer)  # the one percentile rule (moe_lab.timing)
             exp = [_median(x["comp"]) for x in states]
             coll = [_median(x["coll"]) for x in states]
             pairs = [x["pairs"] for x in states]
-            point = dict(median_us=_median(layer), p10_us=_q(layer, 0.1), p90_us=_q(layer, 0.9),
-                         n=len(layer), layer_us=_median(layer), predicted_us=max(exp) + max(coll),
+            point = dict(layer_us=timing.median_us, predicted_us=max(exp) + max(coll),
                          imbalance=max(pairs) / (sum(pairs) / len(pairs)) if sum(pairs) else 1.0,
                          imbalance_time=max(exp) / (sum(exp) / len(exp)))
         for mode in modes:
             for r, x in enumerate(states):
-                row = dict(self.row_key(model, tokens, routing, variant, bname, mode, r),
-                           status=status, error=error, median_us=float("nan"), n=0,
-                           kernel_us=float("nan"), warning="", noisy=False, dist_backend=self.pg_backend,
-                           git_commit=self.env.get("git_commit"), measured_at=now_iso(),
-                           device=self.devices[r],
-                           **facts)
+                row = new_row(self.row_key(model, tokens, routing, variant, bname, mode, r),
+                              git_commit=self.env.get("git_commit"), device=self.devices[r],
+                              status=status, error=error, dist_backend=self.pg_backend, **facts)
                 for k in ("pairs", "experts_hit", "sent_bytes", "tokens_local"):
                     if k in x:
                         row[k] = x[k]
@@ -377,7 +365,8 @@ class Worker:
                                expert_p90_us=x["expert_p90_us"], collective_us=_median(x["coll"]),
                                expert_sync_us=_median(x["comp"]),
                                rank_layer_us=_median(x["e2e"]))
-                    row["point_id"] = point_id(row)
+                finish(row, timing=timing if timed else None)
+                if timed:
                     samples[row["point_id"]] = x["e2e"]
                 rows.append(row)
         self.store.append_samples(samples)

@@ -1,0 +1,145 @@
+"""The result row: every column a point's row can carry, declared once (name, type,
+default, meaning). `store` types and orders frames by it and validates rows on write;
+`points` builds every row from it. A new per-point column is one `Column` here and the
+line that fills it in `points.fill_metrics`.
+
+Kinds: int (nullable Int64), float (float64, NaN when unknown), str (object, None when
+unknown), bool (nullable boolean). Columns not declared here may still appear (a
+backend's or a verb's extras); they keep whatever type pandas gives them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+NAN = math.nan
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str  # int, float, str, bool
+    default: object = None
+    doc: str = ""
+    core: bool = False  # a core column: every results.parquet has it, in this order
+
+
+def _c(name, kind, default=None, doc="", core=False):
+    return Column(name, kind, NAN if kind == "float" and default is None else default, doc, core)
+
+
+STATUSES = ("ok", "incorrect", "unsupported", "unavailable", "failed", "oom", "timeout")
+
+# point identity: every id field, then those that count only when set (so ids of rows
+# written before they existed stay what they were)
+ID_FIELDS = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens", "routing")
+OPTIONAL_ID_FIELDS = ("wrapped", "config", "glue", "parallel", "world_size", "rank")
+ID_DEFAULTS = {"wrapped": False, "config": "default", "glue": "", "parallel": "",
+               "world_size": None, "rank": None}
+PROVENANCE = ("git_commit", "device", "measured_at")
+
+COLUMNS: tuple[Column, ...] = (
+    # what the point is
+    _c("model", "str", core=True, doc="model preset name (moe_lab.problems)"),
+    _c("tp", "int", core=True, doc="tensor-parallel degree of the shape"),
+    _c("ep", "int", core=True, doc="expert-parallel degree"),
+    _c("ep_rank", "int", 0, core=True, doc="the EP rank whose experts are local"),
+    _c("dtype", "str", core=True, doc="bf16, fp16 or an fp8 scheme (fp8-tensor, fp8-channel, fp8-block128)"),
+    _c("backend", "str", core=True),
+    _c("mode", "str", core=True, doc="eager, graph or compile:<variant>"),
+    _c("tokens", "int", core=True),
+    _c("routing", "str", "uniform", core=True),
+    _c("wrapped", "bool", False, core=True, doc="compile: the backend as one custom op"),
+    _c("config", "str", "default", core=True, doc="default, tuned or a config file"),
+    _c("glue", "str", "", core=True,
+       doc="the glue between kernels: fused (the library's fused kernels, the default), "
+           "naive (PyTorch elementwise glue, a labelled variant), '' where a backend has no choice"),
+    # what happened
+    _c("status", "str", "ok", core=True, doc="one of " + ", ".join(STATUSES)),
+    _c("error", "str", "", core=True),
+    _c("median_us", "float", core=True, doc="median per-call time (eager: of the steady blocks)"),
+    _c("p10_us", "float", core=True),
+    _c("p90_us", "float", core=True),
+    _c("n", "int", 0, core=True, doc="timed calls behind the statistics"),
+    _c("median_all_us", "float", core=True, doc="median over every timed call, steady or not"),
+    _c("steady_frac", "float", core=True, doc="share of the timed calls the statistics keep"),
+    _c("kernel_us", "float", core=True, doc="profiler: device time of the point's kernels per call"),
+    _c("max_rel_err", "float", core=True, doc="max |out - ref| / max |ref| on the point's inputs"),
+    _c("flops", "float", core=True),
+    _c("bytes", "float", core=True),
+    _c("roof_us", "float", core=True, doc="the layer's floor: max(flops/peak, bytes/bandwidth)"),
+    _c("pct_of_roof", "float", core=True, doc="100 * roof_us / median_us"),
+    _c("warning", "str", "", core=True),
+    _c("noisy", "bool", False, core=True, doc="(p90 - p10) / median > 0.1"),
+    _c("git_commit", "str", core=True),
+    _c("device", "str", core=True),
+    _c("measured_at", "str", core=True),
+    _c("point_id", "str", core=True),
+    # facts of the point
+    _c("sharding", "str", doc="TP8, TP8+EP8, ..."),
+    _c("seed", "int"),
+    _c("experts_hit", "float", doc="local experts with at least one routed pair"),
+    _c("pairs", "float", doc="local (token, slot) pairs"),
+    _c("threshold", "float", doc="the correctness limit max_rel_err is held to"),
+    _c("inputs_digest", "str"),
+    _c("ceiling_source", "str"),
+    _c("dense_gemm_us", "float"),
+    _c("dense_tflops", "float"),
+    _c("eager_profiled_us", "float"),
+    _c("note", "str"),
+    # compile
+    _c("compile_s", "float"),
+    _c("graph_breaks", "float"),
+    _c("recompiles", "float"),
+    # distributed
+    _c("parallel", "str"),
+    _c("world_size", "int"),
+    _c("rank", "int"),
+    _c("dist_backend", "str"),
+    _c("layer_us", "float"),
+    _c("predicted_us", "float"),
+    _c("imbalance", "float"),
+    _c("imbalance_time", "float"),
+    _c("expert_us", "float"),
+    _c("expert_p10_us", "float"),
+    _c("expert_p90_us", "float"),
+    _c("collective_us", "float"),
+    _c("expert_sync_us", "float"),
+    _c("rank_layer_us", "float"),
+    _c("sent_bytes", "float"),
+    _c("tokens_local", "float"),
+)
+
+BY_NAME = {c.name: c for c in COLUMNS}
+RESULT_COLUMNS = tuple(c.name for c in COLUMNS if c.core)
+KERNEL_COLUMNS = ("point_id", "kernel", "phase", "calls", "total_us")
+INT_COLUMNS = tuple(c.name for c in COLUMNS if c.kind == "int")
+FLOAT_COLUMNS = tuple(c.name for c in COLUMNS if c.kind == "float") + ("calls", "total_us")
+STR_COLUMNS = tuple(c.name for c in COLUMNS if c.kind == "str") + ("kernel", "phase")
+BOOL_COLUMNS = tuple(c.name for c in COLUMNS if c.kind == "bool")
+
+
+def defaults() -> dict:
+    """Every core column at its default (what a row says before anything is measured)."""
+    return {c.name: c.default for c in COLUMNS if c.core}
+
+
+def validate(row: dict) -> None:
+    """ValueError naming the first declared column whose value is of the wrong kind, or a
+    status that is not one of STATUSES. None and NaN are always allowed (unknown)."""
+    st = row.get("status")
+    if st is not None and st not in STATUSES:
+        raise ValueError(f"status {st!r} is not one of {', '.join(STATUSES)}")
+    for name, v in row.items():
+        col = BY_NAME.get(name)
+        if col is None or v is None or (isinstance(v, float) and v != v):
+            continue
+        if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+            v = v.item()
+        ok = {"int": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
+              and float(x).is_integer() or isinstance(x, str) and x.lstrip("-").isdigit(),
+              "float": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
+              "str": lambda x: isinstance(x, (str, int, float)),
+              "bool": lambda x: isinstance(x, (bool, int))}[col.kind](v)
+        if not ok:
+            raise ValueError(f"column {name} is {col.kind}, got {v!r} ({type(v).__name__})")

@@ -1,0 +1,146 @@
+"""One point, one row: a contributor adds a per-point metric the way the docs say (a
+Column in moe_lab/rows.py, one line in points.fill_metrics) and it appears in the rows
+of every path that measures: a CPU sweep, a compile sweep, a 2-process gloo sweep and a
+tune run. The edit is made to a copy of the package, as a contributor's checkout would
+hold it, and every verb runs in its own process from that copy."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from moe_lab import points, rows
+from moe_lab.store import point_id
+from moe_lab.timing import summarize
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "custom:H=64,I=32,E=8,k=2"
+COMMON = ["--models", MODEL, "--tp", "1", "--tokens", "1,2", "--dtype", "fp32",
+          "--device", "cpu", "--rep-ms", "2", "--warmup-ms", "1", "--no-progress"]
+
+
+def _contributor_checkout(tmp: Path) -> Path:
+    """A copy of the package with one metric added: spread_ratio = p90 / p10."""
+    src = tmp / "src"
+    shutil.copytree(ROOT / "moe_lab", src / "moe_lab",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    # the test's tunable CPU backend, found by discovery like any backend file
+    shutil.copy(ROOT / "tests" / "data" / "plugin" / "torch_chunked.py",
+                src / "moe_lab" / "backends" / "torch_chunked.py")
+    r = src / "moe_lab" / "rows.py"
+    text = r.read_text()
+    anchor = '    _c("sharding", "str", doc="TP8, TP8+EP8, ..."),\n'
+    assert anchor in text
+    r.write_text(text.replace(anchor, anchor + '    _c("spread_ratio", "float", doc="p90 / p10"),\n'))
+    p = src / "moe_lab" / "points.py"
+    text = p.read_text()
+    anchor = "        row.update(timing_fields(m.timing))\n"
+    assert anchor in text
+    p.write_text(text.replace(anchor, anchor +
+                              '        row["spread_ratio"] = m.timing.p90_us / m.timing.p10_us\n'))
+    return src
+
+
+def _run(src: Path, data: Path, *argv, timeout=400):
+    env = dict(os.environ, PYTHONPATH=str(src), MOE_LAB_DATA=str(data), OMP_NUM_THREADS="1",
+               MOE_LAB_GIT_COMMIT="0000000")
+    p = subprocess.run([sys.executable, "-m", "moe_lab", *argv], cwd=src, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{argv[0]} failed ({p.returncode}): {p.stderr[-1500:]}"
+
+
+def _has_metric(df: pd.DataFrame, where: str):
+    ok = df[df["status"] == "ok"]
+    assert len(ok), f"{where}: no ok rows"
+    assert "spread_ratio" in df, f"{where}: the new metric is not a column"
+    want = ok["p90_us"] / ok["p10_us"]
+    assert ((ok["spread_ratio"] - want).abs() < 1e-9).all(), f"{where}: wrong values"
+
+
+@pytest.fixture(scope="module")
+def contributed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("contrib")
+    return _contributor_checkout(tmp), tmp / "data"
+
+
+def test_a_new_metric_reaches_a_cpu_sweep_and_a_compile_sweep(contributed):
+    src, data = contributed
+    _run(src, data, "sweep", *COMMON, "--ep", "1", "--backends", "torch",
+         "--modes", "eager,compile:off", "--run-id", "s")
+    res = pd.read_parquet(data / "s" / "results.parquet")
+    _has_metric(res[res["mode"] == "eager"], "CPU sweep")
+    _has_metric(res[res["mode"] == "compile:off"], "compile sweep")
+
+
+def test_a_new_metric_reaches_a_two_process_gloo_sweep(contributed):
+    src, data = contributed
+    _run(src, data, "sweep", *COMMON, "--nproc", "2", "--backends", "torch",
+         "--dist-reps", "3", "--run-id", "d")
+    _has_metric(pd.read_parquet(data / "d" / "results.parquet"), "gloo sweep")
+
+
+def test_a_new_metric_reaches_a_tune_run(contributed):
+    src, data = contributed
+    _run(src, data, "tune", "--backend", "torch-chunked", "--models", MODEL, "--tp", "1",
+         "--ep", "1", "--tokens", "16", "--dtype", "fp32", "--device", "cpu", "--rep-ms", "5",
+         "--warmup-ms", "1", "--no-progress", "--run-id", "t",
+         "--configs-dir", str(data.parent / "configs"))
+    _has_metric(pd.read_parquet(data / "t" / "candidates.parquet"), "tune run")
+
+
+def test_a_cpu_sweep_row_carries_the_eager_timers_steady_statistics(tmp_path):
+    from moe_lab.cli import main
+    assert main(["sweep", *COMMON, "--ep", "1", "--backends", "torch", "--modes", "eager",
+                 "--data-dir", str(tmp_path), "--run-id", "e"]) == 0
+    res = pd.read_parquet(tmp_path / "e" / "results.parquet")
+    ok = res[res["status"] == "ok"]
+    assert len(ok) == 2
+    assert ok["median_all_us"].notna().all() and (ok["median_all_us"] > 0).all()
+    assert ((ok["steady_frac"] > 0) & (ok["steady_frac"] <= 1)).all()
+
+
+def test_every_row_column_is_declared_once_with_a_kind():
+    names = [c.name for c in rows.COLUMNS]
+    assert len(names) == len(set(names))
+    assert {c.kind for c in rows.COLUMNS} <= {"int", "float", "str", "bool"}
+    assert set(rows.ID_FIELDS) <= set(rows.RESULT_COLUMNS)
+
+
+def test_a_row_of_the_wrong_type_or_status_is_refused_on_write():
+    row = points.new_row(dict(model="m", tp=1, ep=1, dtype="bf16", backend="torch",
+                              mode="eager", tokens=1))
+    points.finish(dict(row))  # valid as built
+    with pytest.raises(ValueError, match="median_us"):
+        points.finish(dict(row, median_us="fast"))
+    with pytest.raises(ValueError, match="tokens"):
+        points.finish(dict(row, tokens=1.5))
+    with pytest.raises(ValueError, match="status"):
+        points.finish(dict(row, status="great"))
+
+
+def test_finish_copies_every_timer_number_and_gives_the_id_of_the_key():
+    t = summarize([10.0, 11.0, 12.0, 13.0, 30.0])
+    row = points.new_row(dict(model="m", tp=1, ep=1, dtype="bf16", backend="torch",
+                              mode="graph", tokens=4, glue="fused"))
+    points.finish(row, timing=t)
+    assert (row["median_us"], row["p10_us"], row["p90_us"], row["n"]) == \
+        (t.median_us, t.p10_us, t.p90_us, t.n)
+    assert row["median_all_us"] == t.median_us and row["steady_frac"] == 1.0
+    assert row["point_id"] == point_id(row)
+    # glue is part of the identity: the naive variant is another point
+    naive = points.finish(dict(row, glue="naive"), timing=t)
+    assert naive["point_id"] != row["point_id"]
+
+
+def test_the_gate_says_why_a_point_cannot_run():
+    from moe_lab import backends
+    from moe_lab.problems import make_problem
+    p = make_problem(MODEL, 4, "fp8-block128", 1, 1)
+    status, why = points.gate(backends.get("torch-grouped"), p, "cpu")
+    assert status in ("unsupported", "unavailable") and why
+    assert points.gate(backends.get("torch"), make_problem(MODEL, 4, "fp32", 1, 1), "cpu") == ("ok", "")
