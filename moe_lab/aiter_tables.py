@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import CorruptFile, UsageError
+from .problems import sharding_name
 
 TABLE_COLUMNS = ("cu_num", "token", "model_dim", "inter_dim", "expert", "topk", "act_type",
                  "dtype", "q_dtype_a", "q_dtype_w", "q_type", "use_g1u1", "doweight_stage1",
@@ -135,7 +136,7 @@ def match_shape(hidden: int, inter: int, experts: int, topk: int) -> dict:
     custom = f"custom:H={hidden},I={inter},E={experts},k={topk}"
 
     def says(name, tp, ep):
-        return f"{name} TP{tp}" + (f"+EP{ep}" if ep > 1 else "")
+        return f"{name} {sharding_name(tp, ep)}"
     if len(fits) == 1:
         name, tp, ep = fits[0]
         note = ("" if ep == 1 else f"EP shape ({experts} of {PRESETS[name].experts} experts, "
@@ -359,8 +360,8 @@ def prepare(path=None, command: str = "moe-lab import-aiter",
     for cu, g in res.groupby("cu_num"):
         name, key, source = device_for_cu(cu)
         devices[str(cu)] = dict(device=name, spec=key, source=source, rows=len(g))
-    shard = res["model"] + res["tp"].map(lambda t: f" TP{int(t)}" if pd.notna(t) else "") \
-        + res["ep"].map(lambda e: f"+EP{int(e)}" if pd.notna(e) and e > 1 else "")
+    shard = res["model"] + [f" {sharding_name(t, e)}" if pd.notna(t) else ""
+                            for t, e in zip(res["tp"], res["ep"].fillna(1))]
 
     def count(s):
         return {str(k): int(v) for k, v in s.value_counts().sort_index().items()}

@@ -52,10 +52,10 @@ def _time_calls(fn, calls: int, warmup: int) -> list[float]:
 def _fp8_dtype(device):
     """e4m3fnuz on MI300 (gfx94x), e4m3fn elsewhere (NVIDIA sm89+, MI350 gfx950)."""
     import torch
+    from .devices import fp8_format_of_arch
+    from .quant import FORMATS
     arch = getattr(torch.cuda.get_device_properties(device), "gcnArchName", "") or ""
-    if torch.version.hip and arch.startswith("gfx94"):
-        return torch.float8_e4m3fnuz
-    return torch.float8_e4m3fn
+    return FORMATS[fp8_format_of_arch(arch) if torch.version.hip else "e4m3fn"]
 
 
 def _measure_read(buf, calls: int, warmup: int, gen) -> dict:

@@ -111,6 +111,13 @@ def spec_for(device_name: str) -> DeviceSpec | None:
     return None
 
 
+def fp8_format_of_arch(arch: str) -> str:
+    """The fp8 format a ROCm arch computes in: e4m3fnuz on CDNA3 (gfx94x: MI300X/MI325X,
+    aiter's utility/dtypes.py), e4m3fn elsewhere (CDNA4 gfx950, NVIDIA, the CPU). The one
+    place this rule is kept."""
+    return "e4m3fnuz" if str(arch or "").split(":")[0].startswith("gfx94") else "e4m3fn"
+
+
 def fp8_format_for(device_name: str) -> str:
     """'e4m3fn' or 'e4m3fnuz' for a device name: its spec's, else by the ROCm arch torch
     reports (gfx94x: CDNA3, fnuz), else e4m3fn (NVIDIA, CDNA4, and the CPU, which computes
@@ -120,9 +127,7 @@ def fp8_format_for(device_name: str) -> str:
         return spec.fp8_format
     import torch
     if torch.version.hip and torch.cuda.is_available():
-        arch = getattr(torch.cuda.get_device_properties(0), "gcnArchName", "")
-        if arch.startswith("gfx94"):
-            return "e4m3fnuz"
+        return fp8_format_of_arch(getattr(torch.cuda.get_device_properties(0), "gcnArchName", ""))
     return "e4m3fn"
 
 

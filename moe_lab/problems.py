@@ -23,6 +23,12 @@ class ProblemError(UsageError):
     """A problem that cannot exist (bad preset, bad sharding). One-line message."""
 
 
+
+def sharding_name(tp: int, ep: int) -> str:
+    """'TP8' or 'TP8+EP8': the one label of a sharding (rows, figures, the aiter import)."""
+    return f"TP{int(tp)}" + (f"+EP{int(ep)}" if int(ep) > 1 else "")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -201,7 +207,7 @@ class Problem:
 
     @property
     def sharding(self) -> str:
-        return f"TP{self.tp}" + (f"+EP{self.ep}" if self.ep > 1 else "")
+        return sharding_name(self.tp, self.ep)
 
     def with_tokens(self, tokens: int) -> "Problem":
         return dataclasses.replace(self, tokens=tokens)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .devices import Ceilings, DeviceSpec, ceilings_for
-from .problems import Problem, make_problem
+from .problems import Problem, make_problem, sharding_name  # noqa: F401 (re-exported)
 
 
 # --- cost -----------------------------------------------------------------------------
@@ -297,11 +297,6 @@ def _declares_intermediates(backend: str) -> bool:
 # --- predicted floors ------------------------------------------------------------------
 
 SEED_SHARDINGS = ((8, 1), (8, 8))  # (tp, ep): TP8 and TP8+EP8
-
-
-def sharding_name(tp: int, ep: int) -> str:
-    """'TP8' or 'TP8+EP8'."""
-    return f"TP{tp}" + (f"+EP{ep}" if ep > 1 else "")
 
 
 def _mean_cost(costs: list[Cost]) -> Cost:

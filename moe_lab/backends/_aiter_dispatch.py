@@ -40,6 +40,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from ..devices import fp8_format_of_arch
 from .aiter_triton import aiter_root
 
 # get_2stage_cfgs's set_index columns, in its order
@@ -52,7 +53,7 @@ GFX_SUPPORTED = ("gfx942", "gfx950")  # the keys of fused_moe.py's fused_moe_1st
 BLOCK_SIZE_M = 32  # fused_moe.py l.29
 TORCH_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "i8": "torch.int8",
                "fp4x2": "torch.float4_e2m1fn_x2", "i4x2": "torch.int4", "u32": "torch.uint32"}
-FP8 = {"gfx942": "torch.float8_e4m3fnuz", "gfx950": "torch.float8_e4m3fn"}  # utility/dtypes.py
+FP8 = {g: f"torch.float8_{fp8_format_of_arch(g)}" for g in GFX_SUPPORTED}  # utility/dtypes.py
 
 # fused_moe.py l.451-472 fused_moe_1stage_dict: (act, q_type, dtype, q_dtype_a, q_dtype_w, g1u1)
 _ONE_STAGE = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..roofline import sharding_name
+from ..problems import sharding_name
 from . import style
 
 

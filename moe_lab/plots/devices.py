@@ -8,7 +8,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..devices import ceilings_for
-from ..roofline import add_roofline_columns, sharding_name
+from ..problems import sharding_name
+from ..roofline import add_roofline_columns
 from ..store import open_run
 from . import style
 

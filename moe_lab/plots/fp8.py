@@ -12,7 +12,7 @@ import dataclasses
 
 import pandas as pd
 
-from ..problems import FP8_SCHEMES
+from ..problems import FP8_SCHEMES, sharding_name
 from ..store import Run, find_runs
 from . import style
 
@@ -177,7 +177,7 @@ def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | Non
         ax.axhline(1.0, color="0.6", lw=0.8)
         ax.axhline(1.5, color="0.6", lw=0.8, ls=":")
         ax.set_xscale("log", base=2)
-        ax.set_title(f"{model} TP{tp}" + (f"+EP{ep}" if ep > 1 else ""), fontsize=8)
+        ax.set_title(f"{model} {sharding_name(tp, ep)}", fontsize=8)
         ax.set_xlabel("tokens")
         ax.set_ylabel("speedup over best bf16")
     runs = sorted(set(have["fp8_run"]) | set(have.get("bf16_run", pd.Series(dtype=str)).dropna()))

@@ -12,7 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..devices import DEVICE_SPECS, Ceilings, DeviceSpec, ceilings_for
-from ..roofline import add_roofline_columns, peak_tflops, sharding_name
+from ..problems import sharding_name
+from ..roofline import add_roofline_columns, peak_tflops
 from ..store import open_run
 from . import style
 
