@@ -1,6 +1,8 @@
-"""`moe-lab profile`: one point under the profiler -> per-kernel table + Perfetto trace."""
+"""`moe-lab profile`: one point under the profiler -> per-kernel table + Perfetto trace,
+then the point's ledger: every phase against its own floor (moe_lab.ledger)."""
 from __future__ import annotations
 
+import math
 
 from ..api import profile
 from ..correctness import resolve_device
@@ -23,6 +25,10 @@ def configure(p):
     p.add_argument("--iters", type=int, default=5, help="profiled calls (table is per call)")
     p.add_argument("--trace", default=None,
                    help="Chrome trace path (.json.gz; default out/traces/<point>.json.gz)")
+    p.add_argument("--config", default="default",
+                   help="tunable backends: default (the backend's own choice), tuned (this "
+                        "device's files from `moe-lab tune`; none for the shape: exit 2) or "
+                        "a config file")
     p.add_argument("--seed", type=int, default=0,
                    help="inputs are a pure function of the point and this seed")
     p.add_argument("--explain", action="store_true",
@@ -66,11 +72,19 @@ def run(args) -> int:
         from .eager_split import print_point_split
         return print_point_split(args)
     device = resolve_device(args.device)
-    df, trace = profile(args.model, args.tokens, args.backend, args.tp, args.ep, args.ep_rank,
-                        args.dtype, args.routing, device, args.iters, args.trace, args.seed)
+    from ..problems import make_problem
+    prob = make_problem(args.model, args.tokens, args.dtype, args.tp, args.ep,
+                        args.ep_rank if args.ep > 1 else 0)
+    table = config_table(args.backend, args.config, prob, device)
+    if table is None:
+        df, trace = profile(args.model, args.tokens, args.backend, args.tp, args.ep,
+                            args.ep_rank, args.dtype, args.routing, device, args.iters,
+                            args.trace, args.seed)
+    else:
+        df, trace = profile_configured(prob, args, device, table)
     chk = df.attrs["check"]
-    print(f"# {df.attrs['point']} backend={args.backend} routing={args.routing}: "
-          f"{chk['status']} max_rel_err={chk['max_rel_err']:.2e}")
+    print(f"# {df.attrs['point']} backend={args.backend} config={args.config} "
+          f"routing={args.routing}: {chk['status']} max_rel_err={chk['max_rel_err']:.2e}")
     with_share = df.assign(pct=100 * df["total_us"] / max(df["total_us"].sum(), 1e-9))
     print(with_share.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     what = ("us device time in {} kernel launches" if device.startswith("cuda") else
@@ -78,5 +92,92 @@ def run(args) -> int:
     print(f"# per call: {df['total_us'].sum():.1f} " + what.format(int(df["calls"].sum()))
           + "; by phase: "
           + ", ".join(f"{k} {v:.1f}" for k, v in df.groupby('phase')['total_us'].sum().items()))
+    print_ledger(prob, args, device, df)
     print(f"# trace: {trace} (open in https://ui.perfetto.dev)")
     return 0
+
+
+def config_table(backend: str, config: str, prob, device: str):
+    """The launch configuration `--config` names (None: the backend's own choice);
+    UsageError (one line, exit 2) for tuned without a tuned file for this shape, a file
+    that is missing or malformed, or a configuration given to a backend that takes none."""
+    from .. import backends
+    from ..configs import config_for, validate_config_arg
+    from ..environment import device_name
+    if config == "default":
+        return None
+    validate_config_arg(config)
+    if "," in config:
+        raise UsageError(f"--config: one configuration for profile, not {config!r}")
+    if not backends.backend_class(backend).tunable:
+        raise UsageError(f"--config {config}: backend {backend} takes no launch configuration "
+                         "(not tunable); use --config default")
+    try:
+        table, why = config_for(backend, config, prob, device_name(device))
+    except ValueError as exc:
+        raise UsageError(f"--config: {exc}") from None
+    if why:
+        raise UsageError(why)
+    return table
+
+
+def profile_configured(prob, args, device: str, table):
+    """api.profile with a launch configuration: the point checked, then profiled."""
+    import os
+
+    from .. import backends
+    from ..correctness import (check_backend, make_inputs, make_weights, point_seed,
+                               reference)
+    from ..profiling import export_trace, profile_kernels
+    from ..progress import native_log_filter
+    from ..points import gate
+    be = backends.get(args.backend)
+    status, why = gate(be, prob, device)
+    if status != "ok":
+        raise UsageError(f"{args.backend} cannot run this point here: {why}")
+    weights = make_weights(prob, device, args.seed)
+    inp = make_inputs(prob, device, point_seed(args.seed, args.tokens, args.routing),
+                      args.routing)
+    fn = be.prepare(prob, weights, config=table)
+    chk = check_backend(be, prob, weights, inp, reference(prob, weights, inp), device, fn)
+    if chk["status"] != "ok":
+        raise UsageError(f"{args.backend} on {prob.describe()}: {chk['status']} {chk['error']}")
+    with native_log_filter():
+        df = profile_kernels(fn, inp.args(), iters=args.iters, device=device)
+    df.attrs.update(check=chk, point=prob.describe())
+    trace = args.trace or os.path.join("out", "traces", f"{prob.model.name}_{prob.sharding}_"
+                                       f"T{prob.tokens}_{args.backend}_{args.config}.json.gz")
+    os.makedirs(os.path.dirname(os.path.abspath(trace)), exist_ok=True)
+    with native_log_filter():
+        export_trace(fn, inp.args(), trace, device=device)
+    return df, trace
+
+
+def print_ledger(prob, args, device: str, df) -> None:
+    """The point's phases against their floors, recoverable us largest first."""
+    import pandas as pd
+
+    from ..correctness import make_inputs, point_seed
+    from ..devices import ceilings_for
+    from ..environment import device_name
+    from ..ledger import phase_rows
+    ids = make_inputs(prob, "cpu", point_seed(args.seed, args.tokens, args.routing),
+                      args.routing).topk_ids  # the draw profile used: a pure function
+    try:
+        ceil = ceilings_for(device_name(device))
+    except UsageError:
+        ceil = None
+    led = pd.DataFrame(phase_rows("", prob, ids, df, ceil))
+    led["over_us"] = (led["measured_us"] - led["floor_us"]).clip(lower=0)
+    led["x_floor"] = led["measured_us"] / led["floor_us"].where(led["floor_us"] > 0)
+    led = led.sort_values(["over_us", "measured_us"], ascending=False, na_position="last")
+    print("# ledger: each phase against its floor (moe_lab.ledger), recoverable first")
+    print(led[["phase", "measured_us", "floor_us", "x_floor", "over_us", "bound"]].rename(
+        columns={"measured_us": "measured", "floor_us": "floor", "x_floor": "x floor",
+                 "over_us": "recoverable"}).to_string(
+        index=False, float_format=lambda v: f"{v:.2f}", na_rep="-"))
+    floor_sum = led["floor_us"].sum(min_count=1)
+    print(f"# floors on {ceil.device} ({ceil.source}: {ceil.bandwidth_text}); sum of the "
+          f"phase floors {floor_sum:.1f} us, recoverable {led['over_us'].sum():.1f} us"
+          if ceil is not None and not math.isnan(floor_sum) else
+          f"# no ceilings for {device_name(device)}: floors not known, measured only")

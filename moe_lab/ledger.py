@@ -1,0 +1,355 @@
+"""The ledger: every phase of a layer call against its own floor, and the recoverable
+microseconds (measured - floor), largest first. Pure functions; no GPU; DataFrames out.
+
+    phase_floors(problem, topk_ids, *, experts_hit, pairs, ceilings) -> {phase: floor}
+    phase_rows(point_id, problem, topk_ids, kernels, ceilings, median_us=) -> rows of
+              a run's phases.parquet (what the sweep stores per point)
+    ledger(results, kernels, phases=None)  -> per point and phase: measured, floor, over
+    targets(ledger, results)               -> issue 23's targets on the best per point
+
+Floors (units: bytes, FLOP, us). Symbols: T tokens, H hidden, I the per-rank intermediate
+size, k top-k; rows = T*k, the (token, slot) pairs as the glue kernels see them (under EP
+only pairs/(T*k) of them are local: a kernel that skipped the remote rows could go below
+the act/align/combine floors by that factor); pairs and experts_hit are LOCAL counts
+(roofline.local_counts from the ids, else the uniform expectation, as roofline.cost).
+a = bytes of an activation element (2: bf16; the fp8 schemes keep x and out in bf16),
+w = bytes of a weight (1 for the fp8 schemes, else a), q = bytes of a GEMM input (1 for
+the fp8 schemes, else a). Scales are fp32: S_w(n, k) of a weight [n, k] (quant.scale_bytes:
+tensor 4, channel 4n, block128 4*ceil(n/128)*ceil(k/128)), S_a(m, k) of an activation
+[m, k] (tensor 4, channel/token 4m, block128 4m*ceil(k/128)); 0 for bf16/fp16.
+
+  quant    fp8 schemes only, 0 for bf16: read x [T, H] in bf16, write it in fp8 with its
+           scales: T*H*a + T*H + S_a(T, H). The quantisation of gemm2's input is part of
+           the act floor (deployments fuse it into the activation).
+  act      read gemm1's output [rows, 2I] in bf16, write [rows, I] as gemm2 takes it:
+           rows*2I*a + rows*I*q + S_a(rows, I).
+  align    read the routing ids, write the sorted ids, int32 both: 2 * T*k*4 (the
+           per-block expert ids and the padding are not counted: the minimum).
+  combine  read [T, k, H], write [T, H], bf16: T*k*H*a + T*H*a; 0 when k == 1.
+  gemm1    flops 2*pairs*H*2I; bytes experts_hit*(2I*H*w + S_w(2I, H)) + T*H*q + S_a(T, H)
+           + pairs*2I*a (its output).
+  gemm2    flops 2*pairs*I*H; bytes experts_hit*(H*I*w + S_w(H, I)) + pairs*I*q
+           + S_a(pairs, I) + pairs*H*a (its output).
+  route    none: routing is an input of the layer here (floor 0, like `other`: copies,
+           fills, bookkeeping a layer need not run).
+  gaps     the layer's median minus the profiler's kernel sum: launch gaps and idle time
+           (negative when the profiled kernels ran longer than the timed call); floor 0.
+           `unprofiled` instead, the whole median, for a point without kernel rows.
+
+floor_us = max(bytes / read bandwidth, flops / matrix peak of the dtype), with the
+device's measured ceilings (roofline.roof_bandwidth: read where measured, else copy;
+roofline.peak_tflops: fp8 schemes use the fp8 peak). Without ceilings (a CPU run) the
+floors are NaN and the measured column still adds up to the layer time. gemm1 + gemm2
+weights equal roofline's per-expert weight bytes; the sum of the floors is not the
+layer roof (that one is one fused kernel: no intermediates at all).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .devices import Ceilings, DeviceSpec, ceilings_for
+from .errors import UsageError
+from .problems import Problem, make_problem
+from .quant import BLOCK, scale_bytes
+from .roofline import _ELEM_BYTES, cost, peak_tflops, roof_bandwidth, sharding_name
+
+GLUE = ("quant", "act", "align", "combine")
+GEMMS = ("gemm1", "gemm2")
+FLOOR_PHASES = ("quant", "act", "align", "gemm1", "gemm2", "combine")
+GAPS, UNPROFILED = "gaps", "unprofiled"
+PHASE_COLUMNS = ("point_id", "phase", "measured_us", "calls", "floor_us", "floor_bytes",
+                 "floor_flops", "bound")
+POINT = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens"]
+GLUE_X, GLUE_ALLOWANCE_US, GEMM_SHARE_PCT = 3.0, 20.0, 75.0
+FP8_SPEEDUP, FP8_LO, FP8_HI, GLUE_FROM, GEMM_FROM = 1.5, 16, 256, 256, 1024
+
+
+# --- floors -------------------------------------------------------------------------------
+
+def act_scale_bytes(scheme: str, m: float, k: int) -> float:
+    """fp32 scale bytes of an activation [m, k] quantised by `scheme` (0 for bf16/fp16)."""
+    if scheme == "fp8-tensor":
+        return 4.0
+    if scheme == "fp8-channel":
+        return 4.0 * m
+    if scheme == "fp8-block128":
+        return 4.0 * m * math.ceil(k / BLOCK)
+    return 0.0
+
+
+def phase_bytes_flops(problem: Problem, experts_hit: float, pairs: float) -> dict:
+    """{phase: (bytes, flops)} of the module docstring's formulas."""
+    T, H, I, k = problem.tokens, problem.hidden, problem.inter, problem.topk
+    s, fp8 = problem.dtype, problem.is_fp8
+    a = _ELEM_BYTES[problem.act_dtype]
+    w = q = 1 if fp8 else a
+    rows = T * k
+    sw = (lambda n, kk: scale_bytes(s, n, kk)) if fp8 else (lambda n, kk: 0)
+    return {
+        "quant": ((T * H * a + T * H * q + act_scale_bytes(s, T, H)) if fp8 else 0.0, 0.0),
+        "act": (rows * 2 * I * a + rows * I * q + act_scale_bytes(s, rows, I), 0.0),
+        "align": (2.0 * rows * 4, 0.0),
+        "combine": (0.0 if k == 1 else float(T * k * H * a + T * H * a), 0.0),
+        "gemm1": (experts_hit * (2 * I * H * w + sw(2 * I, H)) + T * H * q
+                  + act_scale_bytes(s, T, H) + pairs * 2 * I * a, 2.0 * pairs * H * 2 * I),
+        "gemm2": (experts_hit * (H * I * w + sw(H, I)) + pairs * I * q
+                  + act_scale_bytes(s, pairs, I) + pairs * H * a, 2.0 * pairs * I * H),
+    }
+
+
+def phase_floors(problem: Problem, topk_ids=None, *, experts_hit=None, pairs=None,
+                 ceilings: Ceilings | DeviceSpec | None) -> dict:
+    """{phase: dict(floor_us, bytes, flops, bound, basis)} for FLOOR_PHASES. Counts: exact
+    from global topk_ids [T, k] when given, else the uniform expectation; experts_hit and
+    pairs override them (a stored row's counts). ceilings None: floor_us NaN."""
+    c = cost(problem, topk_ids, experts_hit=experts_hit, pairs=pairs)
+    out = {}
+    for ph, (b, f) in phase_bytes_flops(problem, c.experts_hit, c.pairs).items():
+        mem = comp = math.nan
+        basis = "no ceilings"
+        if ceilings is not None:
+            bw_basis, tb_s = roof_bandwidth(ceilings)
+            mem, comp = b / (tb_s * 1e12) * 1e6, 0.0
+            basis = f"{bw_basis} {tb_s:.3g} TB/s"
+            if f > 0:
+                try:
+                    peak = peak_tflops(ceilings, problem.dtype)
+                    comp = f / (peak * 1e12) * 1e6
+                except ValueError:  # fp32: no matrix peak quoted
+                    comp = math.nan
+                if comp > mem:
+                    basis = f"{'fp8' if problem.is_fp8 else 'bf16'} {peak:.4g} TFLOP/s"
+        floor = math.nan if math.isnan(mem) or math.isnan(comp) else max(mem, comp)
+        bound = "" if math.isnan(floor) or floor == 0 else (
+            "compute" if comp > mem else "memory")
+        out[ph] = dict(floor_us=floor, bytes=float(b), flops=float(f), bound=bound,
+                       basis=basis, experts_hit=c.experts_hit, pairs=c.pairs)
+    return out
+
+
+# --- per point rows (phases.parquet) -------------------------------------------------------
+
+def _measured(kernels, point_id: str | None = None) -> dict:
+    """{phase: [total_us, calls]} of one point's kernels: a profile_kernels table, a run's
+    kernels (filtered by point_id), or such a dict already."""
+    if isinstance(kernels, dict):
+        return kernels
+    if kernels is None or not len(kernels):
+        return {}
+    k = kernels
+    if point_id is not None and "point_id" in k:
+        k = k[k["point_id"].astype(str) == str(point_id)]
+    out: dict = {}
+    for ph, us, n in zip(k["phase"], k["total_us"].astype(float), k["calls"].astype(float)):
+        acc = out.setdefault(str(ph), [0.0, 0.0])
+        acc[0] += us
+        acc[1] += n
+    return out
+
+
+def phase_rows(point_id: str, problem: Problem, topk_ids, kernels_df: pd.DataFrame | None,
+               ceilings, *, median_us: float | None = None, experts_hit=None,
+               pairs=None) -> list[dict]:
+    """A row per phase (PHASE_COLUMNS): FLOOR_PHASES always, route/other and any other
+    phase the kernels have, and `gaps` (median_us - kernel sum) when median_us is known.
+    kernels_df: profile_kernels' table, or a run's kernels (filtered by point_id)."""
+    m = _measured(kernels_df, point_id)
+    floors = phase_floors(problem, topk_ids, experts_hit=experts_hit, pairs=pairs,
+                          ceilings=ceilings)
+    phases = list(FLOOR_PHASES) + [p for p in m if p not in FLOOR_PHASES]
+    rows = []
+    for ph in phases:
+        f = floors.get(ph, dict(floor_us=0.0, bytes=0.0, flops=0.0, bound=""))  # route, other
+        rows.append(dict(point_id=str(point_id), phase=ph,
+                         measured_us=m.get(ph, (0.0, 0.0))[0],
+                         calls=m.get(ph, (0.0, 0.0))[1], floor_us=f["floor_us"],
+                         floor_bytes=f["bytes"], floor_flops=f["flops"], bound=f["bound"]))
+    if median_us is not None and np.isfinite(median_us):
+        ksum = sum(v[0] for v in m.values())
+        rows.append(dict(point_id=str(point_id), phase=GAPS if m else UNPROFILED,
+                         measured_us=float(median_us) - ksum, calls=0.0, floor_us=0.0,
+                         floor_bytes=0.0, floor_flops=0.0, bound=""))
+    return rows
+
+
+# --- the ledger ------------------------------------------------------------------------------
+
+def _given(row, col):
+    v = row.get(col)
+    return None if v is None or pd.isna(v) else float(v)
+
+
+def _ceilings(device, cache: dict):
+    if device not in cache:
+        try:
+            cache[device] = ceilings_for(str(device))
+        except UsageError:  # a CPU run: no ceilings, no vendor spec
+            cache[device] = None
+    return cache[device]
+
+
+def ok_rows(results: pd.DataFrame) -> pd.DataFrame:
+    """Correct, timed rows (status ok, median_us > 0)."""
+    med = pd.to_numeric(results["median_us"], errors="coerce")
+    return results[(results["status"] == "ok") & (med > 0)]
+
+
+def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
+           phases_df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per ok point and phase: measured_us, floor_us, over_us (max(measured - floor, 0):
+    the recoverable us), x_floor (measured / floor), share (of the layer's median_us),
+    with the point's columns; per point sorted by over_us, largest first. Stored phases
+    (a run's phases.parquet) are used where present, else the floors are computed from
+    the row (make_problem; its experts_hit/pairs, else expected) and the row's device's
+    committed ceilings (none: NaN). The measured column adds up to median_us."""
+    ok = ok_rows(results_df)
+    stored = {} if phases_df is None or not len(phases_df) else {
+        pid: g for pid, g in phases_df.groupby(phases_df["point_id"].astype(str))}
+    kern: dict = {}
+    if kernels_df is not None and len(kernels_df):
+        agg = kernels_df.groupby([kernels_df["point_id"].astype(str), "phase"])[
+            ["total_us", "calls"]].sum()
+        for (pid, ph), us, n in zip(agg.index, agg["total_us"], agg["calls"]):
+            kern.setdefault(pid, {})[ph] = [float(us), float(n)]
+    cache, recs = {}, []
+    keep = [c for c in ("point_id", "model", "tp", "ep", "ep_rank", "dtype", "routing",
+                        "tokens", "backend", "config", "glue", "mode", "median_us", "roof_us",
+                        "device", "git_commit") if c in ok]
+    for full in ok.to_dict("records"):
+        row, pid = {c: full[c] for c in keep}, str(full["point_id"])
+        if pid in stored:
+            ph = stored[pid].reindex(columns=list(PHASE_COLUMNS)).to_dict("records")
+        else:
+            prob = make_problem(row["model"], int(row["tokens"]), row["dtype"], int(row["tp"]),
+                                int(row["ep"]), int(row["ep_rank"]))
+            ph = phase_rows(pid, prob, None, kern.get(pid, {}),
+                            _ceilings(row.get("device"), cache),
+                            median_us=float(row["median_us"]),
+                            experts_hit=_given(full, "experts_hit"), pairs=_given(full, "pairs"))
+        recs += [{**r, **row} for r in ph]
+    cols = keep + ["sharding", "phase", "measured_us", "calls", "floor_us", "floor_bytes",
+                   "floor_flops", "bound", "over_us", "x_floor", "share"]
+    if not recs:
+        return pd.DataFrame(columns=cols)
+    out = pd.DataFrame(recs)
+    out["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(out["tp"], out["ep"])]
+    out["over_us"] = (out["measured_us"] - out["floor_us"]).clip(lower=0)
+    out["x_floor"] = out["measured_us"] / out["floor_us"].where(out["floor_us"] > 0)
+    out["share"] = out["measured_us"] / out["median_us"].astype(float)
+    order = {p: i for i, p in enumerate(dict.fromkeys(out["point_id"]))}
+    out = out.assign(_p=out["point_id"].map(order)).sort_values(
+        ["_p", "over_us", "measured_us"], ascending=[True, False, False], na_position="last")
+    return out.drop(columns="_p")[cols].reset_index(drop=True)
+
+
+def layer_summary(ledger_df: pd.DataFrame) -> pd.DataFrame:
+    """Per point: median_us, the kernel sum, the sum of the phase floors (beside the layer
+    roof, roof_us), the recoverable us and the phase holding the most of it."""
+    g = ledger_df.groupby("point_id", sort=False)
+    top = g.head(1).set_index("point_id")
+    kern = ledger_df[~ledger_df["phase"].isin([GAPS, UNPROFILED])].groupby(
+        "point_id", sort=False)["measured_us"].sum()
+    out = top.drop(columns=[c for c in ("phase", "measured_us", "calls", "floor_us",
+                                        "floor_bytes", "floor_flops", "bound", "over_us",
+                                        "x_floor", "share") if c in top]).assign(
+        kernel_us=kern, floor_sum_us=g["floor_us"].sum(min_count=1),
+        recoverable_us=g["over_us"].sum(min_count=1), top_phase=top["phase"],
+        top_over_us=top["over_us"])
+    return out.reset_index()
+
+
+# --- targets -----------------------------------------------------------------------------
+
+def best_points(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
+    """Per point (model, sharding, dtype, routing, tokens), the ok row of `mode` with the
+    lowest median, with `choice` ('backend config')."""
+    r = ok_rows(results_df[results_df["mode"] == mode]).copy()
+    r["config"] = r["config"].fillna("default") if "config" in r else "default"
+    r["choice"] = r["backend"] + " " + r["config"]
+    if "glue" in r:  # the glue variant, where a backend has a choice
+        r["choice"] += [f" glue={g}" if isinstance(g, str) and g else "" for g in r["glue"]]
+    r["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(r["tp"], r["ep"])]
+    return r.sort_values("median_us").groupby(POINT).head(1).sort_values(POINT) \
+        .reset_index(drop=True)
+
+
+def _top(led: pd.DataFrame, pid, exclude=()) -> str:
+    g = led[(led["point_id"] == pid) & ~led["phase"].isin(exclude)]
+    g = g[g["over_us"] > 0]
+    return "" if g.empty else str(g.loc[g["over_us"].idxmax(), "phase"])
+
+
+def targets(ledger_df: pd.DataFrame, results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
+    """Issue 23's targets on the best backend per point in `mode`: a row per point (per
+    glue phase for the glue target) with target, model, sharding, tokens, dtype, backend,
+    phase, value, limit, unit, met, held_back_by (the phase with the largest over_us among
+    those the target counts; '' when met), by (the miss, in `unit`), by_us (the us to
+    remove from the layer, or that phase, to meet it), point_id.
+      glue: from GLUE_FROM tokens, each glue phase <= 3x its floor + 20 us;
+      gemm share: from GEMM_FROM tokens, gemm1 + gemm2 >= 75% of the layer (median_us);
+      fp8: best fp8 >= 1.5x faster than best bf16 from 16 to 256 tokens, never slower
+      from 16 up (value = bf16 us / fp8 us)."""
+    best, out = best_points(results_df, mode), []
+    led = ledger_df[ledger_df["point_id"].isin(best["point_id"])]
+    by_pt = {pid: g.set_index("phase") for pid, g in led.groupby("point_id")}
+
+    def add(b, target, value, limit, unit, met, held, by, by_us, phase="", backend=None):
+        out.append(dict(target=target, model=b["model"], sharding=b["sharding"],
+                        tokens=int(b["tokens"]), dtype=b["dtype"],
+                        backend=backend or b["choice"], phase=phase, value=value,
+                        limit=limit, unit=unit, met=met, held_back_by="" if met else held,
+                        by=0.0 if met else by, by_us=0.0 if met else by_us,
+                        point_id=b["point_id"]))
+    for b in best.to_dict("records"):
+        ph = by_pt.get(b["point_id"])
+        if ph is None:
+            continue
+        if b["tokens"] >= GLUE_FROM:
+            for p in GLUE:
+                if p not in ph.index or not (ph.at[p, "measured_us"] > 0 or ph.at[p, "floor_us"] > 0):
+                    continue
+                v, lim = ph.at[p, "measured_us"], GLUE_X * ph.at[p, "floor_us"] + GLUE_ALLOWANCE_US
+                met = bool(v <= lim) if np.isfinite(lim) else None
+                add(b, f"glue <= {GLUE_X:g}x floor + {GLUE_ALLOWANCE_US:g} us", v, lim, "us",
+                    met, p, v - lim, v - lim, phase=p)
+        if b["tokens"] >= GEMM_FROM:
+            gemm = float(ph["measured_us"].reindex(list(GEMMS)).fillna(0).sum())
+            v = 100 * gemm / b["median_us"]
+            add(b, f"gemm >= {GEMM_SHARE_PCT:g}% of layer", v, GEMM_SHARE_PCT, "%",
+                bool(v >= GEMM_SHARE_PCT), _top(led, b["point_id"], GEMMS), GEMM_SHARE_PCT - v,
+                b["median_us"] - gemm / (GEMM_SHARE_PCT / 100))
+    fp8 = best[best["dtype"].str.startswith("fp8")].sort_values("median_us")
+    key = [c for c in POINT if c != "dtype"]
+    bf16 = best[best["dtype"] == "bf16"].set_index(key)
+    for f in fp8.groupby(key).head(1).to_dict("records"):
+        k = tuple(f[c] for c in key)
+        if f["tokens"] < FP8_LO or k not in bf16.index:
+            continue
+        v = float(bf16.loc[k, "median_us"]) / f["median_us"]
+        for name, lim, hi in ((f"fp8 >= {FP8_SPEEDUP:g}x bf16", FP8_SPEEDUP, FP8_HI),
+                              ("fp8 not slower than bf16", 1.0, math.inf)):
+            if f["tokens"] <= hi:
+                add(f, name, v, lim, "x", bool(v >= lim), _top(led, f["point_id"]), lim - v,
+                    f["median_us"] - float(bf16.loc[k, "median_us"]) / lim,
+                    backend=f"{f['dtype']} {f['choice']}")
+    cols = ["target", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
+            "limit", "unit", "met", "held_back_by", "by", "by_us", "point_id"]
+    return pd.DataFrame(out, columns=cols)
+
+
+def targets_summary(targets_df: pd.DataFrame) -> pd.DataFrame:
+    """Per target: points, met, missed, the worst miss (by_us) and where, held back by."""
+    rows = []
+    for t, g in targets_df.groupby("target", sort=False):
+        miss = g[g["met"] == False]  # noqa: E712 (None: no ceilings)
+        w = miss.loc[miss["by_us"].idxmax()] if len(miss) else None
+        rows.append(dict(target=t, points=len(g), met=int((g["met"] == True).sum()),  # noqa: E712
+                         missed=len(miss),
+                         worst_by_us=0.0 if w is None else round(float(w["by_us"]), 1),
+                         worst_at="" if w is None else
+                         f"{w['model']} {w['sharding']} {w['tokens']} {w['backend']}",
+                         held_back_by="" if w is None else w["held_back_by"]))
+    return pd.DataFrame(rows)

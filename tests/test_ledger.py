@@ -1,0 +1,290 @@
+"""The ledger (moe_lab.ledger): each phase's floor against a hand count, a real CPU run's
+ledger adding up to its measured layer time, the ledger of a committed H200 run, issue
+23's targets on a hand-made frame, and the ledger figure."""
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import ROOT, RUNS_DIR
+from moe_lab import ledger as lg
+from moe_lab.devices import Ceilings
+from moe_lab.problems import make_problem
+from moe_lab.roofline import cost
+
+MODEL = "custom:H=256,I=128,E=8,k=2"
+# read 2 TB/s (above the copy's 1: the roof uses it), 100 / 200 TFLOP/s bf16 / fp8
+CEIL = Ceilings("test", 100.0, 200.0, 1.0, "measured", tb_s_read=2.0)
+
+
+def _ids(T, k=2, E=8):
+    """Every expert hit: token t takes experts (2t, 2t+1) mod E."""
+    return torch.tensor([[(k * t + j) % E for j in range(k)] for t in range(T)],
+                        dtype=torch.int32)
+
+
+# --- 1. floors against hand counts -------------------------------------------------------
+
+def test_bf16_floors_are_the_hand_count():
+    """T=16, H=256, I=128, k=2: rows = 32 (token, slot) pairs, all 8 experts hit."""
+    p = make_problem(MODEL, 16, "bf16", 1, 1)
+    f = lg.phase_floors(p, _ids(16), ceilings=CEIL)
+    want = {
+        "quant": (0, 0),                                  # bf16: nothing to quantise
+        "act": (32 * 256 * 2 + 32 * 128 * 2, 0),          # read [32, 2I] + write [32, I]
+        "align": (32 * 4 + 32 * 4, 0),                    # ids in, sorted ids out, int32
+        "combine": (16 * 2 * 256 * 2 + 16 * 256 * 2, 0),  # read [T, k, H], write [T, H]
+        # 8 experts x w1 [2I, H] bf16 + x [T, H] + out [32, 2I]
+        "gemm1": (8 * 256 * 256 * 2 + 16 * 256 * 2 + 32 * 256 * 2, 2 * 32 * 256 * 256),
+        # 8 experts x w2 [H, I] bf16 + in [32, I] + out [32, H]
+        "gemm2": (8 * 256 * 128 * 2 + 32 * 128 * 2 + 32 * 256 * 2, 2 * 32 * 128 * 256),
+    }
+    assert want["act"][0] == 24576 and want["gemm1"][0] == 1073152 and want["gemm2"][0] == 548864
+    for ph, (b, fl) in want.items():
+        assert (f[ph]["bytes"], f[ph]["flops"]) == (b, fl), ph
+        # floor = max(bytes / 2 TB/s, flops / 100 TFLOP/s), in us
+        assert f[ph]["floor_us"] == pytest.approx(max(b / 2e6, fl / 100e6)), ph
+    assert f["gemm1"]["bound"] == "memory" and f["quant"]["bound"] == ""
+    assert f["gemm1"]["floor_us"] == pytest.approx(1073152 / 2e6)  # 0.537 us
+    assert f["gemm1"]["basis"] == "read 2 TB/s"
+    slow = Ceilings("slow", 1.0, 2.0, 1.0, "measured", tb_s_read=2.0)  # 1 TFLOP/s
+    g = lg.phase_floors(p, _ids(16), ceilings=slow)["gemm1"]
+    assert g["bound"] == "compute" and g["floor_us"] == pytest.approx(2 * 32 * 256 * 256 / 1e6)
+    assert g["basis"] == "bf16 1 TFLOP/s"
+
+
+def test_fp8_block128_floors_are_the_hand_count():
+    p = make_problem(MODEL, 16, "fp8-block128", 1, 1)
+    f = lg.phase_floors(p, _ids(16), ceilings=CEIL)
+    # quant: read x bf16, write fp8 + one fp32 scale per token per 128 columns (2 of them)
+    assert f["quant"]["bytes"] == 16 * 256 * 2 + 16 * 256 * 1 + 16 * 2 * 4 == 12416
+    # act: read [32, 256] bf16, write [32, 128] fp8 + 32 x 1 scales
+    assert f["act"]["bytes"] == 32 * 256 * 2 + 32 * 128 + 32 * 1 * 4 == 20608
+    # gemm1: 8 x (w1 fp8 + 2x2 block scales) + x fp8 + its scales + out bf16
+    assert f["gemm1"]["bytes"] == 8 * (256 * 256 + 2 * 2 * 4) + 16 * 256 + 16 * 2 * 4 \
+        + 32 * 256 * 2 == 545024
+    # gemm2: 8 x (w2 fp8 + 2x1 block scales) + in fp8 + its scales + out bf16
+    assert f["gemm2"]["bytes"] == 8 * (256 * 128 + 2 * 1 * 4) + 32 * 128 + 32 * 1 * 4 \
+        + 32 * 256 * 2 == 282816
+    # the fp8 peak (200) sets the compute floor
+    assert f["gemm1"]["floor_us"] == pytest.approx(max(545024 / 2e6, 2 * 32 * 256 * 256 / 200e6))
+    # channel / tensor activation scales: one per token / one per call
+    ch = lg.phase_floors(make_problem(MODEL, 16, "fp8-channel", 1, 1), _ids(16), ceilings=CEIL)
+    assert ch["quant"]["bytes"] == 16 * 256 * 3 + 16 * 4
+    te = lg.phase_floors(make_problem(MODEL, 16, "fp8-tensor", 1, 1), _ids(16), ceilings=CEIL)
+    assert te["quant"]["bytes"] == 16 * 256 * 3 + 4 and te["act"]["bytes"] == 32 * 256 * 2 \
+        + 32 * 128 + 4
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8-tensor", "fp8-channel", "fp8-block128"])
+def test_the_gemm_weights_are_roofline_weights(dtype):
+    """gemm1 + gemm2 weight bytes (bytes at experts_hit=h minus at 0) = roofline's."""
+    p = make_problem(MODEL, 16, dtype, 1, 1)
+    b = {h: lg.phase_bytes_flops(p, h, 32) for h in (0, 5)}
+    w = sum(b[5][g][0] - b[0][g][0] for g in ("gemm1", "gemm2"))
+    assert w == cost(p, experts_hit=5, pairs=32).weight_bytes
+
+
+def test_ep_counts_local_pairs_and_experts_but_glue_sees_every_row():
+    """EP2, rank 0 holds experts 0..3; 4 tokens, 3 local pairs on experts {0, 1}."""
+    p = make_problem(MODEL, 4, "bf16", 2, 2, 0)
+    ids = torch.tensor([[0, 4], [1, 5], [0, 6], [7, 5]], dtype=torch.int32)
+    f = lg.phase_floors(p, ids, ceilings=CEIL)
+    assert (f["gemm1"]["pairs"], f["gemm1"]["experts_hit"]) == (3, 2)
+    assert f["gemm1"]["bytes"] == 2 * 256 * 256 * 2 + 4 * 256 * 2 + 3 * 256 * 2 == 265728
+    assert f["gemm1"]["flops"] == 2 * 3 * 256 * 256
+    assert f["act"]["bytes"] == 8 * 256 * 2 + 8 * 128 * 2  # rows = T*k = 8, not 3
+    # the row's counts override; without ids, the uniform expectation (roofline.cost)
+    assert lg.phase_floors(p, ids, experts_hit=4, pairs=5, ceilings=CEIL)["gemm2"]["pairs"] == 5
+    e = lg.phase_floors(p, None, ceilings=CEIL)["gemm1"]
+    assert e["pairs"] == 4 * 2 / 2 and e["experts_hit"] == pytest.approx(cost(p).experts_hit)
+
+
+def test_k1_has_no_combine_and_no_ceilings_means_nan():
+    p = make_problem("custom:H=256,I=128,E=8,k=1", 16, "bf16", 1, 1)
+    f = lg.phase_floors(p, None, ceilings=CEIL)
+    assert f["combine"]["bytes"] == 0 and f["combine"]["floor_us"] == 0
+    n = lg.phase_floors(p, None, ceilings=None)
+    assert all(math.isnan(v["floor_us"]) for v in n.values())
+    assert n["act"]["bytes"] == 16 * 256 * 2 + 16 * 128 * 2
+
+
+def test_phase_rows_add_the_gaps_to_the_median():
+    p = make_problem(MODEL, 16, "bf16", 1, 1)
+    k = pd.DataFrame(dict(point_id="x", kernel=["a", "b", "c", "d"],
+                          phase=["gemm1", "gemm2", "act", "other"], calls=[1, 1, 2, 3],
+                          total_us=[10.0, 5.0, 2.0, 1.0]))
+    rows = pd.DataFrame(lg.phase_rows("x", p, _ids(16), k, CEIL, median_us=25.0))
+    assert list(rows.columns[:8]) == list(lg.PHASE_COLUMNS)
+    assert set(rows["phase"]) == set(lg.FLOOR_PHASES) | {"other", "gaps"}
+    assert rows["measured_us"].sum() == pytest.approx(25.0)
+    assert rows.set_index("phase").at["gaps", "measured_us"] == pytest.approx(7.0)
+    assert rows.set_index("phase").at["act", "calls"] == 2
+    assert "gaps" not in set(pd.DataFrame(lg.phase_rows("x", p, None, k, CEIL))["phase"])
+    none = pd.DataFrame(lg.phase_rows("y", p, None, k, CEIL, median_us=25.0))
+    assert none.set_index("phase").at["unprofiled", "measured_us"] == 25.0  # other id
+
+
+# --- 2. a real CPU run adds up ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    from moe_lab.cli import main
+    from moe_lab.store import open_run
+    d = tmp_path_factory.mktemp("data")
+    rc = main(["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--ep", "1",
+               "--tokens", "4,16", "--backends", "torch,torch-grouped", "--modes", "eager",
+               "--data-dir", str(d), "--no-progress", "--device", "cpu", "--run-id", "cpu",
+               "--warmup-ms", "1", "--rep-ms", "5"])
+    assert rc == 0
+    return open_run(d / "cpu")
+
+
+def test_the_ledger_of_a_cpu_run_adds_up_to_the_layer_time(cpu_run):
+    res, kern = cpu_run.results, cpu_run.kernels
+    assert (res["status"] == "ok").all() and len(kern)
+    # phases as the sweep would store them, computed from its kernels.parquet
+    phases = []
+    for r in res.to_dict("records"):
+        p = make_problem(r["model"], r["tokens"], r["dtype"], r["tp"], r["ep"], r["ep_rank"])
+        phases += lg.phase_rows(r["point_id"], p, None, kern, None, median_us=r["median_us"],
+                                experts_hit=r["experts_hit"], pairs=r["pairs"])
+    stored = lg.ledger(res, kern, pd.DataFrame(phases))
+    computed = lg.ledger(res, kern)
+    for led in (stored, computed):
+        tot = led.groupby("point_id").agg(m=("measured_us", "sum"), med=("median_us", "first"))
+        assert len(tot) == len(res)
+        assert (tot["m"] - tot["med"]).abs().max() < 1e-6
+        assert led.groupby("point_id")["share"].sum().round(9).eq(1).all()
+        floored = led[led["phase"].isin(lg.FLOOR_PHASES)]
+        assert floored["floor_us"].isna().all()  # no ceilings for a CPU: NaN, not 0
+        assert (floored["floor_bytes"] > 0).any()
+    cols = ["point_id", "phase", "measured_us"]
+    pd.testing.assert_frame_equal(stored[cols].sort_values(cols[:2]).reset_index(drop=True),
+                                  computed[cols].sort_values(cols[:2]).reset_index(drop=True))
+
+
+# --- 3. a committed H200 run ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def h200():
+    from moe_lab.store import open_run
+    run = open_run(Path(RUNS_DIR) / "h200-tuned-20261130")
+    return run, lg.ledger(run.results, run.kernels)
+
+
+def test_the_ledger_of_a_committed_h200_run(h200):
+    run, led = h200
+    res = run.results
+    ok = res[(res["status"] == "ok") & (res["median_us"] > 0)]
+    assert set(led["point_id"]) == set(ok["point_id"])
+    assert not set(led["point_id"]) & set(res.loc[res["status"] != "ok", "point_id"])
+    assert (res["status"] == "incorrect").any()  # aiter-triton-silu's: never in the ledger
+    for _, g in led.groupby("point_id"):
+        assert g["over_us"].is_monotonic_decreasing
+        assert g["measured_us"].sum() == pytest.approx(g["median_us"].iloc[0], rel=1e-9)
+    assert led.loc[led["phase"].isin(lg.FLOOR_PHASES), "floor_us"].notna().all()
+    # DeepSeek-R1 TP8+EP8, 4096 tokens, aiter-triton with both GEMMs tuned (the tail run),
+    # graph: act (SiLU and mul as two kernels over every row) holds the most
+    from moe_lab.store import open_run
+    tail = open_run(Path(RUNS_DIR) / "h200-tuned-deepseek-ep8-tail-20261130")
+    led = lg.ledger(tail.results, tail.kernels)
+    pt = led[(led["tokens"] == 4096) & (led["backend"] == "aiter-triton")
+             & (led["mode"] == "graph")]
+    assert list(pt["phase"].iloc[:3]) == ["act", "gemm1", "gemm2"]
+    c = json.loads((Path(ROOT) / "data" / "ceilings" / "nvidia-h200.json").read_text())
+    read = c["memory_read"]["tb_per_s"] * 1e12
+    rows, I = 4096 * 8, 2048  # every (token, slot) row; EP: the full intermediate
+    act = pt.set_index("phase").loc["act"]
+    assert act["floor_us"] == pytest.approx((rows * 2 * I * 2 + rows * I * 2) / read * 1e6)
+    assert act["over_us"] == pytest.approx(act["measured_us"] - act["floor_us"])
+
+
+def test_targets_and_the_figure_on_the_committed_run(h200):
+    run, led = h200
+    t = lg.targets(led, run.results)
+    best = lg.best_points(run.results)
+    assert set(t["point_id"]) <= set(best["point_id"])
+    glue = t[t["target"].str.startswith("glue")]
+    assert glue["tokens"].min() == 256 and set(glue["phase"]) <= set(lg.GLUE)
+    gemm = t[t["target"].str.startswith("gemm")]
+    assert gemm["tokens"].min() == 1024 and len(gemm) == best["tokens"].ge(1024).sum()
+    assert (t.loc[~t["met"].astype(bool), "held_back_by"] != "").all()
+    s = lg.targets_summary(t)
+    assert (s["met"] + s["missed"] == s["points"]).all()
+    from moe_lab.plots.ledger import fig_ledger
+    sel = led[led["point_id"].isin(best["point_id"]) & (led["tokens"] >= 1024)]
+    fig = fig_ledger(sel, run)
+    text = fig.texts[-1].get_text().replace("\n", " ")
+    assert "run h200-tuned-20261130" in text and "NVIDIA H200" in text and "commit" in text
+    assert len(fig.axes) == 9  # 8 model x sharding panels + the recoverable one
+
+
+def test_the_figure_of_a_cpu_run_and_of_nothing(cpu_run):
+    from moe_lab.plots.ledger import fig_ledger
+    led = lg.ledger(cpu_run.results, cpu_run.kernels)
+    fig = fig_ledger(led, run_id="cpu")
+    assert "run cpu" in fig.texts[-1].get_text().replace("\n", " ")
+    assert "no ok point" in fig_ledger(led.iloc[:0], run_id="cpu").axes[0].texts[0].get_text()
+
+
+# --- 4. targets on a hand-made frame -------------------------------------------------------
+
+def _res(pid, tokens, dtype, backend, median, mode="graph", status="ok"):
+    return dict(point_id=pid, model="m", tp=8, ep=1, ep_rank=0, dtype=dtype, routing="uniform",
+                tokens=tokens, backend=backend, config="default", mode=mode, status=status,
+                median_us=median)
+
+
+def _led(pid, **phases):
+    """Ledger rows of one point: phase=(measured, floor)."""
+    return [dict(point_id=pid, phase=ph, measured_us=m, floor_us=f,
+                 over_us=max(m - f, 0.0)) for ph, (m, f) in phases.items()]
+
+
+def test_targets_on_a_hand_made_frame():
+    res = pd.DataFrame([
+        _res("a", 256, "bf16", "A", 100.0), _res("b", 256, "bf16", "B", 90.0),  # b is best
+        _res("c", 256, "bf16", "C", 10.0, status="incorrect"),  # never the best
+        _res("e", 256, "bf16", "B", 5.0, mode="eager"),  # another mode
+        _res("g", 1024, "bf16", "B", 1000.0),
+        _res("h", 64, "bf16", "B", 100.0), _res("i", 64, "fp8-block128", "F", 70.0),
+        _res("j", 512, "bf16", "B", 100.0), _res("k", 512, "fp8-block128", "F", 110.0)])
+    led = pd.DataFrame(
+        _led("b", act=(49.0, 10.0),       # limit 3*10 + 20 = 50: met
+             align=(22.0, 1.0),           # 22 > 3x1 but <= 3 + 20: met by the allowance
+             combine=(25.0, 1.0),         # limit 23: missed by 2 us
+             gemm1=(60.0, 50.0))
+        + _led("g", gemm1=(500.0, 400.0), gemm2=(200.0, 150.0), act=(250.0, 10.0),
+               align=(30.0, 10.0), gaps=(20.0, 0.0))
+        + _led("i", quant=(40.0, 2.0), gemm1=(20.0, 10.0))
+        + _led("k", quant=(60.0, 2.0), gemm1=(40.0, 10.0))
+        + _led("j", gemm1=(50.0, 40.0)) + _led("h", gemm1=(50.0, 40.0)))
+    t = lg.targets(led, res).set_index(["target", "tokens", "phase"]).sort_index()
+    glue = "glue <= 3x floor + 20 us"
+    assert set(t.loc[(glue, 256)].index) == {"act", "align", "combine"}
+    assert t.loc[(glue, 256, "act"), "met"] and t.loc[(glue, 256, "align"), "met"]
+    miss = t.loc[(glue, 256, "combine")]
+    assert not miss["met"] and miss["by_us"] == pytest.approx(2.0)
+    assert miss["limit"] == 23.0 and miss["held_back_by"] == "combine"
+    assert miss["backend"] == "B default"  # the best ok graph row, not A, C or the eager one
+    # GEMM share at 1024: 700 of 1000 us = 70% < 75%; act has the most over its floor
+    g = t.loc[("gemm >= 75% of layer", 1024, "")]
+    assert g["value"] == pytest.approx(70.0) and not g["met"] and g["held_back_by"] == "act"
+    assert g["by"] == pytest.approx(5.0) and g["by_us"] == pytest.approx(1000 - 700 / 0.75)
+    # fp8 at 64: 100/70 = 1.43x: not 1.5x faster (missed), not slower (met)
+    f15 = t.loc[("fp8 >= 1.5x bf16", 64, "")]
+    assert f15["value"] == pytest.approx(100 / 70) and not f15["met"]
+    assert f15["held_back_by"] == "quant" and f15["by_us"] == pytest.approx(70 - 100 / 1.5)
+    assert f15["backend"] == "fp8-block128 F default"
+    assert t.loc[("fp8 not slower than bf16", 64, ""), "met"]
+    # at 512 only "never slower" applies: 110 us against 100 is missed by 10 us
+    assert ("fp8 >= 1.5x bf16", 512, "") not in t.index
+    slow = t.loc[("fp8 not slower than bf16", 512, "")]
+    assert not slow["met"] and slow["by_us"] == pytest.approx(10.0)
+    s = lg.targets_summary(t.reset_index()).set_index("target")
+    # 256: act, align met, combine missed; 1024: align met, act missed; 512 fp8: quant missed
+    assert s.loc[glue, ["points", "met", "missed"]].tolist() == [6, 3, 3]
