@@ -1,56 +1,14 @@
-"""Configuration files keyed by token count, the format vLLM and aiter read for their
-Triton MoE kernels: a JSON object whose keys are token counts M (strings) and whose values
-are launch configurations (objects of positive integers). A caller uses the configuration
-of the key nearest its own M."""
+"""Which launch configuration a point uses: `default` (the backend's own), `tuned` (the
+files `moe-lab tune` wrote for this device under data/configs/<device>/) or a file. The
+file format is moe_lab.config_files (re-exported here)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from . import backends
-from .atomic import atomic_write_json
+from .config_files import check_config, nearest, read_table, write_table  # noqa: F401
 from .errors import UsageError
 from .problems import Problem
-
-
-def check_config(cfg: dict, where: str = "config") -> dict:
-    """A launch configuration: a non-empty object of positive integers (ValueError naming
-    the key)."""
-    if not isinstance(cfg, dict) or not cfg:
-        raise ValueError(f"{where}: a configuration must be a non-empty JSON object")
-    for k, v in cfg.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"{where}: {k} must be a positive integer, got {v!r}")
-    return cfg
-
-
-def read_table(path: str | Path) -> dict[int, dict]:
-    """{M: configuration} from a config file; ValueError naming the file and the fault."""
-    path = Path(path)
-    try:
-        obj = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable JSON config file ({exc})") from None
-    if not isinstance(obj, dict) or not obj:
-        raise ValueError(f"{path}: expected an object keyed by token count")
-    table = {}
-    for key, cfg in obj.items():
-        if not str(key).isdigit() or int(key) <= 0:
-            raise ValueError(f"{path}: key {key!r} is not a token count")
-        table[int(key)] = check_config(cfg, f"{path} [{key}]")
-    return table
-
-
-def write_table(path: str | Path, table: dict[int, dict]) -> Path:
-    """The upstream format: keys are token counts as strings, ascending."""
-    out = {str(m): {k: int(v) for k, v in check_config(table[m]).items()} for m in sorted(table)}
-    atomic_write_json(Path(path), out)
-    return Path(path)
-
-
-def nearest(table: dict[int, dict], tokens: int) -> dict:
-    """vLLM's rule: the configuration of the key nearest the token count (ties: smaller)."""
-    return table[min(table, key=lambda m: (abs(m - tokens), m))]
 
 
 # --- which configuration a sweep or check uses ---------------------------------------
