@@ -328,6 +328,13 @@ class Run:
     def run_id(self) -> str:
         return self.path.name
 
+    @property
+    def phases(self) -> pd.DataFrame:
+        """Per timed point and phase: measured_us beside floor_us (moe_lab.ledger); empty
+        for runs made before phases were kept (the ledger then computes the floors)."""
+        df = _read(self.path / "phases.parquet")
+        return df if df is not None else pd.DataFrame()
+
     def samples(self) -> pd.DataFrame:
         """point_id -> samples_us (per-call times) of the timed points; empty for runs
         made before samples were kept."""

@@ -257,10 +257,12 @@ class Sweep:
                 bar.set_description(f"{prob.model.name} {prob.sharding} T={prob.tokens} {b}"
                                     + ("" if config == "default" else f" [{config}]")
                                     + ("" if glue in ("", "fused") else f" [glue {glue}]"))
-                rows, krows = self._measure_backend(prob, routing, b, config, glue, modes,
-                                                    weights, inp, ref, prepared, facts)
+                rows, krows, prows = self._measure_backend(prob, routing, b, config, glue, modes,
+                                                           weights, inp, ref, prepared, facts)
                 for r in rows:
                     finish(r, problem=prob, topk_ids=inp.topk_ids, device=self.device)
+                # phases, like kernels, before their rows: a kill never leaves a row without
+                self.store.append_table("phases", prows, key=("point_id",))
                 self.store.append(rows, krows)
                 counts["measured"] += len(rows)
                 bar.update(len(rows))
@@ -307,7 +309,7 @@ class Sweep:
         base = dict(facts, max_rel_err=chk["max_rel_err"])
         if chk["status"] != "ok":  # incorrect / unsupported / ...: a row, never timed
             return [self._row(prob, routing, bname, m, config, glue, status=chk["status"],
-                              error=chk["error"], **base) for m in modes], []
+                              error=chk["error"], **base) for m in modes], [], []
         kdf, kus = None, float("nan")
         if self.profile:
             try:
@@ -358,7 +360,32 @@ class Sweep:
             if kdf is not None and row["status"] == "ok":
                 krows += [dict(k, point_id=row["point_id"]) for k in kdf.to_dict("records")]
         self.store.append_samples(samples)  # before the rows: a kill between leaves no row
-        return rows, krows
+        return rows, krows, self._phases(prob, inp, rows, kdf)
+
+    def _phases(self, prob, inp, rows, kdf) -> list[dict]:
+        """Per timed point and phase: measured time beside its own floor (moe_lab.ledger),
+        for phases.parquet. Annotation: a failure here is a warning, never a lost row."""
+        if kdf is None:
+            return []
+        from .ledger import phase_rows
+        if not hasattr(self, "_ceilings"):
+            from .devices import ceilings_for
+            try:
+                self._ceilings = ceilings_for(self.device_name) if self.device.startswith("cuda") else None
+            except Exception:  # no committed ceilings for this device: floors unknown
+                self._ceilings = None
+        out = []
+        for row in rows:
+            if row["status"] != "ok":
+                continue
+            try:
+                out += phase_rows(row["point_id"], prob, inp.topk_ids.cpu(), kdf, self._ceilings,
+                                  median_us=row["median_us"])
+            except Exception as exc:
+                reraise_if_terminated(exc)
+                row["warning"] = "; ".join(x for x in (row.get("warning") or "",
+                                                       f"phase floors: {one_line(exc)}") if x)
+        return out
 
     def _run_compile(self, shard, todo, weights, counts, bar):
         """compile modes: one CompileBench per shard x routing, one run per backend x mode
