@@ -8,11 +8,12 @@ import time
 
 
 from .. import backends
-from ..correctness import THRESHOLDS, check_problem, classify_exception, one_line, resolve_device
+from ..correctness import check_problem, classify_exception, one_line, resolve_device
 from ..environment import capture_environment
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_tokens, split_models
 from ..routing import parse_routing
 from ..configs import validate_config_arg
+from . import options
 
 
 def configure(p):
@@ -20,17 +21,12 @@ def configure(p):
                    help="preset(s), comma-separated, or custom:H=..,I=..,E=..,k=.. "
                         "(default: qwen3-30b-a3b on CPU, the four seed models on GPU)")
     p.add_argument("--tokens", default="1,64,1024", help="token counts, e.g. 1,64,1024 or 1-8192")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
-                   help="default: cuda when a GPU is visible, else cpu")
-    p.add_argument("--dtype", default="bf16", choices=sorted(THRESHOLDS))
-    p.add_argument("--tp", default="8", help="tensor-parallel size(s), e.g. 8")
-    p.add_argument("--ep", default="1", help="expert-parallel size(s); 1 = no EP; e.g. 1,8 for both")
-    p.add_argument("--ep-rank", type=int, default=0, help="which EP rank's experts to hold")
+    options.device(p)
+    options.dtype(p)
+    options.shape(p, ep_default="1")
     p.add_argument("--routing", default="uniform", help="uniform | balanced | zipf:S | hot:P")
     p.add_argument("--backends", default=None, help="comma-separated (default: all)")
-    p.add_argument("--config", default="default", metavar="default|tuned|PATH",
-                   help="launch configurations of tunable backends (aiter-triton): their own "
-                        "(default), the tuned files of this device (tuned), or a config file")
+    options.config(p, many=False)
     p.add_argument("--seed", type=int, default=None, help="default: fresh random seed (printed)")
     p.add_argument("--out", default=None, help="also write the printed report to this file")
 

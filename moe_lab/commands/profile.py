@@ -6,6 +6,7 @@ import math
 
 from ..api import profile
 from ..correctness import resolve_device
+from . import options
 from ..errors import UsageError
 
 
@@ -13,15 +14,10 @@ def configure(p):
     p.add_argument("--model", default=None, help="preset or custom:H=..,I=..,E=..,k=.. (required)")
     p.add_argument("--tokens", type=int, default=None, help="(required)")
     p.add_argument("--backend", default="torch", help="one backend (moe-lab backends lists them)")
-    p.add_argument("--tp", type=int, default=8, help="tensor-parallel size")
-    p.add_argument("--ep", type=int, default=1,
-                   help="expert-parallel size, 1 = none (== tp when > 1)")
-    p.add_argument("--ep-rank", type=int, default=0, help="EP rank whose experts are held")
-    p.add_argument("--dtype", default="bf16",
-                   help="bf16, fp16, fp32, fp8-tensor, fp8-channel or fp8-block128")
+    options.shape(p, many=False)
+    options.dtype(p)
     p.add_argument("--routing", default="uniform", help="uniform | balanced | zipf:S | hot:P")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
-                   help="default: cuda when a GPU is visible, else cpu")
+    options.device(p)
     p.add_argument("--iters", type=int, default=5, help="profiled calls (table is per call)")
     p.add_argument("--trace", default=None,
                    help="Chrome trace path (.json.gz; default out/traces/<point>.json.gz)")

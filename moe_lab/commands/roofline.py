@@ -9,6 +9,7 @@ from __future__ import annotations
 from .. import backends
 from ..devices import DEVICE_SPECS, Ceilings, ceilings_for
 from ..errors import UsageError
+from . import options
 from ..problems import FP8_SCHEMES, make_problem, parse_model, parse_tokens
 from ..roofline import add_roofline_columns, bound, cost, floor_us, intensity, roof_basis
 from ..store import RunStore, atomic_write_parquet, open_run
@@ -50,7 +51,7 @@ def configure(parser) -> None:
                              "results with the ceilings of the run's device (measured ones from "
                              "data/ceilings when committed) and record that in its manifest")
     parser.add_argument("--tokens", default="1-8192", help="1,64,1024 or 1-8192 (powers of two)")
-    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--tp", type=int, default=options.TP_DEFAULT, help="tensor-parallel size")
     parser.add_argument("--ep", type=int, default=1, help="expert parallel size (== tp when > 1)")
     parser.add_argument("--dtype", default="bf16", help="bf16, fp16 or an fp8 scheme: fp8-tensor, "
                         "fp8-channel, fp8-block128 (fp32 has no quoted peak)")

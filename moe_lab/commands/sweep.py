@@ -11,10 +11,10 @@ import sys
 import torch
 
 from .. import backends as registry
-from ..correctness import THRESHOLDS, resolve_device
+from ..correctness import resolve_device
 from ..environment import device_name
 from ..errors import UsageError
-from . import default_data_dir_arg
+from . import default_data_dir_arg, options
 from ..modes import parse_modes
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
 from ..routing import parse_routing
@@ -51,10 +51,7 @@ def configure(p):
     p.add_argument("--models", default=None,
                    help="comma-separated presets or custom:... (default: the four seed models "
                         "on GPU; qwen3-30b-a3b on CPU)")
-    p.add_argument("--tp", default="8", help="tensor-parallel size(s)")
-    p.add_argument("--ep", default=None, help="expert-parallel size(s), 1 = none "
-                   "(default: 1,8 on GPU, 1 on CPU)")
-    p.add_argument("--ep-rank", type=int, default=0, help="EP rank whose experts are measured")
+    options.shape(p)
     p.add_argument("--tokens", default=None,
                    help="token counts, e.g. 1,64,1024 or 1-8192 (default: 1-8192 on GPU, 1-64 on CPU)")
     p.add_argument("--backends", default=None,
@@ -62,11 +59,7 @@ def configure(p):
     p.add_argument("--modes", default=None,
                    help="eager,graph and/or compile:<variant>[:dynamic] (default: eager,graph on "
                         "GPU, eager on CPU)")
-    p.add_argument("--config", default="default", metavar="default|tuned|PATH[,...]",
-                   help="launch configurations of tunable backends (aiter-triton), each its own "
-                        "point: their own (default), the tuned files of this device under "
-                        "data/configs/<device>/ (tuned; a shape without one is an unsupported "
-                        "row saying so), or a config file; e.g. default,tuned")
+    options.config(p)
     p.add_argument("--glue", default="fused", metavar="fused|naive[,...]",
                    help="the glue between kernels (SiLU*mul, activation quantisation, combine) "
                         "of backends that offer a choice, each its own point: the fused kernels "
@@ -74,10 +67,9 @@ def configure(p):
                         "kernel; default) or naive PyTorch elementwise glue; e.g. fused,naive")
     p.add_argument("--routing", default="uniform", help="comma-separated: uniform, balanced, "
                    "zipf:S, hot:P")
-    p.add_argument("--dtype", default="bf16", choices=sorted(THRESHOLDS))
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
-    p.add_argument("--data-dir", default=None, help="where run folders live "
-                   "(default: $MOE_LAB_DATA, else the checkout's data/runs)")
+    options.dtype(p)
+    options.device(p)
+    options.data_dir(p)
     p.add_argument("--run-id", default=None,
                    help="folder name (default: derived from device and arguments, so the same "
                         "command resumes)")
@@ -132,7 +124,7 @@ def run(args) -> int:
         from ..distributed.launch import run_nproc
         return run_nproc(args, device, models, tokens, routings, modes, backends)
     tps = parse_int_list(args.tp)
-    eps = parse_int_list(args.ep or ("1,8" if gpu else "1"))
+    eps = parse_int_list(options.default_eps(args.ep, gpu))
     # validate every sharding before measuring anything
     for m in models:
         for tp in tps:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 import sys
 
-import torch
 
-from ..correctness import default_device
+from ..correctness import resolve_device
 from ..environment import device_name
 from ..errors import UsageError
-from . import default_data_dir_arg
+from . import default_data_dir_arg, options
 from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
 from ..routing import parse_routing
 from ..configs import configs_dir_for
@@ -26,18 +25,16 @@ def configure(p):
     p.add_argument("--models", default=None,
                    help="presets or custom:... (default: the four seed models on GPU, "
                         "qwen3-30b-a3b on CPU)")
-    p.add_argument("--tp", default="8", help="tensor-parallel size(s)")
-    p.add_argument("--ep", default="1,8", help="expert-parallel size(s), 1 = none")
+    options.shape(p)
     p.add_argument("--tokens", default=TUNE_TOKENS,
                    help="token counts to tune (config files are keyed by them; a caller uses "
                         "the nearest)")
-    p.add_argument("--dtype", default="bf16")
+    options.dtype(p)
     p.add_argument("--routing", default="uniform")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    options.device(p)
     p.add_argument("--run-id", default=None, help="folder under --data-dir (default: "
                    "tune-<backend>-<device>; the same command resumes it)")
-    p.add_argument("--data-dir", default=None, help="where run folders live "
-                   "(default: $MOE_LAB_DATA, else the checkout's data/runs)")
+    options.data_dir(p)
     p.add_argument("--configs-dir", default=None,
                    help="where the winners go (default: data/configs/<device-slug>)")
     p.add_argument("--budget", type=float, default=None, metavar="S",
@@ -51,9 +48,7 @@ def configure(p):
 
 def run(args) -> int:
     args.data_dir = args.data_dir or default_data_dir_arg()
-    device = args.device or default_device()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no GPU is visible to torch")
+    device = resolve_device(args.device)
     models = split_models(args.models) if args.models else (
         list(SEED_MODELS) if device == "cuda" else ["qwen3-30b-a3b"])
     for m in models:
@@ -63,7 +58,8 @@ def run(args) -> int:
     if args.budget is not None and not args.budget > 0:
         raise UsageError("--budget must be a positive number of seconds")
     shards = [[make_problem(m, t, args.dtype, tp, ep) for t in tokens]
-              for m in models for tp in parse_int_list(args.tp) for ep in parse_int_list(args.ep)]
+              for m in models for tp in parse_int_list(args.tp)
+              for ep in parse_int_list(options.default_eps(args.ep, device == "cuda"))]
     dev = device_name(device)
     run_dir = os.path.join(args.data_dir, args.run_id or f"tune-{args.backend}-{device_slug(dev)}")
     tuner = Tuner(args.backend, device, run_dir, args.configs_dir or configs_dir_for(dev),

@@ -1,0 +1,59 @@
+"""The options verbs share, declared once: one name, one default, one meaning each.
+
+    options.shape(p, many=True)       --tp, --ep, --ep-rank
+    options.dtype(p)                  --dtype (choices: the dtypes with a correctness limit)
+    options.device(p)                 --device (cuda when torch sees a GPU, else cpu)
+    options.data_dir(p)               --data-dir
+    options.config(p, many=True)      --config default|tuned|PATH
+
+`many`: the verb takes a list (sweep, check, tune: "1,8") or one value (profile, roofline).
+"""
+from __future__ import annotations
+
+from ..correctness import THRESHOLDS
+
+TP_DEFAULT = 8  # every seed claim is a TP8 deployment
+
+
+def shape(p, many: bool = True, ep_default: str | None = None) -> None:
+    if many:
+        p.add_argument("--tp", default=str(TP_DEFAULT), help="tensor-parallel size(s), e.g. 8 or 4,8")
+        p.add_argument("--ep", default=ep_default,
+                       help="expert-parallel size(s), 1 = none, e.g. 1,8 for both"
+                            + ("" if ep_default else " (default: 1,8 on a GPU, 1 on a CPU)"))
+    else:
+        p.add_argument("--tp", type=int, default=TP_DEFAULT, help="tensor-parallel size")
+        p.add_argument("--ep", type=int, default=1,
+                       help="expert-parallel size, 1 = none (== tp when > 1)")
+    p.add_argument("--ep-rank", type=int, default=0, help="the EP rank whose experts are held")
+
+
+def default_eps(args_ep: str | None, gpu: bool) -> str:
+    """The EP sizes of a list-taking verb: as given, else 1,8 on a GPU and 1 on a CPU."""
+    return args_ep or ("1,8" if gpu else "1")
+
+
+def dtype(p) -> None:
+    p.add_argument("--dtype", default="bf16", choices=sorted(THRESHOLDS),
+                   help="bf16, fp16, fp32 or an fp8 scheme as checkpoints ship it: fp8-tensor, "
+                        "fp8-channel, fp8-block128")
+
+
+def device(p) -> None:
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="default: cuda when torch sees a GPU, else cpu")
+
+
+def data_dir(p) -> None:
+    p.add_argument("--data-dir", default=None,
+                   help="where run folders live (default: $MOE_LAB_DATA, else the checkout's data/runs)")
+
+
+def config(p, many: bool = True) -> None:
+    p.add_argument("--config", default="default",
+                   metavar="default|tuned|PATH" + ("[,...]" if many else ""),
+                   help="launch configurations of tunable backends (aiter-triton): their own "
+                        "(default), the tuned files of this device under data/configs/<device>/ "
+                        "(tuned; a shape without one is refused or an unsupported row saying so), "
+                        "or a config file" + ("; several, each its own point: default,tuned"
+                                              if many else ""))
