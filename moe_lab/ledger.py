@@ -54,7 +54,8 @@ from .devices import Ceilings, DeviceSpec, ceilings_for
 from .errors import UsageError
 from .problems import Problem, make_problem
 from .quant import BLOCK, scale_bytes
-from .roofline import _ELEM_BYTES, cost, peak_tflops, roof_bandwidth, sharding_name
+from .problems import sharding_name
+from .roofline import _ELEM_BYTES, cost, peak_tflops, roof_bandwidth
 
 GLUE = ("quant", "act", "align", "combine")
 GEMMS = ("gemm1", "gemm2")

@@ -16,7 +16,8 @@ from ..atomic import read_parquet
 from ..devices import Ceilings, ceilings_for
 from ..errors import UsageError
 from ..problems import make_problem
-from ..roofline import add_roofline_columns, sharding_name
+from ..problems import sharding_name
+from ..roofline import add_roofline_columns
 from ..store import data_dir, find_runs, open_run, read_json
 from . import style
 
@@ -43,7 +44,7 @@ def _tuned_and_default(r) -> bool:
     res = r.results
     if "config" not in res:
         return False
-    ok = res[res["status"] == "ok"]
+    ok = style.ok_rows(res)
     tuned = set(ok.loc[ok["config"] == TUNED, "backend"])
     return bool(tuned & set(ok.loc[ok["config"] == "default", "backend"]))
 
@@ -62,7 +63,7 @@ def open_tuned_run(run=None):
 
 def _ok(rows: pd.DataFrame, candidates=None) -> pd.DataFrame:
     """Correct, timed rows (of the (backend, config) candidates; None: all)."""
-    r = rows[(rows["status"] == "ok") & (pd.to_numeric(rows["median_us"], errors="coerce") > 0)]
+    r = style.ok_rows(rows)
     want = {tuple(c) for c in candidates or ()}
     return r if candidates is None else r[[x in want for x in zip(r["backend"], r["config"])]]
 
