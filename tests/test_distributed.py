@@ -122,6 +122,11 @@ def test_a_rank_that_raises_gives_rows_with_the_reason_on_every_rank_and_the_swe
     assert (good["status"] == "ok").all() and (good["max_rel_err"] < 2e-3).all()
     assert (good["median_us"] > 0).all() and (good["expert_us"] > 0).all()
     assert (good["predicted_us"] > 0).all() and (good["collective_us"] > 0).all()
+    # the prediction on every rank's row of a point: the slowest rank's expert time plus the
+    # slowest rank's collective, from the rows' own per-rank columns (not a mean over ranks)
+    for _, pt in good.groupby(["tokens", "routing", "parallel", "mode"]):
+        want = pt["expert_sync_us"].max() + pt["collective_us"].max()
+        assert len(pt) == 2 and (pt["predicted_us"] - want).abs().max() <= 1e-9 * want, pt
     # ranks differ in pairs under EP, not under TP
     tp = good[good["parallel"] == "tp-allreduce"]
     assert (tp.groupby(["tokens"])["pairs"].nunique() == 1).all()

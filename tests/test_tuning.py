@@ -73,11 +73,15 @@ def test_the_search_picks_the_fastest_real_timing_and_checks_it(tmp_path, chunke
         assert json.loads(w.config) == json.loads(fastest["full_config"])
         assert w.median_us <= w.default_us
         assert mine["max_rel_err"].notna().any()  # the winner was checked
-    # at 64 tokens (32 rows per expert) one-row chunks cost 32 matmuls per expert and GEMM:
-    # really slower than the default's two-row chunks and the big chunks the search finds
-    big = json.loads(win[win["tokens"] == 64]["config"].iloc[0])
-    assert big["gemm1"]["CHUNK"] >= 16
-    assert win[win["tokens"] == 64]["speedup"].iloc[0] > 1
+        # the speedup is the recorded default over the recorded winner (never below 1: the
+        # default is one of the candidates), and the winner is a configuration of the space
+        # that ran (never the CHUNK=128 that fails). No assertion on which CHUNK is faster:
+        # that depends on the machine and how busy it is (a timing assertion is a flake)
+        assert w.speedup == pytest.approx(w.default_us / w.median_us) and w.speedup >= 1
+        space = backends.get("torch-chunked").config_space(make_problem(MODEL, w.tokens, "fp32"))
+        default = backends.get("torch-chunked").default_config(make_problem(MODEL, w.tokens, "fp32"))
+        for stage, cfg in json.loads(w.config).items():
+            assert cfg in space[stage] + [default[stage]] and cfg["CHUNK"] <= 64
     # candidates that fail (CHUNK=128 'out of resource') are rows with their error
     failed = cand[cand["status"] == "failed"]
     assert len(failed) >= 2 and failed["error"].str.contains("out of resource").all()
@@ -146,14 +150,26 @@ def test_sweep_default_and_tuned_are_separate_points(tmp_path, chunked, monkeypa
     t = Tuner("torch-chunked", "cpu", dev / "tune", configs_dir_for(device_name("cpu")),
               rep_ms=5, warmup_ms=1, progress=False)
     t.run([[make_problem(MODEL, n, "fp32", 1, 1) for n in (16, 64)]])
+    given = []  # the configuration each prepare of the tunable backend is handed
+    cls = type(backends.get("torch-chunked"))
+    real = cls.prepare
+
+    def spy(self, problem, weights, config=None):
+        given.append(config)
+        return real(self, problem, weights, config=config)
+    monkeypatch.setattr(cls, "prepare", spy)
     assert main(base + ["--config", "default,tuned", "--run-id", "s1"]) == 0
     r = pd.read_parquet(tmp_path / "runs" / "s1" / "results.parquet")
     mine = r[r["backend"] == "torch-chunked"].set_index(["tokens", "config"])
     assert set(mine["status"]) == {"ok"} and len(mine) == 4 and r["point_id"].is_unique
-    # 64 tokens: 32 rows per expert, where the default's two-row chunks really cost more;
-    # at 16 tokens (8 rows) the gap is small next to a shared CPU's noise: not slower
-    assert mine.loc[(64, "tuned"), "median_us"] < mine.loc[(64, "default"), "median_us"]
-    assert mine.loc[(16, "tuned"), "median_us"] < 1.15 * mine.loc[(16, "default"), "median_us"]
+    assert (mine["median_us"] > 0).all()
+    # the tuned points ran the tuned files, the default points the backend's own choice
+    # (which one is faster is the machine's business: no timing assertion here)
+    tuned = load_tuned("torch-chunked", make_problem(MODEL, 16, "fp32", 1, 1),
+                       device_name("cpu"), configs_dir_for(device_name("cpu")))
+    assert tuned is not None and None in given
+    assert [c for c in given if c is not None] and \
+        all(c == tuned for c in given if c is not None)
 
 
 @pytest.mark.parametrize("value,msg", [("/nope/x.json", "neither default, tuned nor"),

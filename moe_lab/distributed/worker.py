@@ -63,6 +63,12 @@ def _median(xs):
     return summarize(xs).median_us
 
 
+def predict_us(expert_us_per_rank, collective_us_per_rank) -> float:
+    """The layer's predicted time: every rank waits for the slowest, so the slowest rank's
+    expert time plus the slowest rank's collective (never a mean over ranks)."""
+    return max(expert_us_per_rank) + max(collective_us_per_rank)
+
+
 class Worker:
     def __init__(self, spec: dict, rank: int, world: int, local_rank: int):
         self.spec, self.rank, self.world = spec, rank, world
@@ -349,7 +355,7 @@ class Worker:
             exp = [_median(x["comp"]) for x in states]
             coll = [_median(x["coll"]) for x in states]
             pairs = [x["pairs"] for x in states]
-            point = dict(layer_us=timing.median_us, predicted_us=max(exp) + max(coll),
+            point = dict(layer_us=timing.median_us, predicted_us=predict_us(exp, coll),
                          imbalance=max(pairs) / (sum(pairs) / len(pairs)) if sum(pairs) else 1.0,
                          imbalance_time=max(exp) / (sum(exp) / len(exp)))
         for mode in modes:

@@ -36,7 +36,7 @@ def _wrapped(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["status"] == "ok"] if "status" in df else df
+    return style.ok_rows(df)
 
 
 def _compile_rows(run) -> pd.DataFrame:
@@ -265,8 +265,7 @@ def fig_gap(run) -> Figure:
                      "rows; the compiled layer includes the router", fontsize=9, color="C3")
     # the rows drawn: the compiled ones and the baselines they were divided by
     rows = _rows(run, gap["point_id"])
-    base = run.results[(run.results["mode"].isin([BASELINE_MODE, "eager"]))
-                       & (run.results["status"] == "ok")]
+    base = _ok(run.results[run.results["mode"].isin([BASELINE_MODE, "eager"])])
     rows = pd.concat([rows, base[base["backend"].isin(gap["backend"])
                                  & base["tokens"].isin(gap["tokens"])]])
     return style.finish(fig, run, rows, legend_title="mode",

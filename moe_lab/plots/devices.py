@@ -32,9 +32,9 @@ def rows_for(runs, models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, dtype=
     and a `series` label naming device, backend, configuration and source."""
     out = []
     for run in (open_run(r) for r in runs):
-        r = run.results
-        sel = r[(r["status"] == "ok") & r["model"].isin(list(models)) & (r["tp"] == tp)
-                & (r["ep"] == ep) & (r["dtype"] == dtype) & (r["median_us"] > 0)]
+        r = style.ok_rows(run.results)
+        sel = r[r["model"].isin(list(models)) & (r["tp"] == tp) & (r["ep"] == ep)
+                & (r["dtype"] == dtype)]
         if "mode" in sel and (sel["mode"] == mode).any():
             sel = sel[sel["mode"] == mode]
         if "act_type" in sel:  # aiter's tables: the seed models' SiLU, weight after stage 2
@@ -121,8 +121,8 @@ def richest_run(models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, mode="gra
     from ..store import find_runs
     best, n_best = None, 0
     for r in find_runs(has=mode):  # newest first
-        res = r.results
-        n = int(((res["status"] == "ok") & (res["mode"] == mode) & res["model"].isin(list(models))
+        res = style.ok_rows(r.results)
+        n = int(((res["mode"] == mode) & res["model"].isin(list(models))
                  & (res["tp"] == tp) & (res["ep"] == ep)).sum())
         if n > n_best:
             best, n_best = r.run_id, n

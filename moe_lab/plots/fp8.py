@@ -55,7 +55,7 @@ def with_dtype(run: Run, dtype: str | None) -> Run:
 
 def _ok(run: Run) -> pd.DataFrame:
     r = run.results
-    r = r[(r["status"] == "ok") & r["median_us"].notna()]
+    r = style.ok_rows(r)
     if "parallel" in r:  # single-process rows only
         r = r[r["parallel"].isna() | (r["parallel"].astype(str) == "")]
     return r.assign(run_id=run.run_id)

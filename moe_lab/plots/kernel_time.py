@@ -23,7 +23,7 @@ SPEEDUP_TOKENS = (1, 16, 64, 256, 1024, 4096, 8192)
 
 def ok_times(rows: pd.DataFrame) -> pd.DataFrame:
     """Only correct, timed points (status ok and a median), with a `sharding` column."""
-    r = rows[(rows["status"] == "ok") & rows["median_us"].notna()].copy()
+    r = style.ok_rows(rows).copy()
     r["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(r["tp"], r["ep"])]
     return r
 

@@ -179,6 +179,16 @@ def shared_legend(fig: Figure, handles=None, labels=None, title: str | None = No
                       title_fontsize=fontsize, frameon=False)
 
 
+def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Correct, timed rows: status `ok` (where the frame has a status) and a median_us > 0.
+    Every figure and table of moe_lab.plots selects its rows with this one rule: a row
+    that is `incorrect` (or failed, oom, timed out) is never drawn, whatever time it has."""
+    d = df[df["status"] == "ok"] if "status" in df.columns else df
+    if "median_us" in d.columns:
+        d = d[pd.to_numeric(d["median_us"], errors="coerce") > 0]
+    return d
+
+
 def _values(rows: pd.DataFrame | None, col: str) -> list[str]:
     if rows is None or col not in rows or not len(rows):
         return []
