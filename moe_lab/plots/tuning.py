@@ -38,22 +38,24 @@ TARGETS = (Target("<16 tokens: >= 50% of roof", 1, 15, "pct_of_roof", 50.0),
 
 # --- which run, which rows ---------------------------------------------------------------
 
-def _tuned_and_default(r) -> bool:
-    """ok rows of one backend with both config 'tuned' and 'default': what the notebook
-    compares (a run of tuned rows alone has nothing to put them against)."""
+def _tuned_and_default(r) -> int:
+    """How many ok points a run has of a backend measured both 'tuned' and 'default' (what
+    the notebook compares; a run of tuned rows alone has nothing to put them against)."""
     res = r.results
     if "config" not in res:
-        return False
+        return 0
     ok = style.ok_rows(res)
-    tuned = set(ok.loc[ok["config"] == TUNED, "backend"])
-    return bool(tuned & set(ok.loc[ok["config"] == "default", "backend"]))
+    both = set(ok.loc[ok["config"] == TUNED, "backend"]) & set(ok.loc[ok["config"] == "default", "backend"])
+    return int(ok["backend"].isin(both).sum())
 
 
 def open_tuned_run(run=None):
-    """`run`, or None: the newest run (find_runs) with ok rows of one backend both 'tuned'
-    and 'default'; UsageError when the run given, or every run, has none."""
+    """`run`, or None: of the runs (find_runs) with ok rows of one backend both 'tuned' and
+    'default', the one with the most such points (the fullest picture; ties: the newest);
+    UsageError when the run given, or every run, has none."""
     runs = [open_run(run)] if run is not None else find_runs()
-    found = [r for r in runs if _tuned_and_default(r)]
+    found = sorted((r for r in runs if _tuned_and_default(r)), key=_tuned_and_default,
+                   reverse=True)  # stable: among equals find_runs' newest-first order stays
     if not found:
         where = f"run {runs[0].run_id} has no" if run else f"no run under {data_dir()} has"
         raise UsageError(f"{where} ok rows of a backend both tuned and default: run "
@@ -314,9 +316,13 @@ def glue_before_after(after_run, before_run=GLUE_BEFORE_RUN, model="deepseek-r1"
         r = measured(run, mode)[0]
         r = _ok(r[(r["model"] == model) & (r["sharding"] == sharding) & (r["tokens"] == tokens)],
                 [(backend, DEFAULT)])
+        if r.empty:  # this run has no such point: nothing to put beside the other
+            continue
         tabs.append(_with_phases(r.assign(rank=rank), run.kernels, run.run_id))
         k = run.kernels[run.kernels["point_id"].isin(r["point_id"])]
         kern[rank] = k.groupby(["phase", [kernel_label(n) for n in k["kernel"]]])["total_us"].sum()
+    if not tabs:
+        return pd.DataFrame(), pd.DataFrame(columns=["before", "after", "change"])
     k = pd.concat(kern, axis=1).reindex(columns=["before", "after"]).fillna(0.0)
     k = k.assign(change=k["after"] - k["before"]).rename_axis(["phase", "kernel"])
     return (pd.concat(tabs, ignore_index=True).fillna(0.0),
