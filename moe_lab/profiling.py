@@ -71,14 +71,18 @@ PATTERNS: list[tuple[re.Pattern, str]] = [(re.compile(p, f), k) for p, f, k in [
     # GEMM helpers
     (r"splitKreduce|splitK_reduce|reduce_splitk", _I, GEMM_AUX),
     (r"prepare_grouped_gemm_data", _I, GEMM_PREP),
-    # MoE / grouped / library GEMMs: stage by order
-    (r"fused_moe_kernel|fused_moe_persistent|kernel_moe_gemm|MoeFlatmm|moe_gemm|_moe_mm", _I, GEMM),
+    # MoE / grouped / library GEMMs: stage by order (aiter's fused_moe_silu / _gelu run
+    # gemm1 with the activation in its epilogue: a GEMM, not the act glue)
+    (r"fused_moe_kernel|fused_moe_(silu|gelu)_kernel|fused_moe_persistent|kernel_moe_gemm|MoeFlatmm|moe_gemm|_moe_mm", _I, GEMM),
     (r"grouped_?(gemm|mm)|GroupProblemShape|GemmUniversal|cutlass|Kernel2|xmma_gemm|"
      r"s16816gemm|s1688gemm|nvjet|gemm|Cijk_|wvSplitK|LLGemm|"
      r"^aten::(mm|matmul|bmm|addmm|baddbmm|linear|_grouped_mm|_scaled_grouped_mm|_scaled_mm\w*)$", _I, GEMM),
     # router
     (r"topk|top_k_per|softmax|sigmoid|moe_fused_gate|gating|"
      r"^aten::(topk|_softmax|softmax|sigmoid)$", _I, "route"),
+    # SiLU*mul with gemm2's quantisation in one kernel (aiter's act_mul_and_*_quant,
+    # moe_lab.glue's fused act step): the activation, which also writes fp8
+    (r"act_mul_and_\w*quant", _I, "act"),
     # quantisation
     (r"quant|data_to_scale|scaled_fp8|per_token_group|fp8_conversion", _I, "quant"),
     # activation

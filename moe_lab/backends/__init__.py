@@ -26,6 +26,8 @@ on the class:
                       bf16 (or fp16/fp32) check or sweep (named explicitly, it gives rows)
     tunable           has launch configurations that `moe-lab tune` searches (then it also
                       implements config_space, default_config and config files, below)
+    glues             the glue variants it offers (moe_lab.glue.GLUES, its default first);
+                      () = no glue choice. One that offers them takes prepare(..., glue=)
     available() -> (bool, reason)             can it run on this machine at all?
     supports(problem, device) -> (bool, reason)
     prepare(problem, weights) -> fn           layout conversion etc., outside timing;
@@ -76,6 +78,7 @@ class Backend:
     tunable = False
     quant_schemes: tuple[str, ...] = ()
     fp8_only = False
+    glues: tuple[str, ...] = ()  # e.g. ("fused", "naive"): prepare(..., glue=) takes one
 
     def available(self) -> tuple[bool, str]:
         return True, ""

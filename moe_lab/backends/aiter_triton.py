@@ -1,11 +1,19 @@
 """`aiter-triton`: aiter's Triton MoE kernels (`aiter.ops.triton`), on ROCm and CUDA.
 
-Pipeline, as vLLM's Triton `fused_experts` does it:
+Pipeline, as vLLM's Triton `fused_experts` does it (the glue steps, marked *, are
+moe_lab.glue's; `glue="fused"`, the default, is shown, `glue="naive"` in brackets):
   moe_align_block_size_triton  sort (token, slot) pairs by expert, pad each expert to BLOCK_M
+* quant (fp8-block128)         x -> fp8 [T, H] + [T, H/128] scales in one kernel (ours, or
+                               aiter's fused_flatten_fp8_group_quant: glue.GROUP_QUANT)
+                               [moe_lab.quant's ~8 kernels]
   moe_op.fused_moe (gemm1)     x @ w1^T -> [T, k, 2I]
-  silu(gate) * up              PyTorch elementwise
-  moe_op.fused_moe (gemm2)     a @ w2^T -> [T, k, H], router weight applied
-  sum over k                   PyTorch reduce
+* act                          bf16/fp16 and fp8-tensor: silu(gate) * up, one kernel of ours
+                               [F.silu, mul_]; fp8-block128: SiLU*mul and the 1x128 group
+                               quantisation of gemm2's input in one kernel (ours, or aiter's
+                               act_mul_and_fp8_group_quant) [silu, mul, moe_lab.quant]
+  moe_op.fused_moe (gemm2)     a @ w2^T -> [T, k, H], router weight applied (fp8-tensor:
+                               fused_moe quantises A itself, per tensor, in both GEMMs)
+* combine                      sum over k: one kernel of ours, fp32 in registers [c2.sum(1)]
 
 Details that matter for correctness:
   * `import aiter` runs aiter/__init__.py, which needs ROCm. Off ROCm we register empty
@@ -31,7 +39,7 @@ import types
 
 import torch
 
-from .. import quant
+from .. import glue as glue_mod
 from . import Backend, Weights, register
 from ._aiter_fp8 import TRITON_NO_CHANNEL, TRITON_SCHEMES, fit_block_k, triton_fp8_fixed
 from ._triton_configs import file_names, gemm_space, nearest
@@ -72,6 +80,22 @@ def load_aiter_triton():
     moe_op = importlib.import_module("aiter.ops.triton.moe_op")
     align = importlib.import_module("aiter.ops.triton.moe_align_block_size")
     return moe_op, align
+
+
+def load_aiter_glue():
+    """aiter's Triton glue modules (activation, fused_fp8_quant, quant) for moe_lab.glue.
+    They read `aiter.dtypes.fp8` (the device's fp8 dtype, from ROCm-only code) at import
+    as a default argument: off ROCm our package stub gets a stand-in `dtypes` whose fp8
+    is e4m3fn; moe_lab.glue always passes the scheme's dtype explicitly."""
+    load_aiter_triton()
+    pkg = sys.modules["aiter"]
+    if getattr(pkg, "__moe_lab_stub__", False) and not hasattr(pkg, "dtypes"):
+        dtypes = types.ModuleType("aiter.dtypes")
+        dtypes.fp8 = torch.float8_e4m3fn
+        dtypes.__moe_lab_stub__ = True
+        pkg.dtypes = dtypes
+    return tuple(importlib.import_module(f"aiter.ops.triton.{m}")
+                 for m in ("activation", "fused_fp8_quant", "quant"))
 
 
 def load_silu_fused():
@@ -210,6 +234,7 @@ class AiterTritonBackend(Backend):
     tunable = True
     quant_schemes = TRITON_SCHEMES  # fp8-channel: no per-channel fp8 path (_aiter_fp8)
     fused_silu = False  # gemm1 through aiter's fused_moe_silu (SiLU*mul in its epilogue)
+    glues = glue_mod.GLUES
 
     def available(self):
         if aiter_root() is None:
@@ -254,10 +279,20 @@ class AiterTritonBackend(Backend):
     def config_files(self, problem, device_name: str) -> dict:
         return file_names(problem.local_experts, problem.inter, device_name, problem.dtype)
 
-    def prepare(self, problem, weights: Weights, config: dict | None = None):
+    def glue_steps(self, problem) -> tuple[str, ...]:
+        """The moe_lab.glue steps this backend runs for a problem (module doc)."""
+        if self.fused_silu:
+            return ("combine",)
+        if problem.dtype == "fp8-block128":
+            return ("quant", "act_quant", "combine")
+        return ("act", "combine")
+
+    def prepare(self, problem, weights: Weights, config: dict | None = None,
+                glue: str = glue_mod.DEFAULT):
         """`config`: None (aiter's shipped configs by token count), or {"gemm1": c,
         "gemm2": c} where each c is one launch configuration or a table {M: config}
-        (the nearest M is used, as vLLM does)."""
+        (the nearest M is used, as vLLM does). `glue`: moe_lab.glue.GLUES; the variant
+        each step actually runs is `fn.glue` (a moe_lab.glue.Glue), `fn.glue_used`."""
         import triton.language as tl
         moe_op, align = load_aiter_triton()
         shipped = aiter_moe_configs(fp8=problem.is_fp8)
@@ -278,6 +313,11 @@ class AiterTritonBackend(Backend):
         gemm1, gemm2 = fused_moe_calls(moe_op.fused_moe, w1, w2, compute_type, woi, k,
                                        gemm1_fn, fp8)
         self.gemm_calls = (gemm1, gemm2)
+        G = glue_mod.Glue(glue, w1.device, steps=self.glue_steps(problem),
+                          scheme=scheme if block else None,
+                          fmt=qw.fmt if problem.is_fp8 else "e4m3fn",
+                          hidden=problem.hidden, inter=inter)
+        self.glue, self.glue_used = G, G.glue_used
 
         def pick(stage, T):
             if config is None:
@@ -333,27 +373,28 @@ class AiterTritonBackend(Backend):
                     r1 = dict(r1, num_tokens_post_padded=local.reshape(1))
                 gemm1(A=x, C=a, **r1)
             elif fp8 is not None:  # per tensor: fused_moe quantises A itself (A_scale unused);
-                # blocks: A in fp8 with [rows, K/128] scales (moe_lab.quant, phase `quant`).
+                # blocks: A in fp8 with [rows, K/128] scales (glue step `quant`, phase quant).
                 # Remote pairs' rows of c1 are never written: zeros, not garbage, since a
-                # per-tensor amax over `a` reads them
+                # per-tensor amax over `a` reads them (every glue step is row-wise: a zero
+                # row of c1 stays a zero row of `a`)
                 c1 = (torch.zeros if emap is not None else torch.empty)(
                     T, k, 2 * inter, dtype=x.dtype, device=x.device)
-                A, A_scale = quant.quantize_act(x, scheme, qw.fmt) if block else (x, None)
+                A, A_scale = G.quant(x) if block else (x, None)
                 gemm1(A=A, A_scale=A_scale, C=c1, **routing(cfg1))
                 g = c1.view(numel, 2 * inter)
-                a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
+                # blocks: SiLU*mul and gemm2's quantisation in one step (phase act)
+                A, A_scale = G.act_quant(g, inter) if block else (G.act(g, inter), None)
             else:
                 c1 = torch.empty(T, k, 2 * inter, dtype=x.dtype, device=x.device)
                 gemm1(A=x, C=c1, **routing(cfg1))
-                g = c1.view(numel, 2 * inter)
-                a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
+                a = G.act(c1.view(numel, 2 * inter), inter)
             c2 = torch.empty(T, k, x.shape[1], dtype=x.dtype, device=x.device)
             if fp8 is not None:
-                A, A_scale = quant.quantize_act(a, scheme, qw.fmt) if block else (a, None)
                 gemm2(A=A, A_scale=A_scale, C=c2, **routing(cfg2))
             else:
                 gemm2(A=a, C=c2, **routing(cfg2))
-            return c2.sum(dim=1) if k > 1 else c2.view(T, -1)
+            return G.combine(c2)
+        fn.glue, fn.glue_used = G, G.glue_used
         return fn
 
 

@@ -1,7 +1,9 @@
 """`aiter-triton-silu`: aiter's Triton MoE with SiLU*mul fused into the first GEMM
 (`aiter.ops.triton.moe_op_silu_fused.fused_moe_silu`): gemm1 writes the activated
 [T, k, I] instead of [T, k, 2I], and the separate activation kernel is gone. The rest
-(alignment, gemm2, the sum over k, EP's expert mask) is aiter-triton's.
+(alignment, gemm2, the sum over k, EP's expert mask) is aiter-triton's. Its one glue step
+is the combine (moe_lab.glue): `glue="fused"` (the default) sums the k slots in one kernel
+of ours with fp32 accumulation (phase combine), `glue="naive"` by c2.sum(dim=1).
 """
 from __future__ import annotations
 

@@ -1,18 +1,26 @@
 """`torch-fp8-grouped`: fp8-tensor and fp8-channel experts as two `torch._scaled_grouped_mm`
 calls (row-wise scaled FP8 grouped GEMM; CUDA sm90+), no host synchronisation, so a
-CUDA graph can capture it. Untested on a GPU so far (scripts/h200_fp8.sh checks it first).
+CUDA graph can capture it. Checked on an H200 (2026-12-01; with both glues at DeepSeek-R1
+TP8+EP8 and Llama-4 Scout TP8).
 
-The call, for T tokens, k slots, N = T*k pairs, E local experts:
+The call, for T tokens, k slots, N = T*k pairs, E local experts (steps 1, 4 and 5 are
+moe_lab.glue's: `glue="fused"`, the default, where Triton runs (CUDA); `glue="naive"`,
+and on a CPU, PyTorch; `fn.glue_used` says which ran):
   1. quant   x (times the router weight first, Llama-4) to fp8 with the scheme's dynamic
-             scales: one per tensor or one per token (moe_lab.quant; phase `quant`)
+             scales: one per tensor or one per token (phase `quant`). Fused: aiter's
+             dynamic_per_token_quant_fp8_i8 (one kernel) or dynamic_per_tensor_quant_fp8_i8
+             (an amax kernel and a scaling kernel); naive: moe_lab.quant (~8 kernels)
   2. route   one stable sort of the pairs by local expert (remote: key E, last); every
              expert's group padded to a multiple of ALIGN rows (FP8 grouped GEMMs want
              16-row aligned group starts), so the row of a sorted pair is its expert's
              padded start plus its rank in the group. Counts by index_add (no sync).
   3. gemm1   h = _scaled_grouped_mm(xs [R, H] fp8, w1^T [E, H, 2I] column-major,
              scale_a [R] (the row's token scale), scale_b [E, 2I], offs = padded ends)
-  4. act     a = silu(gate) * up, bf16; padding rows zeroed (their h is never written)
-  5. quant   a to fp8 (per tensor over all rows, or per row)
+  4. act     a = silu(gate) * up, bf16 (fused: one kernel of ours; naive: F.silu, mul_);
+             padding rows zeroed (their h is never written)
+  5. quant   a to fp8 (per tensor over all rows, or per row), as in 1. A padding row is
+             all zero: aiter's per-row quantiser gives it scale 0 and NaN values, which
+             stay in that row of y (rows are independent in the GEMM) and no pair reads
   6. gemm2   y = _scaled_grouped_mm(aq, w2^T [E, I, H], ...)
   7. combine out[t] = sum_j w_tj * y[row of (t, j)] by one embedding_bag, remote pairs
              pointing at a zero row (padding_idx), as torch-grouped does.
@@ -24,6 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .. import glue as glue_mod
 from .. import quant
 from . import Backend, Weights, register
 
@@ -37,13 +46,17 @@ def _row_scales(w_scale: torch.Tensor, n: int) -> torch.Tensor:
     return (s.view(-1, 1).expand(-1, n) if s.dim() == 1 else s).contiguous()
 
 
-def grouped_fp8_fn(problem, qw: quant.QuantWeights, expert_map, mm=None):
+def grouped_fp8_fn(problem, qw: quant.QuantWeights, expert_map, mm=None,
+                   glue: str = glue_mod.DEFAULT):
     """fn(x, topk_weights, topk_ids) -> out [T, H]; `mm` stands in for
-    torch._scaled_grouped_mm (tests on a CPU, where it has no kernel)."""
+    torch._scaled_grouped_mm (tests on a CPU, where it has no kernel). fn.glue: the
+    moe_lab.glue.Glue it runs, fn.glue_used: fused or naive."""
     mm = mm or torch._scaled_grouped_mm
     scheme, fmt = qw.scheme, qw.fmt
     E, two_i, H = qw.w1.shape
     inter, woi = two_i // 2, problem.weight_on_input
+    G = glue_mod.Glue(glue, qw.w1.device, steps=("quant", "act"), scheme=scheme, fmt=fmt,
+                      hidden=H, inter=inter)
     dev = qw.w1.device
     w1t, w2t = qw.w1.transpose(-2, -1), qw.w2.transpose(-2, -1)  # column-major views
     s1, s2 = _row_scales(qw.w1_scale, two_i), _row_scales(qw.w2_scale, H)
@@ -79,7 +92,7 @@ def grouped_fp8_fn(problem, qw: quant.QuantWeights, expert_map, mm=None):
         xin = x
         if woi:  # Llama-4, top-1: the router weight scales x before quantisation
             xin = (x.float() * topk_weights.reshape(T, k)[:, :1].float()).to(x.dtype)
-        xq, xs = quant.quantize_act(xin, scheme, fmt)
+        xq, xs = G.quant(xin)
         tok = order // k
         rows = torch.zeros(R + 1, H, dtype=xq.dtype, device=x.device)
         rows.view(torch.uint8).index_copy_(0, row_sorted, xq.index_select(0, tok).view(torch.uint8))
@@ -87,18 +100,19 @@ def grouped_fp8_fn(problem, qw: quant.QuantWeights, expert_map, mm=None):
         sa.index_copy_(0, row_sorted, (xs.expand(T, 1) if xs.numel() == 1 else xs).reshape(-1)
                        .index_select(0, tok))
         h = mm(rows[:R], w1t, sa[:R], s1, offs=ends, out_dtype=torch.bfloat16)
-        a = F.silu(h[:, :inter]) * h[:, inter:]
+        a = G.act(h, inter)
         # rows past the last group are never written by the GEMM: zero them (padding rows
         # inside a group are zero already: their x rows are zeros)
         used = torch.arange(R, device=x.device) < ends[-1]
         a = torch.where(used[:, None], a, torch.zeros((), dtype=a.dtype, device=a.device))
-        aq, a_s = quant.quantize_act(a, scheme, fmt)
+        aq, a_s = G.quant(a)
         y = mm(aq, w2t, a_s.reshape(-1).expand(R).contiguous() if a_s.numel() == 1
                else a_s.reshape(-1), s2, offs=ends, out_dtype=torch.bfloat16)
         y = torch.cat([y, y.new_zeros(1, H)])  # row R: remote pairs read zeros
         psw = None if woi else topk_weights.to(y.dtype)
         return F.embedding_bag(row.view(T, k), y, per_sample_weights=psw, mode="sum",
                                padding_idx=R).to(x.dtype)
+    fn.glue, fn.glue_used = G, G.glue_used
     return fn
 
 
@@ -109,6 +123,7 @@ class TorchFp8GroupedBackend(Backend):
                    "grouped GEMMs (CUDA sm90+), 16-row aligned groups")
     label, color = "torch-fp8-grouped", "tab:cyan"
     quant_schemes, fp8_only = SCHEMES, True
+    glues = glue_mod.GLUES
     # xs fp8 [R, H], h [R, 2I] bf16, a [R, I] bf16 and fp8, y [R, H] bf16 (R ~ T*k)
     intermediates = [("x fp8", "tokens", "H", 1), ("x gathered fp8", "all", "H", 1),
                      ("gemm1 out h", "all", "2I", "act"), ("act out a", "all", "I", "act"),
@@ -133,5 +148,7 @@ class TorchFp8GroupedBackend(Backend):
                            f"16 (H={problem.hidden}, I={problem.inter})")
         return True, ""
 
-    def prepare(self, problem, weights: Weights):
-        return grouped_fp8_fn(problem, weights.quant, weights.expert_map)
+    def prepare(self, problem, weights: Weights, glue: str = glue_mod.DEFAULT):
+        fn = grouped_fp8_fn(problem, weights.quant, weights.expert_map, glue=glue)
+        self.glue, self.glue_used = fn.glue, fn.glue_used
+        return fn

@@ -16,7 +16,11 @@ The call, for T tokens, k slots, N = T*k pairs (`fn` below):
                moves the output by up to 2% of its max on small random shapes, enough to
                fail the bf16 check.)
   3. gemm1     h = grouped_mm(xs, w1 viewed [E, H, 2I] column-major, offs)
-  4. act       a = silu(h_gate) * h_up, bf16 in and out (two kernels eagerly; `mul_` in place)
+  4. act       a = silu(h_gate) * h_up, bf16 in and out (moe_lab.glue): `glue="fused"` (the
+               default) one Triton kernel of ours, fp32 inside (phase act), where Triton
+               runs (CUDA, or its interpreter); `glue="naive"`, and on a CPU, F.silu then
+               `mul_` in place (two kernels). `fn.glue_used` says which ran. The combine
+               (6.) is already one kernel: it has no glue variant.
   5. gemm2     y = grouped_mm(a, w2 viewed [E, I, H], offs). Rows past offs[-1] (remote
                pairs and the spare row N) are NOT written: garbage, possibly NaN/Inf.
   6. combine   out[t] = sum_j w_tj * y[pos[t, j]] as ONE embedding_bag (sum mode,
@@ -44,6 +48,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .. import glue as glue_mod
 from . import Backend, Weights, register
 
 
@@ -61,7 +66,8 @@ _COMMON = [
     # 3./4. gemm1 writes the local rows; silu reads the gate half and mul the up half of
     #    every row (the unwritten remote rows too: their results are never used)
     ("gemm1 out h", "all", "2I", "act"),
-    # 4. silu(gate) -> a new [N, I] tensor, read back by the in-place mul
+    # 4. silu(gate) -> a new [N, I] tensor, read back by the in-place mul (glue="naive";
+    #    the fused act kernel writes none: this list counts the naive glue)
     ("silu(gate)", "all", "I", "act"),
     # 4. a = silu(gate) * up, written in place over it for all rows, read by gemm2
     ("act out a", "all", "I", "act"),
@@ -77,11 +83,14 @@ INTERMEDIATES = {
 }
 
 
-def grouped_moe_fn(problem, weights: Weights, combine: str | None = None):
-    """fn(x, topk_weights, topk_ids) -> out[T, H] for this rank's experts (module doc)."""
+def grouped_moe_fn(problem, weights: Weights, combine: str | None = None,
+                   glue: str = glue_mod.DEFAULT):
+    """fn(x, topk_weights, topk_ids) -> out[T, H] for this rank's experts (module doc);
+    fn.glue: the moe_lab.glue.Glue it runs, fn.glue_used: fused or naive."""
     combine = combine or "bag"
     if combine not in INTERMEDIATES:
         raise ValueError(f"combine must be one of {sorted(INTERMEDIATES)}, not {combine!r}")
+    G = glue_mod.Glue(glue, weights.w1.device, steps=("act",))
     E = weights.w1.shape[0]
     inter = problem.inter
     woi = problem.weight_on_input
@@ -122,8 +131,7 @@ def grouped_moe_fn(problem, weights: Weights, combine: str | None = None):
 
     def experts_out(xs, ends):
         h = torch._grouped_mm(xs, w1t, offs=ends)
-        a = F.silu(h[:, :inter])
-        a.mul_(h[:, inter:])
+        a = G.act(h, inter)  # row-wise: unwritten rows of h stay in rows nobody reads
         return torch._grouped_mm(a, w2t, offs=ends)
 
     def fn_bag(x, topk_weights, topk_ids):
@@ -157,7 +165,9 @@ def grouped_moe_fn(problem, weights: Weights, combine: str | None = None):
             return yk.sum(1) if k > 1 else yk.view(T, -1)
         return torch.bmm(topk_weights.to(x.dtype).view(T, 1, k), yk).view(T, -1)
 
-    return fn_bag if combine == "bag" else fn_bmm
+    fn = fn_bag if combine == "bag" else fn_bmm
+    fn.glue, fn.glue_used = G, G.glue_used
+    return fn
 
 
 @register
@@ -168,6 +178,7 @@ class TorchGroupedBackend(Backend):
     combine = "bag"  # "bag" (embedding_bag) or "bmm" (torch-grouped-bmm)
     # what this combine's fn writes and reads back; each entry explained above
     intermediates = INTERMEDIATES["bag"]
+    glues = glue_mod.GLUES
 
     def available(self):
         if not hasattr(torch, "_grouped_mm"):
@@ -189,5 +200,7 @@ class TorchGroupedBackend(Backend):
                            f"multiples of 16 (H={problem.hidden}, I={problem.inter})")
         return True, ""
 
-    def prepare(self, problem, weights: Weights):
-        return grouped_moe_fn(problem, weights, self.combine)
+    def prepare(self, problem, weights: Weights, glue: str = glue_mod.DEFAULT):
+        fn = grouped_moe_fn(problem, weights, self.combine, glue)
+        self.glue, self.glue_used = fn.glue, fn.glue_used
+        return fn
