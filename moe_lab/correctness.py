@@ -18,6 +18,7 @@ from . import backends
 from .backends.torch_ref import torch_moe
 from .problems import FP8_SCHEMES, Problem
 from .routing import make_routing
+from .errors import one_line  # noqa: F401 (re-exported: every verb imports it from here)
 
 # Pass/fail threshold on max|out-ref|/max|ref| per dtype. bf16 keeps 8 bits of mantissa:
 # rounding of the output alone is 2^-8 ~ 0.4% of an element, and the bf16 intermediate
@@ -157,11 +158,6 @@ def classify_exception(exc: BaseException) -> str:
     if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
         return "oom"
     return "failed"
-
-
-def one_line(exc: BaseException) -> str:
-    msg = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300]
 
 
 def check_backend(backend: backends.Backend, problem: Problem, weights: backends.Weights, inp: Inputs,

@@ -118,3 +118,9 @@ def _in_chain(exc: BaseException | None, cls: type) -> bool:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__ or getattr(exc, "inner_exception", None)
     return False
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, at most 300 characters: a failure as a row says it."""
+    msg = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300]

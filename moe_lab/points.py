@@ -93,7 +93,7 @@ def finish(row: dict, *, timing=None, problem=None, topk_ids=None, device: str =
         try:
             row.update(roofline_fields(problem, topk_ids, device))
         except Exception as exc:  # annotation: never lose a measurement for it
-            from .correctness import one_line
+            from .errors import one_line
             row["warning"] = "; ".join(x for x in (row.get("warning") or "",
                                                    f"roofline: {one_line(exc)}") if x)
     roof, med = row.get("roof_us", math.nan), row.get("median_us", math.nan)

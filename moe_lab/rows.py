@@ -52,9 +52,12 @@ COLUMNS: tuple[Column, ...] = (
     _c("wrapped", "bool", False, core=True, doc="compile: the backend as one custom op"),
     _c("config", "str", "default", core=True, doc="default, tuned or a config file"),
     _c("glue", "str", "", core=True,
-       doc="the glue between kernels: fused (the library's fused kernels, the default), "
-           "naive (PyTorch elementwise glue, a labelled variant), '' where a backend has no choice"),
+       doc="the glue between kernels (moe_lab.glue): fused (one kernel per step, the "
+           "default), aiter (aiter's own glue kernels where it ships one), naive (PyTorch "
+           "elementwise glue, a labelled variant), '' where a backend has no choice"),
     # what happened
+    _c("glue_used", "str", "", doc="the glue that ran (naive where a fused kernel cannot run here)"),
+    _c("glue_notes", "str", "", doc="per glue step that fell back to naive: why"),
     _c("status", "str", "ok", core=True, doc="one of " + ", ".join(STATUSES)),
     _c("error", "str", "", core=True),
     _c("median_us", "float", core=True, doc="median per-call time (eager: of the steady blocks)"),

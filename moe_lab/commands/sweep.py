@@ -60,11 +60,12 @@ def configure(p):
                    help="eager,graph and/or compile:<variant>[:dynamic] (default: eager,graph on "
                         "GPU, eager on CPU)")
     options.config(p)
-    p.add_argument("--glue", default="fused", metavar="fused|naive[,...]",
+    p.add_argument("--glue", default="fused", metavar="fused|aiter|naive[,...]",
                    help="the glue between kernels (SiLU*mul, activation quantisation, combine) "
-                        "of backends that offer a choice, each its own point: the fused kernels "
-                        "a deployment runs (aiter's fused Triton kernels, else a single-pass "
-                        "kernel; default) or naive PyTorch elementwise glue; e.g. fused,naive")
+                        "of backends that offer a choice, each its own point: one fused kernel "
+                        "per step as deployments run it (default; the faster of aiter's and "
+                        "ours where both exist), aiter (aiter's own glue kernels wherever it "
+                        "ships one), naive (PyTorch elementwise glue); e.g. fused,aiter,naive")
     p.add_argument("--routing", default="uniform", help="comma-separated: uniform, balanced, "
                    "zipf:S, hot:P")
     options.dtype(p)
@@ -171,13 +172,11 @@ def parse_part(text: str) -> tuple[int, int]:
     return i, n
 
 
-GLUES = ("fused", "naive")
-
-
 def parse_glues(text: str) -> list[str]:
     """`fused,naive` -> ["fused", "naive"] (UsageError naming a value that is neither)."""
+    from ..glue import GLUES
     out = list(dict.fromkeys(g.strip() for g in str(text).split(",") if g.strip()))
     bad = [g for g in out if g not in GLUES]
     if bad or not out:
-        raise UsageError(f"--glue {text!r}: give fused, naive or fused,naive")
+        raise UsageError(f"--glue {text!r}: give one or more of {', '.join(GLUES)}")
     return out
