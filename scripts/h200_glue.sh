@@ -6,9 +6,10 @@
 #              aiter-triton-silu tuned, torch-grouped (glue fused, the default); then
 #              glue=naive beside it at 64, 1024 and 4096 tokens (what fusion buys)
 #   STEP=fp8   FP8 as the seed models ship it (fp8-block128: DeepSeek-R1, Qwen3-235B at
-#              TP8+EP8; fp8-channel: Llama-4 Scout and Maverick at TP8), 1..8192 tokens,
-#              graph and eager, every FP8 backend (tuned aiter-triton where a file exists),
-#              naive glue at 64/1024/4096; first the FP8 checks (1, 64, 1024 tokens)
+#              TP8+EP8 with aiter-triton, default and tuned; fp8-channel: Llama-4 Scout and
+#              Maverick at TP8 with torch-fp8-grouped and torch-fp8), 1..8192 tokens, graph
+#              and eager; the glue variants (fused, aiter, naive) at 64/1024/4096; the bf16
+#              baseline of the same models in the same lease; CHECKS=1 adds the check report
 # Resumable: STAMP=<the first lease's YYYYMMDD> and the partial runs under data/runs
 # (committed or carried) make a rerun measure only what is missing. Each sweep is held to
 # its share of the command's minutes by `timeout` (a stopped sweep keeps what it wrote).
@@ -44,19 +45,23 @@ bf16_lane() {  # gpu ep share-of-the-time (percent)
     --config tuned --glue fused,naive --modes graph
 }
 
-fp8_lane() {  # gpu ep scheme models share-of-the-time (percent)
-  local g=$1 ep=$2 dt=$3 models=$4 pct=$5 sh=$([ $2 = 1 ] && echo tp8 || echo tp8ep8)
-  local s=$(( $(left) * pct / 100 )) be=torch-fp8-grouped,torch-fp8,aiter-triton,torch-fp8-dequant
-  CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 10 $(( s * 20 / 100 )) python3 -m moe_lab check \
-    --model $models --tokens 1,64,1024 --tp 8 --ep $ep --dtype $dt --backends torch,$be \
-    --seed 15 --out $B/checks/h200-glue-$dt-$sh-$STAMP.txt > $B/logs/check-$dt-$sh.log 2>&1
-  echo "check $dt $sh rc=$? ($(( $(date +%s) - t0 )) s)"; tail -1 $B/logs/check-$dt-$sh.log
+fp8_lane() {  # gpu ep scheme models backends share-of-the-time (percent)
+  local g=$1 ep=$2 dt=$3 models=$4 be=$5 pct=$6 sh=$([ $2 = 1 ] && echo tp8 || echo tp8ep8)
+  local s=$(( $(left) * pct / 100 ))
+  if [ "${CHECKS:-0}" = 1 ]; then  # the sweeps check every point anyway; this is the report
+    CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 10 $(( s * 20 / 100 )) python3 -m moe_lab check \
+      --model $models --tokens 1,64,1024 --tp 8 --ep $ep --dtype $dt --backends torch,$be \
+      --seed 15 --out $B/checks/h200-glue-$dt-$sh-$STAMP.txt > $B/logs/check-$dt-$sh.log 2>&1
+    echo "check $dt $sh rc=$? ($(( $(date +%s) - t0 )) s)"; tail -1 $B/logs/check-$dt-$sh.log
+    s=$(( s * 80 / 100 ))
+  fi
   sweep $g $(( s * 50 / 100 )) h200-glue-$dt-$sh-$STAMP --models $models --tp 8 --ep $ep \
     --tokens 1-8192 --dtype $dt --backends $be --config default,tuned --modes graph,eager
-  sweep $g $(( s * 15 / 100 )) h200-glue-naive-$dt-$sh-$STAMP --models $models --tp 8 --ep $ep \
+  sweep $g $(( s * 22 / 100 )) h200-glue-naive-$dt-$sh-$STAMP --models $models --tp 8 --ep $ep \
     --tokens 64,1024,4096 --dtype $dt --backends $be --glue fused,aiter,naive --modes graph
-  sweep $g $(( s * 15 / 100 )) h200-glue-bf16-base-$dt-$sh-$STAMP --models $models --tp 8 --ep $ep \
-    --tokens 1-8192 --backends aiter-triton,torch-grouped --config tuned --modes graph,eager
+  # the bf16 baseline of the same models in the same lease
+  sweep $g $(( s * 28 / 100 )) h200-glue-bf16-base-$dt-$sh-$STAMP --models $models --tp 8 \
+    --ep $ep --tokens 1-8192 --backends aiter-triton,torch-grouped --config tuned --modes graph
 }
 
 echo "$STEP on $NGPU GPU(s), budget $BUDGET s"
@@ -82,11 +87,12 @@ if [ "$STEP" = bf16 ]; then
   else bf16_lane 0 1 50; bf16_lane 0 8 100; fi
 elif [ "$STEP" = fp8 ]; then
   if [ "$NGPU" -ge 2 ]; then
-    fp8_lane 0 8 fp8-block128 deepseek-r1,qwen3-235b-a22b 100 &
-    fp8_lane 1 1 fp8-channel llama4-scout-16e,llama4-maverick-128e 100 & wait
+    fp8_lane 0 8 fp8-block128 deepseek-r1,qwen3-235b-a22b aiter-triton 100 &
+    fp8_lane 1 1 fp8-channel llama4-scout-16e,llama4-maverick-128e torch-fp8-grouped,torch-fp8 100 &
+    wait
   else
-    fp8_lane 0 8 fp8-block128 deepseek-r1,qwen3-235b-a22b 55
-    fp8_lane 0 1 fp8-channel llama4-scout-16e,llama4-maverick-128e 100
+    fp8_lane 0 8 fp8-block128 deepseek-r1,qwen3-235b-a22b aiter-triton 55
+    fp8_lane 0 1 fp8-channel llama4-scout-16e,llama4-maverick-128e torch-fp8-grouped,torch-fp8 100
   fi
 else
   echo "STEP must be bf16 or fp8" >&2; exit 2
