@@ -354,3 +354,37 @@ def targets_summary(targets_df: pd.DataFrame) -> pd.DataFrame:
                          f"{w['model']} {w['sharding']} {w['tokens']} {w['backend']}",
                          held_back_by="" if w is None else w["held_back_by"]))
     return pd.DataFrame(rows)
+
+
+# --- runs in, frames out (what notebooks and report call) ---------------------------------
+
+def runs_with_phases(runs=None) -> list:
+    """`runs` (ids or folders) opened, or None: every run that stored its phases
+    (phases.parquet: measured with the glue timed now) from the newest day any such run
+    started, newest first. UsageError when there is none."""
+    from .store import data_dir, find_runs, open_run
+    if runs is not None:
+        return [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
+    found = [r for r in find_runs() if len(r.phases)]
+    if not found:
+        raise UsageError(f"no run under {data_dir()} has stored phases (phases.parquet): "
+                         "run `moe-lab sweep` on a GPU first")
+    day = str(found[0].manifest.get("started", ""))[:10]
+    return [r for r in found if str(r.manifest.get("started", ""))[:10] == day]
+
+
+def of_runs(runs, mode: str = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(results, ledger) of several runs read together, each row with its `run_id`; the
+    results of `mode` only (None: every mode). A point measured by more than one of the
+    runs (a baseline sweep repeating another's point) is taken from the first run given."""
+    res, led, seen = [], [], set()
+    for r in runs:
+        rows = r.results if mode is None else r.results[r.results["mode"] == mode]
+        rows = rows[~rows["point_id"].astype(str).isin(seen)]
+        seen |= set(rows["point_id"].astype(str))
+        res.append(rows.assign(run_id=r.run_id))
+        led.append(ledger(rows, r.kernels, r.phases).assign(run_id=r.run_id))
+    nonempty = [x for x in led if len(x)]
+    return (pd.concat(res, ignore_index=True) if res else pd.DataFrame(),
+            pd.concat(nonempty, ignore_index=True) if nonempty else ledger(pd.DataFrame(
+                columns=["status", "median_us"]), None))
