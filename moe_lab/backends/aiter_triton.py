@@ -308,10 +308,13 @@ class AiterTritonBackend(Backend):
                 gemm1(A=x, C=a, **r1)
             elif fp8 is not None:  # per tensor: fused_moe quantises A itself (A_scale unused);
                 # blocks: A in fp8 with [rows, K/128] scales (glue step `quant`, phase quant).
-                # Remote pairs' rows of c1 are never written: zeros, not garbage, since a
-                # per-tensor amax over `a` reads them (every glue step is row-wise: a zero
-                # row of c1 stays a zero row of `a`)
-                c1 = (torch.zeros if emap is not None else torch.empty)(
+                # Remote pairs' rows of c1 are never written. Per tensor they must be zeros,
+                # not garbage, since the per-tensor amax over `a` reads them (every glue step
+                # is row-wise: a zero row of c1 stays a zero row of `a`). Per 1x128 group
+                # a row's scales are its own and gemm2 gives a remote block zeros without
+                # reading A, so no fill: it cost 80 us of 1673 at DeepSeek-R1 TP8+EP8, 4096
+                # tokens (h200-glue-fp8-block128-tp8ep8-20261201, phase `other`)
+                c1 = (torch.zeros if emap is not None and not block else torch.empty)(
                     T, k, 2 * inter, dtype=x.dtype, device=x.device)
                 A, A_scale = G.quant(x) if block else (x, None)
                 gemm1(A=A, A_scale=A_scale, C=c1, **routing(cfg1))
