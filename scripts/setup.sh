@@ -11,8 +11,21 @@ pip_q() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
 if "$PY" -c "import torch" 2>/dev/null; then
   echo "setup: using installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
 else
-  echo "setup: no torch found; installing the CPU build torch==2.13.0"
-  pip_q torch==2.13.0
+  # no torch: the CPU build, unless an NVIDIA GPU is here (ROCm users bring their own build).
+  # The plain index gives the CUDA build on most machines, so take PyTorch's CPU index; only
+  # where that index cannot be reached, the plain one (a mirror that carries the CPU wheel).
+  CPU_INDEX=https://download.pytorch.org/whl/cpu
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "setup: no torch found, an NVIDIA GPU is: installing torch==2.13.0 (CUDA build)"
+    pip_q torch==2.13.0
+  elif "$PY" -c "import urllib.request,sys; urllib.request.urlopen('$CPU_INDEX/torch/', timeout=8)" 2>/dev/null; then
+    echo "setup: no torch found; installing the CPU build torch==2.13.0 from $CPU_INDEX"
+    pip_q torch==2.13.0 --index-url "$CPU_INDEX"
+  else
+    echo "setup: no torch found and $CPU_INDEX cannot be reached; installing torch==2.13.0" \
+         "from the configured index (check that it is the CPU build: no nvidia-* packages)"
+    pip_q torch==2.13.0
+  fi
 fi
 extras="notebooks"
 [ "${1:-}" = "test" ] && extras="notebooks,test"
