@@ -284,7 +284,7 @@ class Sweep:
     def _measure_backend(self, prob, routing, bname, config, glue, modes, weights, inp, ref,
                          prepared, facts):
         from .eager_split import profiled_eager_us, trace_name
-        from .profiling import check_kernel_coverage, export_trace, profile_kernels
+        from .profiling import check_kernel_coverage, export_trace, kernel_us, profile_kernels
         from .timing import CaptureError, time_fn
         from .configs import config_for
         backend = registry.get(bname)
@@ -321,7 +321,7 @@ class Sweep:
             try:
                 with time_limit(self.point_timeout_s), native_log_filter():
                     kdf = profile_kernels(fn, inp.args(), iters=3, device=self.device)
-                    kus = float(kdf["total_us"].sum()) if len(kdf) else float("nan")
+                    kus = kernel_us(kdf) if len(kdf) else float("nan")
                     if self.traces_left > 0:
                         os.makedirs(os.path.join(self.run_dir, "traces"), exist_ok=True)
                         export_trace(fn, inp.args(), os.path.join(

@@ -246,7 +246,6 @@ class AiterTritonBackend(Backend):
         gemm1_fn = load_silu_fused().fused_moe_silu if self.fused_silu else None
         gemm1, gemm2 = fused_moe_calls(moe_op.fused_moe, w1, w2, compute_type, woi, k,
                                        gemm1_fn, fp8)
-        self.gemm_calls = (gemm1, gemm2)
         G = glue_mod.Glue(glue, w1.device, steps=self.glue_steps(problem),
                           scheme=scheme if block else None,
                           fmt=qw.fmt if problem.is_fp8 else "e4m3fn",
