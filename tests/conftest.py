@@ -69,3 +69,21 @@ def with_params(**params):
 def printed(outputs) -> str:
     """What the notebook printed (stream outputs), in order."""
     return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+
+
+def plugin_backend(filename: str, backend: str):
+    """A test backend from tests/data/plugin/<filename> registered the way discovery would
+    (its module under moe_lab.backends); a generator for a fixture: yields the module, then
+    unregisters it."""
+    import importlib.util
+
+    from moe_lab import backends
+    name = "moe_lab.backends." + filename.removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(ROOT, "tests", "data", "plugin", filename))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    yield mod
+    backends._REGISTRY.pop(backend, None)
+    sys.modules.pop(name, None)

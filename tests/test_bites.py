@@ -11,14 +11,13 @@ and that the rest of the suite let through (a mutation check found them):
 Plus the same weakness found elsewhere: timing statistics on data whose mean equals its
 median (summarize, the steady-block rule)."""
 import dataclasses
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import plugin_backend  # noqa: E402
 
 import moe_lab as ml
 from moe_lab import backends
@@ -102,15 +101,8 @@ TUNABLE = "custom:H=64,I=32,E=4,k=2"
 @pytest.fixture
 def chunked():
     """tests/data/plugin/torch_chunked.py registered the way discovery would."""
-    name = "moe_lab.backends.torch_chunked"
-    spec = importlib.util.spec_from_file_location(
-        name, ROOT / "tests" / "data" / "plugin" / "torch_chunked.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    yield mod
-    backends._REGISTRY.pop("torch-chunked", None)
-    sys.modules.pop(name, None)
+    for mod in plugin_backend("torch_chunked.py", "torch-chunked"):
+        yield mod
 
 
 def test_a_second_sweep_with_a_config_file_measures_the_new_points(tmp_path, chunked,
@@ -149,24 +141,27 @@ def test_a_second_sweep_with_a_config_file_measures_the_new_points(tmp_path, chu
 # --- 3. compare: inside the noise band is no change --------------------------------------
 
 def test_a_verdict_inside_the_noise_band_is_no_detectable_change():
-    from moe_lab.compare import NOISE, noise_of, verdict
+    from moe_lab.compare import verdict
     # compare.verdict(low, high, noise): the bootstrap interval of median(B) / median(A)
-    # against the band 1 +/- noise. An interval wholly below 1 but inside the band: no change
+    # against the band [exp(-noise), exp(noise)] (noise: the device's calibrated
+    # between-process noise in the mode, moe_lab.noise). Wholly below 1 but inside: no change
     assert verdict(0.985, 0.995, 0.02) == "no detectable change"
     assert verdict(1.005, 1.015, 0.02) == "no detectable change"
-    assert verdict(0.93, 0.97, noise_of("eager")) == "no detectable change"  # eager: +/-10%
+    assert verdict(0.93, 0.97, 0.10) == "no detectable change"  # a 10% band
     # beyond the band, a verdict each way
     assert verdict(0.90, 0.97, 0.02) == "faster"
     assert verdict(1.03, 1.10, 0.02) == "slower"
-    assert verdict(0.80, 0.88, noise_of("eager")) == "faster"
+    assert verdict(0.80, 0.88, 0.10) == "faster"
     # an interval that straddles the band's edge is not a change either
     assert verdict(0.97, 0.99, 0.02) == "no detectable change"
-    assert noise_of("graph") == NOISE["graph"] == 0.02
+    # no calibration: said so for an interval that excludes 1, never a guessed band
+    assert verdict(0.90, 0.97, None) == "no calibration"
 
 
 def test_compare_calls_a_one_percent_graph_change_no_detectable_change(tmp_path):
     """The band through compare(): B 1% faster with a tight interval, in graph mode."""
     from moe_lab.compare import compare
+    from moe_lab.noise import Calibration
     from moe_lab.store import RunStore, open_run
     rng = np.random.default_rng(3)
     runs = []
@@ -179,9 +174,12 @@ def test_compare_calls_a_one_percent_graph_change_no_detectable_change(tmp_path)
         st.append_samples({"p1": median * np.exp(rng.normal(0, 0.002, 400))})
         runs.append(open_run(tmp_path / name))
     a, b, c = runs
-    t = compare(a, b, n_resamples=500)
+    band = Calibration.of({"graph": 0.02})  # a 2% graph band, as if calibrated
+    t = compare(a, b, n_resamples=500, calibration=band)
     assert t["high"].iloc[0] < 1 and t["verdict"].iloc[0] == "no detectable change", t
-    assert compare(a, c, n_resamples=500)["verdict"].iloc[0] == "faster"
+    assert compare(a, c, n_resamples=500, calibration=band)["verdict"].iloc[0] == "faster"
+    # without a calibration for the device and mode the verdict says so
+    assert compare(a, b, n_resamples=500)["verdict"].iloc[0].startswith("no calibration for")
 
 
 # --- 4. a gain with a Unicode minus -------------------------------------------------------

@@ -1,12 +1,11 @@
 """moe-lab tune on the CPU, with a tunable CPU backend whose configurations really cost
 different amounts (tests/data/plugin/torch_chunked.py), and the config files it writes."""
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import plugin_backend  # noqa: E402
 
 from moe_lab import backends
 from moe_lab.cli import main
@@ -22,15 +21,8 @@ MODEL = "custom:H=64,I=32,E=4,k=2"
 @pytest.fixture(scope="module")
 def chunked():
     """Register the test backend the way discovery would (module in moe_lab.backends)."""
-    name = "moe_lab.backends.torch_chunked"
-    spec = importlib.util.spec_from_file_location(
-        name, ROOT / "tests" / "data" / "plugin" / "torch_chunked.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    yield "torch-chunked"
-    backends._REGISTRY.pop("torch-chunked", None)
-    sys.modules.pop(name, None)
+    for _ in plugin_backend("torch_chunked.py", "torch-chunked"):
+        yield "torch-chunked"
 
 
 def _tune(tmp_path, tokens=(16, 64), budget=None, run="t"):
