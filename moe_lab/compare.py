@@ -1,16 +1,24 @@
 """Compare two runs, or one run split by a column, point by point: the ratio of medians
 (B over A; below 1 means B is faster) with a bootstrap 95% interval from the kept per-call
-samples (scipy.stats.bootstrap), and a verdict that accounts for the mode's noise.
+samples (scipy.stats.bootstrap), and a verdict that needs the change to clear both that
+interval and the device's between-process noise in that mode (moe_lab.noise).
 
     table = compare(open_run("a"), open_run("b"))                   # two runs
     table = compare(run, run, by="config", values=("default", "tuned"))   # one run, split
+    cal = calibrate(open_run("a"), open_run("a2"))   # an A/A' pair -> data/noise/<device>.json
 
-Verdicts: `faster` / `slower` when the whole interval lies beyond the mode's noise band
-(1 +/- NOISE[mode]: graph replays repeat within a fraction of a percent on one host, eager
-calls carry host noise of 10-25%), else `no detectable change`. Points are never silently
-compared when they cannot be: different inputs (`inputs_digest`) -> `inputs differ`; no
-samples (runs made before samples were kept) -> `no samples`; present on one side only ->
-`only in A` / `only in B`.
+Verdicts: an interval that holds 1 is `no detectable change` (the samples alone show none;
+no band is needed to say so, so a run against itself is that at every point). Otherwise
+`faster` / `slower` when the whole interval lies outside the calibrated band
+[exp(-noise), exp(noise)] of the device and mode (noise.Bands; two devices: the larger
+band), `no detectable change` inside it, and `no calibration for <device> <mode>` when no
+A/A' pair calibrated that device and mode: the interval excludes 1, but without the
+between-process noise (eager on an H200: a ratio of 0.52-1.68 between two processes of one
+commit) a verdict would be a guess. The band is measured from A/A' pairs, not assumed; a
+compare of the very pair it was calibrated on is circular and says so (column
+`calibration`). Points are never silently compared when they cannot be: different inputs
+(`inputs_digest`) -> `inputs differ`; no samples (runs made before samples were kept) ->
+`no samples`; present on one side only -> `only in A` / `only in B`.
 """
 from __future__ import annotations
 
@@ -19,18 +27,13 @@ import math
 import numpy as np
 import pandas as pd
 
+from . import noise as noise_model
 from .errors import UsageError
 
 KEY = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "wrapped", "config",
        "tokens", "routing")
-# half-width of the band inside which a ratio is not taken for a change, per mode family
-NOISE = {"graph": 0.02, "eager": 0.10, "compile": 0.10, "other": 0.05}
 CONFIDENCE = 0.95
-
-
-def noise_of(mode: str) -> float:
-    mode = str(mode)
-    return NOISE["compile" if mode.startswith("compile") else mode if mode in NOISE else "other"]
+NO_CHANGE = "no detectable change"
 
 
 def ratio_interval(a, b, n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -50,12 +53,20 @@ def ratio_interval(a, b, n_resamples: int = 2000, seed: int = 0) -> tuple[float,
             float(res.confidence_interval.high))
 
 
-def verdict(lo: float, hi: float, noise: float) -> str:
-    if hi < 1 - noise:
+def verdict(lo: float, hi: float, noise: float | None,
+            uncalibrated: str = "no calibration") -> str:
+    """The interval [lo, hi] of B/A against 1 and the band [exp(-noise), exp(noise)]:
+    `faster`/`slower` only when it clears both; noise None (no calibration): `uncalibrated`
+    for an interval that excludes 1, `no detectable change` for one that holds it."""
+    if not (hi < 1 or lo > 1):
+        return NO_CHANGE
+    if noise is None or not math.isfinite(noise):
+        return uncalibrated
+    if hi < math.exp(-noise):
         return "faster"
-    if lo > 1 + noise:
+    if lo > math.exp(noise):
         return "slower"
-    return "no detectable change"
+    return NO_CHANGE
 
 
 def check_args(a, b, by: str | None = None, values=None, mode: str | None = None) -> None:
@@ -96,34 +107,80 @@ def _side(run, by=None, value=None) -> pd.DataFrame:
     return r.merge(s, on="point_id", how="left") if len(s) else r.assign(samples_us=None)
 
 
-def compare(a, b, by: str | None = None, values=None, n_resamples: int = 2000) -> pd.DataFrame:
-    """One row per point of A or B (see the module doc); `by`/`values` split a run by a
-    column (A = the rows where it is values[0], B = values[1]) and match on the rest."""
+def joined(a, b, by: str | None = None, values=None) -> tuple[pd.DataFrame, list[str]]:
+    """(the ok rows of A and B outer-joined on the point key, with samples, `_merge`, and
+    suffixes _a/_b; the key)."""
     if by is not None and (values is None or len(values) != 2):
         raise UsageError("--by needs two values, e.g. --by config --values default,tuned")
     ra = _side(a, by, values[0] if by else None)
     rb = _side(b, by, values[1] if by else None)
     key = [k for k in KEY if k != by]
-    j = ra.merge(rb, on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
+    return ra.merge(rb, on=key, how="outer", suffixes=("_a", "_b"), indicator=True), key
+
+
+def point_ratio(row: dict) -> tuple[float, str]:
+    """(B/A, what it is of) of a joined row: the ratio of sample medians when both sides
+    kept samples (what the interval is around), else of the rows' median_us."""
+    if _has(row.get("samples_us_a")) and _has(row.get("samples_us_b")):
+        return (float(np.median(np.asarray(row["samples_us_b"], float))
+                      / np.median(np.asarray(row["samples_us_a"], float))), "samples")
+    a, b = row.get("median_us_a"), row.get("median_us_b")
+    ok = a is not None and b is not None and a == a and b == b and a > 0
+    return (float(b) / float(a) if ok else math.nan), "median_us"
+
+
+def same_inputs(row: dict) -> bool:
+    return not _differ(row.get("inputs_digest_a"), row.get("inputs_digest_b"))
+
+
+def compare(a, b, by: str | None = None, values=None, n_resamples: int = 2000,
+            calibration=None) -> pd.DataFrame:
+    """One row per point of A or B (see the module doc); `by`/`values` split a run by a
+    column (A = the rows where it is values[0], B = values[1]) and match on the rest.
+    calibration: a noise.Calibration, a calibration file or folder; None: each device's
+    file under data/noise (noise.noise_dirs)."""
+    j, key = joined(a, b, by, values)
+    bands = noise_model.Bands(calibration, None if a is b else (a.run_id, b.run_id))
     out = []
     for row in j.to_dict("records"):
         rec = {k: row[k] for k in key}
-        rec.update(a_us=row.get("median_us_a"), b_us=row.get("median_us_b"), ratio=math.nan,
-                   low=math.nan, high=math.nan, noise=noise_of(row["mode"]))
+        dev_a, dev_b = row.get("device_a"), row.get("device_b")
+        nz, what = bands.band(dev_a if row["_merge"] != "right_only" else dev_b,
+                              dev_b if row["_merge"] != "left_only" else dev_a, row["mode"])
+        lo_b, hi_b = noise_model.band(nz)
+        rec.update(device=" vs ".join(dict.fromkeys(str(d) for d in (dev_a, dev_b)
+                                                    if isinstance(d, str) and d)) or None,
+                   a_us=row.get("median_us_a"), b_us=row.get("median_us_b"), ratio=math.nan,
+                   low=math.nan, high=math.nan, noise=math.nan if nz is None else nz,
+                   band_low=lo_b, band_high=hi_b, calibration=what)
         if row["_merge"] != "both":
             rec["verdict"] = "only in A" if row["_merge"] == "left_only" else "only in B"
-        elif _differ(row.get("inputs_digest_a"), row.get("inputs_digest_b")):
+        elif not same_inputs(row):
             rec["verdict"] = "inputs differ"
         elif not _has(row.get("samples_us_a")) or not _has(row.get("samples_us_b")):
             rec["verdict"] = "no samples"
             rec["ratio"] = rec["b_us"] / rec["a_us"]
         else:
             r_, lo, hi = ratio_interval(row["samples_us_a"], row["samples_us_b"], n_resamples)
-            rec.update(ratio=r_, low=lo, high=hi, verdict=verdict(lo, hi, rec["noise"]))
+            rec.update(ratio=r_, low=lo, high=hi, verdict=verdict(
+                lo, hi, nz, f"no calibration for {rec['device'] or 'unknown device'} "
+                            f"{row['mode']}"))
         if str(row["mode"]) == "eager" and rec["verdict"] != "only in A":
             rec["note"] = "eager: host noise, compare graph mode for kernels"
         out.append(rec)
     return pd.DataFrame(out).sort_values(key).reset_index(drop=True)
+
+
+def calibrate(a, b, path=None, command: str | None = None):
+    """Calibrate the A/A' pair (a, b): two runs of one commit, the same sweep, two
+    processes; adds it to the device's file (noise.add_pair) and returns the Calibration."""
+    noise_model.check_pair(a, b)
+    j, _ = joined(a, b)
+    both = j[j["_merge"] == "both"].to_dict("records")
+    points = [(row, *point_ratio(row)) for row in both if same_inputs(row)]
+    skipped = {"only in one run": int((j["_merge"] != "both").sum()),
+               "inputs differ": len(both) - len(points)}
+    return noise_model.add_pair(noise_model.pair_of(a, b, points, skipped, command), path)
 
 
 def _has(samples) -> bool:
@@ -140,3 +197,12 @@ def _differ(x, y) -> bool:
 def summary(table: pd.DataFrame) -> str:
     counts = table["verdict"].value_counts().to_dict()
     return ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def bands_line(table: pd.DataFrame) -> str:
+    """'noise bands: <device> <mode>: band lo-hi (q95 |ln B/A| of N A/A' pairs, M points,
+    file); ...': the band each mode of the table met, or that there was none."""
+    if not len(table) or "calibration" not in table:
+        return "noise bands: none met"
+    seen = list(dict.fromkeys(str(c) for c in table["calibration"].dropna()))
+    return "noise bands: " + "; ".join(seen)

@@ -131,7 +131,7 @@ def _split_section(run: Run) -> Section | None:
 
 
 def _compare_section(a: Run, b: Run, by=None, values=None, mode=None) -> Section:
-    from .compare import compare, summary
+    from .compare import bands_line, compare, summary
     from .plots.compare import fig_ratio
     t = compare(a, b, by, values)
     if mode:
@@ -144,15 +144,17 @@ def _compare_section(a: Run, b: Run, by=None, values=None, mode=None) -> Section
     counts = (t.groupby(by_cols).size().rename("points").reset_index() if len(t)
               else pd.DataFrame())
     cols = [c for c in ("model", "tp", "ep", "backend", "mode", "tokens", "a_us", "b_us",
-                        "ratio", "low", "high", "verdict") if c in t]
+                        "ratio", "low", "high", "band_low", "band_high", "verdict") if c in t]
     drawn = [(a, _matched(a, t))] + ([] if b is a else [(b, _matched(b, t))])
     text = ("Per matching point, B/A ratio of medians with a bootstrap 95% interval from the "
-            f"kept samples; verdicts against the mode's noise: {summary(t)}.")
+            "kept samples; a verdict needs the change to clear both that interval and the "
+            f"device's between-process noise band in the mode (shaded; {bands_line(t)}): "
+            f"{summary(t)}.")
     if len(t) and (t["verdict"] == "no samples").all():
         text += (" These runs were made before per-call samples were kept: ratios of medians "
                  "only, without intervals or verdicts.")
     return Section(f"Compare: {what}", fig=fig, drawn=drawn, table=counts,
-                   details=t[cols].round(3), text=text)
+                   details=t[cols].round(4), text=text)
 
 
 def _matched(run: Run, t: pd.DataFrame) -> pd.DataFrame:

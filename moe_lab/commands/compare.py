@@ -1,12 +1,15 @@
 """`moe-lab compare A [B]`: per matching point, the ratio of medians B/A with a bootstrap
 95% interval from the kept per-call samples and a verdict (faster, slower, no detectable
-change) that accounts for the mode's noise; points on one side only, or whose inputs
-differ, are listed, never silently compared. `--by COLUMN --values X,Y` splits one run."""
+change) that needs the change to clear both that interval and the device's calibrated
+between-process noise band in the mode (data/noise/<device>.json; none: the verdict says
+so); points on one side only, or whose inputs differ, are listed, never silently compared.
+`--by COLUMN --values X,Y` splits one run. `--calibrate A A'`: two runs of one commit (the
+same sweep, two processes) add an A/A' pair to the device's noise calibration."""
 from __future__ import annotations
 
 import os
 
-from ..compare import check_args, compare, summary
+from ..compare import bands_line, calibrate, check_args, compare, summary
 from ..errors import UsageError
 from ..store import open_run
 
@@ -20,9 +23,37 @@ def configure(p):
     p.add_argument("--mode", default=None, help="only this mode, e.g. graph")
     p.add_argument("--out", default="reports", help="folder for the figure and the CSV")
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--calibrate", action="store_true",
+                   help="A and B are an A/A' pair (two runs of one commit, the same sweep, two "
+                        "processes): add their between-process noise per mode to the device's "
+                        "calibration file instead of comparing them")
+    p.add_argument("--calibration", default=None,
+                   help="the noise calibration file (or its folder): the one to judge against, "
+                        "or with --calibrate the one to write or append to; default: "
+                        "data/noise/<device-slug>.json")
+
+
+def _calibrate(args) -> int:
+    if args.run_b is None or args.by or args.values or args.mode:
+        raise UsageError("--calibrate takes two runs of one commit, A A', and no --by, "
+                         "--values or --mode")
+    a, b = open_run(args.run_a), open_run(args.run_b)
+    argv = getattr(args, "_argv", None)
+    cal = calibrate(a, b, args.calibration,
+                    " ".join(["moe-lab"] + list(argv)) if argv is not None else None)
+    pair = cal.pairs[-1]
+    for mode, d in cal.modes().items():
+        mine = pair["modes"].get(mode)
+        this = (f"this pair q95 {mine['noise']:.4f} over {mine['points']} points"
+                if mine else "not in this pair")
+        print(f"{cal.device} {mode}: noise {d['noise']:.4f} (ln), {cal.describe(mode)}; {this}")
+    print(f"# {len(cal.pairs)} A/A' pair{'s' if len(cal.pairs) != 1 else ''} -> {cal.path}")
+    return 0
 
 
 def run(args) -> int:
+    if args.calibrate:
+        return _calibrate(args)
     a = open_run(args.run_a)
     b = open_run(args.run_b) if args.run_b else a
     values = [v.strip() for v in args.values.split(",")] if args.values else None
@@ -31,7 +62,8 @@ def run(args) -> int:
     check_args(a, b, args.by, values, args.mode)
     if args.resamples < 1:  # scipy's bootstrap raised ValueError (a traceback)
         raise UsageError(f"--resamples {args.resamples}: give a positive count (default 2000)")
-    table = compare(a, b, args.by, values, n_resamples=args.resamples)
+    table = compare(a, b, args.by, values, n_resamples=args.resamples,
+                    calibration=args.calibration)
     if args.mode:
         table = table[table["mode"] == args.mode]
     name = f"compare-{a.run_id}-{b.run_id if args.run_b else args.by}"
@@ -41,7 +73,9 @@ def run(args) -> int:
     fig = fig_ratio(table, a, b, args.by, values)
     fig.savefig(os.path.join(args.out, name + ".png"), dpi=110)
     cols = [c for c in ("model", "tp", "ep", "backend", "mode", "tokens", "a_us", "b_us",
-                        "ratio", "low", "high", "verdict") if c in table]  # --by backend: none
-    print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+                        "ratio", "low", "high", "band_low", "band_high", "verdict")
+            if c in table]  # --by backend: no backend column
+    print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"# {bands_line(table)}")
     print(f"# B/A: {summary(table)}; {os.path.join(args.out, name)}.png, .csv")
     return 0
