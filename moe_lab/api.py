@@ -74,7 +74,16 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
     folder to write the run into (kept, and resumed when called again); None measures
     into a temporary folder that is removed. options: Sweep's (profile, warmup_ms,
     rep_ms, compile_budget_s, point_timeout_s, traces)."""
+    from .commands import options as opts
     from .sweep import Grid, Sweep
+    opts.timing(options.get("warmup_ms"), options.get("rep_ms"), options.get("point_timeout_s"),
+                options.get("traces"), api=True)  # the CLI's ranges, the same one line
+    if run is not None:
+        if not isinstance(run, (str, Path)) or not str(run):
+            raise UsageError(f"run={run!r}: give a folder path (str or Path), or None")
+        if Path(run).exists() and not Path(run).is_dir():
+            raise UsageError(f"run={str(run)!r} is a file, not a run folder")
+        _resume_settings(Path(run), options)
     device = resolve_device(device)
     modes = modes or ("eager,graph" if device.startswith("cuda") else "eager")
     grid = Grid(models=split_models(models) if isinstance(models, str) else list(models),
@@ -95,6 +104,21 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _resume_settings(path: Path, options: dict) -> None:
+    """A resumed run keeps its timing budget: warmup_ms and rep_ms not given are the
+    folder's (a resume with other values is refused, moe_lab.resume)."""
+    from .errors import CorruptFile
+    from .store import MANIFEST, read_json
+    try:
+        config = read_json(path / MANIFEST).get("config")
+    except CorruptFile:  # the sweep refuses it (or sets it aside) in its own words
+        return
+    if isinstance(config, dict):
+        for k in ("warmup_ms", "rep_ms"):
+            if k not in options and isinstance(config.get(k), (int, float)):
+                options[k] = config[k]
 
 
 def profile(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: int = 1,

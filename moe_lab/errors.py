@@ -124,3 +124,8 @@ def one_line(exc: BaseException) -> str:
     """`Type: first line of the message`, at most 300 characters: a failure as a row says it."""
     msg = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300]
+
+
+class RunLocked(UsageError):
+    """Another writer (a sweep, tune, merge or import) holds the run folder's lock
+    (moe_lab.runlock): one line naming it; nothing was written."""

@@ -127,7 +127,8 @@ def read_json(path: Path) -> dict:
 
 
 class RunStore:
-    """One run folder. Not safe for several writer processes at once (one sweep writes)."""
+    """One run folder. Not safe for several writer processes at once: the writers (sweep,
+    tune, merge, import-aiter) hold the folder's lock (moe_lab.runlock) while they write."""
 
     def __init__(self, run_dir: str | os.PathLike, create: bool = True):
         self.dir = Path(run_dir)
@@ -266,7 +267,20 @@ def merge_runs(dst: str | os.PathLike, sources: list) -> RunStore:
     """Combine run folders measured apart (the GPUs of one host, other machines) into one:
     their rows (each keeps its device, commit and time), kernels and compile tables, and
     a manifest listing every source's manifest. A point measured in two sources is an
-    error (ValueError naming it), never silently one of them."""
+    error (ValueError naming it), never silently one of them. Holds `dst`'s lock
+    (moe_lab.runlock) for the whole write; a source another writer holds is refused."""
+    from .runlock import busy, run_lock
+    for s in sources:
+        s = s.path if isinstance(s, Run) else s
+        src = Path(s) if Path(s).is_dir() else data_dir() / str(s)
+        who = busy(src)
+        if who:
+            raise UsageError(who)
+    with run_lock(dst, "moe-lab merge " + " ".join(map(str, [dst, *sources]))):
+        return _merge_runs(dst, sources)
+
+
+def _merge_runs(dst, sources: list) -> RunStore:
     runs = [open_run(s) for s in sources]
     _same_sweep(runs)
     ids = pd.concat([r.results["point_id"] for r in runs])

@@ -132,15 +132,58 @@ class Sweep:
         return row
 
     # --- running -------------------------------------------------------------------
+    # settings that change what a row means: a resume with others is refused
+    MEANING = ("device", "dtype", "seed", "warmup_ms", "rep_ms", "routing")
+
+    def config(self) -> dict:
+        """The sweep's settings as its manifest records them."""
+        return dict(self.grid.config(), device=self.device, seed=self.seed,
+                    warmup_ms=self.warmup_ms, rep_ms=self.rep_ms,
+                    compile_budget_s=self.budget, profile=self.profile,
+                    part=f"{self.part[0]}/{self.part[1]}" if self.part else None)
+
+    def _check_folder(self, locked: bool) -> None:
+        """Refuse (one line, nothing written) a folder this sweep must not resume: a file
+        unreadable or not of its schema, another kind of run, other settings. Checked
+        before the lock (a refused call touches nothing) and again under it; only under it
+        are corrupt files set aside."""
+        from .resume import check_run_files, refuse_other_settings
+        if not self.store.dir.exists():
+            return
+        if self.set_aside_corrupt:
+            if not locked:
+                return
+            for p in self.store.set_aside_corrupt():
+                print(f"set aside {p} (unreadable); its points will be re-measured",
+                      file=sys.stderr)
+        check_run_files(self.store)
+        refuse_other_settings(self.store, "sweep", self.config(), self.MEANING,
+                              flags=dict(device="--device", dtype="--dtype", seed="--seed",
+                                         warmup_ms="--warmup-ms", rep_ms="--rep-ms",
+                                         routing="--routing"))
+
+    def check(self) -> None:
+        """UsageError (one line, nothing touched) when `run` would be refused now: the
+        folder is another writer's at the moment, unreadable, or measured otherwise."""
+        from .runlock import busy
+        who = busy(self.run_dir)
+        if who:
+            from .errors import RunLocked
+            raise RunLocked(who)
+        self._check_folder(locked=False)
+
     def run(self) -> dict:
-        """Measure every point not yet in the folder. A corrupt file in the folder stops
-        the sweep before anything is written (CorruptFile), unless set_aside_corrupt."""
-        if self.store.dir.exists():
-            if self.set_aside_corrupt:
-                for p in self.store.set_aside_corrupt():
-                    print(f"set aside {p} (unreadable); its points will be re-measured",
-                          file=sys.stderr)
-            self.store.check_readable()
+        """Measure every point not yet in the folder, holding the folder's lock
+        (moe_lab.runlock: a second writer is refused). A corrupt file in the folder stops
+        the sweep before anything is written (CorruptFile), unless set_aside_corrupt; so
+        does a folder measured with other settings (MEANING)."""
+        from .runlock import run_lock
+        self.check()
+        with run_lock(self.run_dir, self.command):
+            self._check_folder(locked=True)
+            return self._run()
+
+    def _run(self) -> dict:
         self.store = RunStore(self.run_dir)
         t_start = time.time()
         env = capture_environment()
@@ -148,10 +191,7 @@ class Sweep:
         manifest = dict(
             run_id=os.path.basename(os.path.abspath(self.run_dir)), command=self.command,
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), environment=env,
-            config=dict(self.grid.config(), device=self.device, seed=self.seed,
-                        warmup_ms=self.warmup_ms, rep_ms=self.rep_ms,
-                        compile_budget_s=self.budget, profile=self.profile,
-                        part=f"{self.part[0]}/{self.part[1]}" if self.part else None),
+            config=self.config(),
             inputs="weights, activations and routing drawn from CPU generators seeded by "
                    "the point (correctness.point_seed: seed + 1009*tokens + crc32(routing) "
                    "% 997; weights by the seed alone): the same inputs on any machine",

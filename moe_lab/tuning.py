@@ -64,10 +64,41 @@ class Tuner:
 
     # --- the search -----------------------------------------------------------------
     def run(self, shards: list[list[Problem]]) -> pd.DataFrame:
-        """Tune every (shard, token count); returns the winners (one row per point)."""
+        """Tune every (shard, token count); returns the winners (one row per point).
+        Holds the run folder's lock (moe_lab.runlock) throughout; a folder that is
+        unreadable, not a tune run, or tuned with other settings (MEANING) is refused
+        before anything is written."""
+        from .runlock import run_lock
+        self.check()
+        with run_lock(self.run_dir, self.command or "moe-lab tune"):
+            self._check_folder()
+            return self._run(shards)
+
+    # settings that change what a candidate's row means
+    MEANING = ("backend", "mode", "seed", "routing", "warmup_ms", "rep_ms")
+
+    def check(self) -> None:
+        """UsageError (one line, nothing touched) when `run` would be refused now: the
+        folder is another writer's at the moment, unreadable, or tuned otherwise."""
+        from .runlock import busy
+        who = busy(self.run_dir)
+        if who:
+            from .errors import RunLocked
+            raise RunLocked(who)
+        self._check_folder()
+
+    def _check_folder(self) -> None:
+        from .resume import check_run_files, refuse_other_settings
         store = RunStore(self.run_dir, create=False)
-        if store.dir.exists():
-            store.check_readable()
+        if not store.dir.exists():
+            return
+        check_run_files(store, {"candidates.parquet": ("candidate_id",)})
+        refuse_other_settings(store, "tune", dict(
+            backend=self.backend_name, mode=self.mode, seed=self.seed, routing=self.routing,
+            warmup_ms=self.warmup_ms, rep_ms=self.rep_ms), self.MEANING,
+            flags=dict(mode="mode (of --device)", warmup_ms="--warmup-ms", rep_ms="--rep-ms"))
+
+    def _run(self, shards: list[list[Problem]]) -> pd.DataFrame:
         store = RunStore(self.run_dir)
         env = capture_environment()
         self.git_commit = env.get("git_commit")

@@ -28,31 +28,73 @@ def configure(parser) -> None:
                         help="a row whose err1 or err2 (share of output elements off the "
                              "tuner's reference) is at least this is `incorrect`")
     parser.add_argument("--force", action="store_true",
-                        help="replace a run folder that already exists")
+                        help="replace the run folder of an earlier import (a folder that is "
+                             "not a moe-lab import's run, or a file, is refused untouched)")
+
+
+def _refuse_unless_replaceable(out: Path, force: bool) -> None:
+    """UsageError (one line, nothing touched) unless `out` may be written: absent, an
+    empty folder, or (with force) an earlier import's run folder, i.e. one whose
+    manifest.json moe-lab wrote for an import. A regular file, a folder that is not a
+    run (a user's notes), a sweep's or tune's run are never replaced."""
+    from ..errors import CorruptFile
+    from ..runlock import LOCK_NAME
+    from ..store import MANIFEST, read_json
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir():
+        raise UsageError(f"{out} is a file, not a run folder: import-aiter writes a run "
+                         "folder and --force replaces only one moe-lab wrote; give another --out")
+    if not any(p.name != LOCK_NAME for p in out.iterdir()):
+        return
+    if not force:
+        raise UsageError(f"{out} already exists: pass --force to replace it")
+    why = None
+    try:
+        manifest = read_json(out / MANIFEST)
+    except CorruptFile:
+        manifest, why = {}, f"its {MANIFEST} is unreadable"
+    if not manifest or "run_id" not in manifest:
+        raise UsageError(f"{out} is not a moe-lab run folder ({why or f'no {MANIFEST} moe-lab wrote'}): "
+                         "--force replaces only a run folder; nothing in it was touched, "
+                         "give another --out")
+    if manifest.get("kind") != "import":
+        kind = manifest.get("kind") or "sweep"
+        raise UsageError(f"{out} holds a moe-lab {kind} run, not an aiter import: --force "
+                         "replaces only an earlier import; nothing was touched, give another --out")
 
 
 def write_run(out: Path, rows: list[dict], kernels: list[dict], manifest: dict,
-              force: bool = False) -> Path:
+              force: bool = False, command: str | None = None) -> Path:
     """The folder written whole into a temporary sibling, then renamed into place (an
-    existing one only with force): a failure leaves the old folder or none."""
+    existing one only with force, and only an earlier import: see
+    _refuse_unless_replaceable), holding the folder's lock (moe_lab.runlock) throughout:
+    a failure leaves the old folder or none."""
+    from ..runlock import LOCK_NAME, run_lock
     from ..store import RunStore
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise UsageError(f"{out} already exists: pass --force to replace it")
+    _refuse_unless_replaceable(out, force)  # before the lock: a refusal touches nothing
+    created = not out.exists()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.importing-{os.getpid()}"
     old = out.parent / f".{out.name}.replaced-{os.getpid()}"
-    try:
-        store = RunStore(tmp)
-        store.append(rows, kernels)
-        store.write_manifest(dict(manifest, run_id=out.name))
-        if out.exists():
-            os.replace(out, old)
-        os.replace(tmp, out)
-    finally:
-        for p in (tmp, old):
-            if p.is_dir():
-                shutil.rmtree(p)
+    done = False
+    with run_lock(out, command or manifest.get("command") or "moe-lab import-aiter"):
+        try:
+            _refuse_unless_replaceable(out, force)  # again: another writer may have been first
+            store = RunStore(tmp)
+            store.append(rows, kernels)
+            store.write_manifest(dict(manifest, run_id=out.name))
+            os.replace(out, old)  # the locked folder (its lock file goes with it)
+            os.replace(tmp, out)
+            done = True
+        finally:
+            for p in (tmp, old):
+                if p.is_dir():
+                    shutil.rmtree(p)
+    if not done and created and out.is_dir() and not any(
+            p.name != LOCK_NAME for p in out.iterdir()):
+        shutil.rmtree(out, ignore_errors=True)  # the empty folder the lock made
     return out
 
 
@@ -62,7 +104,7 @@ def run(args) -> int:
     command = "moe-lab " + " ".join(shlex.quote(a) for a in argv)
     rows, kernels, manifest, run_id = prepare(args.file, command, args.max_err)
     out = write_run(Path(args.out) if args.out else data_dir() / run_id, rows, kernels,
-                    manifest, args.force)
+                    manifest, args.force, command)
     c, src = manifest["counts"], manifest["source"]
     print(f"{src['path']} ({'amd-aiter ' + src['version'] if src['version'] else 'a user table'}"
           f", {c['table_rows']} rows, measured by aiter's tuner, not by moe-lab)")

@@ -23,6 +23,29 @@ from ..configs import validate_config_arg
 from ..distributed.launch import add_arguments as add_distributed_arguments, under_launcher
 
 
+WARMUP_MS, REP_MS = 10.0, 50.0  # the timing budget of a new run (a resume keeps its run's)
+
+
+def resume_timing(args, run_dir: str | None) -> None:
+    """--warmup-ms and --rep-ms not given: the run folder's own when it has them (a
+    resume measures as its run did), else the defaults. Given and other than the run's:
+    the sweep refuses (moe_lab.resume)."""
+    from ..errors import CorruptFile
+    from ..store import MANIFEST, read_json
+    config = {}
+    if run_dir and (args.warmup_ms is None or args.rep_ms is None):
+        try:
+            config = read_json(os.path.join(run_dir, MANIFEST)).get("config") or {}
+        except CorruptFile:  # the sweep refuses it (or sets it aside) in its own words
+            config = {}
+        config = config if isinstance(config, dict) else {}
+    for key, default in (("warmup_ms", WARMUP_MS), ("rep_ms", REP_MS)):
+        if getattr(args, key) is None:
+            v = config.get(key)
+            setattr(args, key, float(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    else default)
+
+
 def parse_budget(text: str) -> dict[str, float]:
     """`150` or `150,torch=30` -> {"*": 150.0, "torch": 30.0} (seconds, all positive)."""
     out: dict[str, float] = {}
@@ -78,8 +101,10 @@ def configure(p):
                    help="inputs of every point are a pure function of the point and this seed")
     p.add_argument("--no-profile", action="store_true", help="skip the per-kernel profiler pass")
     p.add_argument("--traces", type=int, default=0, help="export this many Chrome traces")
-    p.add_argument("--warmup-ms", type=float, default=10.0)
-    p.add_argument("--rep-ms", type=float, default=50.0, help="timed repetitions, in ms")
+    p.add_argument("--warmup-ms", type=float, default=None,
+                   help=f"warm-up, in ms (default: {WARMUP_MS}), a resume keeps its run's")
+    p.add_argument("--rep-ms", type=float, default=None,
+                   help=f"timed repetitions, in ms (default: {REP_MS}), a resume keeps its run's")
     p.add_argument("--point-timeout", type=float, default=120.0, help="seconds per point")
     p.add_argument("--compile-budget", default=None, metavar="S[,BACKEND=S...]",
                    help="compile modes: seconds of compile allowed per backend x variant "
@@ -99,6 +124,9 @@ def configure(p):
 
 def run(args) -> int:
     args.data_dir = args.data_dir or default_data_dir_arg()
+    options.timing(args.warmup_ms, args.rep_ms, args.point_timeout, args.traces, args.nproc)
+    if args.run_id is not None:
+        options.run_id(args.run_id)
     device = resolve_device(args.device)
     gpu = device == "cuda"
     models = split_models(args.models) if args.models else (list(SEED_MODELS) if gpu else ["qwen3-30b-a3b"])
@@ -123,6 +151,7 @@ def run(args) -> int:
     part = parse_part(args.shard) if args.shard else None
     if args.nproc or under_launcher():  # every point on N ranks (moe_lab.distributed)
         from ..distributed.launch import run_nproc
+        resume_timing(args, None)
         return run_nproc(args, device, models, tokens, routings, modes, backends)
     tps = parse_int_list(args.tp)
     eps = parse_int_list(options.default_eps(args.ep, gpu))
@@ -140,6 +169,7 @@ def run(args) -> int:
     dev_name = torch.cuda.get_device_name() if gpu else "cpu"
     run_id = args.run_id or default_run_id(config, dev_name)
     run_dir = os.path.join(args.data_dir, run_id)
+    resume_timing(args, run_dir)
     if args.gpus:  # one part per local GPU, then merged
         from ..distributed.launch import run_spread
         return run_spread(args, run_dir)
@@ -150,6 +180,7 @@ def run(args) -> int:
                   point_timeout_s=args.point_timeout, progress=not args.no_progress,
                   compile_budget_s=budget, set_aside_corrupt=args.set_aside_corrupt, part=part,
                   command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
+    sweep.check()  # another writer's folder, or one measured otherwise: one line, untouched
     print(f"run {run_dir}: {sweep.total_points()} points ({device}: {device_name(device)})",
           flush=True)
     counts = sweep.run()

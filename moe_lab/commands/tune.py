@@ -48,6 +48,9 @@ def configure(p):
 
 def run(args) -> int:
     args.data_dir = args.data_dir or default_data_dir_arg()
+    options.timing(args.warmup_ms, args.rep_ms)
+    if args.run_id is not None:
+        options.run_id(args.run_id)
     device = resolve_device(args.device)
     models = split_models(args.models) if args.models else (
         list(SEED_MODELS) if device == "cuda" else ["qwen3-30b-a3b"])
@@ -69,6 +72,7 @@ def run(args) -> int:
     ok, why = tuner.backend.available()
     if not ok:  # before: every candidate a `failed` row, "done: 0 points tuned", exit 0
         raise UsageError(f"{tuner.backend_name} cannot run here: {why}")
+    tuner.check()  # another writer's folder, or one tuned otherwise: one line, untouched
     print(f"tune {args.backend}: {sum(len(s) for s in shards)} points -> {run_dir}, "
           f"configs to {tuner.configs_dir / tuner.backend_name}", flush=True)
     win = tuner.run(shards)

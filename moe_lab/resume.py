@@ -1,0 +1,124 @@
+"""What a writer checks before it resumes a run folder, so that a refused resume writes
+nothing (the folder stays byte-identical) and an accepted one never mixes rows measured
+differently:
+
+    check_run_files(store)                   every file readable and of its schema
+    refuse_other_settings(store, kind, config, keys)
+                                             the folder's settings are this call's
+
+Both raise a UsageError (CorruptFile for a file) whose one line names the file or the
+settings; the CLI prints it and exits 2.
+"""
+from __future__ import annotations
+
+import numbers
+
+import pandas as pd
+
+from .errors import CorruptFile, UsageError
+from .rows import BOOL_COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, STR_COLUMNS
+
+# manifest keys a writer reads back on resume, with the types it needs them to have
+_MANIFEST_TYPES = {
+    "config": dict, "environment": dict, "invocations": list, "resumed": numbers.Integral,
+    "wall_s": numbers.Real, "wall_s_total": numbers.Real, "wall_s_previous": numbers.Real,
+    "started": str, "status": str, "kind": str,
+}
+
+
+def check_manifest(path, manifest: dict) -> None:
+    """CorruptFile unless the manifest's keys a resume reads are of their types."""
+    for key, typ in _MANIFEST_TYPES.items():
+        v = manifest.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, typ):
+            raise CorruptFile(path, f"manifest key {key!r} is {type(v).__name__}, not the "
+                                    f"{getattr(typ, '__name__', typ)} moe-lab writes")
+    for i in manifest.get("invocations") or []:
+        if not isinstance(i, dict):
+            raise CorruptFile(path, "manifest key 'invocations' holds a "
+                                    f"{type(i).__name__}, not an object per invocation")
+
+
+def check_table(path, df: pd.DataFrame, needs: tuple[str, ...] = ("point_id",)) -> None:
+    """CorruptFile unless the table has `needs` and its declared columns their kinds."""
+    missing = [c for c in needs if c not in df.columns]
+    if missing:
+        raise CorruptFile(path, f"no {', '.join(missing)} column")
+    if "point_id" in needs and len(df):
+        ids = df["point_id"]
+        if ids.isna().any() or not all(isinstance(v, str) for v in ids):
+            raise CorruptFile(path, "point_id holds values that are not point ids (strings)")
+    for c in df.columns:
+        col = df[c]
+        if col.isna().all():
+            continue
+        if c in INT_COLUMNS or c in FLOAT_COLUMNS:
+            ok = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+        elif c in BOOL_COLUMNS:
+            ok = pd.api.types.is_bool_dtype(col) or col.dropna().map(
+                lambda v: isinstance(v, (bool,)) or v in (0, 1)).all()
+        elif c in STR_COLUMNS:
+            ok = col.dropna().map(lambda v: isinstance(v, str)).all()
+        else:
+            continue
+        if not ok:
+            raise CorruptFile(path, f"column {c!r} is {col.dtype}, not the type moe-lab writes")
+
+
+def check_run_files(store, tables: dict[str, tuple[str, ...]] | None = None) -> None:
+    """Every file of a run folder readable (CorruptFile otherwise, nothing written), its
+    manifest of the manifest's schema, results and kernels with their point ids and
+    column kinds; `tables`: more parquet files and the columns they need."""
+    from .store import _read
+    store.check_readable()
+    check_manifest(store.manifest_path, store.read_manifest())
+    need = {"results.parquet": ("point_id", "status"), "kernels.parquet": ("point_id",),
+            "samples.parquet": ("point_id",), "phases.parquet": ("point_id",)}
+    need.update(tables or {})
+    for name, cols in need.items():
+        df = _read(store.dir / name)
+        if df is not None:
+            check_table(store.dir / name, df, cols)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, numbers.Real) and isinstance(b, numbers.Real) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return float(a) == float(b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _show(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def refuse_other_settings(store, kind: str, config: dict, keys: tuple[str, ...],
+                          flags: dict[str, str] | None = None) -> None:
+    """UsageError when the folder holds a run of another kind (sweep, tune, import), or
+    one whose settings among `keys` differ from `config` (what a row means: its inputs'
+    seed, dtype, timing budget...): a resume must not add rows measured otherwise, nor
+    rewrite the manifest to describe rows it did not measure. A key the folder's manifest
+    does not record (an older run) is not compared."""
+    manifest = store.read_manifest()
+    if not manifest:
+        return
+    theirs = manifest.get("kind") or ("sweep" if "config" in manifest else None)
+    if theirs is not None and theirs != kind:
+        raise UsageError(f"{store.dir} holds a {theirs} run, not a {kind} run: write another "
+                         "run id")
+    old = manifest.get("config") or {}
+    diff = [k for k in keys if k in old and not _same(old[k], config.get(k))]
+    if diff:
+        flags = flags or {}
+        said = "; ".join(f"{flags.get(k, '--' + k.replace('_', '-'))} {_show(old[k])} there, "
+                         f"{_show(config.get(k))} now" for k in diff)
+        raise UsageError(f"{store.dir} was measured with other settings ({said}): a resume "
+                         "must use the run's settings; pass them, or write another run id")
