@@ -67,20 +67,42 @@ def check_table(path, df: pd.DataFrame, needs: tuple[str, ...] = ("point_id",)) 
             raise CorruptFile(path, f"column {c!r} is {col.dtype}, not the type moe-lab writes")
 
 
-def check_run_files(store, tables: dict[str, tuple[str, ...]] | None = None) -> None:
+def check_run_files(store, tables: dict[str, tuple[str, ...]] | None = None,
+                    unreadable_ok: bool = False) -> None:
     """Every file of a run folder readable (CorruptFile otherwise, nothing written), its
     manifest of the manifest's schema, results and kernels with their point ids and
-    column kinds; `tables`: more parquet files and the columns they need."""
+    column kinds; `tables`: more parquet files and the columns they need.
+    `unreadable_ok`: a file that cannot be read at all is passed over (a resume that sets
+    such files aside); one that reads but is of another schema is still refused."""
     from .store import _read
-    store.check_readable()
-    check_manifest(store.manifest_path, store.read_manifest())
+    if not unreadable_ok:
+        store.check_readable()
+    try:
+        check_manifest(store.manifest_path, store.read_manifest())
+    except CorruptFile:
+        if not unreadable_ok or not _unreadable(store.manifest_path):
+            raise
     need = {"results.parquet": ("point_id", "status"), "kernels.parquet": ("point_id",),
             "samples.parquet": ("point_id",), "phases.parquet": ("point_id",)}
     need.update(tables or {})
     for name, cols in need.items():
-        df = _read(store.dir / name)
+        try:
+            df = _read(store.dir / name)
+        except CorruptFile:
+            if unreadable_ok:
+                continue
+            raise
         if df is not None:
             check_table(store.dir / name, df, cols)
+
+
+def _unreadable(path) -> bool:
+    from .store import read_json
+    try:
+        read_json(path)
+    except CorruptFile:
+        return True
+    return False
 
 
 def _same(a, b) -> bool:
@@ -101,13 +123,19 @@ def _show(v) -> str:
 
 
 def refuse_other_settings(store, kind: str, config: dict, keys: tuple[str, ...],
-                          flags: dict[str, str] | None = None) -> None:
+                          flags: dict[str, str] | None = None, unreadable_ok: bool = False) -> None:
     """UsageError when the folder holds a run of another kind (sweep, tune, import), or
     one whose settings among `keys` differ from `config` (what a row means: its inputs'
     seed, dtype, timing budget...): a resume must not add rows measured otherwise, nor
     rewrite the manifest to describe rows it did not measure. A key the folder's manifest
-    does not record (an older run) is not compared."""
-    manifest = store.read_manifest()
+    does not record (an older run) is not compared. `unreadable_ok`: a manifest that
+    cannot be read is passed over (it is to be set aside)."""
+    try:
+        manifest = store.read_manifest()
+    except CorruptFile:
+        if unreadable_ok:
+            return
+        raise
     if not manifest:
         return
     theirs = manifest.get("kind") or ("sweep" if "config" in manifest else None)

@@ -150,17 +150,16 @@ class Sweep:
         from .resume import check_run_files, refuse_other_settings
         if not self.store.dir.exists():
             return
-        if self.set_aside_corrupt:
-            if not locked:
-                return
+        later = self.set_aside_corrupt and not locked  # unreadable files: set aside below
+        if self.set_aside_corrupt and locked:
             for p in self.store.set_aside_corrupt():
                 print(f"set aside {p} (unreadable); its points will be re-measured",
                       file=sys.stderr)
-        check_run_files(self.store)
+        check_run_files(self.store, unreadable_ok=later)
         refuse_other_settings(self.store, "sweep", self.config(), self.MEANING,
                               flags=dict(device="--device", dtype="--dtype", seed="--seed",
                                          warmup_ms="--warmup-ms", rep_ms="--rep-ms",
-                                         routing="--routing"))
+                                         routing="--routing"), unreadable_ok=later)
 
     def check(self) -> None:
         """UsageError (one line, nothing touched) when `run` would be refused now: the
