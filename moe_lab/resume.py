@@ -2,6 +2,8 @@
 nothing (the folder stays byte-identical) and an accepted one never mixes rows measured
 differently:
 
+    with sweep_lock(sweep): ...              Sweep.run: check, lock (moe_lab.runlock),
+                                             check again under the lock, then measure
     check_run_files(store)                   every file readable and of its schema
     refuse_other_settings(store, kind, config, keys)
                                              the folder's settings are this call's
@@ -11,7 +13,9 @@ settings; the CLI prints it and exits 2.
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
+import sys
 
 import pandas as pd
 
@@ -150,3 +154,44 @@ def refuse_other_settings(store, kind: str, config: dict, keys: tuple[str, ...],
                          f"{_show(config.get(k))} now" for k in diff)
         raise UsageError(f"{store.dir} was measured with other settings ({said}): a resume "
                          "must use the run's settings; pass them, or write another run id")
+
+
+# settings that change what a sweep's row means: a resume with others is refused
+SWEEP_MEANING = ("device", "dtype", "seed", "warmup_ms", "rep_ms", "routing")
+SWEEP_FLAGS = dict(device="--device", dtype="--dtype", seed="--seed", warmup_ms="--warmup-ms",
+                   rep_ms="--rep-ms", routing="--routing")
+
+
+def check_sweep(sweep, locked: bool) -> None:
+    """Refuse (one line, nothing written) a folder `sweep` (moe_lab.sweep.Sweep) must not
+    write: another writer's now (before the lock), a file unreadable or not of its
+    schema, another kind of run, other settings. Unreadable files with
+    set_aside_corrupt: passed over before the lock, set aside under it."""
+    from .errors import RunLocked
+    from .runlock import busy
+    if not locked:
+        who = busy(sweep.run_dir)
+        if who:
+            raise RunLocked(who)
+    store = sweep.store
+    if not store.dir.exists():
+        return
+    later = sweep.set_aside_corrupt and not locked
+    if sweep.set_aside_corrupt and locked:
+        for p in store.set_aside_corrupt():
+            print(f"set aside {p} (unreadable); its points will be re-measured", file=sys.stderr)
+    check_run_files(store, unreadable_ok=later)
+    config = dict(sweep.grid.config(), device=sweep.device, seed=sweep.seed,
+                  warmup_ms=sweep.warmup_ms, rep_ms=sweep.rep_ms)
+    refuse_other_settings(store, "sweep", config, SWEEP_MEANING, SWEEP_FLAGS, unreadable_ok=later)
+
+
+@contextlib.contextmanager
+def sweep_lock(sweep):
+    """Check (a refused call touches nothing), take the folder's lock, check again (a
+    writer may have finished meanwhile), then let the sweep measure, holding the lock."""
+    from .runlock import run_lock
+    check_sweep(sweep, locked=False)
+    with run_lock(sweep.run_dir, sweep.command):
+        check_sweep(sweep, locked=True)
+        yield

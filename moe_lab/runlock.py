@@ -101,6 +101,19 @@ def _same_file(fd: int, path: Path) -> bool:
     return (st.st_ino, st.st_dev) == (fst.st_ino, fst.st_dev)
 
 
+def _flock_soon(fd: int, tries: int = 10, pause_s: float = 0.02) -> None:
+    """LOCK_EX without waiting on a writer; a few short retries ride out a reader's
+    probe (`busy` holds a shared lock for a moment)."""
+    for i in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) or i == tries - 1:
+                raise
+            time.sleep(pause_s)
+
+
 def acquire(run_dir, command: str | None = None) -> int | None:
     """Take the lock of `run_dir` (created, with its parents, if missing); returns its fd.
     RunLocked if another writer holds it. Re-entrant within one process."""
@@ -117,7 +130,7 @@ def acquire(run_dir, command: str | None = None) -> int | None:
     for _ in range(20):  # each round: the file we opened was replaced under us
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_soon(fd)
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 os.close(fd)

@@ -33,7 +33,7 @@ from .progress import native_log_filter, progress_bar
 from .roofline import local_counts
 from .invocations import begin_invocation, end_invocation
 from .points import IDENTITY, finish, gate, new_row
-from . import points
+from . import points, resume
 from .store import RunStore, point_id
 
 
@@ -132,54 +132,15 @@ class Sweep:
         return row
 
     # --- running -------------------------------------------------------------------
-    # settings that change what a row means: a resume with others is refused
-    MEANING = ("device", "dtype", "seed", "warmup_ms", "rep_ms", "routing")
-
-    def config(self) -> dict:
-        """The sweep's settings as its manifest records them."""
-        return dict(self.grid.config(), device=self.device, seed=self.seed,
-                    warmup_ms=self.warmup_ms, rep_ms=self.rep_ms,
-                    compile_budget_s=self.budget, profile=self.profile,
-                    part=f"{self.part[0]}/{self.part[1]}" if self.part else None)
-
-    def _check_folder(self, locked: bool) -> None:
-        """Refuse (one line, nothing written) a folder this sweep must not resume: a file
-        unreadable or not of its schema, another kind of run, other settings. Checked
-        before the lock (a refused call touches nothing) and again under it; only under it
-        are corrupt files set aside."""
-        from .resume import check_run_files, refuse_other_settings
-        if not self.store.dir.exists():
-            return
-        later = self.set_aside_corrupt and not locked  # unreadable files: set aside below
-        if self.set_aside_corrupt and locked:
-            for p in self.store.set_aside_corrupt():
-                print(f"set aside {p} (unreadable); its points will be re-measured",
-                      file=sys.stderr)
-        check_run_files(self.store, unreadable_ok=later)
-        refuse_other_settings(self.store, "sweep", self.config(), self.MEANING,
-                              flags=dict(device="--device", dtype="--dtype", seed="--seed",
-                                         warmup_ms="--warmup-ms", rep_ms="--rep-ms",
-                                         routing="--routing"), unreadable_ok=later)
-
     def check(self) -> None:
-        """UsageError (one line, nothing touched) when `run` would be refused now: the
-        folder is another writer's at the moment, unreadable, or measured otherwise."""
-        from .runlock import busy
-        who = busy(self.run_dir)
-        if who:
-            from .errors import RunLocked
-            raise RunLocked(who)
-        self._check_folder(locked=False)
+        """UsageError (one line, nothing touched) when `run` would be refused (resume)."""
+        resume.check_sweep(self, locked=False)
 
     def run(self) -> dict:
-        """Measure every point not yet in the folder, holding the folder's lock
-        (moe_lab.runlock: a second writer is refused). A corrupt file in the folder stops
-        the sweep before anything is written (CorruptFile), unless set_aside_corrupt; so
-        does a folder measured with other settings (MEANING)."""
-        from .runlock import run_lock
-        self.check()
-        with run_lock(self.run_dir, self.command):
-            self._check_folder(locked=True)
+        """Measure every point not yet in the folder, holding its lock. Another writer, a
+        corrupt file (unless set_aside_corrupt) or other settings (resume.SWEEP_MEANING)
+        stop the sweep before anything is written (moe_lab.resume)."""
+        with resume.sweep_lock(self):
             return self._run()
 
     def _run(self) -> dict:
@@ -190,7 +151,10 @@ class Sweep:
         manifest = dict(
             run_id=os.path.basename(os.path.abspath(self.run_dir)), command=self.command,
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), environment=env,
-            config=self.config(),
+            config=dict(self.grid.config(), device=self.device, seed=self.seed,
+                        warmup_ms=self.warmup_ms, rep_ms=self.rep_ms,
+                        compile_budget_s=self.budget, profile=self.profile,
+                        part=f"{self.part[0]}/{self.part[1]}" if self.part else None),
             inputs="weights, activations and routing drawn from CPU generators seeded by "
                    "the point (correctness.point_seed: seed + 1009*tokens + crc32(routing) "
                    "% 997; weights by the seed alone): the same inputs on any machine",

@@ -27,7 +27,7 @@ import pytest
 
 from moe_lab.cli import main
 from moe_lab.errors import RunLocked
-from moe_lab.runlock import LOCK_NAME, acquire, holder, release, run_lock
+from moe_lab.runlock import LOCK_NAME, acquire, holder, run_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "custom:H=64,I=32,E=8,k=2"
@@ -326,3 +326,18 @@ def test_force_still_replaces_an_earlier_import_whole(tmp_path, table, capsys):
     assert main(_import(table, fresh)) == 0
     assert sorted(p.name for p in fresh.iterdir()) == ["kernels.parquet", "manifest.json",
                                                        "results.parquet"]
+
+
+def test_a_readers_probe_does_not_turn_a_writer_away(tmp_path):
+    """`busy` (merge's look at its sources, a sweep's look before it prints) holds a
+    shared lock for a moment; a writer starting then still gets the folder."""
+    import fcntl
+    import threading
+    run = tmp_path / "r"
+    run.mkdir()
+    fd = os.open(run / LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    threading.Timer(0.05, lambda: os.close(fd)).start()
+    with run_lock(run, "the writer"):
+        assert holder(run)["command"] == "the writer"
+    assert not (run / LOCK_NAME).exists()
