@@ -14,14 +14,16 @@ MODEL = "custom:H=256,I=256,E=4,k=2"
 
 @pytest.fixture(scope="module")
 def mixed_run(tmp_path_factory):
-    """One CPU run folder holding bf16 and fp8-channel rows (two sweeps into it)."""
-    path = tmp_path_factory.mktemp("fp8nb") / "cpu-fp8-mixed"
-    for dtype, backends in (("bf16", ["torch"]), ("fp8-channel", ["torch-fp8-dequant"])):
+    """Two CPU runs of one device in one data folder: bf16 rows, and fp8-channel rows of the
+    same points (a run holds one dtype: a resume with another is refused)."""
+    data = tmp_path_factory.mktemp("fp8nb")
+    for dtype, backends, name in (("bf16", ["torch"], "cpu-bf16-base"),
+                                  ("fp8-channel", ["torch-fp8-dequant"], "cpu-fp8-mixed")):
         grid = Grid(models=[MODEL], tokens=[1, 4], backends=backends, modes=[Mode("eager")],
                     tps=[1], dtype=dtype)
-        Sweep(grid, "cpu", path, seed=1, profile=False, warmup_ms=1, rep_ms=5,
+        Sweep(grid, "cpu", data / name, seed=1, profile=False, warmup_ms=1, rep_ms=5,
               progress=False).run()
-    return path
+    return data / "cpu-fp8-mixed"
 
 
 def _html(outputs) -> str:
@@ -61,7 +63,8 @@ def test_committed_runs_show_fp8_rows_moe_lab_measured(nb):
     assert "No FP8 rows measured by moe-lab" not in text and "imported" not in line
 
 
-def test_notebook_01_draws_fp8_against_bf16_and_filters_by_dtype(mixed_run):
+def test_notebook_01_draws_fp8_against_bf16_and_filters_by_dtype(mixed_run, monkeypatch):
+    monkeypatch.setenv("MOE_LAB_DATA", str(mixed_run.parent))  # the bf16 run beside it
     outputs = run_notebook("01_kernel_time.ipynb",
                            edit=with_params(run=str(mixed_run), remeasure=False))
     text = printed(outputs)
