@@ -175,7 +175,7 @@ def test_the_calibrated_cpu_pair_itself_gets_at_most_one_verdict_per_mode(cpu, t
 
 def test_the_figure_and_the_table_show_the_band_beside_each_interval(cpu, tmp_path):
     from moe_lab.plots.compare import fig_ratio
-    from moe_lab.review import build
+    from moe_lab.plots.review import build
     root, (a, b, _) = cpu
     cal = calibrate(a, b, tmp_path / "noise")
     t = compare(a, b, calibration=cal, n_resamples=300)

@@ -1,6 +1,6 @@
 """`moe-lab report`: execute every notebook headless into HTML and export its figures; with
 `--runs A[,B...] --out DIR` the review export instead: one self-contained HTML page of the
-runs' figures, each with its provenance underneath, plus PNG and SVG files (moe_lab.review)."""
+runs' figures, each with its provenance underneath, plus PNG and SVG files (moe_lab.plots.review)."""
 from __future__ import annotations
 
 import glob
@@ -31,7 +31,7 @@ def configure(p):
 
 
 def review(args) -> int:
-    from ..review import build, write
+    from ..plots.review import build, write
     from ..store import open_run
     names = [r.strip() for r in args.runs.split(",") if r.strip()]
     if not names:

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .errors import UsageError
-from .problems import sharding_name
-from .store import Run
+from ..errors import UsageError
+from ..problems import sharding_name
+from ..store import Run
 
 PNG_DPI = 150       # files and embedded images (2x for sharp text at the displayed width)
 PAGE_PX = 900       # the width a pull request shows; wider figures are scaled down to it
@@ -77,7 +77,7 @@ def _slug(text: str) -> str:
 def _time_section(run: Run) -> Section:
     import dataclasses
 
-    from .plots import kernel_time
+    from . import kernel_time
     res = run.results
     sharded = res[res["tp"].notna() & res["ep"].notna()] if len(res) else res
     run_ = dataclasses.replace(run, results=sharded)
@@ -104,7 +104,7 @@ def _guarded(title: str, make, *args) -> Section | None:
 
 
 def _split_section(run: Run) -> Section | None:
-    from .plots import eager_split
+    from . import eager_split
     t = eager_split.table(run)
     if t.empty:
         return None
@@ -131,8 +131,8 @@ def _split_section(run: Run) -> Section | None:
 
 
 def _compare_section(a: Run, b: Run, by=None, values=None, mode=None) -> Section:
-    from .compare import bands_line, compare, summary
-    from .plots.compare import fig_ratio
+    from ..compare import bands_line, compare, summary
+    from .compare import fig_ratio
     t = compare(a, b, by, values)
     if mode:
         t = t[t["mode"] == mode]
@@ -166,7 +166,7 @@ def _matched(run: Run, t: pd.DataFrame) -> pd.DataFrame:
 
 
 def _devices_section(runs: list[Run]) -> Section | None:
-    from .plots import devices
+    from . import devices
     rows = devices.rows_for(runs)
     if rows.empty:
         return None
@@ -183,7 +183,7 @@ def build(runs: list[Run], by: str | None = None, values=None, mode: str | None 
     """The sections of a review of `runs` (see the module doc)."""
     out = []
     if len(runs) == 2 or by:
-        from .compare import check_args
+        from ..compare import check_args
         check_args(runs[0], runs[-1], by, values, mode)  # bad input: one line, exit 2
         out.append(_guarded("Compare", _compare_section, runs[0], runs[-1], by, values, mode))
     for run in {str(r.path): r for r in runs}.values():  # a run compared with itself once
