@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import CorruptFile, UsageError
-from .problems import sharding_name
+from .core.errors import CorruptFile, UsageError
+from .core.problems import sharding_name
 
 TABLE_COLUMNS = ("cu_num", "token", "model_dim", "inter_dim", "expert", "topk", "act_type",
                  "dtype", "q_dtype_a", "q_dtype_w", "q_type", "use_g1u1", "doweight_stage1",
@@ -121,7 +121,7 @@ def match_shape(hidden: int, inter: int, experts: int, topk: int) -> dict:
     holds all E experts with I/tp; with EP (ep == tp) E/ep experts with the full I.
     Exactly one (preset, tp, ep) that fits -> that; several -> none chosen (the note
     names them); none -> `custom:H=..,I=..,E=..,k=..` (the shape as the rank holds it)."""
-    from .problems import PRESETS
+    from .core.problems import PRESETS
     fits, near = [], []
     for name, m in PRESETS.items():
         for dk in (0, 1):  # dk=1: a shared expert fused as one more routed expert
@@ -236,8 +236,8 @@ def _problems(r: dict, max_err: float) -> tuple[str | None, str, str | None]:
 
 def _roof(r: dict, spec_key: str | None, device: str) -> dict:
     """Roofline columns of the tuner's own problem on the device's vendor peaks."""
-    from .devices import DEVICE_SPECS
-    from .problems import make_problem
+    from .core.devices import DEVICE_SPECS
+    from .core.problems import make_problem
     from .roofline import bound, cost, expected_experts_hit, floor_us, roof_basis
     nan = dict(experts_hit=math.nan, pairs=math.nan, flops=math.nan, bytes=math.nan,
                roof_us=math.nan, bound=None, roof_basis=None)
@@ -336,7 +336,7 @@ def prepare(path=None, command: str = "moe-lab import-aiter",
             max_err: float = MAX_ERR) -> tuple[list[dict], list[dict], dict, str]:
     """(results rows, kernel rows, manifest, default run id) of a tuned_fmoe table (default:
     the installed wheel's). Nothing is written; a bad table raises UsageError/CorruptFile."""
-    from .environment import git_state, now_iso
+    from .core.environment import git_state, now_iso
     try:
         wheel, version = installed_table()
     except UsageError:

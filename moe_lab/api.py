@@ -17,9 +17,9 @@ import pandas as pd
 
 from . import backends as registry
 from .correctness import check_problem, resolve_device
-from .errors import UsageError
+from .core.errors import UsageError
 from .modes import Mode, parse_mode
-from .problems import make_problem, parse_tokens, split_models
+from .core.problems import make_problem, parse_tokens, split_models
 from .store import Run, find_runs, open_run  # noqa: F401  (part of the API)
 
 
@@ -74,7 +74,7 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
     folder to write the run into (kept, and resumed when called again); None measures
     into a temporary folder that is removed. options: Sweep's (profile, warmup_ms,
     rep_ms, compile_budget_s, point_timeout_s, traces)."""
-    from .commands import options as opts
+    from .core import validate as opts
     from .sweep import Grid, Sweep
     opts.timing(options.get("warmup_ms"), options.get("rep_ms"), options.get("point_timeout_s"),
                 options.get("traces"), api=True)  # the CLI's ranges, the same one line
@@ -109,7 +109,7 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
 def _resume_settings(path: Path, options: dict) -> None:
     """A resumed run keeps its timing budget: warmup_ms and rep_ms not given are the
     folder's (a resume with other values is refused, moe_lab.resume)."""
-    from .errors import CorruptFile
+    from .core.errors import CorruptFile
     from .store import MANIFEST, read_json
     try:
         config = read_json(path / MANIFEST).get("config")

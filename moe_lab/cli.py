@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from .errors import Terminated, UsageError
+from .core.errors import Terminated, UsageError
 
 # verb -> (module, one-line help)
 VERBS = {

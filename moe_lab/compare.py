@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from . import noise as noise_model
-from .errors import UsageError
+from .core.errors import UsageError
 
 KEY = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "wrapped", "config",
        "tokens", "routing")

@@ -32,13 +32,13 @@ from . import backends
 from .backends.torch_ref import torch_moe
 from .compile_table import compile_row
 from .correctness import THRESHOLDS, classify_exception, make_weights, one_line, rel_err
-from .environment import now_iso
-from .errors import has_timeout, reraise_if_terminated, time_limit
+from .core.environment import now_iso
+from .core.errors import has_timeout, reraise_if_terminated, time_limit
 from .layer import MoELayer
 from .modes import Mode
 from .points import Measured, fill_metrics, gate, new_row
-from .problems import Problem
-from .routing import make_routing, route
+from .core.problems import Problem
+from .core.routing import make_routing, route
 from .timing import time_fn
 # Compile time (s) allowed for one backend x variant x wrapped over the whole token grid:
 # a compile still running when it is spent is stopped, and it and the remaining token

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import backends
-from .config_files import check_config, nearest, read_table, write_table  # noqa: F401
-from .errors import UsageError
-from .problems import Problem
+from .core.config_files import check_config, nearest, read_table, write_table  # noqa: F401
+from .core.errors import UsageError
+from .core.problems import Problem
 
 
 # --- which configuration a sweep or check uses ---------------------------------------
@@ -31,7 +31,7 @@ def load_tuned(backend: str, problem: Problem, dev_name: str, configs_dir) -> di
 
 def configs_dir_for(dev_name: str) -> Path:
     """data/configs/<device-slug>: where tuned files for this device live."""
-    from .devices import device_slug
+    from .core.devices import device_slug
     from .store import data_dir
     return data_dir().parent / "configs" / device_slug(dev_name)
 

@@ -16,9 +16,9 @@ import torch
 
 from . import backends
 from .backends.torch_ref import torch_moe
-from .problems import FP8_SCHEMES, Problem
-from .routing import make_routing
-from .errors import one_line  # noqa: F401 (re-exported: every verb imports it from here)
+from .core.problems import FP8_SCHEMES, Problem
+from .core.routing import make_routing
+from .core.errors import one_line  # noqa: F401 (re-exported: every verb imports it from here)
 
 # Pass/fail threshold on max|out-ref|/max|ref| per dtype. bf16 keeps 8 bits of mantissa:
 # rounding of the output alone is 2^-8 ~ 0.4% of an element, and the bf16 intermediate
@@ -47,7 +47,7 @@ def resolve_device(device: str | None) -> str:
     where torch sees no GPU."""
     device = device or default_device()
     if device.startswith("cuda") and not torch.cuda.is_available():
-        from .errors import UsageError
+        from .core.errors import UsageError
         raise UsageError("--device cuda but no GPU is visible to torch")
     return device
 
@@ -75,9 +75,9 @@ def make_weights(problem: Problem, device: str, seed: int) -> backends.Weights:
     w2 = _randn_cpu((E, H, I), g, dt, device, I ** -0.5)
     qw = None
     if problem.is_fp8:  # quantised once, with scales from these weights (moe_lab.quant)
-        from .devices import fp8_format_for
-        from .environment import device_name
-        from .quant import quantize_weights
+        from .core.devices import fp8_format_for
+        from .core.environment import device_name
+        from .core.quant import quantize_weights
         qw = quantize_weights(w1, w2, problem.dtype, fp8_format_for(device_name(device)))
     return backends.Weights(w1, w2, problem.expert_map(device), qw)
 
@@ -188,7 +188,7 @@ def check_problem(problem: Problem, backend_names: list[str], device: str, seed:
                   routing: str = "uniform", config: str = "default") -> list[dict]:
     """Each backend against the reference on fresh inputs; `config` (default, tuned or a
     file) is used by the tunable backends (moe_lab.tuning.config_for)."""
-    from .environment import device_name
+    from .core.environment import device_name
     from .configs import config_for
     weights = make_weights(problem, device, seed)
     inp = make_inputs(problem, device, seed + 7, routing)
@@ -219,8 +219,8 @@ def checked_point(model: str, tokens: int, backend: str, tp: int, ep: int, ep_ra
                   dtype: str, routing: str, device: str, seed: int):
     """One point made ready to measure, correct before fast: (problem, prepared fn, inputs,
     check row). UsageError when the backend cannot run it here or fails its check."""
-    from .errors import UsageError
-    from .problems import make_problem
+    from .core.errors import UsageError
+    from .core.problems import make_problem
     prob = make_problem(model, tokens, dtype, tp, ep, ep_rank)
     be = backends.get(backend)
     from .points import gate

@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from .backends import Weights, get as get_backend
-from .problems import ModelSpec, Problem
+from .core.problems import ModelSpec, Problem
 
 _OPS: dict[str, object] = {}
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import CorruptFile, UsageError
+from .core.errors import CorruptFile, UsageError
 from .profiling import RANGE_NAME
 
 PARTS = ("host_us", "gap_us", "kernel_us")

@@ -15,8 +15,8 @@ from torch import nn
 
 from . import custom_ops
 from .backends import Weights, get as get_backend
-from .problems import Problem
-from .routing import route
+from .core.problems import Problem
+from .core.routing import route
 
 
 class MoELayer(nn.Module):

@@ -50,11 +50,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from .devices import Ceilings, DeviceSpec, ceilings_for
-from .errors import UsageError
-from .problems import Problem, make_problem
-from .quant import BLOCK, scale_bytes
-from .problems import sharding_name
+from .core.devices import Ceilings, DeviceSpec, ceilings_for
+from .core.errors import UsageError
+from .core.problems import Problem, make_problem
+from .core.quant import BLOCK, scale_bytes
+from .core.problems import sharding_name
 from .roofline import _ELEM_BYTES, cost, peak_tflops, roof_bandwidth
 
 GLUE = ("quant", "act", "align", "combine")

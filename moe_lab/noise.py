@@ -42,8 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import atomic_write_json
-from .errors import UsageError
+from .core.atomic import atomic_write_json
+from .core.errors import UsageError
 
 QUANTILE = 0.95
 CHECKOUT_NOISE = Path(__file__).resolve().parent.parent / "data" / "noise"
@@ -57,7 +57,7 @@ WHAT = ("between-process noise of this device per mode, from A/A' pairs (two run
 
 
 def slug(device: str) -> str:
-    from .devices import device_slug
+    from .core.devices import device_slug
     return device_slug(str(device)) or "unknown"
 
 
@@ -161,7 +161,7 @@ def load(device: str, where=None) -> Calibration | None:
 
 
 def _label(row: dict) -> str:
-    from .problems import sharding_name
+    from .core.problems import sharding_name
     try:
         shard = sharding_name(int(row["tp"]), int(row["ep"]))
     except (TypeError, ValueError):

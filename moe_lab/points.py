@@ -40,7 +40,7 @@ def gate(backend, problem, device) -> tuple[str, str]:
 def new_row(key: dict, *, git_commit=None, device=None, measured_at=None, **kw) -> dict:
     """A row: every core column at its declared default, then the point's key, its
     provenance (commit, device, time: now when not given) and `kw`."""
-    from .environment import now_iso
+    from .core.environment import now_iso
     row = defaults()
     row.update(key)
     row.update(git_commit=git_commit, device=device, measured_at=measured_at or now_iso())
@@ -77,7 +77,7 @@ def roofline_fields(problem, topk_ids, device: str) -> dict:
     if not str(device).startswith("cuda"):
         return {}
     import torch
-    from .devices import ceilings_for
+    from .core.devices import ceilings_for
     from .roofline import cost, floor_us
     ceil = ceilings_for(torch.cuda.get_device_name())
     c = cost(problem, ids=topk_ids.cpu() if topk_ids is not None else None)
@@ -93,7 +93,7 @@ def finish(row: dict, *, timing=None, problem=None, topk_ids=None, device: str =
         try:
             row.update(roofline_fields(problem, topk_ids, device))
         except Exception as exc:  # annotation: never lose a measurement for it
-            from .errors import one_line
+            from .core.errors import one_line
             row["warning"] = "; ".join(x for x in (row.get("warning") or "",
                                                    f"roofline: {one_line(exc)}") if x)
     roof, med = row.get("roof_us", math.nan), row.get("median_us", math.nan)

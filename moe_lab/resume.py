@@ -19,7 +19,7 @@ import sys
 
 import pandas as pd
 
-from .errors import CorruptFile, UsageError
+from .core.errors import CorruptFile, UsageError
 from .rows import BOOL_COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, STR_COLUMNS
 
 # manifest keys a writer reads back on resume, with the types it needs them to have
@@ -167,7 +167,7 @@ def check_sweep(sweep, locked: bool) -> None:
     write: another writer's now (before the lock), a file unreadable or not of its
     schema, another kind of run, other settings. Unreadable files with
     set_aside_corrupt: passed over before the lock, set aside under it."""
-    from .errors import RunLocked
+    from .core.errors import RunLocked
     from .runlock import busy
     if not locked:
         who = busy(sweep.run_dir)

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .devices import Ceilings, DeviceSpec, ceilings_for
-from .problems import Problem, make_problem, sharding_name  # noqa: F401 (re-exported)
+from .core.devices import Ceilings, DeviceSpec, ceilings_for
+from .core.problems import Problem, make_problem, sharding_name  # noqa: F401 (re-exported)
 
 
 # --- cost -----------------------------------------------------------------------------
@@ -323,9 +323,9 @@ def predicted_floors(models=None, shardings=SEED_SHARDINGS, tokens=None,
     logits; its cost is averaged over the seeds."""
     import pandas as pd
 
-    from .devices import DEVICE_SPECS
-    from .problems import SEED_MODELS, default_token_grid
-    from .routing import make_routing
+    from .core.devices import DEVICE_SPECS
+    from .core.problems import SEED_MODELS, default_token_grid
+    from .core.routing import make_routing
 
     models = SEED_MODELS if models is None else models
     tokens = tokens or default_token_grid(8192)

@@ -24,8 +24,8 @@ import numbers
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .errors import UsageError
-from .problems import Problem
+from .core.errors import UsageError
+from .core.problems import Problem
 from .timing import time_fn
 
 MODES = ("graph", "eager", "compile")

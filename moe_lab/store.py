@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .atomic import atomic_write_json, atomic_write_parquet, read_parquet  # noqa: F401 (re-exported)
-from .errors import CorruptFile, UsageError
+from .core.atomic import atomic_write_json, atomic_write_parquet, read_parquet  # noqa: F401 (re-exported)
+from .core.errors import CorruptFile, UsageError
 
 from .rows import (BOOL_COLUMNS, FLOAT_COLUMNS, ID_DEFAULTS as DEFAULTS, ID_FIELDS,  # noqa: F401
                    INT_COLUMNS, KERNEL_COLUMNS, OPTIONAL_ID_FIELDS, PROVENANCE as PROVENANCE_COLUMNS,

@@ -24,11 +24,11 @@ from .compile import COMPILE_BUDGET_S, CompileBench
 from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
 from .correctness import (THRESHOLDS, check_backend, classify_exception, make_inputs,
                           make_weights, one_line, point_seed, quant_facts, reference)
-from .environment import capture_environment, device_name
-from .errors import (PointTimeout, Terminated, UsageError, reraise_if_terminated,
+from .core.environment import capture_environment, device_name
+from .core.errors import (PointTimeout, Terminated, UsageError, reraise_if_terminated,
                      terminate_gracefully, time_limit)
 from .modes import Mode
-from .problems import Problem, make_problem
+from .core.problems import Problem, make_problem
 from .progress import native_log_filter, progress_bar
 from .roofline import local_counts
 from .invocations import begin_invocation, end_invocation
@@ -378,7 +378,7 @@ class Sweep:
             return []
         from .ledger import phase_rows
         if not hasattr(self, "_ceilings"):
-            from .devices import ceilings_for
+            from .core.devices import ceilings_for
             try:
                 self._ceilings = ceilings_for(self.device_name) if self.device.startswith("cuda") else None
             except Exception:  # no committed ceilings for this device: floors unknown

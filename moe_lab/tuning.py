@@ -23,12 +23,12 @@ from pathlib import Path
 import pandas as pd
 
 from . import backends
-from .atomic import atomic_write_json
+from .core.atomic import atomic_write_json
 from .correctness import (check_backend, classify_exception, make_inputs, make_weights,
                           one_line, point_seed, reference)
-from .environment import capture_environment, device_name, now_iso
-from .errors import PointTimeout, reraise_if_terminated, terminate_gracefully, time_limit
-from .problems import Problem
+from .core.environment import capture_environment, device_name, now_iso
+from .core.errors import PointTimeout, reraise_if_terminated, terminate_gracefully, time_limit
+from .core.problems import Problem
 from .progress import progress_bar
 from .invocations import begin_invocation, end_invocation
 from .points import finish, new_row
@@ -52,7 +52,7 @@ class Tuner:
         self.backend_name = backends.parse_names(backend)[0]
         self.backend = backends.get(self.backend_name)
         if not self.backend.tunable:
-            from .errors import UsageError
+            from .core.errors import UsageError
             raise UsageError(f"backend {backend!r} has no tunable configurations; tunable: "
                              + ", ".join(n for n in backends.names() if backends.backend_class(n).tunable))
         self.device, self.seed, self.routing = device, seed, routing
@@ -83,7 +83,7 @@ class Tuner:
         from .runlock import busy
         who = busy(self.run_dir)
         if who:
-            from .errors import RunLocked
+            from .core.errors import RunLocked
             raise RunLocked(who)
         self._check_folder()
 
@@ -249,7 +249,7 @@ def read_provenance(folder: Path) -> dict:
 
 
 def _problem_of(row) -> Problem:
-    from .problems import make_problem
+    from .core.problems import make_problem
     return make_problem(row["model"], int(row["tokens"]), row["dtype"], int(row["tp"]),
                         int(row["ep"]), int(row["ep_rank"]))
 

@@ -10,7 +10,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from moe_lab import backends  # noqa: E402
 from moe_lab.correctness import check_problem, make_inputs, make_weights  # noqa: E402
-from moe_lab.problems import make_problem  # noqa: E402
+from moe_lab.core.problems import make_problem  # noqa: E402
 
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)

@@ -21,7 +21,7 @@ from moe_lab.backends.aiter_triton import (FUSED_MOE_PER_CALL, AiterTritonBacken
                                            aiter_root, bind_fused_moe, fused_moe_calls,
                                            load_aiter_triton)
 from moe_lab.correctness import make_inputs, make_weights
-from moe_lab.problems import SEED_MODELS, make_problem
+from moe_lab.core.problems import SEED_MODELS, make_problem
 
 ROOT = aiter_root()
 pytestmark = pytest.mark.skipif(ROOT is None, reason="amd-aiter is not installed")

@@ -22,7 +22,7 @@ from moe_lab import cli
 from moe_lab.backends import _aiter_dispatch as ad
 from moe_lab.backends.aiter_ck import AiterCKBackend
 from moe_lab.backends.aiter_triton import aiter_root
-from moe_lab.problems import make_problem
+from moe_lab.core.problems import make_problem
 
 ROOT = aiter_root()
 pytestmark = pytest.mark.skipif(ROOT is None, reason="amd-aiter is not installed")

@@ -13,13 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from moe_lab import quant
+from moe_lab.core import quant
 from moe_lab.backends import _aiter_fp8 as af
 from moe_lab.backends.aiter_triton import aiter_root, fused_moe_calls, load_aiter_triton
 from moe_lab.backends.torch_fp8 import fp8_reference
 from moe_lab.correctness import THRESHOLDS, make_inputs, make_weights, rel_err
-from moe_lab.devices import DEVICE_SPECS
-from moe_lab.problems import make_problem
+from moe_lab.core.devices import DEVICE_SPECS
+from moe_lab.core.problems import make_problem
 
 ROOT = aiter_root()
 pytestmark = pytest.mark.skipif(ROOT is None, reason="amd-aiter is not installed")

@@ -13,9 +13,9 @@ import pytest
 from moe_lab import aiter_tables as at
 from moe_lab.cli import main
 from moe_lab.commands.import_aiter import write_run
-from moe_lab.devices import DEVICE_SPECS
-from moe_lab.errors import UsageError
-from moe_lab.problems import PRESETS, make_problem
+from moe_lab.core.devices import DEVICE_SPECS
+from moe_lab.core.errors import UsageError
+from moe_lab.core.problems import PRESETS, make_problem
 from moe_lab.roofline import cost, expected_experts_hit, floor_us
 from moe_lab.store import open_run
 

@@ -28,9 +28,9 @@ pytestmark = pytest.mark.skipif(aiter_root() is None, reason="amd-aiter is not i
 SCRIPT = r"""
 import json, sys
 import moe_lab.backends as registry
-from moe_lab import quant
+from moe_lab.core import quant
 from moe_lab.backends.aiter_triton import load_aiter_triton
-from moe_lab.problems import make_problem
+from moe_lab.core.problems import make_problem
 from moe_lab.correctness import make_weights, make_inputs, reference, rel_err
 moe_op, _ = load_aiter_triton()
 moe_op.moe_set_quant_func(lambda out, A, s: quant.quantize_act(A, "fp8-tensor", "e4m3fn"))

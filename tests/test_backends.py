@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from moe_lab import backends
 from moe_lab.backends.torch_ref import torch_moe
 from moe_lab.correctness import check_problem, make_inputs, make_weights, rel_err, reference
-from moe_lab.problems import make_problem
-from moe_lab.routing import make_routing
+from moe_lab.core.problems import make_problem
+from moe_lab.core.routing import make_routing
 
 
 def dense_moe(x, w1, w2, tw, ids, lo, hi, weight_on_input):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from moe_lab.cli import main
-from moe_lab.devices import ceilings_for
-from moe_lab.errors import CorruptFile
+from moe_lab.core.devices import ceilings_for
+from moe_lab.core.errors import CorruptFile
 
 SWEEP = ["sweep", "--models", "custom:H=64,I=32,E=4,k=2", "--tp", "1", "--tokens", "1,2",
          "--backends", "torch", "--dtype", "fp32", "--device", "cpu", "--no-progress",

@@ -62,7 +62,7 @@ def planted():
 @pytest.mark.parametrize("scale", [1.05, 1.07, 1.10])
 def test_a_bf16_backend_a_few_percent_off_is_incorrect(planted, scale):
     from moe_lab.correctness import check_problem
-    from moe_lab.problems import make_problem
+    from moe_lab.core.problems import make_problem
     prob = make_problem(SMALL, 8, "bf16", 1, 1)
     row, = check_problem(prob, [planted(scale)], "cpu", seed=0)
     assert row["status"] == "incorrect", row
@@ -74,7 +74,7 @@ def test_the_same_backend_unscaled_passes_in_bf16(planted):
     """The control: the planted wrapper itself (x1.0) is correct, so the failures above
     are the 5-10% and nothing else."""
     from moe_lab.correctness import check_problem
-    from moe_lab.problems import make_problem
+    from moe_lab.core.problems import make_problem
     for tokens in (1, 8):
         row, = check_problem(make_problem(SMALL, tokens, "bf16", 1, 1), [planted(1.0)],
                              "cpu", seed=0)

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from moe_lab.ceilings import write_ceilings
-from moe_lab.devices import (CEILINGS_SCHEMA, OPTIONAL_GROUPS, SCHEMA_ID, Ceilings, ceilings_for,
+from moe_lab.core.devices import (CEILINGS_SCHEMA, OPTIONAL_GROUPS, SCHEMA_ID, Ceilings, ceilings_for,
                              device_slug, validate_ceilings)
 from moe_lab.roofline import bound, cost, floor_us, memory_us, roof_basis
-from moe_lab.problems import make_problem
+from moe_lab.core.problems import make_problem
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -113,14 +113,14 @@ def test_ceilings_for_uses_measured_file_when_present(tmp_path):
     assert (c.tflops_bf16, c.tb_s) == (690.0, 4.1)
     assert c.tflops_fp8 == 1978.9 and "fp8 from vendor" in c.note  # not measured here
     # measured ceilings are lower than the vendor's, so the floor rises
-    from moe_lab.problems import make_problem
+    from moe_lab.core.problems import make_problem
     from moe_lab.roofline import cost
     cst = cost(make_problem("mixtral-8x7b", 1, "bf16", 2))
     assert floor_us(cst, c) > floor_us(cst, ceilings_for("NVIDIA H200", tmp_path / "none"))
 
 
 def test_ceilings_for_unknown_device_without_file(tmp_path):
-    from moe_lab.errors import UsageError
+    from moe_lab.core.errors import UsageError
     with pytest.raises(UsageError, match="known specs"):
         ceilings_for("Imaginary GPU 9000", tmp_path)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from moe_lab.claims.parser import ParseError, canonical_metric, parse_file, parse_text, tidy
-from moe_lab.errors import UsageError
+from moe_lab.core.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "data" / "claims" / "sources"

@@ -6,7 +6,7 @@ import pytest
 
 from moe_lab.claims.parser import parse_file
 from moe_lab.claims.registry import SOURCES_DIR, build_registry, load_registry
-from moe_lab.errors import UsageError
+from moe_lab.core.errors import UsageError
 
 
 @pytest.fixture(scope="module")

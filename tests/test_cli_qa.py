@@ -179,7 +179,7 @@ def test_a_token_range_without_a_power_of_two_is_refused_not_an_empty_check(caps
 
 
 def test_repeated_token_counts_are_one_point_each():
-    from moe_lab.problems import parse_tokens
+    from moe_lab.core.problems import parse_tokens
     assert parse_tokens("1,1,2,1") == [1, 2] and parse_tokens("3-17") == [4, 8, 16]
 
 

@@ -11,7 +11,7 @@ from moe_lab.correctness import make_weights
 from moe_lab.compile_table import merge_compile_rows
 from moe_lab.layer import MoELayer
 from moe_lab.modes import parse_mode
-from moe_lab.problems import make_problem
+from moe_lab.core.problems import make_problem
 
 MODEL = "custom:H=64,I=32,E=4,k=2"
 
@@ -83,7 +83,7 @@ def test_torch_backend_breaks_unwrapped_not_wrapped():
 
 def test_custom_op_passes_opcheck():
     p, w, x, logits = _setup()
-    from moe_lab.routing import route
+    from moe_lab.core.routing import route
     tw, ti = route(p.model, logits)
     op = custom_ops.experts_op("torch")
     result = torch.library.opcheck(op, (x, w.w1, w.w2, tw, ti, None, False))
@@ -100,7 +100,7 @@ def test_custom_op_expert_map_and_weight_on_input():
     ref = C.layer_reference(p, w, x, logits, None)
     out = MoELayer(p, "torch", w, wrap=True)(x, logits)
     assert torch.allclose(out, ref, atol=1e-5)
-    from moe_lab.routing import route
+    from moe_lab.core.routing import route
     tw, ti = route(p.model, logits)
     result = torch.library.opcheck(custom_ops.experts_op("torch"),
                                    (x, w.w1, w.w2, tw, ti, w.expert_map, True))
@@ -203,7 +203,7 @@ def test_custom_op_passes_opcheck_on_gpu(backend):
     """The wrappers that make the GPU backends opaque to Dynamo, checked where they run:
     schema, fake (meta) implementation, and Dynamo/AOT tracing, in bf16 on the GPU."""
     from moe_lab import backends
-    from moe_lab.routing import route
+    from moe_lab.core.routing import route
     if not backends.get(backend).available()[0]:
         pytest.skip(f"{backend} is not available here")
     p = make_problem("custom:H=256,I=128,E=8,k=2", 16, dtype="bf16")
@@ -222,7 +222,7 @@ def test_sigterm_inside_a_compile_stops_the_sweep_not_a_failed_row(monkeypatch):
     import os
     import signal
 
-    from moe_lab.errors import Terminated, terminate_gracefully
+    from moe_lab.core.errors import Terminated, terminate_gracefully
 
     def backend_hit_by_sigterm(gm, example_inputs):
         os.kill(os.getpid(), signal.SIGTERM)  # the handler raises here, mid-compile

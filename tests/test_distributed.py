@@ -17,7 +17,7 @@ from moe_lab.cli import main
 from moe_lab.correctness import make_inputs, reference, rel_err
 from moe_lab.distributed import VARIANTS, shards
 from moe_lab.distributed.launch import free_port
-from moe_lab.problems import parse_model
+from moe_lab.core.problems import parse_model
 
 MODEL = "custom:H=32,I=16,E=8,k=2"
 ENV = dict(os.environ, PYTHONPATH=ROOT)
@@ -28,7 +28,7 @@ LAYERS = textwrap.dedent("""
     from moe_lab.correctness import make_inputs
     from moe_lab.distributed import layers, shards
     from moe_lab.distributed.control import open_store
-    from moe_lab.problems import parse_model
+    from moe_lab.core.problems import parse_model
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", store=open_store(rank, world, 30), rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=30))

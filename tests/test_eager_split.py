@@ -42,7 +42,7 @@ def test_a_cpu_call_split_from_a_real_profile(tmp_path):
 
     from moe_lab import backends
     from moe_lab.correctness import make_inputs, make_weights
-    from moe_lab.problems import make_problem
+    from moe_lab.core.problems import make_problem
     from moe_lab.profiling import export_trace
     prob = make_problem("custom:H=64,I=32,E=4,k=2", 4, "bf16", 1, 1, 0)
     fn = backends.get("torch").prepare(prob, make_weights(prob, "cpu", 0))
@@ -136,7 +136,7 @@ def test_trace_names_carry_the_configuration_and_find_their_own_rows():
     each trace is checked against its own configuration's eager row, never the other's."""
     import pandas as pd
 
-    from moe_lab.problems import make_problem
+    from moe_lab.core.problems import make_problem
     prob = make_problem("deepseek-r1", 64, "bf16", 8, 8, 0)
     cfg = "data/configs/nvidia-h200/aiter-triton/E=32,N=2048,device_name=NVIDIA_H200.json"
     names = [es.trace_name(prob, "aiter-triton", c) for c in ("default", "tuned", cfg)]

@@ -12,7 +12,7 @@ import weakref
 
 import pytest
 
-from moe_lab.errors import PointTimeout, Terminated, terminate_gracefully, time_limit
+from moe_lab.core.errors import PointTimeout, Terminated, terminate_gracefully, time_limit
 
 
 class _Obj:

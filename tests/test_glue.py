@@ -26,9 +26,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from moe_lab import backends, glue
+from moe_lab import backends
+from moe_lab.core import glue
 from moe_lab.correctness import THRESHOLDS, make_inputs, make_weights, reference, rel_err
-from moe_lab.problems import make_problem
+from moe_lab.core.problems import make_problem
 from moe_lab.profiling import PHASE_RANGES, classify, classify_sequence
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +78,7 @@ def conversion_check():
 
 FUNCTIONS = PRELUDE + r"""
 import torch.nn.functional as F
-from moe_lab import glue, quant
+from moe_lab.core import glue, quant
 
 def rel(a, b):
     return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
@@ -151,8 +152,8 @@ print(json.dumps(out))
 BACKENDS = PRELUDE + r"""
 import torch.nn.functional as F
 import moe_lab.backends as registry
-from moe_lab import glue, quant
-from moe_lab.problems import make_problem
+from moe_lab.core import glue, quant
+from moe_lab.core.problems import make_problem
 from moe_lab.correctness import make_weights, make_inputs, reference, rel_err, unquantized_reference
 from moe_lab.backends.torch_fp8_grouped import grouped_fp8_fn
 from moe_lab.profiling import profile_kernels

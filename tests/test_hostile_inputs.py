@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 
 import moe_lab as ml
-from moe_lab.atomic import atomic_write_parquet
+from moe_lab.core.atomic import atomic_write_parquet
 from moe_lab.cli import main
-from moe_lab.errors import UsageError
+from moe_lab.core.errors import UsageError
 
 MODEL = "custom:H=64,I=32,E=4,k=2"
 SWEEP = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2", "--backends", "torch",
@@ -265,7 +265,7 @@ def chunked():
 
 
 def test_a_tune_resume_with_other_settings_or_into_a_sweep_run_is_refused(tmp_path, chunked, run):
-    from moe_lab.problems import make_problem
+    from moe_lab.core.problems import make_problem
     from moe_lab.tuning import Tuner
     shards = [[make_problem(MODEL, 16, "fp32", 1, 1)]]
 

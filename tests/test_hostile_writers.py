@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 from moe_lab.cli import main
-from moe_lab.errors import RunLocked
+from moe_lab.core.errors import RunLocked
 from moe_lab.runlock import LOCK_NAME, acquire, holder, run_lock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,7 +237,7 @@ def test_tune_merge_and_import_are_refused_while_another_writer_holds_the_folder
 def test_tune_is_refused_while_another_writer_holds_its_run(tmp_path, hold):
     import importlib.util
     from moe_lab import backends
-    from moe_lab.problems import make_problem
+    from moe_lab.core.problems import make_problem
     from moe_lab.tuning import Tuner
     name = "moe_lab.backends.torch_chunked"
     spec = importlib.util.spec_from_file_location(

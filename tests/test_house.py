@@ -70,14 +70,37 @@ def test_no_import_cycle_in_the_package():
     for n in sorted(graph):
         if n not in state:
             visit(n)
-    assert "moe_lab.roofline" not in graph["moe_lab.devices"]  # the old ceilings/roofline loop
+    assert "moe_lab.roofline" not in graph["moe_lab.core.devices"]  # the old ceilings/roofline loop
     assert len(graph) > 20  # the walk saw the package
+
+
+def _folder(module: str) -> str:
+    """moe_lab.x.y -> moe_lab.x (a subpackage); moe_lab.x -> moe_lab (the package root)
+    unless x is itself a subpackage."""
+    parts = module.split(".")
+    if len(parts) >= 3 or (len(parts) == 2 and (PKG / parts[1]).is_dir()):
+        return ".".join(parts[:2])
+    return "moe_lab"
+
+
+def test_no_import_cycle_between_folders():
+    """The layers show in the folders: no two folders import each other (moe_lab.core
+    imports nothing else of moe_lab; backends, plots, commands, ... import downwards)."""
+    edges: dict[str, set[str]] = {}
+    for a, deps in _graph().items():
+        for d in deps:
+            if _folder(a) != _folder(d):
+                edges.setdefault(_folder(a), set()).add(_folder(d))
+    loops = sorted(f"{a} <-> {b}" for a in edges for b in edges[a] if a in edges.get(b, ()))
+    assert not loops, "folder-level import loops: " + ", ".join(loops)
+    assert not edges.get("moe_lab.core"), edges.get("moe_lab.core")  # the bottom layer
+    assert {"moe_lab.backends", "moe_lab.plots", "moe_lab.commands"} <= set(edges)
 
 
 def test_the_walk_would_see_a_cycle(tmp_path):
     """The cycle test can fail: the same walk on two modules importing each other."""
-    a, b = PKG / "roofline.py", PKG / "devices.py"
-    assert "moe_lab.devices" in _imports(a)
+    a, b = PKG / "roofline.py", PKG / "core" / "devices.py"
+    assert "moe_lab.core.devices" in _imports(a)
     assert "moe_lab.roofline" not in _imports(b)
 
 

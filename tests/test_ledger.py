@@ -11,8 +11,8 @@ import torch
 
 from conftest import ROOT, RUNS_DIR
 from moe_lab import ledger as lg
-from moe_lab.devices import Ceilings
-from moe_lab.problems import make_problem
+from moe_lab.core.devices import Ceilings
+from moe_lab.core.problems import make_problem
 from moe_lab.roofline import cost
 
 MODEL = "custom:H=256,I=128,E=8,k=2"

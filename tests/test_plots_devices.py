@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from conftest import RUNS_DIR, printed, run_notebook
-from moe_lab.devices import DEVICE_SPECS
+from moe_lab.core.devices import DEVICE_SPECS
 from moe_lab.plots import devices as dv
-from moe_lab.problems import make_problem
+from moe_lab.core.problems import make_problem
 from moe_lab.roofline import cost, floor_us
 
 H200, AMD = "h200-tuned-20261130", "aiter-tuned-fmoe-0-1-7-post2-dev18"

@@ -3,10 +3,10 @@ the slowest EP rank is the MAX over the ranks; its figure has one legend and a f
 names no run or commit (predictions)."""
 import pytest
 
-from moe_lab.devices import DEVICE_SPECS
-from moe_lab.problems import make_problem
+from moe_lab.core.devices import DEVICE_SPECS
+from moe_lab.core.problems import make_problem
 from moe_lab.roofline import cost, floor_us, predicted_floors
-from moe_lab.routing import make_routing
+from moe_lab.core.routing import make_routing
 
 COLUMNS = ["model", "sharding", "tp", "ep", "tokens", "device", "experts_hit", "flops", "bytes",
            "intensity", "floor_us", "bound", "tokens_per_s"]

@@ -6,7 +6,7 @@ from matplotlib.colors import is_color_like, to_rgba
 
 import moe_lab as ml
 from moe_lab import backends as registry
-from moe_lab.environment import git_commit
+from moe_lab.core.environment import git_commit
 from moe_lab.plots import kernel_time, style
 from moe_lab.store import Run
 

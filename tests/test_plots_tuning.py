@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from moe_lab.devices import Ceilings
-from moe_lab.errors import UsageError
+from moe_lab.core.devices import Ceilings
+from moe_lab.core.errors import UsageError
 from moe_lab.plots import tuning as tu
 from moe_lab.store import Run, RunStore
 

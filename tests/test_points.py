@@ -139,7 +139,7 @@ def test_finish_copies_every_timer_number_and_gives_the_id_of_the_key():
 
 def test_the_gate_says_why_a_point_cannot_run():
     from moe_lab import backends
-    from moe_lab.problems import make_problem
+    from moe_lab.core.problems import make_problem
     p = make_problem(MODEL, 4, "fp8-block128", 1, 1)
     status, why = points.gate(backends.get("torch-grouped"), p, "cpu")
     assert status in ("unsupported", "unavailable") and why

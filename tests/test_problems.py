@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from moe_lab.problems import (PRESETS, SEED_MODELS, ProblemError, default_token_grid,
+from moe_lab.core.problems import (PRESETS, SEED_MODELS, ProblemError, default_token_grid,
                               make_problem, parse_model, parse_tokens)
 
 # (H, I, E, k, shared, MoE layers, router) from each model's config.json (issue 2 table)
@@ -70,6 +70,6 @@ def test_token_grids():
 
 
 def test_model_lists_keep_custom_specs_whole():
-    from moe_lab.problems import split_models
+    from moe_lab.core.problems import split_models
     assert split_models("deepseek-r1,custom:H=64,I=32,E=8,k=2,qwen3-30b-a3b") == [
         "deepseek-r1", "custom:H=64,I=32,E=8,k=2", "qwen3-30b-a3b"]

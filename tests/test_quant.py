@@ -6,12 +6,12 @@ import sys
 import pytest
 import torch
 
-from moe_lab import quant
+from moe_lab.core import quant
 from moe_lab.backends import get
 from moe_lab.correctness import (THRESHOLDS, check_backend, make_inputs, make_weights,
                                  quant_facts, reference)
-from moe_lab.devices import DEVICE_SPECS, fp8_format_for
-from moe_lab.problems import make_problem
+from moe_lab.core.devices import DEVICE_SPECS, fp8_format_for
+from moe_lab.core.problems import make_problem
 from moe_lab.roofline import cost
 
 SCHEMES = quant.SCHEMES
@@ -237,7 +237,7 @@ def test_aiter_triton_says_why_it_has_no_fp8_channel():
 
 def test_fp8_compile_modes_are_refused_before_anything_runs():
     import moe_lab as ml
-    from moe_lab.errors import UsageError
+    from moe_lab.core.errors import UsageError
     with pytest.raises(UsageError, match="compile modes measure the bf16 layer"):
         ml.measure([SMALL], [1], backends=["torch-fp8"], modes="compile:default",
                    dtype="fp8-tensor", tp=1)

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from moe_lab.cli import main
-from moe_lab.problems import PRESETS, make_problem
+from moe_lab.core.problems import PRESETS, make_problem
 from moe_lab import backends
-from moe_lab.devices import DEVICE_SPECS, DeviceSpec, ceilings_for, spec_for
+from moe_lab.core.devices import DEVICE_SPECS, DeviceSpec, ceilings_for, spec_for
 from moe_lab.roofline import (Cost, add_roofline_columns, bound, cost, expected_experts_hit,
                               floor_us, intensity, ridge_intensity, roof_bandwidth, roof_basis)
-from moe_lab.routing import make_routing
+from moe_lab.core.routing import make_routing
 
 UNIT = DeviceSpec("unit", "test", bf16_tflops=1.0, fp8_tflops=2.0, hbm_tb_s=1.0, l2_mb=0,
                   source="test")

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from moe_lab.problems import PRESETS, ProblemError, parse_model
-from moe_lab.routing import (deepseek_router, expert_load, make_routing, parse_routing,
+from moe_lab.core.problems import PRESETS, ProblemError, parse_model
+from moe_lab.core.routing import (deepseek_router, expert_load, make_routing, parse_routing,
                              softmax_router)
 
 

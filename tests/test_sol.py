@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from moe_lab.errors import UsageError
-from moe_lab.problems import make_problem
+from moe_lab.core.errors import UsageError
+from moe_lab.core.problems import make_problem
 from moe_lab.roofline import cost
 from moe_lab.sol import DenseGemm, dense_gemm_flops, dense_gemm_us
 from moe_lab.timing import Timing

@@ -10,9 +10,9 @@ import time
 import pandas as pd
 import pytest
 
-from moe_lab.errors import CorruptFile, UsageError
+from moe_lab.core.errors import CorruptFile, UsageError
 
-from moe_lab.environment import capture_environment, git_state
+from moe_lab.core.environment import capture_environment, git_state
 from moe_lab.store import (KERNEL_COLUMNS, RESULT_COLUMNS, STATUSES, RunStore, find_runs,
                            open_run, point_id)
 
@@ -283,7 +283,7 @@ def test_a_reader_never_sees_a_file_being_replaced_as_corrupt(tmp_path):
 
     import pandas as pd
 
-    from moe_lab.atomic import atomic_write_parquet, read_parquet
+    from moe_lab.core.atomic import atomic_write_parquet, read_parquet
 
     path = tmp_path / "results.parquet"
     atomic_write_parquet(path, pd.DataFrame({"x": range(10)}))

@@ -26,7 +26,7 @@ import moe_lab.backends as registry
 from moe_lab.commands.sweep import default_run_id
 from moe_lab.cli import main
 from moe_lab.invocations import KILLED
-from moe_lab.atomic import read_parquet
+from moe_lab.core.atomic import read_parquet
 from moe_lab.store import STATUSES, point_id
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,11 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from moe_lab import quant
+from moe_lab.core import quant
 from moe_lab.backends import get
 from moe_lab.backends.torch_fp8 import ALIGN, block128_shape_refusal, scaled_mm_fn
 from moe_lab.correctness import THRESHOLDS, make_inputs, make_weights, reference, rel_err
-from moe_lab.problems import make_problem
+from moe_lab.core.problems import make_problem
 
 ST = F.ScalingType
 

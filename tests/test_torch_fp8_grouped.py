@@ -8,7 +8,7 @@ import torch
 from moe_lab.backends import get
 from moe_lab.backends.torch_fp8_grouped import grouped_fp8_fn
 from moe_lab.correctness import THRESHOLDS, make_inputs, make_weights, reference, rel_err
-from moe_lab.problems import make_problem
+from moe_lab.core.problems import make_problem
 
 
 class StandIn:

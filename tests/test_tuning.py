@@ -10,7 +10,7 @@ from conftest import plugin_backend  # noqa: E402
 from moe_lab import backends
 from moe_lab.cli import main
 from moe_lab.configs import nearest, read_table, write_table
-from moe_lab.problems import make_problem
+from moe_lab.core.problems import make_problem
 from moe_lab.configs import config_for, load_tuned
 from moe_lab.tuning import Tuner
 
@@ -138,7 +138,7 @@ def test_sweep_default_and_tuned_are_separate_points(tmp_path, chunked, monkeypa
     assert set(r0[r0["backend"] == "torch"]["config"]) == {"default"}  # not tunable: once
     dev = tmp_path / "runs"
     from moe_lab.configs import configs_dir_for  # where `tuned` looks: the data dir's ../configs
-    from moe_lab.environment import device_name
+    from moe_lab.core.environment import device_name
     t = Tuner("torch-chunked", "cpu", dev / "tune", configs_dir_for(device_name("cpu")),
               rep_ms=5, warmup_ms=1, progress=False)
     t.run([[make_problem(MODEL, n, "fp32", 1, 1) for n in (16, 64)]])

@@ -51,8 +51,8 @@ from typing import Callable
 
 import torch
 
-from ..errors import UsageError
-from ..problems import Problem
+from ..core.errors import UsageError
+from ..core.problems import Problem
 
 MoEFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Intermediate = tuple[str, str, str, object]

@@ -40,7 +40,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..devices import fp8_format_of_arch
+from ..core.devices import fp8_format_of_arch
 from .aiter_triton import aiter_root
 
 # get_2stage_cfgs's set_index columns, in its order

@@ -16,7 +16,7 @@ differ, and the tuner keeps gemm2's BLOCK_SIZE_M equal to gemm1's (one alignment
 """
 from __future__ import annotations
 
-from ..config_files import nearest, read_table, write_table  # noqa: F401 (the file format)
+from ..core.config_files import nearest, read_table, write_table  # noqa: F401 (the file format)
 
 SMEM_BYTES = 200 * 1024  # Hopper: 227 KB per block; keep room for the epilogue
 

@@ -34,8 +34,8 @@ import os
 
 import torch
 
-from .. import glue as glue_mod
-from ..aiter_import import (aiter_root, aiter_version, load_aiter_glue,  # noqa: F401 (re-exported)
+from ..core import glue as glue_mod
+from ..core.aiter_import import (aiter_root, aiter_version, load_aiter_glue,  # noqa: F401 (re-exported)
                             load_aiter_triton, load_silu_fused)
 from . import Backend, Weights, register
 from ._aiter_fp8 import TRITON_NO_CHANNEL, TRITON_SCHEMES, fit_block_k, triton_fp8_fixed

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import record_function
 
-from .. import quant
+from ..core import quant
 from . import Backend, Weights, register
 from .torch_ref import expert_rows
 
@@ -321,8 +321,8 @@ class TorchFp8Backend(Backend):
             why = block128_shape_refusal(problem)
             if why:
                 return False, why
-        from ..devices import fp8_format_for
-        from ..environment import device_name
+        from ..core.devices import fp8_format_for
+        from ..core.environment import device_name
         return scaled_mm_supports(problem.dtype, str(device), fp8_format_for(device_name(device)))
 
     def prepare(self, problem, weights: Weights):

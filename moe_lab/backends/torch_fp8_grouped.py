@@ -32,8 +32,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import glue as glue_mod
-from .. import quant
+from ..core import glue as glue_mod
+from ..core import quant
 from . import Backend, Weights, register
 
 ALIGN = 16

@@ -48,7 +48,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import glue as glue_mod
+from ..core import glue as glue_mod
 from . import Backend, Weights, register
 
 

@@ -6,7 +6,7 @@ import json
 import math
 import sys
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

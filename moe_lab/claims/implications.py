@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..errors import UsageError
-from ..problems import PRESETS, make_problem
+from ..core.errors import UsageError
+from ..core.problems import PRESETS, make_problem
 from ..store import data_dir
 from .registry import load_registry
 
@@ -55,7 +55,7 @@ def device_specs() -> dict | None:
     """The vendor device specs the roofline knows, by key ("mi300x", "h200-sxm", ...);
     None when the roofline modules cannot be imported."""
     try:
-        from ..devices import DEVICE_SPECS  # where the specs live since moe_lab.devices
+        from ..core.devices import DEVICE_SPECS  # where the specs live since moe_lab.devices
     except ImportError:
         try:
             from ..roofline import DEVICE_SPECS
@@ -104,7 +104,7 @@ def load_measured(runs_dir: str | Path | None = None):
     naming the file: a corrupt run is never skipped silently."""
     import pandas as pd
 
-    from ..atomic import read_parquet
+    from ..core.atomic import read_parquet
     runs_dir = Path(data_dir() if runs_dir is None else runs_dir)
     if runs_dir.exists() and not runs_dir.is_dir():
         raise UsageError(f"runs directory {runs_dir} is not a directory")

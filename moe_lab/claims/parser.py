@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .lexicon import (  # noqa: F401 (canonical_metric, parse_number: part of the parser API)
     BANNER_RE,
     END_RE,

@@ -16,7 +16,7 @@ import math
 import re
 from pathlib import Path
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .parser import Block, parse_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

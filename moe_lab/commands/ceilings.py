@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..ceilings import measure_ceilings, summary_lines, write_ceilings
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 
 def configure(parser) -> None:

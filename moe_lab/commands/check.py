@@ -9,9 +9,9 @@ import time
 
 from .. import backends
 from ..correctness import check_problem, classify_exception, one_line, resolve_device
-from ..environment import capture_environment
-from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_tokens, split_models
-from ..routing import parse_routing
+from ..core.environment import capture_environment
+from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_tokens, split_models
+from ..core.routing import parse_routing
 from ..configs import validate_config_arg
 from . import options
 

@@ -5,7 +5,7 @@ import argparse
 
 import torch
 
-from ..environment import capture_environment
+from ..core.environment import capture_environment
 from . import backends
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from ..eager_split import PART_LABELS, PARTS, run_split, split_point
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 
 def _parts(r) -> str:

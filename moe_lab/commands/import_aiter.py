@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from ..aiter_tables import MAX_ERR, prepare
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 
 def configure(parser) -> None:
@@ -37,7 +37,7 @@ def _refuse_unless_replaceable(out: Path, force: bool) -> None:
     empty folder, or (with force) an earlier import's run folder, i.e. one whose
     manifest.json moe-lab wrote for an import. A regular file, a folder that is not a
     run (a user's notes), a sweep's or tune's run are never replaced."""
-    from ..errors import CorruptFile
+    from ..core.errors import CorruptFile
     from ..runlock import LOCK_NAME
     from ..store import MANIFEST, read_json
     if not out.exists() and not out.is_symlink():

@@ -3,7 +3,7 @@
 device, commit and time, and a point measured twice is an error, never silently one."""
 from __future__ import annotations
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from ..store import merge_runs
 
 

@@ -7,7 +7,7 @@ import math
 from ..api import profile
 from ..correctness import resolve_device
 from . import options
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 
 def configure(p):
@@ -46,7 +46,7 @@ def configure(p):
 
 def explain(args) -> int:
     from ..backends._aiter_dispatch import explain as explain_dispatch
-    from ..problems import make_problem
+    from ..core.problems import make_problem
     prob = make_problem(args.model, args.tokens, args.dtype, args.tp, args.ep,
                         args.ep_rank if args.ep > 1 else 0)
     try:
@@ -68,7 +68,7 @@ def run(args) -> int:
         from .eager_split import print_point_split
         return print_point_split(args)
     device = resolve_device(args.device)
-    from ..problems import make_problem
+    from ..core.problems import make_problem
     prob = make_problem(args.model, args.tokens, args.dtype, args.tp, args.ep,
                         args.ep_rank if args.ep > 1 else 0)
     table = config_table(args.backend, args.config, prob, device)
@@ -99,7 +99,7 @@ def config_table(backend: str, config: str, prob, device: str):
     that is missing or malformed, or a configuration given to a backend that takes none."""
     from .. import backends
     from ..configs import config_for, validate_config_arg
-    from ..environment import device_name
+    from ..core.environment import device_name
     if config == "default":
         return None
     validate_config_arg(config)
@@ -154,8 +154,8 @@ def print_ledger(prob, args, device: str, df) -> None:
     import pandas as pd
 
     from ..correctness import make_inputs, point_seed
-    from ..devices import ceilings_for
-    from ..environment import device_name
+    from ..core.devices import ceilings_for
+    from ..core.environment import device_name
     from ..ledger import phase_rows
     ids = make_inputs(prob, "cpu", point_seed(args.seed, args.tokens, args.routing),
                       args.routing).topk_ids  # the draw profile used: a pure function

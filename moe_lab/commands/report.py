@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from ..report import execute_notebook, export, failure_line
 
 

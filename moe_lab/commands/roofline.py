@@ -7,10 +7,10 @@ file in data/ceilings/).
 from __future__ import annotations
 
 from .. import backends
-from ..devices import DEVICE_SPECS, Ceilings, ceilings_for
-from ..errors import UsageError
+from ..core.devices import DEVICE_SPECS, Ceilings, ceilings_for
+from ..core.errors import UsageError
 from . import options
-from ..problems import FP8_SCHEMES, make_problem, parse_model, parse_tokens
+from ..core.problems import FP8_SCHEMES, make_problem, parse_model, parse_tokens
 from ..roofline import add_roofline_columns, bound, cost, floor_us, intensity, roof_basis
 from ..store import RunStore, atomic_write_parquet, open_run
 

@@ -12,12 +12,12 @@ import torch
 
 from .. import backends as registry
 from ..correctness import resolve_device
-from ..environment import device_name
-from ..errors import UsageError
+from ..core.environment import device_name
+from ..core.errors import UsageError
 from . import default_data_dir_arg, options
 from ..modes import parse_modes
-from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
-from ..routing import parse_routing
+from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
+from ..core.routing import parse_routing
 from ..sweep import Grid, Sweep
 from ..configs import validate_config_arg
 from ..distributed.launch import add_arguments as add_distributed_arguments, under_launcher
@@ -30,7 +30,7 @@ def resume_timing(args, run_dir: str | None) -> None:
     """--warmup-ms and --rep-ms not given: the run folder's own when it has them (a
     resume measures as its run did), else the defaults. Given and other than the run's:
     the sweep refuses (moe_lab.resume)."""
-    from ..errors import CorruptFile
+    from ..core.errors import CorruptFile
     from ..store import MANIFEST, read_json
     config = {}
     if run_dir and (args.warmup_ms is None or args.rep_ms is None):
@@ -205,7 +205,7 @@ def parse_part(text: str) -> tuple[int, int]:
 
 def parse_glues(text: str) -> list[str]:
     """`fused,naive` -> ["fused", "naive"] (UsageError naming a value that is neither)."""
-    from ..glue import GLUES
+    from ..core.glue import GLUES
     out = list(dict.fromkeys(g.strip() for g in str(text).split(",") if g.strip()))
     bad = [g for g in out if g not in GLUES]
     if bad or not out:

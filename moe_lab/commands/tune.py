@@ -8,13 +8,13 @@ import sys
 
 
 from ..correctness import resolve_device
-from ..environment import device_name
-from ..errors import UsageError
+from ..core.environment import device_name
+from ..core.errors import UsageError
 from . import default_data_dir_arg, options
-from ..problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
-from ..routing import parse_routing
+from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
+from ..core.routing import parse_routing
 from ..configs import configs_dir_for
-from ..devices import device_slug
+from ..core.devices import device_slug
 from ..tuning import Tuner
 
 TUNE_TOKENS = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192"

@@ -97,8 +97,8 @@ def rank_work(model: str, tokens: int, routing: str, seed: int, parallel: str, n
               elem_bytes: int = 2) -> pd.DataFrame:
     """Per rank at n ranks, from the point's own routing draw: pairs, experts hit, FLOPs,
     weight bytes read, and bytes handed to the collective."""
-    from ..problems import parse_model
-    from ..routing import make_routing
+    from ..core.problems import parse_model
+    from ..core.routing import make_routing
     spec = parse_model(model)
     _, ids, _ = make_routing(spec, tokens, routing, seed)
     flat = ids.reshape(-1).long()

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from . import VARIANTS
 
 FAULT_ENV = "MOE_LAB_DIST_FAULT"  # testing hook: "RANK:PHASE" (worker.fault)
@@ -111,10 +111,10 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
 
 def run_nproc(args, device: str, models, tokens, routings, modes, backends) -> int:
     """`sweep --nproc N`: validate every shard, name the run, start the ranks."""
-    from ..environment import device_name
+    from ..core.environment import device_name
     from .shards import rank_problem
-    from ..problems import parse_model
-    from ..problems import FP8_SCHEMES
+    from ..core.problems import parse_model
+    from ..core.problems import FP8_SCHEMES
     if not args.nproc:  # under torchrun (whose own --nproc-per-node swallows --nproc)
         args.nproc = int(os.environ["WORLD_SIZE"])
     variants = parse_variants(args.parallel)

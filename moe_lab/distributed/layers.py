@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ..backends import MoEFn
-from ..problems import Problem
+from ..core.problems import Problem
 
 
 def element_bytes(t: torch.Tensor) -> int:

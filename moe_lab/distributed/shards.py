@@ -20,7 +20,7 @@ import zlib
 import torch
 
 from ..backends import Weights
-from ..problems import ModelSpec, Problem, make_problem
+from ..core.problems import ModelSpec, Problem, make_problem
 
 
 def expert_seed(seed: int, expert: int) -> int:

@@ -33,9 +33,9 @@ import torch.distributed as dist
 from .. import backends as registry
 from ..backends import Weights
 from ..correctness import THRESHOLDS, classify_exception, make_inputs, one_line, point_seed, reference, rel_err
-from ..environment import capture_environment, device_name
+from ..core.environment import capture_environment, device_name
 from ..invocations import begin_invocation, end_invocation
-from ..problems import DTYPES, parse_model
+from ..core.problems import DTYPES, parse_model
 from ..store import RunStore, point_id
 from ..points import finish, gate, new_row
 from ..timing import CaptureError, summarize, time_fn

@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..noise import band_text
-from ..problems import sharding_name
+from ..core.problems import sharding_name
 from . import style
 
 MARK = {"faster": ("v", "faster (clears interval and band)"),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..devices import ceilings_for
-from ..problems import sharding_name
+from ..core.devices import ceilings_for
+from ..core.problems import sharding_name
 from ..roofline import add_roofline_columns
 from ..store import open_run
 from . import style

@@ -10,7 +10,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ..eager_split import PART_LABELS, PARTS, run_split
-from ..problems import sharding_name
+from ..core.problems import sharding_name
 from ..store import open_run
 from . import style
 

@@ -12,7 +12,7 @@ import dataclasses
 
 import pandas as pd
 
-from ..problems import FP8_SCHEMES, sharding_name
+from ..core.problems import FP8_SCHEMES, sharding_name
 from ..store import Run, find_runs
 from . import style
 

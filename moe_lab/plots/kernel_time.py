@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..problems import sharding_name
+from ..core.problems import sharding_name
 from ..store import open_run
 from . import style
 

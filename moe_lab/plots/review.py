@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..errors import UsageError
-from ..problems import sharding_name
+from ..core.errors import UsageError
+from ..core.problems import sharding_name
 from ..store import Run
 
 PNG_DPI = 150       # files and embedded images (2x for sharp text at the displayed width)

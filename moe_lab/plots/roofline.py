@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..devices import DEVICE_SPECS, Ceilings, DeviceSpec, ceilings_for
-from ..problems import sharding_name
+from ..core.devices import DEVICE_SPECS, Ceilings, DeviceSpec, ceilings_for
+from ..core.problems import sharding_name
 from ..roofline import add_roofline_columns, peak_tflops
 from ..store import open_run
 from . import style

@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..atomic import read_parquet
-from ..devices import Ceilings, ceilings_for
-from ..errors import UsageError
-from ..problems import make_problem
-from ..problems import sharding_name
+from ..core.atomic import read_parquet
+from ..core.devices import Ceilings, ceilings_for
+from ..core.errors import UsageError
+from ..core.problems import make_problem
+from ..core.problems import sharding_name
 from ..roofline import add_roofline_columns
 from ..store import data_dir, find_runs, open_run, read_json
 from . import style

@@ -17,7 +17,7 @@ from pathlib import Path
 ENV_PREFIXES = ("VLLM_", "AITER_", "TORCH_", "NCCL_", "PYTORCH_", "TRITON_", "HIP_", "ROCM_",
                 "HSA_", "CUDA_", "OMP_")
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def now_iso() -> str:

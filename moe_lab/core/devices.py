@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .errors import CorruptFile, UsageError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CEILINGS_DIR = REPO_ROOT / "data" / "ceilings"
 
 
