@@ -57,6 +57,8 @@ def run(args) -> int:
     a = open_run(args.run_a)
     b = open_run(args.run_b) if args.run_b else a
     values = [v.strip() for v in args.values.split(",")] if args.values else None
+    if values and not args.by:  # before: ignored, and B/A compared everything
+        raise UsageError(f"--values {args.values}: give the column they are values of, --by COLUMN")
     if args.run_b is None and args.by is None:
         raise UsageError("give a second run, or --by COLUMN --values A,B to split one run")
     check_args(a, b, args.by, values, args.mode)

@@ -64,6 +64,8 @@ def run(args) -> int:
         import nbconvert  # noqa: F401
     except ImportError:
         raise UsageError("report needs nbclient and nbconvert: pip install 'moe-lab[notebooks]'") from None
+    if not args.timeout > 0:  # before: 0 or -5 was passed to nbclient as it was
+        raise UsageError(f"--timeout {args.timeout}: give a positive number of seconds per cell")
     paths = sorted(glob.glob(os.path.join(args.notebooks, "*.ipynb")))
     if args.only:
         pre = tuple(s.strip() for s in args.only.split(","))

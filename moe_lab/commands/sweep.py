@@ -155,6 +155,9 @@ def run(args) -> int:
         return run_nproc(args, device, models, tokens, routings, modes, backends)
     tps = parse_int_list(args.tp)
     eps = parse_int_list(options.default_eps(args.ep, gpu))
+    if args.ep_rank and not any(ep > 1 for ep in eps):  # before: quietly measured rank 0
+        raise UsageError(f"--ep-rank {args.ep_rank} with --ep {','.join(map(str, eps))}: an EP "
+                         "rank exists only with --ep above 1")
     # validate every sharding before measuring anything
     for m in models:
         for tp in tps:
