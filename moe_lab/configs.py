@@ -59,7 +59,8 @@ def config_for(backend: str, config: str, problem: Problem, dev_name: str):
         table = load_tuned(backend, problem, dev_name, folder)
         if table is None:
             names = backends.get(backend).config_files(problem, dev_name)
-            return None, (f"no tuned configuration {names['gemm1']} under {folder}/{backend}: "
+            return None, (f"no tuned configuration {names['gemm1']} under "
+                          f"{_shown(folder / backend)}: "
                           f"run `moe-lab tune --backend {backend}` for this shape first")
         return table, ""
     return read_config_path(backend, config), ""
@@ -81,3 +82,13 @@ def validate_config_arg(text: str) -> list[str]:
         except ValueError as exc:
             raise UsageError(f"--config: {exc}") from None
     return out
+
+
+def _shown(path: Path) -> str:
+    """A path as a row's error names it: relative to the checkout when under it (a row
+    must not carry the measuring machine's folders), else as it is."""
+    from .core.environment import REPO_ROOT
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT.resolve()))
+    except ValueError:
+        return str(path)
