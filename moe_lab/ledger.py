@@ -50,6 +50,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from . import rows as row_schema
 from .core.devices import Ceilings, DeviceSpec, ceilings_for
 from .core.errors import UsageError
 from .core.problems import Problem, make_problem
@@ -192,10 +193,7 @@ def _ceilings(device, cache: dict):
     return cache[device]
 
 
-def ok_rows(results: pd.DataFrame) -> pd.DataFrame:
-    """Correct, timed rows (status ok, median_us > 0)."""
-    med = pd.to_numeric(results["median_us"], errors="coerce")
-    return results[(results["status"] == "ok") & (med > 0)]
+ok_rows = row_schema.ok_rows  # the one rule for which rows are points
 
 
 def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,

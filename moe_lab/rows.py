@@ -122,6 +122,17 @@ STR_COLUMNS = tuple(c.name for c in COLUMNS if c.kind == "str") + ("kernel", "ph
 BOOL_COLUMNS = tuple(c.name for c in COLUMNS if c.kind == "bool")
 
 
+def ok_rows(df):
+    """Correct, timed rows: status `ok` (where the frame has a status) and a median_us > 0.
+    The one rule for which rows are points (figures, tables, the ledger): a row that is
+    `incorrect` (or failed, oom, timed out) is never one, whatever time it has."""
+    import pandas as pd
+    d = df[df["status"] == "ok"] if "status" in df.columns else df
+    if "median_us" in d.columns:
+        d = d[pd.to_numeric(d["median_us"], errors="coerce") > 0]
+    return d
+
+
 def defaults() -> dict:
     """Every core column at its default (what a row says before anything is measured)."""
     return {c.name: c.default for c in COLUMNS if c.core}

@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..modes import Mode, parse_mode, row_mode
+from .. import rows as row_schema
 from ..store import Run
 
 # Colours handed to backends that declare none, or that are not registered here (a run
@@ -179,14 +180,7 @@ def shared_legend(fig: Figure, handles=None, labels=None, title: str | None = No
                       title_fontsize=fontsize, frameon=False)
 
 
-def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Correct, timed rows: status `ok` (where the frame has a status) and a median_us > 0.
-    Every figure and table of moe_lab.plots selects its rows with this one rule: a row
-    that is `incorrect` (or failed, oom, timed out) is never drawn, whatever time it has."""
-    d = df[df["status"] == "ok"] if "status" in df.columns else df
-    if "median_us" in d.columns:
-        d = d[pd.to_numeric(d["median_us"], errors="coerce") > 0]
-    return d
+ok_rows = row_schema.ok_rows  # every figure and table selects its rows with this one rule
 
 
 def _values(rows: pd.DataFrame | None, col: str) -> list[str]:
