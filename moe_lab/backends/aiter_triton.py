@@ -2,7 +2,9 @@
 
 Pipeline, as vLLM's Triton `fused_experts` does it (the glue steps, marked *, are
 moe_lab.glue's; `glue="fused"`, the default, is shown, `glue="naive"` in brackets):
-  moe_align_block_size_triton  sort (token, slot) pairs by expert, pad each expert to BLOCK_M
+* align                        sort (token, slot) pairs by expert, pad each expert to BLOCK_M:
+                               three kernels of ours, the EP map applied inside
+                               (glue.align_fused) [aiter's moe_align_block_size_triton]
 * quant (fp8-block128)         x -> fp8 [T, H] + [T, H/128] scales in one kernel (ours, or
                                aiter's fused_flatten_fp8_group_quant: glue.GROUP_QUANT)
                                [moe_lab.quant's ~8 kernels]
@@ -20,7 +22,8 @@ Details that matter for correctness:
     package modules for `aiter` and `aiter.ops` pointing at the installed package's
     folders, so `aiter.ops.triton.*` import without the ROCm-only top level.
   * aiter's align kernels do not write the padding slots of `sorted_token_ids`; they
-    must be pre-filled with T*k (the kernel masks ids >= T*k) or rows are garbage.
+    must be pre-filled with T*k (the kernel masks ids >= T*k) or rows are garbage
+    (glue.align_aiter does; ours writes them).
   * aiter's tuned configs are for MI300X/MI350X and carry AMD-only launch keys
     (`waves_per_eu`, `matrix_instr_nonkdim`, `kpack`) that Triton on CUDA rejects.
   * EP: remote experts go to one extra dummy expert whose blocks get expert id -1,
@@ -216,10 +219,10 @@ class AiterTritonBackend(Backend):
     def glue_steps(self, problem) -> tuple[str, ...]:
         """The moe_lab.glue steps this backend runs for a problem (module doc)."""
         if self.fused_silu:
-            return ("combine",)
+            return ("align", "combine")
         if problem.dtype == "fp8-block128":
-            return ("quant", "act_quant", "combine")
-        return ("act", "combine")
+            return ("align", "quant", "act_quant", "combine")
+        return ("align", "act", "combine")
 
     def prepare(self, problem, weights: Weights, config: dict | None = None,
                 glue: str = glue_mod.DEFAULT):
@@ -228,7 +231,7 @@ class AiterTritonBackend(Backend):
         (the nearest M is used, as vLLM does). `glue`: moe_lab.glue.GLUES; the variant
         each step actually runs is `fn.glue` (a moe_lab.glue.Glue), `fn.glue_used`."""
         import triton.language as tl
-        moe_op, align = load_aiter_triton()
+        moe_op, _ = load_aiter_triton()
         shipped = aiter_moe_configs(fp8=problem.is_fp8)
         strip = torch.version.hip is None
         compute_type = tl.float16 if problem.dtype == "fp16" else tl.bfloat16
@@ -263,28 +266,17 @@ class AiterTritonBackend(Backend):
             T = x.shape[0]
             cfg1, cfg2 = pick("gemm1", T), pick("gemm2", T)
             self.last_config = {"gemm1": cfg1, "gemm2": cfg2}
-            if emap is not None:
-                local = emap[topk_ids.long()]
-                ids = torch.where(local < 0, E_local, local).to(torch.int32)
-                n_exp = E_local + 1
-            else:
-                ids, n_exp = topk_ids, E_local
+            n_exp = E_local + 1 if emap is not None else E_local  # + the EP sentinel
             numel = T * k
             aligned = {}
 
             def routing(cfg):  # one alignment per distinct BLOCK_SIZE_M
                 bm = cfg["BLOCK_SIZE_M"]
                 if bm not in aligned:
-                    max_pad = numel + n_exp * (bm - 1)
-                    sorted_ids = torch.full((max_pad,), numel, dtype=torch.int32, device=x.device)
-                    expert_ids = torch.full((triton_cdiv(max_pad, bm),), -1, dtype=torch.int32,
-                                            device=x.device)
-                    n_post_pad = torch.empty(1, dtype=torch.int32, device=x.device)
-                    align.moe_align_block_size_triton(ids, n_exp, bm, sorted_ids, expert_ids,
-                                                      n_post_pad)
-                    if emap is not None:
-                        expert_ids = torch.where(expert_ids == E_local, -1, expert_ids)
-                    aligned[bm] = dict(topk_weights=topk_weights, topk_ids=ids,
+                    # glue step align: ours (fused) or aiter's moe_align_block_size_triton;
+                    # fused_moe reads only topk_ids.numel()
+                    sorted_ids, expert_ids, n_post_pad = G.align(topk_ids, n_exp, bm, emap)
+                    aligned[bm] = dict(topk_weights=topk_weights, topk_ids=topk_ids,
                                        sorted_token_ids=sorted_ids, expert_ids=expert_ids,
                                        num_tokens_post_padded=n_post_pad)
                 return dict(aligned[bm], config=cfg)

@@ -1,7 +1,8 @@
 """moe-lab's own glue kernels (Triton), for the steps where aiter ships none for this GPU or
 ours is the faster (moe_lab.glue says which and why): SiLU*mul, the combine, and the
-1x128 group quantisers of fp8-block128 (alone and fused with SiLU*mul). `KERNELS` maps a
-glue step to its kernel; empty without Triton."""
+1x128 group quantisers of fp8-block128 (alone and fused with SiLU*mul), and the align
+(sort by expert, pad to BLOCK_M). `KERNELS` maps a glue step to its kernel (align: its
+three); empty without Triton."""
 from __future__ import annotations
 
 try:
@@ -88,8 +89,103 @@ if triton is not None:
                           stride_qr, stride_qc, stride_sr, stride_sc, BLOCK_R, G, GROUP_,
                           FP8_MAX)
 
+    # --- align: sort (token, slot) pairs by expert, each expert padded to BLOCK_M ----------
+    # Three kernels, none with a serial loop over the pairs (aiter's
+    # moe_align_block_size_triton runs one program per expert over numel/E pairs each, which
+    # under EP, with E_local + 1 experts, is a serial walk of ~1000 pairs per program):
+    #   count  one program per CHUNK pairs: the EP map applied (remote -> the sentinel
+    #          expert n_exp - 1), a histogram of the chunk's experts -> counts[p, :]
+    #   scan   one program: per expert the total, padded to BLOCK_M; the padded starts;
+    #          per (chunk, expert) where the chunk's pairs of that expert begin
+    #   place  one program per chunk: the chunk's pairs sorted by (expert, index), each
+    #          written to its slot; then a share of the blocks: expert id (-1 for the EP
+    #          sentinel and for every block past the end) and the padding slots filled
+    #          with numel (slots past num_tokens_post_padded are left unwritten)
+    # The order inside an expert is the pairs' order (chunk, then index in the chunk), as a
+    # stable sort gives and as aiter's kernels give: the same sorted_token_ids, bit for bit.
+    @triton.jit
+    def _moe_lab_moe_align_block_size_count_kernel(
+            ids_ptr, emap_ptr, counts_ptr, numel, sentinel, HAS_MAP: tl.constexpr,
+            CHUNK: tl.constexpr, E_PAD: tl.constexpr):
+        p = tl.program_id(0)
+        offs = p * CHUNK + tl.arange(0, CHUNK)
+        m = offs < numel
+        e = tl.load(ids_ptr + offs, mask=m, other=0).to(tl.int32)
+        if HAS_MAP:
+            loc = tl.load(emap_ptr + e, mask=m, other=0).to(tl.int32)
+            e = tl.where(loc < 0, sentinel, loc)
+        e = tl.where(m, e, E_PAD - 1)  # the last bin holds no expert (E_PAD > n_exp)
+        tl.store(counts_ptr + p * E_PAD + tl.arange(0, E_PAD), tl.histogram(e, E_PAD))
+
+    @triton.jit
+    def _moe_lab_moe_align_block_size_scan_kernel(
+            counts_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, n_chunks, n_exp, block_m,
+            P_PAD: tl.constexpr, E_PAD: tl.constexpr):
+        pr = tl.arange(0, P_PAD)[:, None]
+        er = tl.arange(0, E_PAD)[None, :]
+        m = (pr < n_chunks) & (er < n_exp)
+        c = tl.load(counts_ptr + pr * E_PAD + er, mask=m, other=0)
+        tot = tl.sum(c, axis=0)                                   # [E_PAD] pairs per expert
+        padded = (tot + block_m - 1) // block_m * block_m
+        end_pad = tl.cumsum(padded, axis=0)
+        start = end_pad - padded                                  # padded start per expert
+        before = tl.cumsum(c, axis=0) - c                         # this expert, earlier chunks
+        in_chunk = tl.cumsum(c, axis=1) - c                       # earlier experts, this chunk
+        # slot of a chunk's j-th pair in (expert, index) order: adj[p, e] + j
+        tl.store(adj_ptr + pr * E_PAD + er, start[None, :] + before - in_chunk, mask=m)
+        ev = tl.arange(0, E_PAD)
+        tl.store(start_ptr + ev, start)
+        tl.store(end_ptr + ev, start + tot)                       # end of the real pairs
+        tl.store(npp_ptr, tl.sum(padded, axis=0))
+
+    @triton.jit
+    def _moe_lab_moe_align_block_size_place_kernel(
+            ids_ptr, emap_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, sorted_ptr, eids_ptr,
+            numel, sentinel, n_exp, n_blocks, blocks_per_prog, HAS_MAP: tl.constexpr,
+            SENTINEL_REMOTE: tl.constexpr, CHUNK: tl.constexpr, E_PAD: tl.constexpr,
+            BLOCK_M: tl.constexpr, BB: tl.constexpr):
+        p = tl.program_id(0)
+        j = tl.arange(0, CHUNK)
+        offs = p * CHUNK + j
+        m = offs < numel
+        e = tl.load(ids_ptr + offs, mask=m, other=0).to(tl.int32)
+        if HAS_MAP:
+            loc = tl.load(emap_ptr + e, mask=m, other=0).to(tl.int32)
+            e = tl.where(loc < 0, sentinel, loc)
+        e = tl.where(m, e, E_PAD - 1)
+        key = tl.sort(e * CHUNK + j)          # (expert, index in the chunk), ascending
+        se = key // CHUNK
+        valid = se < E_PAD - 1
+        slot = tl.load(adj_ptr + p * E_PAD + se, mask=valid, other=0) + j
+        tl.store(sorted_ptr + slot, p * CHUNK + key % CHUNK, mask=valid)
+        # this program's share of the blocks
+        total = tl.load(npp_ptr)
+        ev = tl.arange(0, E_PAD)
+        starts = tl.load(start_ptr + ev)
+        live = ev < n_exp
+        first = p * blocks_per_prog
+        for b0 in range(first, first + blocks_per_prog, BB):
+            b = b0 + tl.arange(0, BB)
+            mine = (b < first + blocks_per_prog) & (b < n_blocks)
+            in_range = mine & (b * BLOCK_M < total)
+            # the block's expert: how many experts start at or before its first slot, less 1
+            x = tl.sum(((starts[None, :] <= (b * BLOCK_M)[:, None]) & live[None, :]).to(tl.int32),
+                       axis=1) - 1
+            x = tl.maximum(x, 0)
+            eid = x
+            if SENTINEL_REMOTE:
+                eid = tl.where(x == sentinel, -1, x)
+            # every block of the buffer: -1 past the end, as a buffer filled with -1 reads
+            tl.store(eids_ptr + b, tl.where(in_range, eid, -1), mask=mine)
+            real_end = tl.load(end_ptr + x, mask=in_range, other=0)
+            s = (b * BLOCK_M)[:, None] + tl.arange(0, BLOCK_M)[None, :]
+            tl.store(sorted_ptr + s, numel, mask=in_range[:, None] & (s >= real_end[:, None]))
+
     KERNELS = {"act": _moe_lab_silu_and_mul_kernel, "combine": _moe_lab_moe_sum_kernel,
                "quant": _moe_lab_group_quant_kernel,
-               "act_quant": _moe_lab_act_mul_and_group_quant_kernel}
+               "act_quant": _moe_lab_act_mul_and_group_quant_kernel,
+               "align": (_moe_lab_moe_align_block_size_count_kernel,
+                         _moe_lab_moe_align_block_size_scan_kernel,
+                         _moe_lab_moe_align_block_size_place_kernel)}
 else:
     KERNELS = {}

@@ -1,0 +1,124 @@
+"""The align glue step (moe_lab.glue.align_fused, our three kernels) against aiter's
+moe_align_block_size_triton and against a stable sort by expert, on fresh random routing:
+bf16-sized TP shapes (256 experts), EP (the map applied inside, the sentinel's blocks -1),
+BLOCK_M 16..128, top-1 and top-8, no tokens, a chunk count at its cap. Both run under
+Triton's interpreter (TRITON_INTERPRET=1, in a subprocess: the variable must be set before
+triton is imported). A planted bug (one slot off) must fail the same comparison."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moe_lab.core import glue
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(glue.triton is None, reason="triton is not installed")
+
+SCRIPT = r"""
+import json, sys
+import torch, triton
+from moe_lab.core import glue
+
+def stable(topk_ids, n_exp, bm, emap):
+    ids = topk_ids.reshape(-1).long()
+    if emap is not None:
+        loc = emap[ids]
+        ids = torch.where(loc < 0, n_exp - 1, loc)
+    out, eids = [], []
+    order = torch.sort(ids, stable=True).indices
+    for e in range(n_exp):
+        sel = order[ids[order] == e].tolist()
+        if not sel:
+            continue
+        pad = -len(sel) % bm
+        out += sel + [ids.numel()] * pad
+        eids += [-1 if emap is not None and e == n_exp - 1 else e] * ((len(sel) + pad) // bm)
+    return out, eids
+
+plant = sys.argv[1] == "plant"
+if plant:  # one pair's slot off by one: the place kernel's output shifted
+    _orig = glue.align_fused
+    def _bad(*a, **k):
+        s, e, n = _orig(*a, **k)
+        s = s.clone(); s[[0, 1]] = s[[1, 0]]
+        return s, e, n
+    glue.align_fused = _bad
+
+g = torch.Generator().manual_seed(int(sys.argv[2]))
+cases = [(1, 8, 256, 1, 16), (3, 8, 256, 8, 16), (37, 8, 256, 8, 64), (300, 8, 64, 1, 32),
+         (500, 1, 16, 1, 128), (400, 4, 32, 4, 16), (0, 8, 16, 1, 16), (700, 4, 32, 8, 16)]
+if plant:
+    cases = cases[1:3]
+res = []
+for T, k, E, ep, bm in cases:
+    ids = (torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]) if T
+           else torch.empty(0, k, dtype=torch.int64)).to(torch.int32)
+    emap, n_exp = None, E
+    if ep > 1:  # this rank owns the third slice of E/ep experts
+        el = E // ep
+        emap = torch.full((E,), -1, dtype=torch.int32)
+        lo = (2 % ep) * el
+        emap[lo:lo + el] = torch.arange(el, dtype=torch.int32)
+        n_exp = el + 1
+    s, e, n = glue.align_fused(ids, n_exp, bm, emap)
+    a_s, a_e, a_n = glue.align_aiter(ids, n_exp, bm, emap)
+    want_s, want_e = stable(ids, n_exp, bm, emap)
+    N = int(n)
+    res.append(dict(case=[T, k, E, ep, bm], n=N, aiter_n=int(a_n), want_n=len(want_s),
+                    same_as_stable=s[:N].tolist() == want_s and e[:N // bm].tolist() == want_e,
+                    same_as_aiter=torch.equal(s[:N], a_s[:N]) and torch.equal(e, a_e),
+                    tail_minus_one=bool((e[N // bm:] == -1).all()),
+                    chunks=-(-T * k // max(256, triton.next_power_of_2(-(-max(T * k, 1) // 64))))))
+print(json.dumps(res))
+"""
+
+
+def _run(mode, seed):
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-c", SCRIPT, mode, str(seed)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def aligned():
+    return _run("ours", seed=int.from_bytes(os.urandom(2), "little"))
+
+
+def test_ours_is_a_stable_sort_by_expert_padded_to_block_m(aligned):
+    for r in aligned:
+        assert r["n"] == r["want_n"], r
+        assert r["same_as_stable"], r
+
+
+def test_ours_gives_aiters_output_bit_for_bit(aligned):
+    for r in aligned:
+        assert r["n"] == r["aiter_n"], r
+        assert r["same_as_aiter"], r
+        assert r["tail_minus_one"], r  # every block past the end reads -1, as aiter's buffer
+
+
+def test_the_cases_reach_the_chunk_cap_and_many_chunks(aligned):
+    # 700 x 4 pairs: several programs per kernel, so the cross-chunk scan is exercised
+    assert max(r["chunks"] for r in aligned) > 1
+
+
+def test_a_planted_slot_swap_fails_the_comparison():
+    bad = _run("plant", seed=1)
+    assert not all(r["same_as_stable"] for r in bad if r["n"] > 1)
+
+
+def test_align_is_a_glue_step_with_its_variants():
+    ours = glue.Glue("fused", "cuda", steps=("align",))
+    assert ours.used["align"] == "fused"
+    assert all(n.startswith("_moe_lab_moe_align_block_size") for n in ours.kernels["align"])
+    for variant, used in (("aiter", "fused"), ("naive", "naive")):
+        G = glue.Glue(variant, "cuda", steps=("align",))
+        assert G.used["align"] == used and G.kernels["align"] == glue.AITER_ALIGN_KERNELS
+    assert glue.PHASE["align"] == "align"
