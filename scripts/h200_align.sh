@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Device commands for issues 23 and 24 after the align became a glue step (glue=fused: our
+# three align kernels; glue=aiter and glue=naive: aiter's moe_align_block_size_triton).
+# Works on any GPU count: lanes in turn on one GPU, TP8 and TP8+EP8 side by side on two.
+#   STEP=fp8   the FP8 checks on the H200 (every FP8 backend x scheme on the schemes' seed
+#              models, TP8 and TP8+EP8, 1, 3, 64 and 1024 tokens; torch-fp8 padded to 16,
+#              block128 with sm90's scale layout); DeepSeek-R1 and Qwen3-235B fp8-block128
+#              at TP8+EP8 with aiter-triton default and tuned, graph and eager, 1..8192;
+#              torch-fp8-grouped (torch._scaled_grouped_mm, row-wise: CUTLASS's FP8 grouped
+#              GEMM) on the same shapes, the FP8 GEMM's speed reference; the bf16 baseline
+#              of the same models in the same lease
+#   STEP=bf16  the four seed models, TP8 and TP8+EP8, 1..8192 tokens, graph: aiter-triton
+#              and aiter-triton-silu tuned (glue fused); then glue fused, aiter and naive
+#              beside each other at 64, 1024 and 4096 tokens (the align A/B, and what the
+#              fusion buys)
+#   STEP=tune  aiter-triton-silu tuned for DeepSeek-R1 and Qwen3-235B (TP8, EP1 and EP8),
+#              then their graph sweep with --config default,tuned
+# Resumable: STAMP=<the first lease's YYYYMMDD> and the partial runs under data/runs
+# (committed or carried) make a rerun measure only what is missing. Each sweep is held to
+# its share of the command's minutes by `timeout` (a stopped sweep keeps what it wrote).
+# From the repo root with the amd-aiter wheel in .whl/ (scripts/fetch-device-wheels.sh)
+# and MOE_LAB_GIT_COMMIT=<sha>. Everything lands in $OUT/bundle.tar.gz.
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
+B=$OUT/bundle; mkdir -p $B/runs $B/logs $B/checks
+STAMP=${STAMP:-$(date -u +%Y%m%d)}
+STEP=${STEP:-fp8}
+BUDGET=${BUDGET:-540}   # seconds of measuring for the whole command
+NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
+t0=$(date +%s)
+left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
+pack() { tar czf $OUT/bundle.tar.gz -C $OUT bundle && rm -rf $B; }
+trap pack EXIT
+
+sweep() {  # gpu seconds run-id sweep-args...
+  local g=$1 s=$2 run=$3; shift 3
+  [ -d data/runs/$run ] && [ ! -d $B/runs/$run ] && cp -r data/runs/$run $B/runs/$run  # resume
+  [ "$s" -gt "$(left)" ] && s=$(left)
+  [ "$s" -lt 15 ] && { echo "sweep $run: no time left"; return; }
+  CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 20 $s python3 -m moe_lab sweep "$@" \
+    --data-dir $B/runs --run-id $run --no-progress > $B/logs/$run.log 2>&1
+  echo "sweep $run rc=$? ($(( $(date +%s) - t0 )) s)"; tail -1 $B/logs/$run.log
+}
+
+check() {  # gpu seconds scheme models
+  local g=$1 s=$2 dt=$3 models=$4
+  [ "$s" -gt "$(left)" ] && s=$(left)
+  [ "$s" -lt 15 ] && { echo "check $dt: no time left"; return; }
+  CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 10 $s python3 -m moe_lab check --model $models \
+    --tokens 1,3,64,1024 --tp 8 --ep 1,8 --dtype $dt --seed 15 \
+    --backends torch-fp8,torch-fp8-grouped,torch-fp8-dequant,aiter-triton \
+    --out $B/checks/h200-$dt-$STAMP.txt > $B/logs/check-$dt.log 2>&1
+  echo "check $dt rc=$? ($(( $(date +%s) - t0 )) s)"; tail -2 $B/logs/check-$dt.log
+}
+
+echo "$STEP on $NGPU GPU(s), budget $BUDGET s"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > $B/logs/gpu.csv 2>&1
+# smoke (about 20 s): one point per glue variant (our align, aiter's) through the whole
+# path; a failing or incorrect point stops the command before it spends the lease
+DT=$([ "$STEP" = fp8 ] && echo fp8-block128 || echo bf16)
+BE=$([ "$STEP" = fp8 ] && echo aiter-triton || echo aiter-triton,aiter-triton-silu)
+CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m moe_lab sweep --models deepseek-r1 --tp 8 --ep 1,8 \
+  --tokens 64 --backends $BE --modes graph --glue fused,aiter --dtype $DT --data-dir $B/runs \
+  --run-id h200-align-smoke-$STEP-$STAMP --no-progress > $B/logs/smoke-$STEP.log 2>&1
+tail -1 $B/logs/smoke-$STEP.log
+python3 - "$B/runs/h200-align-smoke-$STEP-$STAMP" <<'PY' || exit 3
+import sys
+from moe_lab.store import open_run
+r = open_run(sys.argv[1])
+res = r.results
+print(res[["backend", "ep", "glue", "glue_used", "status", "median_us", "error"]].to_string())
+if len(r.phases):
+    ph = r.phases[r.phases["phase"] == "align"].merge(res[["point_id", "glue", "ep"]], on="point_id")
+    print(ph[["ep", "glue", "us", "floor_us"]].to_string())
+bad = res["status"].isin(["incorrect", "failed", "oom", "timeout"])
+sys.exit(0 if (res["status"] == "ok").any() and not bad.any() and len(r.phases) else 1)
+PY
+
+lanes() {  # function: runs "$1 gpu ep" per sharding, side by side on two GPUs
+  if [ "$NGPU" -ge 2 ]; then $1 0 1 & $1 1 8 & wait; else $1 0 1; $1 0 8; fi
+}
+sh() { [ $1 = 1 ] && echo tp8 || echo tp8ep8; }
+
+bf16_lane() {  # gpu ep
+  local g=$1 ep=$2 share=$([ "$NGPU" -ge 2 ] && echo 100 || echo 50)
+  local s=$(( BUDGET * share / 100 ))
+  sweep $g $(( s * 72 / 100 )) h200-align-bf16-$(sh $ep)-$STAMP --tp 8 --ep $ep --tokens 1-8192 \
+    --backends aiter-triton,aiter-triton-silu --config tuned --modes graph
+  sweep $g $(( s * 26 / 100 )) h200-align-ab-bf16-$(sh $ep)-$STAMP --tp 8 --ep $ep \
+    --tokens 64,1024,4096 --backends aiter-triton --config tuned --glue fused,aiter,naive \
+    --modes graph
+}
+
+tune_lane() {  # gpu ep
+  local g=$1 ep=$2 run=h200-tune-aiter-triton-silu-ds-qwen3-$(sh $2)-$STAMP
+  local share=$([ "$NGPU" -ge 2 ] && echo 100 || echo 50)
+  local s=$(( BUDGET * share / 100 ))
+  [ -d data/runs/$run ] && [ ! -d $B/runs/$run ] && cp -r data/runs/$run $B/runs/$run
+  CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 20 $(( s * 70 / 100 )) python3 -m moe_lab tune \
+    --backend aiter-triton-silu --models deepseek-r1,qwen3-235b-a22b --tp 8 --ep $ep \
+    --tokens 1,4,16,64,256,1024,4096,8192 --budget $(( s * 62 / 100 )) --rep-ms 10 \
+    --warmup-ms 2 --run-id $run --data-dir $B/runs --configs-dir $B/configs-$(sh $ep)/nvidia-h200 \
+    --no-progress > $B/logs/$run.log 2>&1
+  echo "tune $ep rc=$? ($(( $(date +%s) - t0 )) s)"; tail -1 $B/logs/$run.log
+  mkdir -p data/configs/nvidia-h200/aiter-triton-silu  # the sweep reads tuned files from here
+  cp $B/configs-$(sh $ep)/nvidia-h200/aiter-triton-silu/E=*.json data/configs/nvidia-h200/aiter-triton-silu/ 2>/dev/null
+  sweep $g $(( s * 28 / 100 )) h200-align-silu-tuned-$(sh $ep)-$STAMP \
+    --models deepseek-r1,qwen3-235b-a22b --tp 8 --ep $ep --tokens 1-8192 \
+    --backends aiter-triton-silu --config default,tuned --modes graph
+}
+
+if [ "$STEP" = fp8 ]; then
+  check 0 75 fp8-block128 deepseek-r1,qwen3-235b-a22b
+  check 0 65 fp8-channel llama4-scout-16e,llama4-maverick-128e
+  check 0 35 fp8-tensor deepseek-r1
+  sweep 0 150 h200-align-fp8-block128-tp8ep8-$STAMP --models deepseek-r1,qwen3-235b-a22b \
+    --tp 8 --ep 8 --tokens 1-8192 --dtype fp8-block128 --backends aiter-triton \
+    --config default,tuned --modes graph,eager
+  sweep 0 70 h200-align-sgmm-fp8-channel-tp8ep8-$STAMP --models deepseek-r1,qwen3-235b-a22b \
+    --tp 8 --ep 8 --tokens 1-8192 --dtype fp8-channel --backends torch-fp8-grouped --modes graph
+  sweep 0 120 h200-align-bf16-base-tp8ep8-$STAMP --models deepseek-r1,qwen3-235b-a22b \
+    --tp 8 --ep 8 --tokens 1-8192 --backends aiter-triton,aiter-triton-silu,torch-grouped \
+    --config tuned --modes graph
+elif [ "$STEP" = bf16 ]; then
+  lanes bf16_lane
+elif [ "$STEP" = tune ]; then
+  lanes tune_lane
+else
+  echo "STEP must be fp8, bf16 or tune" >&2; exit 2
+fi
+echo "done in $(( $(date +%s) - t0 )) s"
