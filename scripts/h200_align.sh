@@ -72,7 +72,7 @@ res = r.results
 print(res[["backend", "ep", "glue", "glue_used", "status", "median_us", "error"]].to_string())
 if len(r.phases):
     ph = r.phases[r.phases["phase"] == "align"].merge(res[["point_id", "glue", "ep"]], on="point_id")
-    print(ph[["ep", "glue", "us", "floor_us"]].to_string())
+    print(ph[["ep", "glue", "measured_us", "floor_us"]].to_string())
 bad = res["status"].isin(["incorrect", "failed", "oom", "timeout"])
 sys.exit(0 if (res["status"] == "ok").any() and not bad.any() and len(r.phases) else 1)
 PY
