@@ -231,7 +231,7 @@ class Sweep:
 
     def _fail_rest(self, shard, exc, counts, bar):
         status, err = classify_exception(exc), one_line(exc)
-        todo, _ = self._pending(shard, self.store.done_ids())
+        todo, _ = self._pending(shard, self.store.done_ids(retry=()))  # none measured twice
         rows = [finish(self._row(prob, routing, b, m, c, g, status=status,
                                  error=f"setup failed: {err}"))
                 for (prob, routing, b), left in todo.items() for m, c, g in left]

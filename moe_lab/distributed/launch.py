@@ -28,6 +28,9 @@ from . import VARIANTS
 
 FAULT_ENV = "MOE_LAB_DIST_FAULT"  # testing hook: "RANK:PHASE" (worker.fault)
 PKG_ROOT = str(Path(__file__).resolve().parents[2])
+DIST_REPS, DIST_TIMEOUT_S = 20, 120.0
+DIST_FLAGS = (("parallel", "--parallel"), ("dist_reps", "--dist-reps"),
+              ("dist_timeout", "--dist-timeout"))
 
 
 def add_arguments(p):
@@ -36,12 +39,15 @@ def add_arguments(p):
                    help="measure every point on N ranks with torch.distributed (NCCL on GPUs, "
                         "gloo on the CPU): each rank holds its real TP or EP shard; spawned "
                         "here (under torchrun: its ranks, WORLD_SIZE of them)")
-    g.add_argument("--parallel", default=",".join(VARIANTS),
-                   help="with --nproc: the variants, from " + ", ".join(VARIANTS))
-    g.add_argument("--dist-reps", type=int, default=20,
-                   help="with --nproc: timed calls of the collective and of the layer")
-    g.add_argument("--dist-timeout", type=float, default=120.0,
-                   help="with --nproc: seconds a collective may take before it fails")
+    g.add_argument("--parallel", default=None,
+                   help="with --nproc: the variants, from " + ", ".join(VARIANTS)
+                        + " (default: all)")
+    g.add_argument("--dist-reps", type=int, default=None,
+                   help=f"with --nproc: timed calls of the collective and of the layer "
+                        f"(default: {DIST_REPS})")
+    g.add_argument("--dist-timeout", type=float, default=None,
+                   help=f"with --nproc: seconds a collective may take before it fails "
+                        f"(default: {DIST_TIMEOUT_S:g})")
     g.add_argument("--gpus", default=None, metavar="all|N",
                    help="spread the sweep over the local GPUs: part i of n on GPU i "
                         "(--shard i/n), then the parts merged into one run")
@@ -54,6 +60,16 @@ def parse_variants(text: str) -> list[str]:
         raise UsageError(f"--parallel: {', '.join(bad) or text!r} unknown; choose from "
                          f"{', '.join(VARIANTS)}")
     return out
+
+
+def refuse_without_nproc(args) -> None:
+    """--parallel, --dist-reps, --dist-timeout shape a distributed sweep only: given
+    without --nproc (and not under a launcher) they would be silently ignored."""
+    given = [flag for key, flag in DIST_FLAGS if getattr(args, key, None) is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} without --nproc: {'they shape' if len(given) > 1 else 'it shapes'} "
+                         "a distributed sweep only; add --nproc N (or leave "
+                         f"{'them' if len(given) > 1 else 'it'} out)")
 
 
 def under_launcher() -> bool:
@@ -117,14 +133,17 @@ def run_nproc(args, device: str, models, tokens, routings, modes, backends) -> i
     from ..core.problems import FP8_SCHEMES
     if not args.nproc:  # under torchrun (whose own --nproc-per-node swallows --nproc)
         args.nproc = int(os.environ["WORLD_SIZE"])
-    variants = parse_variants(args.parallel)
+    variants = parse_variants(args.parallel if args.parallel is not None else ",".join(VARIANTS))
+    args.dist_reps = DIST_REPS if args.dist_reps is None else args.dist_reps
+    args.dist_timeout = DIST_TIMEOUT_S if args.dist_timeout is None else args.dist_timeout
     if args.dtype in FP8_SCHEMES:
         raise UsageError(f"--nproc with --dtype {args.dtype}: the fp8 schemes are not sharded "
                          "here yet; use bf16, fp16 or fp32")
     if args.gpus:
         raise UsageError("--nproc and --gpus: give one")
-    if args.dist_reps < 1 or not args.dist_timeout > 0:
-        raise UsageError("--dist-reps must be >= 1 and --dist-timeout > 0")
+    from ..core.validate import count, positive
+    count(args.dist_reps, "--dist-reps", 1)
+    positive(args.dist_timeout, "--dist-timeout", "seconds")
     for m in models:
         for v in variants:
             for r in range(args.nproc):
@@ -233,20 +252,22 @@ def run_spread(args, run_dir: str) -> int:
         codes.append(p.wait())
         log.close()
     wall = time.time() - t0
-    from ..store import RunStore, merge_runs
+    from ..merging import merge_runs
+    from ..store import RunStore
     before = RunStore(run_dir, create=False).read_manifest().get("spread") or {}
     parts = [str(parts_dir / f"part-{i}-of-{n}") for i in range(n)]
     tmp = run_dir.rstrip("/") + ".merging"
     shutil.rmtree(tmp, ignore_errors=True)
-    merge_runs(tmp, [p for p in parts if os.path.exists(os.path.join(p, "results.parquet"))])
+    command = "moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:]))
+    merge_runs(tmp, [p for p in parts if os.path.exists(os.path.join(p, "results.parquet"))],
+               command)
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)
     os.replace(tmp, run_dir)
     RunStore(run_dir).update_manifest(
         spread=dict(gpus=n, wall_s=round(wall + before.get("wall_s", 0), 1),
                     wall_s_this_invocation=round(wall, 1), part_exit_codes=codes,
-                    parts=[os.path.relpath(p, args.data_dir) for p in parts]),
-        command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
+                    parts=[os.path.relpath(p, args.data_dir) for p in parts]), command=command)
     print(f"spread over {n} GPUs in {wall:.0f} s (exit codes {codes}); merged into {run_dir}")
     return 0 if all(c == 0 for c in codes) else 1
 
