@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from .core.errors import Terminated, UsageError
+from .core.errors import Terminated, UsageError, disk_full
 
 # verb -> (module, one-line help)
 VERBS = {
@@ -91,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_stdout()
         return 141
     except OSError as exc:  # a path given that cannot be written or read (--out a file...)
+        if disk_full(exc):  # every write is atomic: what was written before is whole
+            where = f" writing {exc.filename}" if exc.filename else ""
+            print(f"moe-lab: error: no space left on the device{where}: what was written "
+                  "before is kept whole; free some space and rerun the same command to resume",
+                  file=sys.stderr)
+            return 2
         if exc.filename is None:
             raise
         print(f"moe-lab: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)

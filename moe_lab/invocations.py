@@ -51,10 +51,15 @@ def end_invocation(store, invocations: list[dict], started: float, status: str,
     invocations[-1].update(finished=finished, wall_s=round(wall, 1), status=status,
                            points_measured=measured, points_skipped=skipped)
     prev = store.read_manifest().get("wall_s_previous", 0)
-    store.update_manifest(finished=finished, wall_s=round(wall, 1),
-                          wall_s_total=round(wall + prev, 1), status=status,
-                          points_measured_this_run=measured,
-                          points_skipped_already_done=skipped, invocations=invocations)
+    try:
+        store.update_manifest(finished=finished, wall_s=round(wall, 1),
+                              wall_s_total=round(wall + prev, 1), status=status,
+                              points_measured_this_run=measured,
+                              points_skipped_already_done=skipped, invocations=invocations)
+    except OSError as exc:  # a full disk: the manifest stays "running" (a resume says killed),
+        from .core.errors import disk_full  # and the error that stopped the writer is the one
+        if not disk_full(exc):
+            raise
 
 
 def _invocation_from(prior: dict) -> dict:

@@ -25,7 +25,7 @@ from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
 from .correctness import (THRESHOLDS, check_backend, classify_exception, make_inputs,
                           make_weights, one_line, point_seed, quant_facts, reference)
 from .core.environment import capture_environment, device_name
-from .core.errors import (PointTimeout, Terminated, UsageError, reraise_if_terminated,
+from .core.errors import (PointTimeout, Terminated, UsageError, disk_full, reraise_if_terminated,
                      terminate_gracefully, time_limit)
 from .modes import Mode
 from .core.problems import Problem, make_problem
@@ -223,6 +223,8 @@ class Sweep:
             self._run_compile(shard, todo, weights, counts, bar)
         except Exception as exc:  # e.g. the weights of this model do not fit: rows, go on
             reraise_if_terminated(exc)
+            if disk_full(exc):  # not the points' failure: stop (the CLI says it in one line)
+                raise
             self._fail_rest(shard, exc, counts, bar)
         finally:
             del weights

@@ -336,3 +336,37 @@ def test_a_resume_re_measures_failed_rows_and_keeps_the_others(run, capsys):
     assert len(after) == 2
     assert after.loc[failed, "status"] == "ok" and after.loc[failed, "median_us"] > 0
     assert after.loc[unsupported, "status"] == "unsupported"  # what the point is: kept
+
+
+# --- 3. a full disk mid-sweep ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("raised", [
+    OSError(errno.ENOSPC, "No space left on device"),  # Python's own writes
+    OSError("[Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device"),
+])  # pyarrow's: the errno only in its text
+def test_a_full_disk_mid_sweep_is_one_line_and_the_rows_before_it_are_whole(
+        tmp_path, capsys, monkeypatch, raised):
+    import moe_lab.core.atomic as atomic
+    real, results = atomic._atomic_write_bytes, []
+
+    def full_after_the_first_row(path, write):
+        if Path(path).name == "results.parquet":
+            results.append(path)
+        if len(results) > 1:  # the disk is full from the second row on: every write fails
+            raise raised
+        real(path, write)
+    monkeypatch.setattr(atomic, "_atomic_write_bytes", full_after_the_first_row)
+    argv = SWEEP + ["--data-dir", str(tmp_path), "--run-id", "r"]
+    argv[argv.index("--tokens") + 1] = "1,2,4"
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    err = out.err.strip()
+    assert err == ("moe-lab: error: no space left on the device: what was written before is "
+                   "kept whole; free some space and rerun the same command to resume"), err
+    monkeypatch.setattr(atomic, "_atomic_write_bytes", real)
+    res = pd.read_parquet(tmp_path / "r" / "results.parquet")  # whole, readable
+    assert len(res) == 1 and (res["status"] == "ok").all() and int(res["tokens"][0]) == 1
+    assert not list((tmp_path / "r").glob(".*.tmp"))  # no temporary file left
+    # space again: the same command resumes with the two points it had left
+    assert main(argv) == 0
+    assert "done: 2 measured now, 1 already there" in capsys.readouterr().out
