@@ -370,3 +370,97 @@ def test_a_full_disk_mid_sweep_is_one_line_and_the_rows_before_it_are_whole(
     # space again: the same command resumes with the two points it had left
     assert main(argv) == 0
     assert "done: 2 measured now, 1 already there" in capsys.readouterr().out
+
+
+# --- 1, 2. a killed or terminated sweep: no worker left, no manifest left "running" -----------------
+
+def _proc_stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, state) of a live process, None once it is gone (a zombie is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    state, ppid = raw.rsplit(")", 1)[1].split()[:2]
+    return None if state in ("Z", "X") else (int(ppid), state)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and (_proc_stat(int(d.name)) or (None,))[0] == pid:
+            out.append(int(d.name))
+    return out
+
+
+def _slow_sweep(tmp_path, *extra) -> subprocess.Popen:
+    """A sweep slow enough (0.3 s of timed calls per point) to be mid-run when signalled."""
+    argv = [sys.executable, "-m", "moe_lab"] + SWEEP + ["--data-dir", str(tmp_path), "--run-id",
+                                                        "r", *extra]
+    argv[argv.index("--tokens") + 1] = "1,2,4,8,16,32,64"
+    argv[argv.index("--rep-ms") + 1] = "300"
+    (tmp_path / "tmp").mkdir()
+    return subprocess.Popen(argv, cwd=ROOT, env=_env(TMPDIR=str(tmp_path / "tmp")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(cond, proc, timeout=120.0) -> None:
+    t0 = time.time()
+    while not cond():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() - t0 < timeout, "timed out"
+        time.sleep(0.05)
+
+
+def _started_writing(run: Path) -> bool:
+    try:
+        return json.loads((run / "manifest.json").read_text()).get("status") == "running"
+    except (OSError, ValueError):
+        return False
+
+
+NPROC = ["--nproc", "2", "--parallel", "ep-allreduce", "--dist-reps", "2"]
+
+
+def test_a_sigkilled_nproc_parent_takes_its_workers_with_it(tmp_path):
+    p = _slow_sweep(tmp_path, *NPROC)
+    try:
+        _wait_for(lambda: _started_writing(tmp_path / "r") and len(_children(p.pid)) == 2, p)
+        workers = _children(p.pid)
+        p.kill()
+        p.wait(timeout=10)
+        t0 = time.time()
+        while any(_proc_stat(w) for w in workers) and time.time() - t0 < 5:
+            time.sleep(0.05)
+        assert not [w for w in workers if _proc_stat(w)], "a worker outlived its parent"
+    finally:
+        for w in _children(p.pid):
+            os.kill(w, signal.SIGKILL)
+    # nobody writes the run any more, and the workers' spec files are gone
+    before = _tree(tmp_path / "r")
+    time.sleep(1.0)
+    assert _tree(tmp_path / "r") == before
+    assert not list((tmp_path / "tmp").glob("moe-lab-spec-*"))
+
+
+@pytest.mark.parametrize("nproc", [False, True], ids=["one-process", "nproc-2"])
+def test_sigterm_to_a_sweep_exits_143_and_the_manifest_says_interrupted(tmp_path, nproc):
+    p = _slow_sweep(tmp_path, *(NPROC if nproc else []))
+    try:
+        _wait_for(lambda: (tmp_path / "r" / "results.parquet").exists()
+                  and (not nproc or len(_children(p.pid)) == 2), p)
+        workers = _children(p.pid)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "moe-lab: terminated (SIGTERM); what was measured is saved"
+    assert "Traceback" not in err
+    assert not [w for w in workers if _proc_stat(w)]
+    man = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert man["status"] == "interrupted: SIGTERM"
+    assert [i["status"] for i in man["invocations"]] == ["interrupted: SIGTERM"]
+    res = pd.read_parquet(tmp_path / "r" / "results.parquet")  # what was measured: whole
+    assert len(res) and (res["status"] == "ok").all() and res["point_id"].is_unique
+    assert not list((tmp_path / "tmp").glob("moe-lab-spec-*"))

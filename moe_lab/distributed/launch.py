@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..core.errors import UsageError
-from . import VARIANTS
+from ..core.errors import Terminated, UsageError
+from . import PARENT_ENV, VARIANTS
 
 FAULT_ENV = "MOE_LAB_DIST_FAULT"  # testing hook: "RANK:PHASE" (worker.fault)
 PKG_ROOT = str(Path(__file__).resolve().parents[2])
@@ -82,27 +83,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SPEC_PREFIX = "moe-lab-spec-"  # a rank's spec file (it removes it once read)
+GRACE_S = 10.0  # after SIGTERM or Ctrl-C, how long the ranks get to close their rows
+
+
 def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
     """Start `nproc` ranks on this host and wait for them. A rank that exits with an error
     while others keep running gets them stopped once they had time to notice (a rank that
-    lost its peers reports within 2 x the collective timeout)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f)
+    lost its peers reports within 2 x the collective timeout). The ranks die with this
+    process (worker.die_with_parent: a SIGKILL here leaves none measuring or writing);
+    SIGTERM or Ctrl-C here stops them (SIGTERM, then SIGKILL after GRACE_S) and leaves the
+    run's manifest saying so, never "running"."""
     port = free_port()
-    procs = []
-    for r in range(nproc):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
-                   WORLD_SIZE=str(nproc), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc),
-                   PYTHONPATH=os.pathsep.join(p for p in (PKG_ROOT, os.environ.get("PYTHONPATH"))
-                                              if p))
-        procs.append(subprocess.Popen([sys.executable, "-m", "moe_lab.distributed.worker", f.name],
-                                      env=env))
-    first_fail = None
+    procs, files = [], []
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
     def on_term(signum, frame):  # `timeout -s TERM` on the launcher: stop the ranks too
-        raise KeyboardInterrupt
+        raise Terminated("terminated by SIGTERM")
     old = signal.signal(signal.SIGTERM, on_term)
     try:
+        for r in range(nproc):  # one spec file per rank: each removes its own once read
+            with tempfile.NamedTemporaryFile("w", prefix=SPEC_PREFIX, suffix=".json",
+                                             delete=False) as f:
+                json.dump(spec, f)
+            files.append(f.name)
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
+                       WORLD_SIZE=str(nproc), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc),
+                       PYTHONPATH=os.pathsep.join(p for p in (PKG_ROOT, os.environ.get("PYTHONPATH"))
+                                                  if p), **{PARENT_ENV: str(os.getpid())})
+            procs.append(subprocess.Popen([sys.executable, "-m", "moe_lab.distributed.worker",
+                                           f.name], env=env))
+        first_fail = None
         while any(p.poll() is None for p in procs):
             if first_fail is None and any(p.poll() not in (None, 0) for p in procs):
                 first_fail = time.time()
@@ -111,18 +122,54 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
                     if p.poll() is None:
                         p.terminate()
             time.sleep(0.2)
-    except BaseException:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            p.wait()
+    except BaseException as exc:
+        _stop(procs)
+        _close_invocation(spec["run_dir"], started, "interrupted: SIGTERM" if isinstance(
+            exc, Terminated) else "interrupted: Ctrl-C" if isinstance(exc, KeyboardInterrupt)
+            else f"failed: launcher: {type(exc).__name__}")
         raise
     finally:
         signal.signal(signal.SIGTERM, old)
-        os.unlink(f.name)
+        for name in files:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
     codes = [p.returncode for p in procs]
     return 0 if all(c == 0 for c in codes) else 1
+
+
+def _stop(procs) -> None:
+    """SIGTERM to every rank still running (rank 0 closes its invocation), SIGKILL to any
+    left after GRACE_S (one blocked in a collective with a peer that is gone)."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.time() + GRACE_S
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _close_invocation(run_dir: str, started: str, status: str) -> None:
+    """The ranks are gone: an invocation of this launch that rank 0 could not close (it was
+    killed mid-collective) is closed here with `status`."""
+    from ..store import RunStore
+    from ..core.errors import CorruptFile
+    store = RunStore(run_dir, create=False)
+    try:
+        man = store.read_manifest()
+    except CorruptFile:
+        return
+    inv = (man.get("invocations") or [None])[-1]
+    if man.get("status") != "running" or not isinstance(inv, dict) or \
+            inv.get("status") != "running" or str(inv.get("started", "")) < started:
+        return
+    finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    inv.update(status=status, finished=finished, note="closed by the launcher: its ranks "
+               "were stopped before rank 0 could close it")
+    store.update_manifest(status=status, finished=finished, invocations=man["invocations"])
 
 
 def run_nproc(args, device: str, models, tokens, routings, modes, backends) -> int:
@@ -182,9 +229,15 @@ def run_distributed(args, spec: dict) -> int:
             raise UsageError(f"--nproc {n} needs {n} GPUs; {torch.cuda.device_count()} visible")
     if os.environ.get(FAULT_ENV):
         spec = dict(spec, fault=os.environ[FAULT_ENV])
+    from ..core.errors import RunLocked
+    from ..runlock import busy, run_lock
+    who = busy(spec["run_dir"])
+    if who:  # another writer: one line, before anything is printed or written
+        raise RunLocked(who)
     print(f"run {spec['run_dir']}: {n} ranks ({spec['device']}), variants "
           f"{', '.join(spec['variants'])}", flush=True)
-    rc = spawn(spec, n, spec["timeout_s"])
+    with run_lock(spec["run_dir"], spec.get("command") or "moe-lab sweep --nproc"):
+        rc = spawn(spec, n, spec["timeout_s"])  # the ranks die with this holder
     from ..store import open_run
     res = open_run(spec["run_dir"]).results if os.path.exists(
         os.path.join(spec["run_dir"], "results.parquet")) else None
