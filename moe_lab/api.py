@@ -19,7 +19,7 @@ from . import backends as registry
 from .correctness import check_problem, resolve_device
 from .core.errors import UsageError
 from .modes import Mode, parse_mode
-from .core.problems import make_problem, parse_tokens, split_models
+from .core.problems import make_problem, split_models
 from .store import Run, find_runs, open_run  # noqa: F401  (part of the API)
 
 
@@ -32,7 +32,25 @@ def _list(v, parse=str) -> list:
 
 
 def _tokens(v) -> list[int]:
-    return parse_tokens(v) if isinstance(v, str) else _list(v, int)
+    from .core import validate
+    return validate.tokens(v, "tokens")
+
+
+def _models(v) -> list[str]:
+    """A model name, a comma string (custom:... keeps its commas) or a list of names."""
+    if isinstance(v, str) and v.strip():
+        return split_models(v)
+    if isinstance(v, (list, tuple)) and v and all(isinstance(m, str) and m.strip() for m in v):
+        return list(v)
+    raise UsageError(f"models {v!r}: give one or more model names, e.g. 'qwen3-30b-a3b' or "
+                     "['mixtral-8x7b', 'custom:H=4096,I=14336,E=8,k=2']")
+
+
+def _backends(v) -> str | None:
+    """The backends asked for as one comma string for registry.parse_names (None: all)."""
+    from .core import validate
+    names = validate.names(v, "backends", "backend names, e.g. 'torch'")
+    return None if names is None else ",".join(names)
 
 
 def runs(data_dir=None, has: str | None = None) -> pd.DataFrame:
@@ -54,11 +72,12 @@ def check(model: str, tokens=(1, 16), backends=None, tp: int = 8, ep: int = 1,
           device: str | None = None, seed: int = 0) -> pd.DataFrame:
     """Each backend against the reference on fresh inputs: one row per backend x tokens
     with status (ok / incorrect / unsupported / ...), max_rel_err and threshold."""
+    tokens, wanted = _tokens(tokens), _backends(backends)
     device = resolve_device(device)
-    names = (registry.parse_names(",".join(_list(backends))) if backends else
+    names = (registry.parse_names(wanted) if wanted else
              registry.for_dtype(registry.names(), dtype))
     rows = []
-    for i, t in enumerate(_tokens(tokens)):
+    for i, t in enumerate(tokens):
         prob = make_problem(model, t, dtype, tp, ep, ep_rank if ep > 1 else 0)
         rows += check_problem(prob, names, device, seed + i, routing)
     return pd.DataFrame(rows)
@@ -78,6 +97,7 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
     from .sweep import Grid, Sweep
     opts.timing(options.get("warmup_ms"), options.get("rep_ms"), options.get("point_timeout_s"),
                 options.get("traces"), api=True)  # the CLI's ranges, the same one line
+    models, tokens, wanted = _models(models), _tokens(tokens), _backends(backends)
     if run is not None:
         if not isinstance(run, (str, Path)) or not str(run):
             raise UsageError(f"run={run!r}: give a folder path (str or Path), or None")
@@ -86,9 +106,8 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
         _resume_settings(Path(run), options)
     device = resolve_device(device)
     modes = modes or ("eager,graph" if device.startswith("cuda") else "eager")
-    grid = Grid(models=split_models(models) if isinstance(models, str) else list(models),
-                tokens=_tokens(tokens),
-                backends=registry.parse_names(",".join(_list(backends))) if backends else
+    grid = Grid(models=models, tokens=tokens,
+                backends=registry.parse_names(wanted) if wanted else
                 registry.for_dtype([b.name for b in registry.all_backends()
                                     if b.available()[0]], dtype),
                 modes=[m if isinstance(m, Mode) else parse_mode(m) for m in _list(modes, lambda x: x)],
@@ -132,9 +151,11 @@ def profile(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: in
 
     from .correctness import checked_point
     from .profiling import export_trace, profile_kernels
+    from .core import validate
+    tokens = validate.count(tokens, "tokens", 1)
+    validate.tokens(tokens)  # at most MAX_TOKENS
+    validate.count(iters, "iters", 1)
     device = resolve_device(device)
-    if iters < 1:
-        raise UsageError("iters must be >= 1")
     prob, fn, inp, chk = checked_point(model, tokens, backend, tp, ep, ep_rank, dtype, routing,
                                        device, seed)
     from .progress import native_log_filter

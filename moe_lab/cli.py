@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from .core.errors import Terminated, UsageError
+from .core.errors import Terminated, UsageError, disk_full
 
 # verb -> (module, one-line help)
 VERBS = {
@@ -91,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_stdout()
         return 141
     except OSError as exc:  # a path given that cannot be written or read (--out a file...)
+        if disk_full(exc):  # every write is atomic: what was written before is whole
+            where = f" writing {exc.filename}" if exc.filename else ""
+            print(f"moe-lab: error: no space left on the device{where}: what was written "
+                  "before is kept whole; free some space and rerun the same command to resume",
+                  file=sys.stderr)
+            return 2
         if exc.filename is None:
             raise
         print(f"moe-lab: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
@@ -98,6 +104,29 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         print("moe-lab: terminated (SIGTERM); what was measured is saved", file=sys.stderr)
         return 143
+
+
+def entry() -> None:
+    """The `moe-lab` console script and `python -m moe_lab`: main(), then exit with its code.
+    A refusal (exit 2: nothing was written, nothing is left to clean up) leaves through
+    os._exit once stdout and stderr are flushed: a native library's thread torn down at
+    interpreter exit once turned `compare <one run>`'s one line into "terminate called
+    without an active exception" and exit 134 (2 of 15 tries)."""
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2, its line printed)
+        if exc.code != 2:
+            raise
+        code = 2
+    if code == 2:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        import os
+        os._exit(2)
+    sys.exit(code)
 
 
 def _quiet_stdout() -> None:
@@ -111,4 +140,4 @@ def _quiet_stdout() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -45,7 +45,8 @@ def default_device() -> str:
 def resolve_device(device: str | None) -> str:
     """The device asked for (None: cuda when visible, else cpu); UsageError for cuda
     where torch sees no GPU."""
-    device = device or default_device()
+    from .core.validate import device as valid_device
+    device = valid_device(device) or default_device()  # "tpu": one line, not torch's
     if device.startswith("cuda") and not torch.cuda.is_available():
         from .core.errors import UsageError
         raise UsageError("--device cuda but no GPU is visible to torch")

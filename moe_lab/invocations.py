@@ -3,11 +3,12 @@ tune writes its entry when it starts and closes it when it ends, so a resumed fo
 its history and a call killed without bookkeeping (SIGKILL) stays listed as killed."""
 from __future__ import annotations
 
+import sys
 import time
 
 KILLED = "killed: no wall time or counts recorded"
 # manifest keys a resumed sweep keeps from the folder's previous manifest
-KEPT_ON_RESUME = ("provenance_note", "notes", "corrections")
+KEPT_ON_RESUME = ("provenance_note", "notes", "corrections", "warnings")
 
 
 def begin_invocation(store, manifest: dict, started: float) -> list[dict]:
@@ -30,6 +31,10 @@ def begin_invocation(store, manifest: dict, started: float) -> list[dict]:
         invocations = [dict(i, status=KILLED) if i.get("status") == "running" else i
                        for i in (prior.get("invocations") or [_invocation_from(prior)])]
     env = manifest.get("environment") or {}
+    if env.get("git_warning"):  # a copy without .git: rows say 'unknown', and this says why
+        said = list((prior or {}).get("warnings") or [])
+        manifest["warnings"] = said + [w for w in [env["git_warning"]] if w not in said]
+        print(f"moe-lab: warning: {env['git_warning']}", file=sys.stderr, flush=True)
     invocations.append(dict(
         started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         status="running", command=manifest.get("command"), git_commit=env.get("git_commit"),
@@ -46,10 +51,15 @@ def end_invocation(store, invocations: list[dict], started: float, status: str,
     invocations[-1].update(finished=finished, wall_s=round(wall, 1), status=status,
                            points_measured=measured, points_skipped=skipped)
     prev = store.read_manifest().get("wall_s_previous", 0)
-    store.update_manifest(finished=finished, wall_s=round(wall, 1),
-                          wall_s_total=round(wall + prev, 1), status=status,
-                          points_measured_this_run=measured,
-                          points_skipped_already_done=skipped, invocations=invocations)
+    try:
+        store.update_manifest(finished=finished, wall_s=round(wall, 1),
+                              wall_s_total=round(wall + prev, 1), status=status,
+                              points_measured_this_run=measured,
+                              points_skipped_already_done=skipped, invocations=invocations)
+    except OSError as exc:  # a full disk: the manifest stays "running" (a resume says killed),
+        from .core.errors import disk_full  # and the error that stopped the writer is the one
+        if not disk_full(exc):
+            raise
 
 
 def _invocation_from(prior: dict) -> dict:

@@ -17,58 +17,8 @@ import contextlib
 import numbers
 import sys
 
-import pandas as pd
-
 from .core.errors import CorruptFile, UsageError
-from .rows import BOOL_COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, STR_COLUMNS
-
-# manifest keys a writer reads back on resume, with the types it needs them to have
-_MANIFEST_TYPES = {
-    "config": dict, "environment": dict, "invocations": list, "resumed": numbers.Integral,
-    "wall_s": numbers.Real, "wall_s_total": numbers.Real, "wall_s_previous": numbers.Real,
-    "started": str, "status": str, "kind": str,
-}
-
-
-def check_manifest(path, manifest: dict) -> None:
-    """CorruptFile unless the manifest's keys a resume reads are of their types."""
-    for key, typ in _MANIFEST_TYPES.items():
-        v = manifest.get(key)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, typ):
-            raise CorruptFile(path, f"manifest key {key!r} is {type(v).__name__}, not the "
-                                    f"{getattr(typ, '__name__', typ)} moe-lab writes")
-    for i in manifest.get("invocations") or []:
-        if not isinstance(i, dict):
-            raise CorruptFile(path, "manifest key 'invocations' holds a "
-                                    f"{type(i).__name__}, not an object per invocation")
-
-
-def check_table(path, df: pd.DataFrame, needs: tuple[str, ...] = ("point_id",)) -> None:
-    """CorruptFile unless the table has `needs` and its declared columns their kinds."""
-    missing = [c for c in needs if c not in df.columns]
-    if missing:
-        raise CorruptFile(path, f"no {', '.join(missing)} column")
-    if "point_id" in needs and len(df):
-        ids = df["point_id"]
-        if ids.isna().any() or not all(isinstance(v, str) for v in ids):
-            raise CorruptFile(path, "point_id holds values that are not point ids (strings)")
-    for c in df.columns:
-        col = df[c]
-        if col.isna().all():
-            continue
-        if c in INT_COLUMNS or c in FLOAT_COLUMNS:
-            ok = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
-        elif c in BOOL_COLUMNS:
-            ok = pd.api.types.is_bool_dtype(col) or col.dropna().map(
-                lambda v: isinstance(v, (bool,)) or v in (0, 1)).all()
-        elif c in STR_COLUMNS:
-            ok = col.dropna().map(lambda v: isinstance(v, str)).all()
-        else:
-            continue
-        if not ok:
-            raise CorruptFile(path, f"column {c!r} is {col.dtype}, not the type moe-lab writes")
+from .rows import check_manifest, check_table  # noqa: F401 (the schema checks, re-exported)
 
 
 def check_run_files(store, tables: dict[str, tuple[str, ...]] | None = None,

@@ -10,6 +10,7 @@ backend's or a verb's extras); they keep whatever type pandas gives them.
 from __future__ import annotations
 
 import math
+import numbers as _numbers
 from dataclasses import dataclass
 
 NAN = math.nan
@@ -29,6 +30,9 @@ def _c(name, kind, default=None, doc="", core=False):
 
 
 STATUSES = ("ok", "incorrect", "unsupported", "unavailable", "failed", "oom", "timeout")
+# statuses a resume measures again: `failed` is an error nobody classified, often of a value
+# the rerun has corrected; the others say what the point is (incorrect, unsupported...)
+RETRIED = ("failed",)
 
 # point identity: every id field, then those that count only when set (so ids of rows
 # written before they existed stay what they were)
@@ -157,3 +161,75 @@ def validate(row: dict) -> None:
               "bool": lambda x: isinstance(x, (bool, int))}[col.kind](v)
         if not ok:
             raise ValueError(f"column {name} is {col.kind}, got {v!r} ({type(v).__name__})")
+
+
+# --- the files' schema: what a writer resuming a run, and every reader, checks -----------
+
+# manifest keys a writer reads back on resume, with the types it needs them to have
+_MANIFEST_TYPES = {
+    "config": dict, "environment": dict, "invocations": list, "resumed": _numbers.Integral,
+    "wall_s": _numbers.Real, "wall_s_total": _numbers.Real, "wall_s_previous": _numbers.Real,
+    "started": str, "status": str, "kind": str,
+}
+
+
+def check_manifest(path, manifest: dict) -> None:
+    """CorruptFile unless the manifest's keys a resume or a reader uses are of their types."""
+    from .core.errors import CorruptFile
+    for key, typ in _MANIFEST_TYPES.items():
+        v = manifest.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, typ):
+            raise CorruptFile(path, f"manifest key {key!r} is {type(v).__name__}, not the "
+                                    f"{getattr(typ, '__name__', typ)} moe-lab writes")
+    for i in manifest.get("invocations") or []:
+        if not isinstance(i, dict):
+            raise CorruptFile(path, "manifest key 'invocations' holds a "
+                                    f"{type(i).__name__}, not an object per invocation")
+
+
+def check_table(path, df, needs: tuple[str, ...] = ("point_id",)) -> None:
+    """CorruptFile unless the table (a DataFrame) has `needs` and its declared columns
+    their kinds."""
+    import pandas as pd
+
+    from .core.errors import CorruptFile
+    missing = [c for c in needs if c not in df.columns]
+    if missing:
+        raise CorruptFile(path, f"no {', '.join(missing)} column")
+    if "point_id" in needs and len(df):
+        ids = df["point_id"]
+        if ids.isna().any() or not all(isinstance(v, str) for v in ids):
+            raise CorruptFile(path, "point_id holds values that are not point ids (strings)")
+    for c in df.columns:
+        col = df[c]
+        if col.isna().all():
+            continue
+        if c in INT_COLUMNS or c in FLOAT_COLUMNS:
+            ok = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+        elif c in BOOL_COLUMNS:
+            ok = pd.api.types.is_bool_dtype(col) or col.dropna().map(
+                lambda v: isinstance(v, (bool,)) or v in (0, 1)).all()
+        elif c in STR_COLUMNS:
+            ok = col.dropna().map(lambda v: isinstance(v, str)).all()
+        else:
+            continue
+        if not ok:
+            raise CorruptFile(path, f"column {c!r} is {col.dtype}, not the type moe-lab writes")
+
+
+# columns every reader of a run needs (compare, merge, report, roofline --annotate, the
+# notebooks): every results.parquet moe-lab wrote since the first has them
+READ_NEEDS = ("point_id", "status", *ID_FIELDS, "median_us")
+
+
+def check_read(path, manifest: dict, results, kernels) -> None:
+    """CorruptFile (one line naming the file) unless a run folder read whole is of its
+    schema: its manifest's keys of their types, results with READ_NEEDS, kernels with
+    their point ids, declared columns of their kinds."""
+    from pathlib import Path
+    path = Path(path)
+    check_manifest(path / "manifest.json", manifest)
+    check_table(path / "results.parquet", results, READ_NEEDS)
+    check_table(path / "kernels.parquet", kernels, ("point_id",))

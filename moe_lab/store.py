@@ -29,7 +29,7 @@ from .core.errors import CorruptFile, UsageError
 
 from .rows import (BOOL_COLUMNS, FLOAT_COLUMNS, ID_DEFAULTS as DEFAULTS, ID_FIELDS,  # noqa: F401
                    INT_COLUMNS, KERNEL_COLUMNS, OPTIONAL_ID_FIELDS, PROVENANCE as PROVENANCE_COLUMNS,
-                   RESULT_COLUMNS, STATUSES, STR_COLUMNS, validate)
+                   RESULT_COLUMNS, RETRIED, STATUSES, STR_COLUMNS, check_read, check_table, validate)
 RESULTS, KERNELS, MANIFEST = "results.parquet", "kernels.parquet", "manifest.json"
 SAMPLES = "samples.parquet"  # per timed point: its per-call times (point_id, samples_us list)
 DATA_DIR_ENV = "MOE_LAB_DATA"
@@ -173,9 +173,15 @@ class RunStore:
         df = _read(self.kernels_path)
         return df if df is not None else _kernels_frame([])
 
-    def done_ids(self) -> set[str]:
+    def done_ids(self, retry: tuple[str, ...] = RETRIED) -> set[str]:
+        """Ids of the points a resume skips: every row's but those whose status is in
+        `retry` (rows.RETRIED: `failed`, measured again; () for every recorded point)."""
         df = _read(self.results_path)
-        return set() if df is None else set(df["point_id"].astype(str))
+        if df is None:
+            return set()
+        if retry and "status" in df:
+            df = df[~df["status"].astype(str).isin(retry)]
+        return set(df["point_id"].astype(str))
 
     def append(self, rows: list[dict], kernel_rows: list[dict] | None = None) -> None:
         """Add points (and their kernel rows); an id already present is replaced.
@@ -263,64 +269,6 @@ class RunStore:
         return moved
 
 
-def merge_runs(dst: str | os.PathLike, sources: list) -> RunStore:
-    """Combine run folders measured apart (the GPUs of one host, other machines) into one:
-    their rows (each keeps its device, commit and time), kernels and compile tables, and
-    a manifest listing every source's manifest. A point measured in two sources is an
-    error (ValueError naming it), never silently one of them. Holds `dst`'s lock
-    (moe_lab.runlock) for the whole write; a source another writer holds is refused."""
-    from .runlock import busy, run_lock
-    for s in sources:
-        s = s.path if isinstance(s, Run) else s
-        src = Path(s) if Path(s).is_dir() else data_dir() / str(s)
-        who = busy(src)
-        if who:
-            raise UsageError(who)
-    with run_lock(dst, "moe-lab merge " + " ".join(map(str, [dst, *sources]))):
-        return _merge_runs(dst, sources)
-
-
-def _merge_runs(dst, sources: list) -> RunStore:
-    runs = [open_run(s) for s in sources]
-    _same_sweep(runs)
-    ids = pd.concat([r.results["point_id"] for r in runs])
-    if ids.duplicated().any():
-        raise ValueError(f"point {ids[ids.duplicated()].iloc[0]} is in more than one source")
-    out = RunStore(dst)
-    if out.results_path.exists():
-        raise ValueError(f"{dst} already holds a run")
-    out.append([r for run in runs for r in run.results.to_dict("records")],
-               [k for run in runs for k in run.kernels.to_dict("records")])
-    for run in runs:
-        smp = run.samples()
-        out.append_samples(dict(zip(smp["point_id"], smp["samples_us"])))
-    tables = [run.compile for run in runs if len(run.compile)]
-    if tables:
-        atomic_write_parquet(out.dir / "compile.parquet", pd.concat(tables, ignore_index=True))
-    first = runs[0].manifest
-    out.write_manifest(dict(
-        run_id=out.dir.name, started=min(str(r.manifest.get("started", "")) for r in runs),
-        status=("complete" if all(r.manifest.get("status") == "complete" for r in runs)
-                else "; ".join(f"{r.run_id}: {r.manifest.get('status')}" for r in runs)),
-        environment=first.get("environment"), config=first.get("config"),
-        merged_from={r.run_id: r.manifest for r in runs},
-        where="merged from " + ", ".join(f"{r.run_id} ({r.device})" for r in runs)))
-    return out
-
-
-def _same_sweep(runs: list) -> None:
-    """Parts of one sweep differ only in which part they are: a folder whose sweep
-    (its manifest's config, the part aside) is another is refused (ValueError)."""
-    def sweep_of(r):
-        return {k: v for k, v in (r.manifest.get("config") or {}).items() if k not in ("part", "shard")}
-    first = sweep_of(runs[0])
-    for r in runs[1:]:
-        diff = sorted(k for k in set(first) | set(sweep_of(r)) if first.get(k) != sweep_of(r).get(k))
-        if diff:
-            raise ValueError(f"{r.run_id} is from another sweep than {runs[0].run_id} "
-                             f"({', '.join(diff)} differ); merge only the parts of one sweep")
-
-
 # --- reading runs -------------------------------------------------------------------------
 
 def data_dir() -> Path:
@@ -347,13 +295,17 @@ class Run:
         """Per timed point and phase: measured_us beside floor_us (moe_lab.ledger); empty
         for runs made before phases were kept (the ledger then computes the floors)."""
         df = _read(self.path / "phases.parquet")
-        return df if df is not None else pd.DataFrame()
+        if df is None:
+            return pd.DataFrame()
+        return check_table(self.path / "phases.parquet", df) or df
 
     def samples(self) -> pd.DataFrame:
         """point_id -> samples_us (per-call times) of the timed points; empty for runs
         made before samples were kept."""
         df = _read(self.path / SAMPLES)
-        return df if df is not None else pd.DataFrame(columns=["point_id", "samples_us"])
+        if df is None:
+            return pd.DataFrame(columns=["point_id", "samples_us"])
+        return check_table(self.path / SAMPLES, df, ("point_id", "samples_us")) or df
 
     @property
     def device(self) -> str:
@@ -398,6 +350,8 @@ def open_run(run: str | os.PathLike | Run | None = None, has: str | None = None)
     CorruptFile if one of its files cannot be read."""
     if isinstance(run, Run):
         return run
+    if run is not None and not isinstance(run, (str, os.PathLike)):
+        raise UsageError(f"run {run!r}: give a run folder (a path) or a run id (a str)")
     if run is None:
         found = find_runs(has=has)
         if not found:
@@ -410,8 +364,9 @@ def open_run(run: str | os.PathLike | Run | None = None, has: str | None = None)
     if not path.is_dir():
         raise UsageError(f"no run folder {run}")
     s = RunStore(path, create=False)  # reading creates and cleans nothing
-    return Run(path, s.read_manifest(), s.load_results(), s.load_kernels(),
-               s.load_table("compile"))
+    run = Run(path, s.read_manifest(), s.load_results(), s.load_kernels(), s.load_table("compile"))
+    check_read(path, run.manifest, run.results, run.kernels)  # a foreign run: one line, exit 2
+    return run
 
 
 def _started(path: Path) -> str:

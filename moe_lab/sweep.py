@@ -25,7 +25,7 @@ from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
 from .correctness import (THRESHOLDS, check_backend, classify_exception, make_inputs,
                           make_weights, one_line, point_seed, quant_facts, reference)
 from .core.environment import capture_environment, device_name
-from .core.errors import (PointTimeout, Terminated, UsageError, reraise_if_terminated,
+from .core.errors import (PointTimeout, Terminated, UsageError, disk_full, reraise_if_terminated,
                      terminate_gracefully, time_limit)
 from .modes import Mode
 from .core.problems import Problem, make_problem
@@ -223,6 +223,8 @@ class Sweep:
             self._run_compile(shard, todo, weights, counts, bar)
         except Exception as exc:  # e.g. the weights of this model do not fit: rows, go on
             reraise_if_terminated(exc)
+            if disk_full(exc):  # not the points' failure: stop (the CLI says it in one line)
+                raise
             self._fail_rest(shard, exc, counts, bar)
         finally:
             del weights
@@ -231,7 +233,7 @@ class Sweep:
 
     def _fail_rest(self, shard, exc, counts, bar):
         status, err = classify_exception(exc), one_line(exc)
-        todo, _ = self._pending(shard, self.store.done_ids())
+        todo, _ = self._pending(shard, self.store.done_ids(retry=()))  # none measured twice
         rows = [finish(self._row(prob, routing, b, m, c, g, status=status,
                                  error=f"setup failed: {err}"))
                 for (prob, routing, b), left in todo.items() for m, c, g in left]

@@ -258,7 +258,7 @@ def test_a_commit_placeholder_is_refused(monkeypatch):
 
 
 def test_merge_runs_keeps_every_row_and_refuses_a_point_twice(tmp_path):
-    from moe_lab.store import merge_runs
+    from moe_lab.merging import merge_runs
     a, b = RunStore(tmp_path / "a"), RunStore(tmp_path / "b")
     a.write_manifest({"started": "2026-01-02", "status": "complete"})
     b.write_manifest({"started": "2026-01-01", "status": "complete"})

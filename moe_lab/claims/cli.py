@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 
 from ..core.errors import UsageError
@@ -84,6 +85,9 @@ def _run(args) -> int:
         return 1 if args.strict and (df["status"] == "fail").any() else 0
     if cmd == "implications":
         from .implications import implications
+        if args.runs is not None and not os.path.isdir(args.runs):  # before: no rows, exit 0
+            raise UsageError(f"--runs {args.runs}: no such folder (give the folder that holds "
+                             "<run_id>/results.parquet, default data/runs)")
         df = implications(_registry(args.registry), runs_dir=args.runs, gpu=args.gpu)
         if args.format == "text":
             _emit(df.drop(columns=["note", "source", "measured_device", "measured_run"]), "text")

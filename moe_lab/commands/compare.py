@@ -54,16 +54,19 @@ def _calibrate(args) -> int:
 def run(args) -> int:
     if args.calibrate:
         return _calibrate(args)
-    a = open_run(args.run_a)
-    b = open_run(args.run_b) if args.run_b else a
+    # the arguments first, before any run is read: a refusal starts none of pyarrow's
+    # threads (one read, then an exit, once aborted: "terminate called without an active
+    # exception", exit 134)
     values = [v.strip() for v in args.values.split(",")] if args.values else None
     if values and not args.by:  # before: ignored, and B/A compared everything
         raise UsageError(f"--values {args.values}: give the column they are values of, --by COLUMN")
     if args.run_b is None and args.by is None:
         raise UsageError("give a second run, or --by COLUMN --values A,B to split one run")
-    check_args(a, b, args.by, values, args.mode)
     if args.resamples < 1:  # scipy's bootstrap raised ValueError (a traceback)
         raise UsageError(f"--resamples {args.resamples}: give a positive count (default 2000)")
+    a = open_run(args.run_a)
+    b = open_run(args.run_b) if args.run_b else a
+    check_args(a, b, args.by, values, args.mode)
     table = compare(a, b, args.by, values, n_resamples=args.resamples,
                     calibration=args.calibration)
     if args.mode:

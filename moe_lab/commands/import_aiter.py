@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import time
 from pathlib import Path
 
 from ..aiter_tables import MAX_ERR, prepare
@@ -64,8 +65,23 @@ def _refuse_unless_replaceable(out: Path, force: bool) -> None:
                          "replaces only an earlier import; nothing was touched, give another --out")
 
 
+def _times(manifest: dict, command: str | None, t0: float | None) -> dict:
+    """The import's own command and times, as a sweep's manifest carries them: `finished`
+    and one invocation from `t0` (its top-level `started` stays empty on purpose, see
+    aiter_tables.prepare)."""
+    stamp = "%Y-%m-%dT%H:%M:%S%z"
+    t0 = time.time() if t0 is None else t0
+    finished = time.strftime(stamp)
+    return dict(finished=finished, invocations=[dict(
+        started=time.strftime(stamp, time.localtime(t0)), finished=finished,
+        wall_s=round(time.time() - t0, 1), status="complete", kind="import",
+        command=command or manifest.get("command"),
+        git_commit=(manifest.get("environment") or {}).get("git_commit"))])
+
+
 def write_run(out: Path, rows: list[dict], kernels: list[dict], manifest: dict,
-              force: bool = False, command: str | None = None) -> Path:
+              force: bool = False, command: str | None = None,
+              started: float | None = None) -> Path:
     """The folder written whole into a temporary sibling, then renamed into place (an
     existing one only with force, and only an earlier import: see
     _refuse_unless_replaceable), holding the folder's lock (moe_lab.runlock) throughout:
@@ -84,7 +100,7 @@ def write_run(out: Path, rows: list[dict], kernels: list[dict], manifest: dict,
             _refuse_unless_replaceable(out, force)  # again: another writer may have been first
             store = RunStore(tmp)
             store.append(rows, kernels)
-            store.write_manifest(dict(manifest, run_id=out.name))
+            store.write_manifest(dict(manifest, run_id=out.name, **_times(manifest, command, started)))
             os.replace(out, old)  # the locked folder (its lock file goes with it)
             os.replace(tmp, out)
             done = True
@@ -102,9 +118,10 @@ def run(args) -> int:
     from ..store import data_dir
     argv = list(getattr(args, "_argv", None) or ["import-aiter"])
     command = "moe-lab " + " ".join(shlex.quote(a) for a in argv)
+    t0 = time.time()
     rows, kernels, manifest, run_id = prepare(args.file, command, args.max_err)
     out = write_run(Path(args.out) if args.out else data_dir() / run_id, rows, kernels,
-                    manifest, args.force, command)
+                    manifest, args.force, command, t0)
     c, src = manifest["counts"], manifest["source"]
     print(f"{src['path']} ({'amd-aiter ' + src['version'] if src['version'] else 'a user table'}"
           f", {c['table_rows']} rows, measured by aiter's tuner, not by moe-lab)")

@@ -4,7 +4,7 @@ device, commit and time, and a point measured twice is an error, never silently 
 from __future__ import annotations
 
 from ..core.errors import UsageError
-from ..store import merge_runs
+from ..merging import merge_runs
 
 
 def configure(p):
@@ -14,7 +14,9 @@ def configure(p):
 
 def run(args) -> int:
     try:
-        store = merge_runs(args.out, args.runs)
+        argv = getattr(args, "_argv", None)
+        store = merge_runs(args.out, args.runs,
+                           "moe-lab " + " ".join(argv) if argv is not None else None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(f"merged {len(args.runs)} runs into {store.dir}: {len(store.load_results())} rows")

@@ -41,12 +41,12 @@ def review(args) -> int:
     if args.by and len(names) > 2:
         raise UsageError("--by compares one run (or two): give at most two --runs")
     values = [v.strip() for v in args.values.split(",")] if args.values else None
-    runs = [open_run(n) for n in names]
+    runs = [open_run(n) for n in names]  # a corrupt or foreign run: one line, nothing written
+    sections = build(runs, args.by, values, args.mode)  # in memory: a failure writes nothing
     try:
         os.makedirs(args.out, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot write the report to {args.out}: {exc.strerror or exc}") from None
-    sections = build(runs, args.by, values, args.mode)
     path = write(sections, args.out, getattr(args, "_argv", None))
     print(f"review: {len(sections)} sections, "
           f"{sum(s.fig is not None for s in sections)} figures -> {path}")

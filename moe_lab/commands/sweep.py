@@ -20,7 +20,8 @@ from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_mod
 from ..core.routing import parse_routing
 from ..sweep import Grid, Sweep
 from ..configs import validate_config_arg
-from ..distributed.launch import add_arguments as add_distributed_arguments, under_launcher
+from ..distributed.launch import (add_arguments as add_distributed_arguments, refuse_without_nproc,
+                                  under_launcher)
 
 
 WARMUP_MS, REP_MS = 10.0, 50.0  # the timing budget of a new run (a resume keeps its run's)
@@ -153,6 +154,7 @@ def run(args) -> int:
         from ..distributed.launch import run_nproc
         resume_timing(args, None)
         return run_nproc(args, device, models, tokens, routings, modes, backends)
+    refuse_without_nproc(args)
     tps = parse_int_list(args.tp)
     eps = parse_int_list(options.default_eps(args.ep, gpu))
     if args.ep_rank and not any(ep > 1 for ep in eps):  # before: quietly measured rank 0

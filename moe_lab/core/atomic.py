@@ -1,6 +1,8 @@
 """Atomic writes: the new content goes to a temporary file in the same folder, is synced,
 then renamed over the old file (os.replace is atomic on POSIX). A process killed at any
-moment leaves either the old complete file or the new one, never half of one."""
+moment leaves either the old complete file or the new one, never half of one. The file gets
+the mode an ordinary open() would give it (0666 less the umask): mkstemp's 0600 would make
+a shared data folder unreadable to the user's colleagues."""
 from __future__ import annotations
 
 import json
@@ -11,13 +13,23 @@ from pathlib import Path
 import pandas as pd
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write_bytes(path: Path, write) -> None:
     """write(tmp_path) then rename over `path`; the tmp file lives in the same folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
     try:
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # as open() would: mkstemp's 0600 shuts others out
+        finally:
+            os.close(fd)
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())

@@ -198,7 +198,7 @@ CEILINGS_SCHEMA: dict[str, tuple[tuple[type, ...], str]] = {
     "manifest.hip": (_OPT_STR, "torch.version.hip (null on CUDA)"),
     "manifest.date": ((str,), "ISO 8601 UTC time of the measurement"),
     "manifest.command": ((str,), "the command line that measured it"),
-    "manifest.git_commit": (_OPT_STR, "HEAD of the moe-lab checkout, null outside git"),
+    "manifest.git_commit": (_OPT_STR, "HEAD of the moe-lab checkout, 'unknown' outside git"),
     "manifest.hostname": ((str,), "platform.node()"),
 }
 

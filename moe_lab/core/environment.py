@@ -41,13 +41,20 @@ def _run(cmd: list[str], cwd=None, timeout=10) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def git_commit(repo_dir: str | os.PathLike | None = None) -> str | None:
-    """The commit these numbers come from: MOE_LAB_GIT_COMMIT when set, else HEAD."""
+UNKNOWN_COMMIT = "unknown"  # what a row records when no commit can be known
+NO_COMMIT_WARNING = ("no git commit known (no .git here and MOE_LAB_GIT_COMMIT unset): rows "
+                     "record git_commit 'unknown'; set MOE_LAB_GIT_COMMIT=<sha> to name it")
+
+
+def git_commit(repo_dir: str | os.PathLike | None = None) -> str:
+    """The commit these numbers come from: MOE_LAB_GIT_COMMIT when set, else HEAD, else
+    UNKNOWN_COMMIT (never None: no row without a commit)."""
     return git_state(repo_dir)["commit"]
 
 
 def git_state(repo_dir: str | os.PathLike | None = None) -> dict:
-    """{"commit": sha or None, "dirty": bool or None} of the repo holding this package."""
+    """{"commit": sha, "dirty": bool or None} of the repo holding this package; a copy with
+    no .git and no MOE_LAB_GIT_COMMIT: commit UNKNOWN_COMMIT, and "warning" says so."""
     repo = str(repo_dir or REPO_ROOT)
     told = os.environ.get("MOE_LAB_GIT_COMMIT")
     if told and not re.fullmatch(r"[0-9a-f]{7,40}", told):
@@ -58,7 +65,7 @@ def git_state(repo_dir: str | os.PathLike | None = None) -> dict:
         return {"commit": told, "dirty": os.environ.get("MOE_LAB_GIT_DIRTY", "unknown")}
     sha = _run(["git", "rev-parse", "HEAD"], cwd=repo)
     if sha is None:
-        return {"commit": None, "dirty": None}
+        return {"commit": UNKNOWN_COMMIT, "dirty": None, "warning": NO_COMMIT_WARNING}
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo)
     return {"commit": sha, "dirty": bool(status) if status is not None else None}
 
@@ -121,6 +128,8 @@ def capture_environment(repo_dir: str | os.PathLike | None = None) -> dict:
                                   if "version" in ln.lower() and ":" in ln), out.splitlines()[-1])
     g = git_state(repo_dir)
     env["git_commit"], env["git_dirty"] = g["commit"], g["dirty"]
+    if g.get("warning"):
+        env["git_warning"] = g["warning"]
     return env
 
 

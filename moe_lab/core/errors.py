@@ -120,6 +120,22 @@ def _in_chain(exc: BaseException | None, cls: type) -> bool:
     return False
 
 
+def disk_full(exc: BaseException) -> bool:
+    """Whether an error (or one in its cause/context chain) is a full disk or quota:
+    OSError ENOSPC/EDQUOT, or pyarrow's OSError that only says so in its text. Never a
+    point's failure: the sweep stops, the CLI says it in one line (exit 2)."""
+    import errno
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError) and (exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1))
+                                         or "no space left on device" in str(exc).lower()
+                                         or "disk quota exceeded" in str(exc).lower()):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def one_line(exc: BaseException) -> str:
     """`Type: first line of the message`, at most 300 characters: a failure as a row says it."""
     msg = str(exc).strip().splitlines()

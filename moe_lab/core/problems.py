@@ -261,8 +261,14 @@ def parse_int_list(text: str) -> list[int]:
         raise ProblemError(f"expected integers like 8 or 1,8, not {text!r}") from None
 
 
+# the most tokens a point may have: a 128k-token batch, well above any serving step (vLLM's
+# max_num_batched_tokens is a few thousand to 64k); `1-100000000` asked for points that
+# each run for minutes, and was accepted
+MAX_TOKENS = 131072
+
+
 def parse_tokens(text: str) -> list[int]:
-    """`1,64,1024` or a range `1-8192` (powers of two inclusive)."""
+    """`1,64,1024` or a range `1-8192` (powers of two inclusive), at most MAX_TOKENS."""
     try:
         if "-" in text and "," not in text:
             lo, hi = (int(s) for s in text.split("-"))
@@ -278,4 +284,8 @@ def parse_tokens(text: str) -> list[int]:
                            "there is none; give a list, e.g. " + ",".join(dict.fromkeys(text.split("-"))))
     if not toks or min(toks) < 1:
         raise ProblemError(f"tokens must be positive integers, not {text!r}")
+    big = max(hi if "," not in text and "-" in text else 0, max(toks))
+    if big > MAX_TOKENS:
+        raise ProblemError(f"tokens {text!r}: {big} is above the {MAX_TOKENS} tokens a point may "
+                           "have (a 128k-token batch; more runs for minutes per point)")
     return list(dict.fromkeys(toks))  # 1,1,2: each point once

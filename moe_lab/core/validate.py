@@ -70,3 +70,43 @@ def timing(warmup_ms=None, rep_ms=None, point_timeout=None, traces=None, nproc=N
         count(traces, n("--traces", "traces"), 0)
     if nproc is not None:
         count(nproc, n("--nproc", "nproc"), 1)
+
+
+def device(value, name: str = "device") -> str | None:
+    """None (cuda when torch sees a GPU, else cpu), "cpu", "cuda" or "cuda:N"."""
+    import re
+    from .errors import UsageError
+    if value is None or (isinstance(value, str) and re.fullmatch(r"cpu|cuda(:\d+)?", value)):
+        return value
+    raise UsageError(f"{name} {value!r}: give cpu or cuda (cuda:N for one GPU), or leave it "
+                     "out for cuda when a GPU is visible, else cpu")
+
+
+def tokens(value, name: str = "tokens") -> list[int]:
+    """Token counts as the API takes them: `1,16` or `1-64` (a str), a whole number, or a
+    list of whole numbers, each >= 1 (and at most problems.MAX_TOKENS); never empty."""
+    from .errors import UsageError
+    from .problems import parse_tokens
+    if isinstance(value, str):
+        return parse_tokens(value)
+    values = [value] if not isinstance(value, (list, tuple, range)) and not hasattr(
+        value, "tolist") else list(value.tolist() if hasattr(value, "tolist") else value)
+    if not values:
+        raise UsageError(f"{name} {value!r}: give one or more token counts, e.g. [1, 16] or "
+                         "'1-64'")
+    ints = [count(v, name, 1) for v in values]
+    return parse_tokens(",".join(map(str, ints)))  # its cap, and each count once
+
+
+def names(value, name: str, what: str) -> list[str] | None:
+    """None (the default), or one or more names: a comma string or a list of str."""
+    from .errors import UsageError
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else value
+    good = isinstance(items, (list, tuple)) and all(isinstance(v, str) for v in items)
+    out = [v.strip() for v in items if v.strip()] if good else []
+    if not out:
+        raise UsageError(f"{name} {value!r}: give one or more {what} (a comma string or a "
+                         f"list of str), or None for the default")
+    return out

@@ -18,3 +18,4 @@ torchrun; one sweep part per GPU), `analysis` (imbalance, collective model, the 
 estimate and the targets: pure pandas).
 """
 VARIANTS = ("tp-allreduce", "ep-allreduce", "ep-alltoall")
+PARENT_ENV = "MOE_LAB_PARENT_PID"  # set by launch.spawn: its ranks die with that pid (worker)

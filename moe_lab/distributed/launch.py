@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,11 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..core.errors import UsageError
-from . import VARIANTS
+from ..core.errors import Terminated, UsageError
+from . import PARENT_ENV, VARIANTS
 
 FAULT_ENV = "MOE_LAB_DIST_FAULT"  # testing hook: "RANK:PHASE" (worker.fault)
 PKG_ROOT = str(Path(__file__).resolve().parents[2])
+DIST_REPS, DIST_TIMEOUT_S = 20, 120.0
+DIST_FLAGS = (("parallel", "--parallel"), ("dist_reps", "--dist-reps"),
+              ("dist_timeout", "--dist-timeout"))
 
 
 def add_arguments(p):
@@ -36,12 +40,15 @@ def add_arguments(p):
                    help="measure every point on N ranks with torch.distributed (NCCL on GPUs, "
                         "gloo on the CPU): each rank holds its real TP or EP shard; spawned "
                         "here (under torchrun: its ranks, WORLD_SIZE of them)")
-    g.add_argument("--parallel", default=",".join(VARIANTS),
-                   help="with --nproc: the variants, from " + ", ".join(VARIANTS))
-    g.add_argument("--dist-reps", type=int, default=20,
-                   help="with --nproc: timed calls of the collective and of the layer")
-    g.add_argument("--dist-timeout", type=float, default=120.0,
-                   help="with --nproc: seconds a collective may take before it fails")
+    g.add_argument("--parallel", default=None,
+                   help="with --nproc: the variants, from " + ", ".join(VARIANTS)
+                        + " (default: all)")
+    g.add_argument("--dist-reps", type=int, default=None,
+                   help=f"with --nproc: timed calls of the collective and of the layer "
+                        f"(default: {DIST_REPS})")
+    g.add_argument("--dist-timeout", type=float, default=None,
+                   help=f"with --nproc: seconds a collective may take before it fails "
+                        f"(default: {DIST_TIMEOUT_S:g})")
     g.add_argument("--gpus", default=None, metavar="all|N",
                    help="spread the sweep over the local GPUs: part i of n on GPU i "
                         "(--shard i/n), then the parts merged into one run")
@@ -56,6 +63,16 @@ def parse_variants(text: str) -> list[str]:
     return out
 
 
+def refuse_without_nproc(args) -> None:
+    """--parallel, --dist-reps, --dist-timeout shape a distributed sweep only: given
+    without --nproc (and not under a launcher) they would be silently ignored."""
+    given = [flag for key, flag in DIST_FLAGS if getattr(args, key, None) is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} without --nproc: {'they shape' if len(given) > 1 else 'it shapes'} "
+                         "a distributed sweep only; add --nproc N (or leave "
+                         f"{'them' if len(given) > 1 else 'it'} out)")
+
+
 def under_launcher() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
@@ -66,27 +83,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SPEC_PREFIX = "moe-lab-spec-"  # a rank's spec file (it removes it once read)
+GRACE_S = 10.0  # after SIGTERM or Ctrl-C, how long the ranks get to close their rows
+
+
 def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
     """Start `nproc` ranks on this host and wait for them. A rank that exits with an error
     while others keep running gets them stopped once they had time to notice (a rank that
-    lost its peers reports within 2 x the collective timeout)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f)
+    lost its peers reports within 2 x the collective timeout). The ranks die with this
+    process (worker.die_with_parent: a SIGKILL here leaves none measuring or writing);
+    SIGTERM or Ctrl-C here stops them (SIGTERM, then SIGKILL after GRACE_S) and leaves the
+    run's manifest saying so, never "running"."""
     port = free_port()
-    procs = []
-    for r in range(nproc):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
-                   WORLD_SIZE=str(nproc), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc),
-                   PYTHONPATH=os.pathsep.join(p for p in (PKG_ROOT, os.environ.get("PYTHONPATH"))
-                                              if p))
-        procs.append(subprocess.Popen([sys.executable, "-m", "moe_lab.distributed.worker", f.name],
-                                      env=env))
-    first_fail = None
+    procs, files = [], []
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
     def on_term(signum, frame):  # `timeout -s TERM` on the launcher: stop the ranks too
-        raise KeyboardInterrupt
+        raise Terminated("terminated by SIGTERM")
     old = signal.signal(signal.SIGTERM, on_term)
     try:
+        for r in range(nproc):  # one spec file per rank: each removes its own once read
+            with tempfile.NamedTemporaryFile("w", prefix=SPEC_PREFIX, suffix=".json",
+                                             delete=False) as f:
+                json.dump(spec, f)
+            files.append(f.name)
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
+                       WORLD_SIZE=str(nproc), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc),
+                       PYTHONPATH=os.pathsep.join(p for p in (PKG_ROOT, os.environ.get("PYTHONPATH"))
+                                                  if p), **{PARENT_ENV: str(os.getpid())})
+            procs.append(subprocess.Popen([sys.executable, "-m", "moe_lab.distributed.worker",
+                                           f.name], env=env))
+        first_fail = None
         while any(p.poll() is None for p in procs):
             if first_fail is None and any(p.poll() not in (None, 0) for p in procs):
                 first_fail = time.time()
@@ -95,18 +122,54 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
                     if p.poll() is None:
                         p.terminate()
             time.sleep(0.2)
-    except BaseException:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            p.wait()
+    except BaseException as exc:
+        _stop(procs)
+        _close_invocation(spec["run_dir"], started, "interrupted: SIGTERM" if isinstance(
+            exc, Terminated) else "interrupted: Ctrl-C" if isinstance(exc, KeyboardInterrupt)
+            else f"failed: launcher: {type(exc).__name__}")
         raise
     finally:
         signal.signal(signal.SIGTERM, old)
-        os.unlink(f.name)
+        for name in files:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
     codes = [p.returncode for p in procs]
     return 0 if all(c == 0 for c in codes) else 1
+
+
+def _stop(procs) -> None:
+    """SIGTERM to every rank still running (rank 0 closes its invocation), SIGKILL to any
+    left after GRACE_S (one blocked in a collective with a peer that is gone)."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.time() + GRACE_S
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _close_invocation(run_dir: str, started: str, status: str) -> None:
+    """The ranks are gone: an invocation of this launch that rank 0 could not close (it was
+    killed mid-collective) is closed here with `status`."""
+    from ..store import RunStore
+    from ..core.errors import CorruptFile
+    store = RunStore(run_dir, create=False)
+    try:
+        man = store.read_manifest()
+    except CorruptFile:
+        return
+    inv = (man.get("invocations") or [None])[-1]
+    if man.get("status") != "running" or not isinstance(inv, dict) or \
+            inv.get("status") != "running" or str(inv.get("started", "")) < started:
+        return
+    finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    inv.update(status=status, finished=finished, note="closed by the launcher: its ranks "
+               "were stopped before rank 0 could close it")
+    store.update_manifest(status=status, finished=finished, invocations=man["invocations"])
 
 
 def run_nproc(args, device: str, models, tokens, routings, modes, backends) -> int:
@@ -117,14 +180,17 @@ def run_nproc(args, device: str, models, tokens, routings, modes, backends) -> i
     from ..core.problems import FP8_SCHEMES
     if not args.nproc:  # under torchrun (whose own --nproc-per-node swallows --nproc)
         args.nproc = int(os.environ["WORLD_SIZE"])
-    variants = parse_variants(args.parallel)
+    variants = parse_variants(args.parallel if args.parallel is not None else ",".join(VARIANTS))
+    args.dist_reps = DIST_REPS if args.dist_reps is None else args.dist_reps
+    args.dist_timeout = DIST_TIMEOUT_S if args.dist_timeout is None else args.dist_timeout
     if args.dtype in FP8_SCHEMES:
         raise UsageError(f"--nproc with --dtype {args.dtype}: the fp8 schemes are not sharded "
                          "here yet; use bf16, fp16 or fp32")
     if args.gpus:
         raise UsageError("--nproc and --gpus: give one")
-    if args.dist_reps < 1 or not args.dist_timeout > 0:
-        raise UsageError("--dist-reps must be >= 1 and --dist-timeout > 0")
+    from ..core.validate import count, positive
+    count(args.dist_reps, "--dist-reps", 1)
+    positive(args.dist_timeout, "--dist-timeout", "seconds")
     for m in models:
         for v in variants:
             for r in range(args.nproc):
@@ -163,9 +229,15 @@ def run_distributed(args, spec: dict) -> int:
             raise UsageError(f"--nproc {n} needs {n} GPUs; {torch.cuda.device_count()} visible")
     if os.environ.get(FAULT_ENV):
         spec = dict(spec, fault=os.environ[FAULT_ENV])
+    from ..core.errors import RunLocked
+    from ..runlock import busy, run_lock
+    who = busy(spec["run_dir"])
+    if who:  # another writer: one line, before anything is printed or written
+        raise RunLocked(who)
     print(f"run {spec['run_dir']}: {n} ranks ({spec['device']}), variants "
           f"{', '.join(spec['variants'])}", flush=True)
-    rc = spawn(spec, n, spec["timeout_s"])
+    with run_lock(spec["run_dir"], spec.get("command") or "moe-lab sweep --nproc"):
+        rc = spawn(spec, n, spec["timeout_s"])  # the ranks die with this holder
     from ..store import open_run
     res = open_run(spec["run_dir"]).results if os.path.exists(
         os.path.join(spec["run_dir"], "results.parquet")) else None
@@ -233,20 +305,22 @@ def run_spread(args, run_dir: str) -> int:
         codes.append(p.wait())
         log.close()
     wall = time.time() - t0
-    from ..store import RunStore, merge_runs
+    from ..merging import merge_runs
+    from ..store import RunStore
     before = RunStore(run_dir, create=False).read_manifest().get("spread") or {}
     parts = [str(parts_dir / f"part-{i}-of-{n}") for i in range(n)]
     tmp = run_dir.rstrip("/") + ".merging"
     shutil.rmtree(tmp, ignore_errors=True)
-    merge_runs(tmp, [p for p in parts if os.path.exists(os.path.join(p, "results.parquet"))])
+    command = "moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:]))
+    merge_runs(tmp, [p for p in parts if os.path.exists(os.path.join(p, "results.parquet"))],
+               command)
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)
     os.replace(tmp, run_dir)
     RunStore(run_dir).update_manifest(
         spread=dict(gpus=n, wall_s=round(wall + before.get("wall_s", 0), 1),
                     wall_s_this_invocation=round(wall, 1), part_exit_codes=codes,
-                    parts=[os.path.relpath(p, args.data_dir) for p in parts]),
-        command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
+                    parts=[os.path.relpath(p, args.data_dir) for p in parts]), command=command)
     print(f"spread over {n} GPUs in {wall:.0f} s (exit codes {codes}); merged into {run_dir}")
     return 0 if all(c == 0 for c in codes) else 1
 

@@ -34,6 +34,7 @@ from .. import backends as registry
 from ..backends import Weights
 from ..correctness import THRESHOLDS, classify_exception, make_inputs, one_line, point_seed, reference, rel_err
 from ..core.environment import capture_environment, device_name
+from ..core.errors import Terminated
 from ..invocations import begin_invocation, end_invocation
 from ..core.problems import DTYPES, parse_model
 from ..store import RunStore, point_id
@@ -162,6 +163,10 @@ class Worker:
             status = "complete"
         except RankLost as exc:
             status = f"failed: {exc}"
+        except (Terminated, KeyboardInterrupt) as exc:  # every rank was told: no goodbyes
+            status = "interrupted: " + ("SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C")
+            self.lost = list(range(self.world))
+            raise
         except BaseException as exc:
             status = f"failed: {one_line(exc)}"
             raise
@@ -383,13 +388,52 @@ class _Unsupported(Exception):
     pass
 
 
+def die_with_parent(parent: int) -> None:
+    """This rank dies when the launcher that spawned it does (a SIGKILLed `sweep --nproc`
+    left both ranks measuring and writing its run): the kernel's parent-death signal
+    (Linux prctl PR_SET_PDEATHSIG, SIGKILL), and a watchdog thread that sees the parent
+    gone (any POSIX; also covers a parent that died before prctl took effect)."""
+    import signal
+    import threading
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)  # no bookkeeping: a resume says killed
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=watch, daemon=True, name="moe-lab-parent-watch").start()
+
+
 def main(argv=None) -> int:
+    from . import PARENT_ENV
+    from ..core.errors import terminate_gracefully
     argv = sys.argv[1:] if argv is None else argv
+    if os.environ.get(PARENT_ENV):
+        die_with_parent(int(os.environ[PARENT_ENV]))
     with open(argv[0]) as f:
         spec = json.load(f)
+    if os.environ.get(PARENT_ENV):  # this rank's own copy (launch.spawn): read, so removed
+        try:
+            os.unlink(argv[0])
+        except OSError:
+            pass
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    w = Worker(spec, rank, world, int(os.environ.get("LOCAL_RANK", rank)))
-    return w.run()
+    try:
+        with terminate_gracefully():  # SIGTERM: rank 0 closes its invocation, interrupted
+            w = Worker(spec, rank, world, int(os.environ.get("LOCAL_RANK", rank)))
+            return w.run()
+    except Terminated:
+        return 143
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,98 @@
+"""Merging run folders measured apart (the parts of a `--shard` sweep, the GPUs of one host,
+other machines) into one run: `moe-lab merge`, and `sweep --gpus` after its parts.
+
+    merge_runs("data/runs/all", ["data/runs/part-0-of-2", "data/runs/part-1-of-2"])
+
+Every row keeps its device, commit and time; a point measured in two sources is an error,
+never silently one of them. The merged manifest lists every source's manifest and, like a
+sweep's, the command that made it and when (its one invocation).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from .core.atomic import atomic_write_parquet
+from .core.errors import UsageError
+from .store import Run, RunStore, data_dir, open_run
+
+STAMP = "%Y-%m-%dT%H:%M:%S%z"  # a sweep's invocations' format
+
+
+def merge_runs(dst: str | os.PathLike, sources: list, command: str | None = None) -> RunStore:
+    """Combine run folders into `dst`: their rows, kernels, samples and compile tables, and
+    a manifest listing every source's manifest. A point in two sources is an error
+    (ValueError naming it). Holds `dst`'s lock (moe_lab.runlock) for the whole write; a
+    source another writer holds is refused. `command`: what the manifest says made it."""
+    from .runlock import LOCK_NAME, busy, run_lock
+    for s in sources:
+        s = s.path if isinstance(s, Run) else s
+        src = Path(s) if Path(s).is_dir() else data_dir() / str(s)
+        who = busy(src)
+        if who:
+            raise UsageError(who)
+    command = command or "moe-lab merge " + " ".join(map(str, [dst, *sources]))
+    t0 = time.time()
+    runs = [open_run(s) for s in sources]  # every check before the lock: a refusal writes nothing
+    _same_sweep(runs)
+    ids = pd.concat([r.results["point_id"] for r in runs])
+    if ids.duplicated().any():
+        raise ValueError(f"point {ids[ids.duplicated()].iloc[0]} is in more than one source")
+    samples = [r.samples() for r in runs]
+    if (Path(dst) / "results.parquet").exists():
+        raise ValueError(f"{dst} already holds a run")
+    created = not Path(dst).exists()
+    try:
+        with run_lock(dst, command):
+            return _merge_runs(dst, runs, samples, command, t0)
+    except BaseException:
+        if created and Path(dst).is_dir() and not any(p.name != LOCK_NAME for p in Path(dst).iterdir()):
+            shutil.rmtree(dst, ignore_errors=True)  # the empty folder the lock made
+        raise
+
+
+def _merge_runs(dst, runs: list[Run], samples: list, command: str, t0: float) -> RunStore:
+    out = RunStore(dst)
+    if out.results_path.exists():  # again, under the lock
+        raise ValueError(f"{dst} already holds a run")
+    out.append([r for run in runs for r in run.results.to_dict("records")],
+               [k for run in runs for k in run.kernels.to_dict("records")])
+    for smp in samples:
+        out.append_samples(dict(zip(smp["point_id"], smp["samples_us"])))
+    tables = [run.compile for run in runs if len(run.compile)]
+    if tables:
+        atomic_write_parquet(out.dir / "compile.parquet", pd.concat(tables, ignore_index=True))
+    first = runs[0].manifest
+    from .core.environment import git_commit
+    status = ("complete" if all(r.manifest.get("status") == "complete" for r in runs)
+              else "; ".join(f"{r.run_id}: {r.manifest.get('status')}" for r in runs))
+    finished = time.strftime(STAMP)
+    merge = dict(started=time.strftime(STAMP, time.localtime(t0)), finished=finished,
+                 wall_s=round(time.time() - t0, 1), status="complete", kind="merge",
+                 command=command, git_commit=git_commit(), sources=[r.run_id for r in runs])
+    out.write_manifest(dict(
+        run_id=out.dir.name, command=command, finished=finished,
+        started=min(str(r.manifest.get("started", "")) for r in runs),
+        started_note="the earliest source's start (when its measuring began); the merge's "
+                     "own times are its invocation's",
+        status=status, environment=first.get("environment"), config=first.get("config"),
+        merged_from={r.run_id: r.manifest for r in runs}, invocations=[merge],
+        where="merged from " + ", ".join(f"{r.run_id} ({r.device})" for r in runs)))
+    return out
+
+
+def _same_sweep(runs: list) -> None:
+    """Parts of one sweep differ only in which part they are: a folder whose sweep
+    (its manifest's config, the part aside) is another is refused (ValueError)."""
+    def sweep_of(r):
+        return {k: v for k, v in (r.manifest.get("config") or {}).items() if k not in ("part", "shard")}
+    first = sweep_of(runs[0])
+    for r in runs[1:]:
+        diff = sorted(k for k in set(first) | set(sweep_of(r)) if first.get(k) != sweep_of(r).get(k))
+        if diff:
+            raise ValueError(f"{r.run_id} is from another sweep than {runs[0].run_id} "
+                             f"({', '.join(diff)} differ); merge only the parts of one sweep")
