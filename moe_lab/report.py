@@ -14,58 +14,22 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 FIGURE_MIME = "text/x-moe-lab-figure"  # a figure's legend entries and texts, as JSON
 # Run first in the kernel (then dropped from the notebook): every matplotlib figure the
-# notebook displays carries, beside its PNG, what a reviewer reads off it: each legend's
-# entries (label, colour, line style, marker, fill, hatch) and the figure's own texts (the
-# footer is one). Self-contained: the kernel may import another moe_lab than this one.
-FIGURE_PROBE = r"""
-def _moe_lab_probe():
-    import json
+# notebook displays carries, beside its PNG, what a reviewer reads off it (moe_lab.plots.probe:
+# each legend's entries, the figure's own texts). The probe's source is sent, not imported:
+# the kernel may find another moe_lab than this one.
+def figure_probe() -> str:
+    from pathlib import Path
+    src = (Path(__file__).parent / "plots" / "probe.py").read_text()
+    return src + f"""
+
+def _moe_lab_register():
     from IPython import get_ipython
     from IPython.core.formatters import BaseFormatter
-    from matplotlib.colors import to_hex
     from matplotlib.figure import Figure
     from traitlets import ObjectName, Unicode
 
-    def colour(c):
-        try:
-            return to_hex(c, keep_alpha=False)
-        except (ValueError, TypeError):
-            try:
-                return to_hex(c[0], keep_alpha=False) if len(c) else "none"
-            except (ValueError, TypeError, IndexError):
-                return str(c)
-
-    def entry(h, label):
-        d = {"label": label, "kind": type(h).__name__}
-        if hasattr(h, "get_linestyle") and hasattr(h, "get_marker"):  # Line2D
-            d.update(color=colour(h.get_color()), linestyle=str(h.get_linestyle()),
-                     marker=str(h.get_marker()), fill=colour(h.get_markerfacecolor()))
-        elif hasattr(h, "get_facecolor"):  # a patch or a collection
-            d.update(color=colour(h.get_facecolor()), edge=colour(h.get_edgecolor()),
-                     hatch=str(h.get_hatch() or ""))
-            if hasattr(h, "get_linestyle"):
-                d["linestyle"] = str(h.get_linestyle())
-        return d
-
-    def legends(fig):
-        out = []
-        for where, leg in [("figure", lg) for lg in fig.legends] + [
-                (ax.get_title() or f"panel {i + 1}", ax.get_legend())
-                for i, ax in enumerate(fig.axes) if ax.get_legend() is not None]:
-            hs = getattr(leg, "legend_handles", None) or getattr(leg, "legendHandles", [])
-            out.append({"panel": where, "entries": [entry(h, t.get_text()) for h, t in
-                                                    zip(hs, leg.get_texts())]})
-        return out
-
-    def describe(fig):
-        texts = [t.get_text() for t in fig.texts]
-        if getattr(fig, "_suptitle", None) is not None:
-            texts.append(fig._suptitle.get_text())
-        return json.dumps({"texts": texts, "legends": legends(fig),
-                           "titles": [ax.get_title() for ax in fig.axes if ax.get_visible()]})
-
     class Probe(BaseFormatter):
-        format_type = Unicode("MIME")
+        format_type = Unicode({FIGURE_MIME!r})
         print_method = ObjectName("_repr_moe_lab_figure_")
 
     ip = get_ipython()
@@ -73,12 +37,12 @@ def _moe_lab_probe():
     ip.display_formatter.formatters[f.format_type] = f
     if f.format_type not in ip.display_formatter.active_types:
         ip.display_formatter.active_types.append(f.format_type)
-    Figure._repr_moe_lab_figure_ = describe  # a method: `%matplotlib inline` clears for_type
+    # a method, not for_type: `%matplotlib inline` clears every formatter's Figure entry
+    Figure._repr_moe_lab_figure_ = lambda fig: json.dumps(describe_figure(fig))
 
 
-_moe_lab_probe()
-del _moe_lab_probe
-""".replace("MIME", FIGURE_MIME)
+_moe_lab_register()
+"""
 
 
 def parameter_cell_index(nb) -> int | None:
@@ -128,7 +92,7 @@ def execute_notebook(path: str, timeout: int = 900, edit=None, params: dict | No
     inject_parameters(nb, params or {})
     if edit is not None:
         edit(nb)
-    probe = nbformat.v4.new_code_cell(FIGURE_PROBE, metadata={"tags": ["moe-lab-probe"]})
+    probe = nbformat.v4.new_code_cell(figure_probe(), metadata={"tags": ["moe-lab-probe"]})
     if describe_figures:
         nb.cells.insert(0, probe)
     try:
@@ -152,7 +116,7 @@ def figure_outputs(nb) -> list[dict]:
 
 
 def figure_descriptions(nb) -> list[dict | None]:
-    """Per figure (figure_outputs' order): its legends and texts (FIGURE_PROBE), None for
+    """Per figure (figure_outputs' order): its legends and texts (figure_probe), None for
     an image that is no matplotlib figure."""
     import json
     return [json.loads(o["data"][FIGURE_MIME]) if FIGURE_MIME in o.get("data", {}) else None

@@ -136,10 +136,12 @@ def fig_collective_share(run, backend=None, mode=None) -> Figure:
         return style.note_figure("no ok distributed point in this run", run, None)
     pts = _main_rows(pts, backend, mode)
     fig, ax = style.new_figure(figsize=(8, 4.2))
+    routings = sorted(pts["routing"].unique(), key=lambda r: (r != "uniform", r))
     for (v, routing), g in pts.groupby(["parallel", "routing"]):
         g = g.groupby("tokens")["collective_share"].median()
         ax.plot(g.index, 100 * g.values, marker="o", color=VARIANT_COLOR.get(v),
-                linestyle={"uniform": "-"}.get(routing, "--"), label=f"{v} ({routing})")
+                linestyle=style.sharding_style(routings.index(routing)),  # uniform solid
+                label=f"{v} ({routing})")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens")
     ax.set_ylabel("slowest rank's collective / layer (%)")
