@@ -269,3 +269,21 @@ def test_noisy_points_are_ringed_with_one_legend_entry():
     assert len(entries) == 1 and entries[0]["fill"] == "none"
     assert f"ringed: {want} noisy points" in " ".join(" ".join(t.get_text().split())
                                                       for t in fig.texts)
+
+
+def test_a_run_marked_running_or_failed_is_never_a_default():
+    """h200-tuned-20261130 (a part still marked running) and h200-smoke-config-20261130
+    (failed) are committed: no notebook's default is either, though each opens by id."""
+    from moe_lab.ledger import runs_with_phases
+    from moe_lab.plots import devices as dv
+    from moe_lab.plots import tuning as tu
+    from moe_lab.store import find_runs, open_run
+    marked = {"h200-tuned-20261130", "h200-smoke-config-20261130"}
+    everything = {r.run_id for r in find_runs()}
+    assert marked <= everything
+    assert not marked & {r.run_id for r in find_runs(defaults=True)}
+    defaults = {open_run(None, has=h).run_id for h in ("ok", "graph", "compile", "distributed")}
+    defaults |= {tu.open_tuned_run().run_id, dv.richest_run()}
+    defaults |= {r.run_id for r in runs_with_phases(None)}
+    assert not defaults & marked
+    assert open_run("h200-tuned-20261130").run_id == "h200-tuned-20261130"

@@ -101,7 +101,7 @@ def measured_folders(run: str | Path | None = None) -> tuple[str, list[Path]]:
     """(where, run folders) the measured times are read from. `run`: a run folder or a run
     id under the data folder (that run alone), a folder of run folders (every one), or
     None: every run of the data folder that may be a default (none marked running or
-    failed: moe_lab.store.is_default_candidate)."""
+    failed: moe_lab.store.Run.may_be_default)."""
     from ..store import RESULTS, find_runs, open_run
     if run is None:
         return str(data_dir()), sorted(r.path for r in find_runs(defaults=True))

@@ -46,7 +46,7 @@ def mark_noisy(ax, x, y, color) -> int:
 
 def noisy_legend(ax) -> None:
     """The one legend entry of every ring (grey), on a panel so the shared legend finds it."""
-    ax.plot([], [], "o", ms=8, mfc="none", mec="0.3", mew=1.3, linestyle="none",
+    ax.plot([], [], "o", ms=8, color="0.3", mfc="none", mec="0.3", mew=1.3, linestyle="none",
             label=NOISY_LABEL)
 
 

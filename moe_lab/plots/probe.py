@@ -10,7 +10,12 @@ import json  # noqa: F401  (the kernel's registration uses it)
 
 
 def _colour(c):
-    from matplotlib.colors import to_hex
+    from matplotlib.colors import to_hex, to_rgba
+    try:
+        if isinstance(c, str) and c.lower() == "none" or to_rgba(c)[3] == 0:
+            return "none"  # a hollow marker, no face
+    except (ValueError, TypeError):
+        pass
     try:
         return to_hex(c, keep_alpha=False)
     except (ValueError, TypeError):
@@ -24,7 +29,8 @@ def _entry(handle, label: str) -> dict:
     d = {"label": label, "kind": type(handle).__name__}
     if hasattr(handle, "get_linestyle") and hasattr(handle, "get_marker"):  # a Line2D
         d.update(color=_colour(handle.get_color()), linestyle=str(handle.get_linestyle()),
-                 marker=str(handle.get_marker()), fill=_colour(handle.get_markerfacecolor()))
+                 marker=str(handle.get_marker()), fill=_colour(handle.get_markerfacecolor()),
+                 edge=_colour(handle.get_markeredgecolor()))
     elif hasattr(handle, "get_facecolor"):  # a patch or a collection
         d.update(color=_colour(handle.get_facecolor()), edge=_colour(handle.get_edgecolor()),
                  hatch=str(handle.get_hatch() or ""))
