@@ -363,7 +363,7 @@ def runs_with_phases(runs=None) -> list:
     from .store import data_dir, find_runs, open_run
     if runs is not None:
         return [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
-    found = [r for r in find_runs() if len(r.phases)]
+    found = [r for r in find_runs(defaults=True) if len(r.phases)]
     if not found:
         raise UsageError(f"no run under {data_dir()} has stored phases (phases.parquet): "
                          "run `moe-lab sweep` on a GPU first")

@@ -137,6 +137,25 @@ def ok_rows(df):
     return d
 
 
+def spread(df):
+    """(p90 - p10) / median per row: the timer's spread (NaN without the three)."""
+    import pandas as pd
+    if not {"p10_us", "p90_us", "median_us"} <= set(df.columns):
+        return pd.Series(float("nan"), index=df.index)
+    med = pd.to_numeric(df["median_us"], errors="coerce")
+    return (pd.to_numeric(df["p90_us"], errors="coerce")
+            - pd.to_numeric(df["p10_us"], errors="coerce")) / med.where(med > 0)
+
+
+def noisy(df):
+    """Per row: flagged `noisy` when measured (timing.NOISE_LIMIT), or its spread above that
+    limit (rows of a run that kept no flag)."""
+    from .timing import NOISE_LIMIT
+    flag = (df["noisy"].astype("boolean").fillna(False).astype(bool) if "noisy" in df.columns
+            else False)
+    return (spread(df) > NOISE_LIMIT) | flag
+
+
 def defaults() -> dict:
     """Every core column at its default (what a row says before anything is measured)."""
     return {c.name: c.default for c in COLUMNS if c.core}

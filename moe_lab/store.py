@@ -31,6 +31,9 @@ from .rows import (BOOL_COLUMNS, FLOAT_COLUMNS, ID_DEFAULTS as DEFAULTS, ID_FIEL
                    INT_COLUMNS, KERNEL_COLUMNS, OPTIONAL_ID_FIELDS, PROVENANCE as PROVENANCE_COLUMNS,
                    RESULT_COLUMNS, RETRIED, STATUSES, STR_COLUMNS, check_read, check_table, validate)
 RESULTS, KERNELS, MANIFEST = "results.parquet", "kernels.parquet", "manifest.json"
+NOT_A_DEFAULT = ("running", "failed")  # a manifest status with either: never a default run
+LACKS = {"ok": "no ok single-process rows", "compile": "no compile rows (--modes compile:...)",
+         "distributed": "no distributed rows: it is a single-process run (no world_size column)"}
 SAMPLES = "samples.parquet"  # per timed point: its per-call times (point_id, samples_us list)
 DATA_DIR_ENV = "MOE_LAB_DATA"
 
@@ -343,30 +346,37 @@ class Run:
                                                .str.startswith("compile:").any())
         return bool(((r["mode"] == what) & (r["status"] == "ok")).any()) if len(r) else False
 
+    def may_be_default(self) -> bool:
+        """Not marked running or failed (NOT_A_DEFAULT; a merged run's status names its parts')."""
+        return not any(w in str(self.manifest.get("status") or "") for w in NOT_A_DEFAULT)
+
 
 def open_run(run: str | os.PathLike | Run | None = None, has: str | None = None) -> Run:
-    """A run folder (a path, or a run id under data_dir()) read into a Run; None: the
-    newest run that has data of kind `has` (see Run.has). UsageError if there is none,
-    CorruptFile if one of its files cannot be read."""
+    """A run folder (a path, or a run id under data_dir()) read into a Run; None: the newest
+    run with data of kind `has` (Run.has) not marked running or failed. A run given without
+    such data, or none found: UsageError saying why; CorruptFile: a file cannot be read."""
     if isinstance(run, Run):
         return run
     if run is not None and not isinstance(run, (str, os.PathLike)):
         raise UsageError(f"run {run!r}: give a run folder (a path) or a run id (a str)")
     if run is None:
-        found = find_runs(has=has)
+        found = find_runs(has=has, defaults=True)
         if not found:
-            raise UsageError(f"no run under {data_dir()} has {has or 'results'}: run "
-                             "`moe-lab sweep` first (or pass a run folder)")
+            raise UsageError(f"no run under {data_dir()} has {has or 'results'} (and is not "
+                             "marked running or failed): run `moe-lab sweep` first")
         return found[0]
     path = Path(run)
     if not path.is_dir() and (data_dir() / str(run)).is_dir():
         path = data_dir() / str(run)
     if not path.is_dir():
-        raise UsageError(f"no run folder {run}")
+        raise UsageError(f"no run folder {run} (nor a run id under {data_dir()})")
     s = RunStore(path, create=False)  # reading creates and cleans nothing
-    run = Run(path, s.read_manifest(), s.load_results(), s.load_kernels(), s.load_table("compile"))
-    check_read(path, run.manifest, run.results, run.kernels)  # a foreign run: one line, exit 2
-    return run
+    r = Run(path, s.read_manifest(), s.load_results(), s.load_kernels(),
+            s.load_table("compile"))
+    check_read(path, r.manifest, r.results, r.kernels)  # a foreign run: one line, exit 2
+    if has is not None and not r.has(has):
+        raise UsageError(f"run {r.run_id} has {LACKS.get(has, f'no {has} rows')}")
+    return r
 
 
 def _started(path: Path) -> str:
@@ -376,10 +386,11 @@ def _started(path: Path) -> str:
         return ""
 
 
-def find_runs(data_dir_: str | os.PathLike | None = None, has: str | None = None) -> list[Run]:
-    """Every run folder under `data_dir_` (default data_dir()) holding data of kind `has`,
-    newest first (by the manifest's `started`, then the folder name). The one rule for
-    "the default run"."""
+def find_runs(data_dir_: str | os.PathLike | None = None, has: str | None = None,
+              defaults: bool = False) -> list[Run]:
+    """Every run folder under `data_dir_` (default data_dir()) holding data of kind `has`
+    (`defaults`: and Run.may_be_default), newest first (by the manifest's `started`, then
+    the folder name). The one rule for "the default run"."""
     root = Path(data_dir_) if data_dir_ is not None else data_dir()
     if not root.is_dir():
         return []
@@ -389,6 +400,6 @@ def find_runs(data_dir_: str | os.PathLike | None = None, has: str | None = None
     runs = []
     for p in paths:
         r = open_run(p)
-        if r.has(has):
+        if r.has(has) and (not defaults or r.may_be_default()):
             runs.append(r)
     return runs

@@ -59,10 +59,11 @@ def pngs(outputs):
 
 
 def with_params(**params):
-    """Set notebook parameters the way papermill does: assignments after the defaults."""
+    """Set notebook parameters the way papermill does (moe_lab.report.inject_parameters: an
+    `injected-parameters` cell after the cell tagged `parameters`)."""
     def edit(nb):
-        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-        cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
+        from moe_lab.report import inject_parameters
+        inject_parameters(nb, params)
     return edit
 
 

@@ -40,15 +40,18 @@ def expected_coverage(results: pd.DataFrame) -> tuple[int, int]:
 
 
 def newest_committed_run_with_ok_rows() -> str:
-    """By the manifest's start time, then the folder name (the README's rule)."""
+    """By the manifest's start time, then the folder name (the README's rule); never a run
+    marked running or failed."""
     found = []
     for d in RUNS.iterdir():
         if (d / "results.parquet").is_file():
             res = pd.read_parquet(d / "results.parquet")
             if "parallel" in res:  # distributed rows are notebook 06's
                 res = res[res["parallel"].isna()]
-            if (res["status"] == "ok").any():
-                found.append((json.loads((d / "manifest.json").read_text())["started"], d.name))
+            manifest = json.loads((d / "manifest.json").read_text())
+            status = str(manifest.get("status") or "")
+            if (res["status"] == "ok").any() and not ("running" in status or "failed" in status):
+                found.append((manifest["started"], d.name))
     return max(found)[1]
 
 

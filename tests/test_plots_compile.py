@@ -31,8 +31,10 @@ def test_the_time_figure_has_one_legend_for_all_its_panels(compile_runs):
     fig = pc.fig_time_vs_tokens(run)
     assert len(fig.axes) == run.results["backend"].nunique() >= 3
     labels = {t.get_text() for t in fig.legends[0].get_texts()}
-    assert {"off", "default", "default [op]", "reduce-overhead [op]",
-            "graph (experts only)"} <= labels
+    assert {"off", "default", "reduce-overhead", "graph (experts only)",
+            "dotted: the same mode through the custom op [op]"} <= labels
+    assert not any(lab.endswith(" [op]") and not lab.startswith("dotted") for lab in labels)
+    assert len(labels) <= 12  # a colour per mode, one entry for every custom-op line
     assert f"run {run.run_id}" in fig.texts[-1].get_text().replace("\n", " ")
 
 

@@ -8,9 +8,9 @@ it implies for the MoE kernels.
     imp = claims.implications(reg)          # per-MoE-layer saving vs roofline floor
 """
 from .verdicts import format_report, run_checks, summary
-from .implications import implications
+from .implications import implications, measured_folders
 from .parser import parse_file, parse_text, to_frame, tidy
 from .registry import build_registry, load_registry
 
-__all__ = ["build_registry", "format_report", "implications", "load_registry", "parse_file",
+__all__ = ["build_registry", "format_report", "implications", "load_registry", "measured_folders", "parse_file",
            "parse_text", "run_checks", "summary", "tidy", "to_frame"]

@@ -91,6 +91,31 @@ def plot_implications(reg: dict, imp):
     gpus = ", ".join(sorted(set(imp["gpu"])))
     fig.text(0.01, 0.005, "sources: " + ", ".join(sorted(set(imp["source"])))
              + f"\nfloors on {gpus} (assumed GPU of the claims) from moe_lab.roofline; "
-             "saving = (mean TPOT baseline - new) / MoE layers", fontsize=7, va="bottom")
-    fig.tight_layout(rect=(0, 0.09, 1, 1))
+             "saving = (mean TPOT baseline - new) / MoE layers\n" + measured_provenance(imp),
+             fontsize=7, va="bottom")
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
     return fig
+
+
+def measured_provenance(imp) -> str:
+    """Where the measured bars come from: each run with its device and commit(s), or that
+    no run has the claims' shapes."""
+    import json
+    from pathlib import Path
+
+    from ..store import data_dir
+    m = imp[imp["measured_run"].fillna("").astype(str) != ""]
+    if m.empty:
+        return "measured: none (no run has the claims' shapes)"
+    parts = []
+    for run_id, g in m.groupby("measured_run", sort=True):
+        commit = ""
+        try:
+            man = json.loads((Path(data_dir()) / run_id / "manifest.json").read_text())
+            commit = str((man.get("environment") or {}).get("git_commit") or "")[:7]
+        except (OSError, ValueError):
+            pass
+        dev = ", ".join(sorted({str(d) for d in g["measured_device"] if d})) or "?"
+        parts.append(f"run {run_id} ({dev}{', commit ' + commit if commit else ''}: "
+                     f"{', '.join(g['config'])})")
+    return "measured: " + "; ".join(parts)

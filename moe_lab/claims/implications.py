@@ -97,19 +97,43 @@ def roofline_floor(preset: str, tokens: int, tp: int, ep: int, dtype: str, gpu: 
 MEASURED_COLUMNS = {"model", "tp", "ep", "backend", "mode", "tokens", "status", "median_us"}
 
 
+def measured_folders(run: str | Path | None = None) -> tuple[str, list[Path]]:
+    """(where, run folders) the measured times are read from. `run`: a run folder or a run
+    id under the data folder (that run alone), a folder of run folders (every one), or
+    None: every run of the data folder that may be a default (none marked running or
+    failed: moe_lab.store.Run.may_be_default)."""
+    from ..store import RESULTS, find_runs, open_run
+    if run is None:
+        return str(data_dir()), sorted(r.path for r in find_runs(defaults=True))
+    path = Path(run)
+    if not path.is_dir() and not path.is_absolute() and (data_dir() / str(run)).is_dir():
+        path = data_dir() / str(run)  # a run id
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"runs directory {path} is not a directory")
+    if (path / RESULTS).is_file():
+        open_run(path)  # a run that cannot be read is refused here, in one line
+        return str(path), [path]
+    if not path.is_dir():
+        raise UsageError(f"no run folder, run id or folder of runs {run}")
+    return str(run), sorted(p.parent for p in path.glob(f"*/{RESULTS}"))
+
+
 def load_measured(runs_dir: str | Path | None = None):
-    """All results.parquet rows with status ok under runs_dir (default data/runs), plus
-    run_id and device; None if there are none. A results.parquet or manifest.json that
-    cannot be read, or a results table without the columns used here, is a UsageError
-    naming the file: a corrupt run is never skipped silently."""
+    """All results.parquet rows with status ok of the runs measured_folders(runs_dir)
+    names (default: the data folder's), plus run_id and device; None if there are none. A
+    results.parquet or manifest.json that cannot be read, or a results table without the
+    columns used here, is a UsageError naming the file: a corrupt run is never skipped
+    silently."""
     import pandas as pd
 
     from ..core.atomic import read_parquet
-    runs_dir = Path(data_dir() if runs_dir is None else runs_dir)
-    if runs_dir.exists() and not runs_dir.is_dir():
+    if runs_dir is not None and Path(runs_dir).exists() and not Path(runs_dir).is_dir():
         raise UsageError(f"runs directory {runs_dir} is not a directory")
+    if runs_dir is not None and not Path(runs_dir).exists() and not (
+            data_dir() / str(runs_dir)).is_dir():
+        return None  # a folder not made yet: nothing measured there
     frames = []
-    for p in sorted(runs_dir.glob("*/results.parquet")) if runs_dir.is_dir() else []:
+    for p in [f / "results.parquet" for f in measured_folders(runs_dir)[1]]:
         try:
             df = read_parquet(p)
         except Exception as exc:
@@ -155,7 +179,8 @@ def _run_device(manifest: Path) -> str:
 def implications(registry: dict | None = None, runs_dir: str | Path | None = None,
                  gpu: str | None = None):
     """One row per performance configuration of the registry (see module docstring).
-    runs_dir: where the measured runs are (default data/runs); gpu: a device spec key
+    runs_dir: where the measured runs are (measured_folders: a run, a folder of runs, None
+    the data folder's); gpu: a device spec key
     for every row instead of each configuration's own GPU. An unknown GPU or a run that
     cannot be read is a UsageError."""
     import pandas as pd

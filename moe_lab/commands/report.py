@@ -1,6 +1,8 @@
-"""`moe-lab report`: execute every notebook headless into HTML and export its figures; with
-`--runs A[,B...] --out DIR` the review export instead: one self-contained HTML page of the
-runs' figures, each with its provenance underneath, plus PNG and SVG files (moe_lab.plots.review)."""
+"""`moe-lab report`: execute every notebook headless into HTML and export its figures, with
+an index.html; `--run ID` executes each with `run = ID` injected (OUT/ID/); `-p NAME VALUE`
+injects any parameter, as papermill does. With `--runs A[,B...] --out DIR` the review
+export instead: one self-contained HTML page of the runs' figures, each with its
+provenance underneath, plus PNG and SVG files (moe_lab.plots.review)."""
 from __future__ import annotations
 
 import glob
@@ -9,7 +11,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import UsageError
-from ..report import execute_notebook, export, failure_line
+from ..report import execute_notebook, export, failure_line, parse_value, write_index
 
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"  # the checkout's
@@ -21,6 +23,12 @@ def configure(p):
     p.add_argument("--only", default=None, help="comma-separated notebook name prefixes, e.g. 01,03")
     p.add_argument("--out", default="reports", help="output folder")
     p.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    p.add_argument("--run", default=None,
+                   help="a run id or folder: every notebook executed for it (`run = ID` "
+                        "injected after its parameters cell); writes OUT/<run id>/")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                   metavar=("NAME", "VALUE"),
+                   help="inject a notebook parameter, as papermill's -p does (repeatable)")
     p.add_argument("--runs", default=None,
                    help="review export: comma-separated run folders or ids (two: a compare "
                         "section, B over A); writes OUT/index.html and OUT/figures/*.png|svg")
@@ -53,8 +61,31 @@ def review(args) -> int:
     return 0
 
 
-def run(args) -> int:
+def _for_run(args) -> tuple[str, dict]:
+    """(output folder, parameters): --run's run opened first, so that an unknown id is
+    refused in one line before any notebook runs."""
+    from ..store import open_run
+    params = {k: parse_value(v) for k, v in args.parameter}
+    if args.run is None:
+        return args.out, params
     if args.runs is not None:
+        raise UsageError("--run ID executes the notebooks for one run; --runs is the review "
+                         "export: give one of them")
+    run = open_run(args.run)  # UsageError: no run folder ID
+    # a folder given is passed as an absolute path (notebooks run from notebooks/); an id
+    # as the id, which the kernel looks up in the same data folder (MOE_LAB_DATA)
+    given = str(run.path) if os.path.isdir(args.run) else args.run
+    return os.path.join(args.out, run.run_id), {"run": given, **params}
+
+
+def _refusal(exc) -> bool:
+    """A notebook that stopped on a UsageError said why it cannot use the run: a refusal
+    (its page is written), not a failure."""
+    return getattr(exc, "ename", None) in ("UsageError", "CorruptFile")
+
+
+def run(args) -> int:
+    if args.runs is not None and args.run is None:
         return review(args)
     given = [f"--{k}" for k in ("by", "values", "mode") if getattr(args, k, None) is not None]
     if given:  # they shape the review export only: ignored, they would mislead
@@ -73,23 +104,50 @@ def run(args) -> int:
     if not paths:
         raise UsageError(f"no notebooks found in {args.notebooks!r}"
                          + (f" whose name starts with {args.only}" if args.only else ""))
-    failed = 0
+    out, params = _for_run(args)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {out} is a file, not a folder")
+    failed, entries = 0, []
     for path in paths:
         name = os.path.splitext(os.path.basename(path))[0]
         t0 = time.time()
+        # a notebook's own parameters only where it has them (remeasure: not on --run)
+        mine = dict(params)
+        if args.run is not None and "remeasure" not in mine and _declares(path, "remeasure"):
+            mine["remeasure"] = False  # show the run asked for, never a new measurement
+        refused = None
         try:
-            nb = execute_notebook(path, args.timeout)
+            nb = execute_notebook(path, args.timeout, params=mine)
         except Exception as exc:
-            failed += 1
-            print(f"FAIL {failure_line(path, exc)}")
-            continue
+            if not (_refusal(exc) and getattr(exc, "nb", None) is not None):
+                failed += 1
+                print(f"FAIL {failure_line(path, exc)}")
+                entries.append((name, f"FAIL {failure_line(path, exc)}", []))
+                continue
+            nb, refused = exc.nb, failure_line(name, exc)
         try:
-            figs = export(nb, name, args.out)
+            figs = export(nb, name, out)
         except Exception as exc:  # nbconvert's templates or a write: a line, not a traceback
             failed += 1
             why = (str(exc).strip().splitlines() or [""])[0][:300]
             print(f"FAIL {path}: exporting to HTML: {type(exc).__name__}: {why}")
             continue
-        print(f"ok   {name}: {len(figs)} figures, {time.time() - t0:.0f} s -> "
-              f"{os.path.join(args.out, name + '.html')}")
+        line = (f"refused {refused}" if refused else
+                f"ok   {name}: {len(figs)} figures, {time.time() - t0:.0f} s -> "
+                f"{os.path.join(out, name + '.html')}")
+        print(line)
+        entries.append((name, line.replace("ok   ", "ok ", 1), figs))
+    index = write_index(out, entries, f"moe-lab report: {args.run}" if args.run else "moe-lab report")
+    print(f"index: {index}")
     return 1 if failed else 0
+
+
+def _declares(path: str, name: str) -> bool:
+    """Whether the notebook's parameters cell assigns `name`."""
+    import nbformat
+
+    from ..report import parameter_cell_index
+    nb = nbformat.read(path, as_version=4)
+    i = parameter_cell_index(nb)
+    return i is not None and any(ln.split("=")[0].strip() == name
+                                 for ln in nb.cells[i].source.splitlines() if "=" in ln)

@@ -11,6 +11,9 @@ import threading
 class UsageError(ValueError):
     """Bad input: an unknown model, a malformed token list, a missing file."""
 
+    def _render_traceback_(self):  # IPython's hook: a notebook shows the one line too
+        return [f"{type(self).__name__}: {self}"]
+
 
 class CorruptFile(UsageError):
     """A file moe-lab reads (a run's parquet or manifest, a registry, ceilings, a trace)

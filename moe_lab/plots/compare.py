@@ -39,7 +39,8 @@ def _band(ax, sub: pd.DataFrame, mode: str) -> str:
 def fig_ratio(table: pd.DataFrame, a, b, by=None, values=None) -> Figure:
     t = table[table["ratio"].notna()]
     if t.empty:
-        return style.note_figure("no point was compared (see the verdicts)", a, None)
+        return style.note_figure("no point was compared (see the verdicts)", a, None,
+                                 f"A = {a.run_id}, B = {b.run_id}")
     models = list(dict.fromkeys(t["model"]))
     cols = list(dict.fromkeys(zip(t["tp"], t["ep"], t["mode"].astype(str))))
     cols.sort(key=lambda s: (int(s[1]), int(s[0]), style.MODE_ORDER.index(s[2])
@@ -54,7 +55,7 @@ def fig_ratio(table: pd.DataFrame, a, b, by=None, values=None) -> Figure:
             g = g.sort_values("tokens")
             c = style.backend_color(bk) if bk else style.mode_color(mode)
             ax.plot(g["tokens"], g["ratio"], style.mode_style(mode), color=c, linewidth=1,
-                    label=style.backend_label(bk) if bk else str(mode))
+                    label=f"{style.backend_label(bk)} {mode}" if bk else str(mode))
             err = g[g["low"].notna()]
             ax.errorbar(err["tokens"], err["ratio"],
                         yerr=[err["ratio"] - err["low"], err["high"] - err["ratio"]],

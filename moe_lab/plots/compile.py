@@ -230,13 +230,34 @@ def fig_time_vs_tokens(run) -> Figure:
         for (mode, wrapped), g in sub.groupby(["mode", "wrapped"]):
             g = g.groupby("tokens", as_index=False)[["median_us", "p10_us", "p90_us"]].median()
             m = style.mode_of(mode, wrapped)
-            label = f"{m.label} (experts only)" if m.kind != "compile" else m.label
+            # one entry per mode (its colour); the custom op's dotted lines share one entry
+            label = (f"{m.label} (experts only)" if m.kind != "compile" else
+                     "_op" if m.wrapped else m.label)
             ax.plot(g["tokens"], g["median_us"], style.mode_style(m), marker="o", ms=3,
                     label=label, color=style.mode_color(m))
             ax.fill_between(g["tokens"], g["p10_us"], g["p90_us"], alpha=0.12,
                             color=style.mode_color(m), linewidth=0)
-    return style.finish(fig, run, _rows(run, df["point_id"]), legend_title="mode",
-                        legend_order=style.mode_labels_in_order(" (experts only)"))
+    fig = style.finish(fig, run, _rows(run, df["point_id"]), legend=False)
+    _legend_with_op(fig, df, style.mode_labels_in_order(" (experts only)"))
+    return fig
+
+
+def _legend_with_op(fig, df: pd.DataFrame, order) -> None:
+    """The figure's one legend: a colour per mode, and where any line went through the
+    custom op, one dotted grey entry for all of them (not a second entry per mode)."""
+    from matplotlib.lines import Line2D
+    seen: dict = {}
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if not lab.startswith("_"):
+                seen.setdefault(lab, h)
+    rank = {lab: i for i, lab in enumerate(order)}
+    labels = sorted(seen, key=lambda lab: rank.get(lab, len(rank)))
+    handles = [seen[lab] for lab in labels]
+    if "wrapped" in df and df["wrapped"].fillna(False).astype(bool).any():
+        handles.append(Line2D([], [], ls=style.WRAPPED_STYLE, marker="o", ms=3, color="0.3"))
+        labels.append("dotted: the same mode through the custom op [op]")
+    style.shared_legend(fig, handles, labels, title="mode")
 
 
 def fig_gap(run) -> Figure:

@@ -120,7 +120,7 @@ def richest_run(models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, mode="gra
     follow-up of a few points."""
     from ..store import find_runs
     best, n_best = None, 0
-    for r in find_runs(has=mode):  # newest first
+    for r in find_runs(has=mode, defaults=True):  # newest first
         res = style.ok_rows(r.results)
         n = int(((res["mode"] == mode) & res["model"].isin(list(models))
                  & (res["tp"] == tp) & (res["ep"] == ep)).sum())

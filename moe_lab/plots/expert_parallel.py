@@ -25,7 +25,7 @@ def default_run(run=None) -> Run:
 def spread_pair() -> tuple[Run, Run] | None:
     """The newest sweep spread over GPUs (`sweep --gpus`, its manifest has `spread`) and
     the same sweep measured on one GPU (same config, no spread), if both exist."""
-    runs = find_runs()
+    runs = find_runs(defaults=True)
     for sp in (r for r in runs if r.manifest.get("spread")):
         cfg = {k: v for k, v in (sp.manifest.get("config") or {}).items() if k != "part"}
         for one in runs:
@@ -38,7 +38,7 @@ def spread_pair() -> tuple[Run, Run] | None:
 def runs_at(world_size: int) -> list[Run]:
     """Runs with ok distributed rows at this world size, newest first (issue 18: 8)."""
     out = []
-    for r in find_runs(has="distributed"):
+    for r in find_runs(has="distributed", defaults=True):
         d = analysis.distributed_rows(r.results)
         if (d["world_size"] == world_size).any():
             out.append(r)
@@ -136,10 +136,12 @@ def fig_collective_share(run, backend=None, mode=None) -> Figure:
         return style.note_figure("no ok distributed point in this run", run, None)
     pts = _main_rows(pts, backend, mode)
     fig, ax = style.new_figure(figsize=(8, 4.2))
+    routings = sorted(pts["routing"].unique(), key=lambda r: (r != "uniform", r))
     for (v, routing), g in pts.groupby(["parallel", "routing"]):
         g = g.groupby("tokens")["collective_share"].median()
         ax.plot(g.index, 100 * g.values, marker="o", color=VARIANT_COLOR.get(v),
-                linestyle={"uniform": "-"}.get(routing, "--"), label=f"{v} ({routing})")
+                linestyle=style.sharding_style(routings.index(routing)),  # uniform solid
+                label=f"{v} ({routing})")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens")
     ax.set_ylabel("slowest rank's collective / layer (%)")

@@ -12,8 +12,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .. import rows as row_schema
 from ..core.problems import sharding_name
 from ..store import open_run
+from ..timing import NOISE_LIMIT
 from . import style
 
 COVERAGE_RANGE = (0.7, 1.05)  # profiler kernel sum / graph time accepted as complete
@@ -22,10 +24,30 @@ SPEEDUP_TOKENS = (1, 16, 64, 256, 1024, 4096, 8192)
 
 
 def ok_times(rows: pd.DataFrame) -> pd.DataFrame:
-    """Only correct, timed points (status ok and a median), with a `sharding` column."""
+    """Only correct, timed points (status ok and a median), with a `sharding` column and
+    `spread` ((p90 - p10) / median) and `noisy` (flagged, or spread above the limit)."""
     r = style.ok_rows(rows).copy()
     r["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(r["tp"], r["ep"])]
-    return r
+    return r.assign(spread=row_schema.spread(r), noisy=row_schema.noisy(r))
+
+
+CONFIG_MARKERS = ("^", "v", "s", "D", "P", "X", "<", ">", "*", "h")  # non-default configs
+NOISY_LABEL = f"noisy (spread > {NOISE_LIMIT:.0%})"  # spread = (p90 - p10) / median
+
+
+def mark_noisy(ax, x, y, color) -> int:
+    """Ring the noisy points (hollow markers over the line's own): they are drawn, but not
+    as normal points. Returns how many."""
+    if len(x):
+        ax.plot(x, y, "o", ms=8, mfc="none", mec=color, mew=1.3, linestyle="none",
+                label="_noisy", zorder=4)
+    return len(x)
+
+
+def noisy_legend(ax) -> None:
+    """The one legend entry of every ring (grey), on a panel so the shared legend finds it."""
+    ax.plot([], [], "o", ms=8, color="0.3", mfc="none", mec="0.3", mew=1.3, linestyle="none",
+            label=NOISY_LABEL)
 
 
 def default_mode(run, prefer: str = "graph") -> str:
@@ -56,25 +78,35 @@ def fig_time_vs_tokens(run, models=None) -> Figure:
     shards = sorted(r["sharding"].unique(), key=len)
     r = r.assign(_config=r["config"].fillna("default").astype(str) if "config" in r
                  else "default")
+    configs = sorted(c for c in r["_config"].unique() if c != "default")  # a marker each
     fig, cells = style.panel_grid(models, shards, 4.8, 3.4, 1.8, 0.5)
+    noisy = 0
     for ax, m, s in cells:
         sub = r[(r["model"] == m) & (r["sharding"] == s)]
         for (b, mode, cfg), g in sub.groupby(["backend", "mode", "_config"]):
             g = g.sort_values("tokens")  # a line per configuration (never default-tuned zigzags)
             c = style.backend_color(b)
             ax.plot(g["tokens"], g["median_us"], style.mode_style(mode),
-                    marker="." if cfg == "default" else "^", markersize=None if cfg ==
-                    "default" else 4, color=c, label=f"{style.backend_label(b)} {mode}"
+                    marker="." if cfg == "default" else CONFIG_MARKERS[
+                        configs.index(cfg) % len(CONFIG_MARKERS)],
+                    markersize=None if cfg == "default" else 4, color=c,
+                    label=f"{style.backend_label(b)} {mode}"
                     + ("" if cfg == "default" else f" [{cfg}]"))
             ax.fill_between(g["tokens"], g["p10_us"], g["p90_us"], color=c, alpha=0.12,
                             linewidth=0)
+            n = g[g["noisy"]]
+            noisy += mark_noisy(ax, n["tokens"], n["median_us"], c)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(f"{m} {s}", fontsize=10)
         ax.set_xlabel("tokens")
         ax.set_ylabel("time per MoE call (us)")
         ax.grid(True, which="both", alpha=0.3)
-    return style.finish(fig, run, r, "median, band p10-p90; dashed eager, solid graph")
+    if noisy:
+        noisy_legend(cells[0][0])
+    return style.finish(fig, run, r, "median, band p10-p90; dashed eager, solid graph"
+                        + (f"; ringed: {noisy} noisy points (p10-p90 spread > "
+                           f"{NOISE_LIMIT:.0%} of the median)" if noisy else ""))
 
 
 def speedup_table(run, mode: str | None = None, base: str = "torch-grouped",
@@ -147,7 +179,7 @@ def launch_overhead(run) -> pd.DataFrame:
     point_id_eager / point_id_graph name the two rows."""
     r = ok_times(open_run(run).results)
     key = ["model", "sharding", "backend", "tokens", "routing"]
-    cols = ["median_us", "p10_us", "p90_us", "point_id"]
+    cols = ["median_us", "p10_us", "p90_us", "point_id", "noisy"]
     e = r[r["mode"] == "eager"].set_index(key)[cols]
     g = r[r["mode"] == "graph"].set_index(key)[cols]
     j = e.join(g, lsuffix="_eager", rsuffix="_graph", how="inner")
@@ -156,6 +188,7 @@ def launch_overhead(run) -> pd.DataFrame:
     # eager may not be faster than graph beyond the two timers' spread
     noise = (j["p90_us_eager"] - j["p10_us_eager"]) + (j["p90_us_graph"] - j["p10_us_graph"])
     j["eager_below_graph_beyond_noise"] = j["overhead_us"] < -noise
+    j["noisy"] = j["noisy_eager"] | j["noisy_graph"]  # either time of the difference
     return j.reset_index()
 
 
@@ -171,19 +204,27 @@ def fig_launch_overhead(run, table: pd.DataFrame) -> Figure:
     shards = sorted(table["sharding"].unique(), key=len)
     fig, axes = style.new_figure(1, len(models), squeeze=False,
                                  figsize=(4.6 * len(models) + 1.8, 3.6))
+    noisy = 0
     for ax, m in zip(axes[0], models):
         sub = table[table["model"] == m]
         for (b, s), g in sub.groupby(["backend", "sharding"]):
             g = g.sort_values("tokens")
             ax.plot(g["tokens"], g["overhead_us"], style.sharding_style(shards.index(s)),
                     marker=".", color=style.backend_color(b), label=f"{style.backend_label(b)} {s}")
+            if "noisy" in g:
+                n = g[g["noisy"].astype(bool)]
+                noisy += mark_noisy(ax, n["tokens"], n["overhead_us"], style.backend_color(b))
         ax.axhline(0, color="k", lw=0.6)
         ax.set_xscale("log", base=2)
         ax.set_title(m, fontsize=10)
         ax.set_xlabel("tokens")
         ax.set_ylabel("eager - graph (us)")
         ax.grid(True, alpha=0.3)
-    return style.finish(fig, run, rows, "launch overhead = eager median - graph median")
+    if noisy:
+        noisy_legend(axes[0][0])
+    return style.finish(fig, run, rows, "launch overhead = eager median - graph median"
+                        + (f"; ringed: {noisy} points with a noisy eager or graph time"
+                           if noisy else ""))
 
 
 def coverage_table(run) -> pd.DataFrame:

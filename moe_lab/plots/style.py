@@ -207,7 +207,10 @@ def footer_text(run: Run | None, rows: pd.DataFrame | None = None, extra: str = 
         parts.append("no run (predicted)")
     else:
         commits = run.commits(rows) if len(rows) else []
-        parts.append(f"run {run.run_id}")
+        # rows of several runs (a run_id column): name each one, the run given first
+        others = [r for r in _values(rows, "run_id") if r != run.run_id]
+        parts.append(f"run {run.run_id}" if not others else
+                     f"runs {', '.join([run.run_id] + others)}")
         parts.append(("commit " if len(commits) == 1 else "commits ")
                      + (", ".join(commits) or ("unknown" if len(rows) else "none (no row drawn)")))
     if extra:
@@ -250,9 +253,10 @@ def describe(run: Run) -> str:
             f"{', '.join(run.commits()) or 'unknown'} ({run.path})")
 
 
-def note_figure(text: str, run: Run | None = None, rows: pd.DataFrame | None = None) -> Figure:
+def note_figure(text: str, run: Run | None = None, rows: pd.DataFrame | None = None,
+                extra: str = "") -> Figure:
     """A figure that only says why there is nothing to draw (with its footer)."""
     fig, ax = new_figure(figsize=(8, 1.6))
     ax.axis("off")
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
-    return finish(fig, run, rows, legend=False)
+    return finish(fig, run, rows, extra, legend=False)

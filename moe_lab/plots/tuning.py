@@ -53,7 +53,7 @@ def open_tuned_run(run=None):
     """`run`, or None: of the runs (find_runs) with ok rows of one backend both 'tuned' and
     'default', the one with the most such points (the fullest picture; ties: the newest);
     UsageError when the run given, or every run, has none."""
-    runs = [open_run(run)] if run is not None else find_runs()
+    runs = [open_run(run)] if run is not None else find_runs(defaults=True)
     found = sorted((r for r in runs if _tuned_and_default(r)), key=_tuned_and_default,
                    reverse=True)  # stable: among equals find_runs' newest-first order stays
     if not found:

@@ -1,0 +1,289 @@
+"""`moe-lab report --run ID` executes every notebook for one run (its id injected after the
+parameters cell, as papermill would) and exports what each shows: on committed H200 runs
+given by id and on a CPU run that `moe-lab sweep` makes here. Each notebook shows the run
+asked for (the numbers recomputed from its parquet files) or refuses it in one line saying
+why; every exported figure is checked as a reviewer reads it (moe_lab.plots.probe): no two
+entries of a legend look alike, and its own texts name each run it draws rows from.
+
+One report per run, shared by every test of the module (executing notebooks is slow)."""
+import contextlib
+import html
+import io
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("nbclient")
+
+from conftest import RUNS_DIR  # noqa: E402
+from moe_lab.cli import main  # noqa: E402
+from moe_lab.plots.probe import describe_figure, legend_clashes  # noqa: E402
+
+RUNS = Path(RUNS_DIR)
+SEED = "h200-seed4-20261129"        # eager and graph, TP8 and TP8+EP8, four models
+COMPILE = "h200-compile-deepseek-r1-20261129"  # notebook 02's kind
+TUNED = "h200-tuned-20261130"       # tuned and default, both shardings (05)
+GLOO = "cpu-gloo-x2-expert-parallel-20261130"  # the committed `sweep --nproc` run (06)
+MODEL = "custom:H=64,I=32,E=4,k=2"
+MAX_ENTRIES = 12  # a legend a reader can take in
+NOTEBOOKS = ("01_kernel_time", "02_eager_vs_compile", "03_roofline", "04_reproduce_claims",
+             "05_tuning", "06_expert_parallel")
+
+
+def _report(argv) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["report", *argv])
+    return rc, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory) -> Path:
+    """A tiny CPU run made with `moe-lab sweep` (eager only, two backends, two token counts)."""
+    data = tmp_path_factory.mktemp("cpu-data")
+    assert main(["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,8", "--backends",
+                 "torch,torch-grouped", "--dtype", "bf16", "--device", "cpu", "--no-progress",
+                 "--rep-ms", "5", "--warmup-ms", "2", "--run-id", "cpu-tiny",
+                 "--data-dir", str(data)]) == 0
+    return data / "cpu-tiny"
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory, cpu_run) -> dict:
+    """run name -> (exit status, printed lines, its output folder, the run as given)."""
+    out = tmp_path_factory.mktemp("reports")
+    got = {}
+    for run, only in ((SEED, None), (COMPILE, "02"), (TUNED, "05"), (GLOO, "06"),
+                      (str(cpu_run), None)):
+        rc, text = _report(["--run", run, "--out", str(out)] + (["--only", only] if only else []))
+        got[Path(run).name] = (rc, text, out / Path(run).name, run)
+    return got
+
+
+def page(folder: Path, name: str) -> str:
+    """The text of a notebook's exported page (tags stripped)."""
+    text = (folder / f"{name}.html").read_text()
+    return html.unescape(re.sub(r"<[^>]+>", "", text))
+
+
+def shown(text: str) -> tuple[str, int, int]:
+    m = re.search(r"^run (\S+): (\d+) points \((\d+) ok\)", text, re.M)
+    assert m, text[:800]
+    return m[1], int(m[2]), int(m[3])
+
+
+def counts(run_dir: Path) -> tuple[int, int]:
+    res = pd.read_parquet(run_dir / "results.parquet")
+    return len(res), int((res["status"] == "ok").sum())
+
+
+def refusal(text: str, name: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.startswith(f"refused {name}:")]
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def test_an_unknown_run_id_is_refused_in_one_line_and_nothing_is_written(tmp_path, capsys):
+    assert main(["report", "--run", "no-such-run-20990101", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no run folder no-such-run-20990101" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_h200_run_every_notebook_shows_it_or_says_why_not(reports):
+    rc, text, folder, _ = reports[SEED]
+    assert rc == 0, text
+    assert sorted(p.stem for p in folder.glob("*.html")) == sorted(NOTEBOOKS + ("index",))
+    n, ok = counts(RUNS / SEED)
+    assert n == 672
+    p01 = page(folder, "01_kernel_time")
+    assert shown(p01) == (SEED, n, ok)
+    assert "graph points with kernel sum within [0.7, 1.05] of graph time: 222 of 224" in p01
+    p03 = page(folder, "03_roofline")
+    assert shown(p03) == (SEED, n, ok) and "ceilings: NVIDIA H200" in p03
+    p04 = page(folder, "04_reproduce_claims")  # given a run id, the measured times are its own
+    assert re.search(rf"^runs for the measured times: \S+{SEED}: 1 run\(s\): {SEED}$", p04, re.M)
+    measured = re.findall(r"^\S+: measured_us \S+ \(\S+, run (\S+)\)$", p04, re.M)
+    assert measured and set(measured) <= {SEED, "-"} and SEED in measured
+    assert "has no compile rows" in refusal(text, "02_eager_vs_compile")
+    assert "both tuned and default" in refusal(text, "05_tuning")
+    assert "single-process run (no world_size column)" in refusal(text, "06_expert_parallel")
+    assert "KeyError" not in page(folder, "06_expert_parallel")
+    index = (folder / "index.html").read_text()
+    assert all(f"href='{nb}.html'" in index for nb in NOTEBOOKS)
+    assert len(list((folder / "figures").glob("01_kernel_time_*.png"))) == 5
+
+
+def test_each_notebook_on_an_h200_run_of_its_kind(reports):
+    for run, name in ((COMPILE, "02_eager_vs_compile"), (TUNED, "05_tuning"),
+                      (GLOO, "06_expert_parallel")):
+        rc, text, folder, _ = reports[run]
+        assert rc == 0 and f"ok   {name}:" in text, text
+        assert shown(page(folder, name)) == (run, *counts(RUNS / run))
+    p06 = page(reports[GLOO][2], "06_expert_parallel")  # a CPU run, said so
+    assert "NOT GPU results" in p06 and "predicted within 5% of measured" in p06
+
+
+def test_a_cpu_run_made_by_sweep(reports, cpu_run):
+    rc, text, folder, _ = reports["cpu-tiny"]
+    assert rc == 0, text
+    n, ok = counts(cpu_run)
+    assert (n, ok) == (4, 4)
+    p01 = page(folder, "01_kernel_time")
+    assert shown(p01) == ("cpu-tiny", n, ok)
+    assert "of graph time: 0 of 0 (no graph point)" in p01
+    p03 = page(folder, "03_roofline")
+    assert shown(p03) == ("cpu-tiny", n, ok) and "no roof for this run" in p03
+    p04 = page(folder, "04_reproduce_claims")
+    assert re.search(r"^runs for the measured times: \S+cpu-tiny: 1 run\(s\): cpu-tiny$", p04, re.M)
+    assert set(re.findall(r"^\S+: measured_us \S+ \(\S+, run (\S+)\)$", p04, re.M)) == {"-"}
+    for name in ("02_eager_vs_compile", "05_tuning", "06_expert_parallel"):
+        refusal(text, name)
+
+
+def _descriptions(reports) -> list[tuple[str, str, dict]]:
+    out = []
+    for run, (_, _, folder, _) in reports.items():
+        for j in sorted((folder / "figures").glob("*.json")):
+            out.append((run, j.stem, json.loads(j.read_text())))
+    return out
+
+
+def test_no_two_legend_entries_look_alike(reports):
+    descs = _descriptions(reports)
+    assert len(descs) >= 30  # every exported figure has its description
+    bad = [(run, name, c) for run, name, d in descs for c in legend_clashes(d)]
+    assert not bad, bad
+    crowded = [(run, name, len(leg["entries"])) for run, name, d in descs
+               for leg in d["legends"] if len(leg["entries"]) > MAX_ENTRIES]
+    assert not crowded, crowded
+
+
+def _expected_runs(run: str, given: str, name: str, d: dict, text: str) -> set[str]:
+    """The runs a figure draws rows from, found from what it is (not from its footer)."""
+    from moe_lab.plots import devices as dv
+    from moe_lab.plots import fp8
+    from moe_lab.store import open_run
+    texts = " ".join(d["texts"])
+    if "no run (predicted)" in texts:
+        return set()  # predicted floors: no rows
+    if name.startswith("04_reproduce_claims") and "saving = (mean TPOT" not in texts:
+        assert "source: data/claims/sources/" in texts or "sources: " in texts, texts
+        return set()  # the PRs' numbers
+    if "saving = (mean TPOT" in texts:  # the implications: the run of each measured bar
+        return set(re.findall(r"^\S+: measured_us \S+ \(\S+, run (\S+)\)$", text, re.M)) - {"-"}
+    if "aiter's tuner" in texts:  # devices side by side: the H200 run and AMD's tables
+        return {dv.richest_run(), *dv.imported_runs()}
+    if "bf16 / fp8" in " ".join(e["label"] for leg in d["legends"] for e in leg["entries"]):
+        cmp = fp8.fp8_vs_bf16(fp8.comparison_rows(open_run(given))[0])
+        return set(cmp["fp8_run"].dropna()) | set(cmp.get("bf16_run", pd.Series()).dropna())
+    if "graph median = kernels + gaps" in texts:  # the ledger: the runs with phases
+        ledger = re.search(r"^ledger runs: (.*)$", text, re.M)[1].split(", ")
+        named = set(re.findall(r"[a-z0-9][a-z0-9-]*-\d{8}", texts))
+        assert named and named <= set(ledger), (named, ledger)
+        return named
+    want = {Path(run).name}
+    if "also run h200-seed4-20261129" in texts:  # glue before/after: the old run too
+        want.add(SEED)
+    return want
+
+
+def test_every_figure_names_each_run_it_draws_rows_from(reports):
+    missing = []
+    for run, name, d in _descriptions(reports):
+        folder, given = reports[run][2:]
+        text = page(folder, name.rsplit("_", 1)[0])
+        words = set(re.split(r"[\s,;|()]+", " ".join(d["texts"])))
+        lost = {r for r in _expected_runs(run, given, name, d, text) if r not in words}
+        if lost:
+            missing.append((run, name, sorted(lost)))
+    assert not missing, missing
+
+
+def test_the_review_export_figures_too():
+    """`report --runs` (the review page) on the committed pairs: the same two checks, each
+    figure against the runs its section says it draws."""
+    from moe_lab.plots.review import build
+    from moe_lab.store import open_run
+    bad = []
+    for runs, by, values in (([
+            "h200-review-a-20261201", "h200-review-b-20261201"], None, None),
+            (["h200-review-tuned-20261201"], "config", ["default", "tuned"]),
+            ([TUNED, "aiter-tuned-fmoe-0-1-7-post2-dev18"], None, None)):
+        for s in build([open_run(r) for r in runs], by, values):
+            if s.fig is None:
+                continue
+            d = describe_figure(s.fig)
+            words = set(re.split(r"[\s,;|()]+", " ".join(d["texts"])))
+            lost = [r.run_id for r, rows in s.drawn if len(rows) and r.run_id not in words]
+            if legend_clashes(d) or lost:
+                bad.append((s.title, legend_clashes(d), lost))
+    assert not bad, bad
+
+
+def test_parameters_are_injected_as_papermill_does():
+    """An `injected-parameters` cell right after the cell tagged `parameters` (replacing an
+    earlier one; at the top where no cell is tagged), values as Python literals; `-p`
+    values read as papermill's command line reads them."""
+    import nbformat
+
+    from moe_lab.report import inject_parameters, parse_value
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# title"),
+        nbformat.v4.new_code_cell("run = None", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("print(run)")])
+    inject_parameters(nb, {"run": "h200-x", "tokens": [1, 2], "remeasure": False})
+    inject_parameters(nb, {"run": "h200-y"})
+    tags = [c.metadata.get("tags", []) for c in nb.cells]
+    assert tags == [[], ["parameters"], ["injected-parameters"], []]
+    assert nb.cells[2].source == "# Parameters\nrun = 'h200-y'\n"
+    bare = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    inject_parameters(bare, {"x": 2})
+    assert bare.cells[0].metadata["tags"] == ["injected-parameters"]
+    assert [parse_value(v) for v in ("None", "True", "3", "2.5", "h200-seed4")] == [
+        None, True, 3, 2.5, "h200-seed4"]
+
+
+def test_noisy_points_are_ringed_with_one_legend_entry():
+    """Notebook 01's figures: a point whose p10-p90 spread is above 10% of its median is
+    drawn hollow-ringed, one grey legend entry says what the rings are, the footer counts
+    them."""
+    from moe_lab import rows
+    from moe_lab.plots import kernel_time as kt
+    from moe_lab.store import open_run
+    run = open_run("h200-repeat-a-20261130")
+    ok = kt.ok_times(run.results)
+    want = int(ok["noisy"].sum())
+    spread = (ok["p90_us"] - ok["p10_us"]) / ok["median_us"]
+    assert want == int(((spread > 0.1) | ok["noisy"]).sum()) > 0
+    assert (rows.spread(ok) == spread).all()
+    fig = kt.fig_time_vs_tokens(run)
+    rings = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_label() == "_noisy"]
+    assert sum(len(ln.get_xdata()) for ln in rings) == want
+    assert all(ln.get_markerfacecolor() == "none" for ln in rings)
+    entries = [e for leg in describe_figure(fig)["legends"] for e in leg["entries"]
+               if e["label"] == "noisy (spread > 10%)"]
+    assert len(entries) == 1 and entries[0]["fill"] == "none"
+    assert f"ringed: {want} noisy points" in " ".join(" ".join(t.get_text().split())
+                                                      for t in fig.texts)
+
+
+def test_a_run_marked_running_or_failed_is_never_a_default():
+    """h200-tuned-20261130 (a part still marked running) and h200-smoke-config-20261130
+    (failed) are committed: no notebook's default is either, though each opens by id."""
+    from moe_lab.ledger import runs_with_phases
+    from moe_lab.plots import devices as dv
+    from moe_lab.plots import tuning as tu
+    from moe_lab.store import find_runs, open_run
+    marked = {"h200-tuned-20261130", "h200-smoke-config-20261130"}
+    everything = {r.run_id for r in find_runs()}
+    assert marked <= everything
+    assert not marked & {r.run_id for r in find_runs(defaults=True)}
+    defaults = {open_run(None, has=h).run_id for h in ("ok", "graph", "compile", "distributed")}
+    defaults |= {tu.open_tuned_run().run_id, dv.richest_run()}
+    defaults |= {r.run_id for r in runs_with_phases(None)}
+    assert not defaults & marked
+    assert open_run("h200-tuned-20261130").run_id == "h200-tuned-20261130"
