@@ -216,8 +216,16 @@ def scaled_mm_gemm(w: torch.Tensor, w_scale: torch.Tensor, scheme: str, out_dtyp
                       out_dtype=out_dtype)
         return gemm
 
+    # Per tensor, each expert's scale is its own allocation: w_scale[e] is a view 4*e bytes
+    # into [E], and cuBLASLt's per-tensor FP8 matmul on the H200 (torch 2.11, CUDA 13)
+    # answered CUBLAS_STATUS_NOT_SUPPORTED at every point with such views
+    # (data/checks/h200-recheck-fp8-tensor-20261201.txt), while torch._scaled_mm with fresh
+    # scalar scales ran (data/ceilings). Per channel, a [1, N] row's offset is 4*e*N bytes,
+    # 16-byte aligned, and those points pass. Once, in prepare: the weights are static.
+    scales_b = [w_scale[e].reshape(()).clone() for e in range(w.shape[0])]
+
     def gemm(e, q, s):
-        return mm(q, w[e].t(), s.reshape(()), w_scale[e].reshape(()), out_dtype=out_dtype)
+        return mm(q, w[e].t(), s.reshape(()), scales_b[e], out_dtype=out_dtype)
     return gemm
 
 
