@@ -231,7 +231,7 @@ class AiterTritonBackend(Backend):
         (the nearest M is used, as vLLM does). `glue`: moe_lab.glue.GLUES; the variant
         each step actually runs is `fn.glue` (a moe_lab.glue.Glue), `fn.glue_used`."""
         import triton.language as tl
-        moe_op, _ = load_aiter_triton()
+        moe_op, aiter_align = load_aiter_triton()
         shipped = aiter_moe_configs(fp8=problem.is_fp8)
         strip = torch.version.hip is None
         compute_type = tl.float16 if problem.dtype == "fp16" else tl.bfloat16
@@ -275,7 +275,8 @@ class AiterTritonBackend(Backend):
                 if bm not in aligned:
                     # glue step align: ours (fused) or aiter's moe_align_block_size_triton;
                     # fused_moe reads only topk_ids.numel()
-                    sorted_ids, expert_ids, n_post_pad = G.align(topk_ids, n_exp, bm, emap)
+                    sorted_ids, expert_ids, n_post_pad = G.align(topk_ids, n_exp, bm, emap,
+                                                                 aiter=aiter_align)
                     aligned[bm] = dict(topk_weights=topk_weights, topk_ids=topk_ids,
                                        sorted_token_ids=sorted_ids, expert_ids=expert_ids,
                                        num_tokens_post_padded=n_post_pad)

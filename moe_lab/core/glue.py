@@ -332,11 +332,13 @@ def _align_buffers(numel, n_exp, block_m, device, fill):
             torch.empty(1, dtype=torch.int32, device=device))
 
 
-def align_aiter(topk_ids, n_exp, block_m, expert_map=None):
+def align_aiter(topk_ids, n_exp, block_m, expert_map=None, kernel=None):
     """aiter's moe_align_block_size_triton (one program per expert), with the EP map and
-    the sentinel's -1 applied by PyTorch around it, as the aiter-triton backend did."""
-    from .aiter_import import load_aiter_triton
-    _, align = load_aiter_triton()
+    the sentinel's -1 applied by PyTorch around it, as the aiter-triton backend did.
+    `kernel`: the aiter module holding it (default: moe_lab.aiter_import's)."""
+    if kernel is None:
+        from .aiter_import import load_aiter_triton
+        _, kernel = load_aiter_triton()
     numel = topk_ids.numel()
     sentinel = n_exp - 1
     if expert_map is not None:
@@ -346,7 +348,7 @@ def align_aiter(topk_ids, n_exp, block_m, expert_map=None):
         ids = topk_ids
     # aiter's kernels write no padding slot: they must hold numel already
     sorted_ids, expert_ids, npp = _align_buffers(numel, n_exp, block_m, topk_ids.device, True)
-    align.moe_align_block_size_triton(ids, n_exp, block_m, sorted_ids, expert_ids, npp)
+    kernel.moe_align_block_size_triton(ids, n_exp, block_m, sorted_ids, expert_ids, npp)
     if expert_map is not None:
         expert_ids = torch.where(expert_ids == sentinel, -1, expert_ids)
     return sorted_ids, expert_ids, npp
@@ -497,8 +499,10 @@ class Glue:
     def combine(self, c2):
         return (combine_fused if self.used["combine"] == "fused" else combine_naive)(c2)
 
-    def align(self, topk_ids, n_exp, block_m, expert_map=None):
+    def align(self, topk_ids, n_exp, block_m, expert_map=None, aiter=None):
         """(sorted_token_ids, expert_ids, num_tokens_post_padded): align_fused where ours
-        runs, else align_aiter."""
-        ours = self.kernels["align"] != AITER_ALIGN_KERNELS
-        return (align_fused if ours else align_aiter)(topk_ids, n_exp, block_m, expert_map)
+        runs, else align_aiter (`aiter`: the module with aiter's kernel, as the backend
+        loaded it)."""
+        if self.kernels["align"] != AITER_ALIGN_KERNELS:
+            return align_fused(topk_ids, n_exp, block_m, expert_map)
+        return align_aiter(topk_ids, n_exp, block_m, expert_map, kernel=aiter)
