@@ -6,9 +6,11 @@ slots of each token). Two variants, `GLUES`:
            aiter's kernel and ours where both exist (measured below), ours where aiter
            ships none for this GPU
     aiter  fused, with aiter's own Triton glue kernels wherever aiter ships one (the A/B
-           of the choice above; identical to fused for steps aiter has no kernel for)
+           of the choice above; identical to fused for steps aiter has no kernel for):
+           its group quantisers and its align
     naive  moe-lab's PyTorch glue as it was before (a labelled variant, to show what the
-           fusion buys): elementwise SiLU and mul, moe_lab.quant's quantiser, torch's sum
+           fusion buys): elementwise SiLU and mul, moe_lab.quant's quantiser, torch's sum,
+           and the backend's align as it was (aiter's)
 
     step                  fused kernel                                             phase
     act (bf16/fp16)       _moe_lab_silu_and_mul_kernel (ours; aiter ships no bf16  act
@@ -22,6 +24,17 @@ slots of each token). Two variants, `GLUES`:
                           kernel, then a scaling kernel: a global amax needs two)
     combine               _moe_lab_moe_sum_kernel (ours): [T, k, H] read once, fp32  combine
                           sums in registers, [T, H] written once
+    align                 _moe_lab_moe_align_block_size_{count,scan,place}_kernel   align
+                          (ours: the EP map inside, no serial walk), or aiter's
+                          moe_align_block_size_triton (glue aiter and naive)
+
+The align exists twice too, with the same output bit for bit (tests/test_align.py).
+aiter's runs one program per expert, each walking numel / E ids in a serial loop: under
+EP8 (E_local + 1 = 33 experts) about a thousand ids per program. On an H200 (run
+h200-align-ab-bf16-*-20261201, aiter-triton tuned, graph) ours takes 9.9 us against 176.6
+at DeepSeek-R1 TP8+EP8, 4096 tokens (the layer 1345 us against 1526), 5.9 against 225.0
+at Llama-4-Scout TP8+EP8 4096, 15.7 against 60.2 at DeepSeek-R1 TP8 4096, and is the
+faster at every point measured (64, 1024, 4096 tokens, four models, both shardings).
 
 The 1x128 group quantisers (fp8-block128) exist twice, aiter's and ours, and give the same
 bits (scale = amax / fp8 max per 128 columns, values scaled, clamped, rounded to nearest).
@@ -88,8 +101,6 @@ DEFAULT = "fused"
 STEPS = ("act", "act_quant", "quant", "combine", "align")
 PHASE = {"act": "act", "act_quant": "act", "quant": "quant", "combine": "combine",
          "align": "align"}
-# aiter's align kernels (moe_align_block_size_triton), as the profiler names them
-AITER_ALIGN_KERNELS = tuple(f"_moe_align_block_size_stage{i}_kernel" for i in (1, 2, 3, 4))
 GROUP = quant.BLOCK  # columns per scale of fp8-block128
 GROUP_QUANTS = ("moe_lab", "aiter")
 GROUP_QUANT = "moe_lab"  # the faster on an H200 (module doc)
@@ -102,6 +113,7 @@ def check(glue: str) -> str:
 
 
 from .glue_kernels import KERNELS  # noqa: E402 (our kernels, by step)
+from .align import AITER_ALIGN_KERNELS, align_aiter, align_fused  # noqa: E402,F401
 
 if KERNELS:
     _moe_lab_silu_and_mul_kernel, _moe_lab_moe_sum_kernel = KERNELS["act"], KERNELS["combine"]
@@ -312,83 +324,6 @@ def quantize_act(x, scheme, fmt, glue=DEFAULT):
 
 def combine(c2, glue=DEFAULT):
     return (combine_fused if check(glue) == "fused" else combine_naive)(c2)
-
-
-# --- align: (token, slot) pairs sorted by expert, each expert padded to BLOCK_M ---------------
-# Both take the router's topk_ids (global ids) and, under EP, the expert map (global ->
-# local, -1 remote). n_exp counts the experts aligned: E_local, or E_local + 1 under EP,
-# where remote pairs go to the sentinel expert E_local, sorted last, whose blocks get
-# expert id -1 (the GEMM kernels then write zero rows without loading A). Both return
-# (sorted_token_ids, expert_ids, num_tokens_post_padded) in aiter's layout: expert_ids is
-# -1 for every block past the end (aiter-triton-silu counts the local blocks from it);
-# slots of sorted_token_ids past num_tokens_post_padded are never read (the GEMM programs
-# past it return at once) and align_fused leaves them unwritten.
-
-def _align_buffers(numel, n_exp, block_m, device, fill):
-    max_pad = numel + n_exp * (block_m - 1)
-    make = (lambda n, v: torch.full((n,), v, dtype=torch.int32, device=device)) if fill else \
-        (lambda n, v: torch.empty(n, dtype=torch.int32, device=device))
-    return (make(max_pad, numel), make((max_pad + block_m - 1) // block_m, -1),
-            torch.empty(1, dtype=torch.int32, device=device))
-
-
-def align_aiter(topk_ids, n_exp, block_m, expert_map=None, kernel=None):
-    """aiter's moe_align_block_size_triton (one program per expert), with the EP map and
-    the sentinel's -1 applied by PyTorch around it, as the aiter-triton backend did.
-    `kernel`: the aiter module holding it (default: moe_lab.aiter_import's)."""
-    if kernel is None:
-        from .aiter_import import load_aiter_triton
-        _, kernel = load_aiter_triton()
-    numel = topk_ids.numel()
-    sentinel = n_exp - 1
-    if expert_map is not None:
-        local = expert_map[topk_ids.long()]
-        ids = torch.where(local < 0, sentinel, local).to(torch.int32)
-    else:
-        ids = topk_ids
-    # aiter's kernels write no padding slot: they must hold numel already
-    sorted_ids, expert_ids, npp = _align_buffers(numel, n_exp, block_m, topk_ids.device, True)
-    kernel.moe_align_block_size_triton(ids, n_exp, block_m, sorted_ids, expert_ids, npp)
-    if expert_map is not None:
-        expert_ids = torch.where(expert_ids == sentinel, -1, expert_ids)
-    return sorted_ids, expert_ids, npp
-
-
-ALIGN_MAX_CHUNKS = 64  # the scan kernel holds [chunks, experts] counts in one program
-
-
-def align_fused(topk_ids, n_exp, block_m, expert_map=None):
-    """Three kernels of ours (moe_lab.glue_kernels): count, scan, place; the EP map applied
-    inside. The same sorted_token_ids, expert_ids and count as align_aiter, bit for bit
-    up to num_tokens_post_padded."""
-    count, scan, place = KERNELS["align"]
-    numel = topk_ids.numel()
-    device = topk_ids.device
-    ids = topk_ids.reshape(-1)
-    sorted_ids, expert_ids, npp = _align_buffers(numel, n_exp, block_m, device, False)
-    chunk = max(256, triton.next_power_of_2(triton.cdiv(max(numel, 1), ALIGN_MAX_CHUNKS)))
-    n_chunks = max(1, triton.cdiv(numel, chunk))
-    e_pad = triton.next_power_of_2(n_exp + 1)
-    counts = torch.empty(n_chunks, e_pad, dtype=torch.int32, device=device)
-    adj = torch.empty(n_chunks, e_pad, dtype=torch.int32, device=device)
-    starts = torch.empty(e_pad, dtype=torch.int32, device=device)
-    ends = torch.empty(e_pad, dtype=torch.int32, device=device)
-    has_map = expert_map is not None
-    emap = expert_map if has_map else ids
-    sentinel = n_exp - 1
-    n_blocks = expert_ids.numel()
-    per_prog = triton.cdiv(n_blocks, n_chunks)
-    bb = min(64, triton.next_power_of_2(per_prog))
-    with torch.profiler.record_function("moe_lab.align"):
-        count[(n_chunks,)](ids, emap, counts, numel, sentinel, HAS_MAP=has_map, CHUNK=chunk,
-                           E_PAD=e_pad, num_warps=4)
-        scan[(1,)](counts, adj, starts, ends, npp, n_chunks, n_exp, block_m,
-                   P_PAD=triton.next_power_of_2(n_chunks), E_PAD=e_pad, num_warps=8)
-        place[(n_chunks,)](ids, emap, adj, starts, ends, npp, sorted_ids, expert_ids, numel,
-                           sentinel, n_exp, n_blocks, per_prog, HAS_MAP=has_map,
-                           SENTINEL_REMOTE=has_map, CHUNK=chunk, E_PAD=e_pad,
-                           BLOCK_M=block_m, BB=bb, num_warps=4)
-    return sorted_ids, expert_ids, npp
 
 
 # --- one backend's glue, decided once at prepare time ----------------------------------------
