@@ -161,14 +161,18 @@ def kernels(point_id, **phases):
             for p, us in phases.items()]
 
 
-def test_the_gemm_floors_are_each_gemms_own_roofline():
+def test_the_floors_are_the_ledgers_one_cost_model():
+    """The target table's floors are moe_lab.ledger.phase_floors of the row's problem and
+    counts (what phases.parquet stores), every phase of it, not a second copy."""
+    from moe_lab import ledger
+    from moe_lab.core.problems import make_problem
     r = row(4096, pairs=32768, experts_hit=256)  # DeepSeek-R1 TP8: H 7168, I 256
     f = tu.phase_floors(pd.Series(r), CEIL)
-    H, I = 7168, 256
-    act = 4096 * H * 2
-    g1 = max(4 * 32768 * H * I / 700e12, (256 * 2 * I * H * 2 + act) / 4e12) * 1e6
-    g2 = max(2 * 32768 * I * H / 700e12, (256 * I * H * 2 + act) / 4e12) * 1e6
-    assert f["gemm1"] == pytest.approx(g1) and f["gemm2"] == pytest.approx(g2)
+    want = ledger.phase_floors(make_problem("deepseek-r1", 4096, "bf16", 8, 1), None,
+                               experts_hit=256, pairs=32768, ceilings=CEIL)
+    assert set(f) == set(ledger.FLOOR_PHASES)
+    assert all(f[ph] == pytest.approx(want[ph]["floor_us"]) for ph in want)
+    assert f["act"] > 0 and f["combine"] > 0 and f["gemm1"] > f["act"]
 
 
 def test_what_holds_a_point_back_is_the_largest_excess_over_its_floor_or_the_gaps():
@@ -178,9 +182,10 @@ def test_what_holds_a_point_back_is_the_largest_excess_over_its_floor_or_the_gap
     k = pd.DataFrame(kernels("a", gemm1=floor + 50, act=120.0, gemm2=150.0)
                      + kernels("b", gemm1=20.0, align=25.0))
     hb = tu.holds_back(frame(a, b), k, CEIL).set_index("point_id")
-    # gemm1 is the largest phase, but only 50 us above its floor; act has 120 us of excess
+    # gemm1 is the largest phase, but only 50 us above its floor; act 120 us less its floor
+    act_floor = tu.phase_floors(pd.Series(a), CEIL)["act"]
     assert hb.loc["a", "holds_back"] == "act" and hb.loc["a", "largest_phase"] == "gemm1"
-    assert hb.loc["a", "excess_us"] == pytest.approx(120.0)
+    assert hb.loc["a", "excess_us"] == pytest.approx(120.0 - act_floor) and act_floor > 0
     assert hb.loc["a", "kernel_over_median"] == pytest.approx((floor + 320) / 900.0)
     # 45 us of kernels in a 100 us graph replay: 55 us of launch gaps
     assert hb.loc["b", "holds_back"] == tu.GAPS and hb.loc["b", "excess_us"] == pytest.approx(55)

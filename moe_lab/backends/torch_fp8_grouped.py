@@ -3,7 +3,7 @@ calls (row-wise scaled FP8 grouped GEMM; CUDA sm90+), no host synchronisation, s
 CUDA graph can capture it. Checked on an H200 (2026-12-01; with both glues at DeepSeek-R1
 TP8+EP8 and Llama-4 Scout TP8).
 
-The call, for T tokens, k slots, N = T*k pairs, E local experts (steps 1, 4 and 5 are
+The call, for T tokens, k slots, N = T*k pairs, E local experts (steps 1, 4, 5 and 7 are
 moe_lab.glue's: `glue="fused"`, the default, where Triton runs (CUDA); `glue="naive"`,
 and on a CPU, PyTorch; `fn.glue_used` says which ran):
   1. quant   x (times the router weight first, Llama-4) to fp8 with the scheme's dynamic
@@ -14,16 +14,21 @@ and on a CPU, PyTorch; `fn.glue_used` says which ran):
              expert's group padded to a multiple of ALIGN rows (FP8 grouped GEMMs want
              16-row aligned group starts), so the row of a sorted pair is its expert's
              padded start plus its rank in the group. Counts by index_add (no sync).
+             The GEMM's [R, H] rows (and scales) by one gather from x's rows plus a zero
+             row, the padding rows reading the zero row.
   3. gemm1   h = _scaled_grouped_mm(xs [R, H] fp8, w1^T [E, H, 2I] column-major,
              scale_a [R] (the row's token scale), scale_b [E, 2I], offs = padded ends)
   4. act     a = silu(gate) * up, bf16 (fused: one kernel of ours; naive: F.silu, mul_);
-             padding rows zeroed (their h is never written)
+             per tensor, rows past the last group zeroed (their h is never written, and
+             the amax reads them); per row they are left: no GEMM or pair reads them
   5. quant   a to fp8 (per tensor over all rows, or per row), as in 1. A padding row is
              all zero: aiter's per-row quantiser gives it scale 0 and NaN values, which
              stay in that row of y (rows are independent in the GEMM) and no pair reads
   6. gemm2   y = _scaled_grouped_mm(aq, w2^T [E, I, H], ...)
-  7. combine out[t] = sum_j w_tj * y[row of (t, j)] by one embedding_bag, remote pairs
-             pointing at a zero row (padding_idx), as torch-grouped does.
+  7. combine out[t] = sum_j w_tj * y[row of (t, j)], remote pairs pointing at row R:
+             fused our one-pass kernel (moe_lab.combine_rows; row R never read), naive one
+             embedding_bag over y with a zero row R appended (padding_idx), as
+             torch-grouped does.
 A per-tensor weight scale is given as the same value for every column (scale_b [E, N]):
 row-wise scaling with equal values is per-tensor scaling.
 """
@@ -55,7 +60,7 @@ def grouped_fp8_fn(problem, qw: quant.QuantWeights, expert_map, mm=None,
     scheme, fmt = qw.scheme, qw.fmt
     E, two_i, H = qw.w1.shape
     inter, woi = two_i // 2, problem.weight_on_input
-    G = glue_mod.Glue(glue, qw.w1.device, steps=("quant", "act"), scheme=scheme, fmt=fmt,
+    G = glue_mod.Glue(glue, qw.w1.device, steps=("quant", "act", "combine_rows"), scheme=scheme, fmt=fmt,
                       hidden=H, inter=inter)
     dev = qw.w1.device
     w1t, w2t = qw.w1.transpose(-2, -1), qw.w2.transpose(-2, -1)  # column-major views
@@ -93,25 +98,31 @@ def grouped_fp8_fn(problem, qw: quant.QuantWeights, expert_map, mm=None,
         if woi:  # Llama-4, top-1: the router weight scales x before quantisation
             xin = (x.float() * topk_weights.reshape(T, k)[:, :1].float()).to(x.dtype)
         xq, xs = G.quant(xin)
-        tok = order // k
-        rows = torch.zeros(R + 1, H, dtype=xq.dtype, device=x.device)
-        rows.view(torch.uint8).index_copy_(0, row_sorted, xq.index_select(0, tok).view(torch.uint8))
-        sa = torch.ones(R + 1, dtype=torch.float32, device=x.device)
-        sa.index_copy_(0, row_sorted, (xs.expand(T, 1) if xs.numel() == 1 else xs).reshape(-1)
-                       .index_select(0, tok))
-        h = mm(rows[:R], w1t, sa[:R], s1, offs=ends, out_dtype=torch.bfloat16)
+        # the GEMM's rows by ONE gather: src[r] = the token of row r, T (a zero row) for
+        # padding and spare rows (a byte-wise index_copy into a zero-filled buffer took
+        # 1519 + 140 us at DeepSeek-R1 TP8+EP8, 8192 tokens: h200-align-sgmm-*-20261201)
+        src = torch.full((R + 1,), T, dtype=torch.int64, device=x.device)
+        src.index_copy_(0, row_sorted, order // k)
+        src = src[:R]
+        xq_z = torch.cat([xq, xq.new_zeros(1, H)])
+        rows = xq_z.index_select(0, src)
+        x_s = (xs.expand(T, 1) if xs.numel() == 1 else xs).reshape(-1)
+        sa = torch.cat([x_s, x_s.new_ones(1)]).index_select(0, src)
+        h = mm(rows, w1t, sa, s1, offs=ends, out_dtype=torch.bfloat16)
         a = G.act(h, inter)
-        # rows past the last group are never written by the GEMM: zero them (padding rows
-        # inside a group are zero already: their x rows are zeros)
-        used = torch.arange(R, device=x.device) < ends[-1]
-        a = torch.where(used[:, None], a, torch.zeros((), dtype=a.dtype, device=a.device))
+        if xs.numel() == 1:  # per tensor: rows past the last group are never written by
+            # the GEMM, and their garbage would enter the amax: zero them (padding rows inside
+            # a group are zero already: their x rows are zeros). Per row, a row's scale is
+            # its own and gemm2 reads no row past the last group: no pass over [R, I]
+            used = torch.arange(R, device=x.device) < ends[-1]
+            a = torch.where(used[:, None], a, torch.zeros((), dtype=a.dtype, device=a.device))
         aq, a_s = G.quant(a)
         y = mm(aq, w2t, a_s.reshape(-1).expand(R).contiguous() if a_s.numel() == 1
                else a_s.reshape(-1), s2, offs=ends, out_dtype=torch.bfloat16)
-        y = torch.cat([y, y.new_zeros(1, H)])  # row R: remote pairs read zeros
-        psw = None if woi else topk_weights.to(y.dtype)
-        return F.embedding_bag(row.view(T, k), y, per_sample_weights=psw, mode="sum",
-                               padding_idx=R).to(x.dtype)
+        # glue step combine_rows: our kernel never reads row R (remote pairs); the naive
+        # embedding_bag gets a zero row R appended
+        return G.combine_rows(y, row.view(T, k), None if woi else topk_weights.view(T, k),
+                              R).to(x.dtype)
     fn.glue, fn.glue_used = G, G.glue_used
     return fn
 

@@ -19,11 +19,12 @@ The call, for T tokens, k slots, N = T*k pairs (`fn` below):
   4. act       a = silu(h_gate) * h_up, bf16 in and out (moe_lab.glue): `glue="fused"` (the
                default) one Triton kernel of ours, fp32 inside (phase act), where Triton
                runs (CUDA, or its interpreter); `glue="naive"`, and on a CPU, F.silu then
-               `mul_` in place (two kernels). `fn.glue_used` says which ran. The combine
-               (6.) is already one kernel: it has no glue variant.
+               `mul_` in place (two kernels). `fn.glue_used` says which ran.
   5. gemm2     y = grouped_mm(a, w2 viewed [E, I, H], offs). Rows past offs[-1] (remote
                pairs and the spare row N) are NOT written: garbage, possibly NaN/Inf.
-  6. combine   out[t] = sum_j w_tj * y[pos[t, j]] as ONE embedding_bag (sum mode,
+  6. combine   out[t] = sum_j w_tj * y[pos[t, j]]: glue step combine_rows, fused one
+               Triton kernel of ours (moe_lab.combine_rows: fp32 in registers, the row N
+               never read), naive (and on a CPU) ONE embedding_bag (sum mode,
                per-sample weights = router weights, fp32 accumulation in the kernel,
                activation dtype out). Remote pairs point at the spare row N, which is the
                bag's padding_idx: the kernel replaces its value by 0 before the multiply,
@@ -90,7 +91,8 @@ def grouped_moe_fn(problem, weights: Weights, combine: str | None = None,
     combine = combine or "bag"
     if combine not in INTERMEDIATES:
         raise ValueError(f"combine must be one of {sorted(INTERMEDIATES)}, not {combine!r}")
-    G = glue_mod.Glue(glue, weights.w1.device, steps=("act",))
+    G = glue_mod.Glue(glue, weights.w1.device,
+                      steps=("act", "combine_rows") if combine == "bag" else ("act",))
     E = weights.w1.shape[0]
     inter = problem.inter
     woi = problem.weight_on_input
@@ -144,9 +146,8 @@ def grouped_moe_fn(problem, weights: Weights, combine: str | None = None,
         pos = inverse(order, 0)
         if key_of is not None:  # remote slots -> the spare row, the bag's padding
             pos = torch.where(key == E, N, pos)
-        psw = None if woi else topk_weights.to(x.dtype)
-        return F.embedding_bag(pos.view(T, k), y, per_sample_weights=psw, mode="sum",
-                               padding_idx=N)
+        # glue step combine_rows: our kernel (fused), or the embedding_bag (naive)
+        return G.combine_rows(y, pos.view(T, k), None if woi else topk_weights.view(T, k), N)
 
     def fn_bmm(x, topk_weights, topk_ids):
         T, k = topk_ids.shape

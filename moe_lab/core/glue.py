@@ -98,9 +98,9 @@ GLUES = ("fused", "naive", "aiter")
 DEFAULT = "fused"
 # "aiter": the fused variant with aiter's own glue kernels wherever aiter ships one (the
 # 1x128 group quantisers and SiLU*mul+quant of fp8-block128), for the A/B against ours
-STEPS = ("act", "act_quant", "quant", "combine", "align")
+STEPS = ("act", "act_quant", "quant", "combine", "align", "combine_rows")
 PHASE = {"act": "act", "act_quant": "act", "quant": "quant", "combine": "combine",
-         "align": "align"}
+         "align": "align", "combine_rows": "combine"}
 GROUP = quant.BLOCK  # columns per scale of fp8-block128
 GROUP_QUANTS = ("moe_lab", "aiter")
 GROUP_QUANT = "moe_lab"  # the faster on an H200 (module doc)
@@ -114,6 +114,7 @@ def check(glue: str) -> str:
 
 from .glue_kernels import KERNELS  # noqa: E402 (our kernels, by step)
 from .align import AITER_ALIGN_KERNELS, align_aiter, align_fused  # noqa: E402,F401
+from .combine_rows import combine_rows_fused, combine_rows_naive  # noqa: E402
 
 if KERNELS:
     _moe_lab_silu_and_mul_kernel, _moe_lab_moe_sum_kernel = KERNELS["act"], KERNELS["combine"]
@@ -357,7 +358,7 @@ class Glue:
                 self._naive(step, "")
             elif not ok:
                 self._naive(step, why)
-            elif step in ("act", "combine"):
+            elif step in ("act", "combine", "combine_rows"):
                 self._fused(step, (kernel_name(KERNELS[step]),))
             else:
                 self._quant_step(step, hidden if step == "quant" else inter)
@@ -433,6 +434,11 @@ class Glue:
 
     def combine(self, c2):
         return (combine_fused if self.used["combine"] == "fused" else combine_naive)(c2)
+
+    def combine_rows(self, y, pos, weights, pad):
+        """out[t] = sum_j w[t, j] * y[pos[t, j]] (moe_lab.combine_rows)."""
+        fused = self.used["combine_rows"] == "fused"
+        return (combine_rows_fused if fused else combine_rows_naive)(y, pos, weights, pad)
 
     def align(self, topk_ids, n_exp, block_m, expert_map=None, aiter=None):
         """(sorted_token_ids, expert_ids, num_tokens_post_padded): align_fused where ours

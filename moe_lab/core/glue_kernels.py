@@ -181,7 +181,32 @@ if triton is not None:
             s = (b * BLOCK_M)[:, None] + tl.arange(0, BLOCK_M)[None, :]
             tl.store(sorted_ptr + s, numel, mask=in_range[:, None] & (s >= real_end[:, None]))
 
+    @triton.jit
+    def _moe_lab_moe_sum_rows_kernel(y_ptr, pos_ptr, w_ptr, out_ptr, hidden, pad,
+                                     stride_yr, stride_yh, stride_or, stride_oh,
+                                     K: tl.constexpr, HAS_W: tl.constexpr,
+                                     BLOCK_H: tl.constexpr):
+        """out[t] = sum_j w[t, j] * y[pos[t, j]] over a BLOCK_H slice, fp32 in registers,
+        rounded once; a slot whose pos is >= pad (remote, padding) adds exactly 0 and its
+        row is never read. The combine of the sorted-rows backends (torch-grouped,
+        torch-fp8-grouped) in one pass, as vLLM's and SGLang's unpermute-and-reduce do."""
+        t = tl.program_id(0)
+        h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+        m = h < hidden
+        acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+        for j in tl.static_range(K):
+            p = tl.load(pos_ptr + t * K + j).to(tl.int64)
+            ok = (tl.zeros([BLOCK_H], dtype=tl.int64) + p) < pad  # a vector mask
+            v = tl.load(y_ptr + p * stride_yr + h * stride_yh, mask=m & ok,
+                        other=0.0).to(tl.float32)
+            if HAS_W:
+                v = v * tl.load(w_ptr + t * K + j).to(tl.float32)
+            acc += v
+        tl.store(out_ptr + t.to(tl.int64) * stride_or + h * stride_oh,
+                 acc.to(out_ptr.dtype.element_ty), mask=m)
+
     KERNELS = {"act": _moe_lab_silu_and_mul_kernel, "combine": _moe_lab_moe_sum_kernel,
+               "combine_rows": _moe_lab_moe_sum_rows_kernel,
                "quant": _moe_lab_group_quant_kernel,
                "act_quant": _moe_lab_act_mul_and_group_quant_kernel,
                "align": (_moe_lab_moe_align_block_size_count_kernel,

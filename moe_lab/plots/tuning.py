@@ -219,15 +219,15 @@ def evaluate_targets(best: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
 
 
 def phase_floors(row, ceil: Ceilings) -> dict:
-    """What each GEMM cannot go below: its own roofline (its FLOPs; its weights over the
-    experts hit, plus x read for gemm1 and out written for gemm2). Other phases: 0."""
+    """{phase: floor_us} of a stored row: moe_lab.ledger.phase_floors (the one cost model
+    of a phase, that phases.parquet stores) for the row's problem and its own counts."""
+    from .. import ledger  # the analysis layer; plots import it, it imports no plots
     p = make_problem(row["model"], int(row["tokens"]), row["dtype"], int(row["tp"]),
                      int(row["ep"]), int(row["ep_rank"]))
-    H, I, eb = p.hidden, p.inter, p.torch_dtype.itemsize
-    pairs, hit, act = float(row["pairs"]), float(row["experts_hit"]), p.tokens * H * eb
-    return {g: max(f / (ceil.tflops_bf16 * 1e6), b / (ceil.roof_tb_s * 1e6)) for g, f, b in (
-        ("gemm1", 4.0 * pairs * H * I, hit * 2 * I * H * eb + act),
-        ("gemm2", 2.0 * pairs * I * H, hit * I * H * eb + act))}
+    count = lambda c: float(row[c]) if c in row and pd.notna(row[c]) else None  # noqa: E731
+    f = ledger.phase_floors(p, None, experts_hit=count("experts_hit"), pairs=count("pairs"),
+                            ceilings=ceil)
+    return {ph: d["floor_us"] for ph, d in f.items()}
 
 
 def phases_of(kernels: pd.DataFrame, point_ids) -> pd.DataFrame:
