@@ -15,6 +15,12 @@
 #              fusion buys)
 #   STEP=tune  aiter-triton-silu tuned for DeepSeek-R1 and Qwen3-235B (TP8, EP1 and EP8),
 #              then their graph sweep with --config default,tuned
+#   STEP=torch (next lease) the FP8 rechecks left (torch-fp8 fp8-tensor, Maverick fp8-channel
+#              TP8+EP8, DeepSeek-R1 fp8-block128 TP8+EP8 1024); torch-grouped(-bmm) bf16 and
+#              torch-fp8-grouped fp8-channel with glue fused and naive (combine_rows, the
+#              one-gather rows), 1..8192, graph
+#   STEP=tune2 (next lease) Qwen3-235B fp8-block128 tuned at TP8+EP8 and aiter-triton-silu
+#              at TP8, each then swept default against tuned
 # Resumable: STAMP=<the first lease's YYYYMMDD> and the partial runs under data/runs
 # (committed or carried) make a rerun measure only what is missing. Each sweep is held to
 # its share of the command's minutes by `timeout` (a stopped sweep keeps what it wrote).
@@ -60,6 +66,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 # path; a failing or incorrect point stops the command before it spends the lease
 DT=$([ "$STEP" = fp8 ] && echo fp8-block128 || echo bf16)
 BE=$([ "$STEP" = fp8 ] && echo aiter-triton || echo aiter-triton,aiter-triton-silu)
+[ "$STEP" = torch ] && { DT=fp8-channel; BE=torch-fp8-grouped; }
 CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m moe_lab sweep --models deepseek-r1 --tp 8 --ep 1,8 \
   --tokens 64 --backends $BE --modes graph --glue fused,aiter --dtype $DT --data-dir $B/runs \
   --run-id h200-align-smoke-$STEP-$STAMP --no-progress > $B/logs/smoke-$STEP.log 2>&1
@@ -110,7 +117,61 @@ tune_lane() {  # gpu ep
     --backends aiter-triton-silu --config default,tuned --modes graph
 }
 
-if [ "$STEP" = fp8 ]; then
+torch_lane() {  # gpu ep: the sorted-rows backends with combine_rows and the one-gather rows
+  local g=$1 ep=$2 share=$([ "$NGPU" -ge 2 ] && echo 100 || echo 50)
+  local s=$(( (BUDGET - 110) * share / 100 ))
+  sweep $g $(( s * 45 / 100 )) h200-rows-bf16-$(sh $ep)-$STAMP --tp 8 --ep $ep --tokens 1-8192 \
+    --backends torch-grouped,torch-grouped-bmm --modes graph --glue fused,naive
+  local fm=$([ $ep = 1 ] && echo llama4-scout-16e,llama4-maverick-128e || echo deepseek-r1,qwen3-235b-a22b)
+  sweep $g $(( s * 55 / 100 )) h200-rows-fp8-channel-$(sh $ep)-$STAMP --models $fm --tp 8 --ep $ep \
+    --tokens 1-8192 --dtype fp8-channel --backends torch-fp8-grouped --modes graph --glue fused,naive
+}
+
+tune2() {  # the searches left: Qwen3-235B fp8-block128 at TP8+EP8; aiter-triton-silu at TP8
+  local run=h200-tune-aiter-triton-fp8-block128-qwen3-tp8ep8-$STAMP
+  [ -d data/runs/$run ] && [ ! -d $B/runs/$run ] && cp -r data/runs/$run $B/runs/$run
+  CUDA_VISIBLE_DEVICES=0 timeout -s TERM -k 20 $(( BUDGET * 36 / 100 )) python3 -m moe_lab tune \
+    --backend aiter-triton --dtype fp8-block128 --models qwen3-235b-a22b --tp 8 --ep 8 \
+    --tokens 1,4,16,64,256,1024,4096,8192 --budget $(( BUDGET * 32 / 100 )) --rep-ms 10 \
+    --warmup-ms 2 --run-id $run --data-dir $B/runs --configs-dir $B/configs-fp8/nvidia-h200 \
+    --no-progress > $B/logs/$run.log 2>&1
+  echo "tune fp8 rc=$? ($(( $(date +%s) - t0 )) s)"; tail -1 $B/logs/$run.log
+  mkdir -p data/configs/nvidia-h200/aiter-triton
+  cp $B/configs-fp8/nvidia-h200/aiter-triton/E=*.json data/configs/nvidia-h200/aiter-triton/ 2>/dev/null
+  sweep 0 $(( BUDGET * 14 / 100 )) h200-rows-fp8-block128-qwen3-tuned-$STAMP --models qwen3-235b-a22b \
+    --tp 8 --ep 8 --tokens 1-8192 --dtype fp8-block128 --backends aiter-triton \
+    --config default,tuned --modes graph
+  run=h200-tune-aiter-triton-silu-qwen3-tp8-$STAMP
+  [ -d data/runs/$run ] && [ ! -d $B/runs/$run ] && cp -r data/runs/$run $B/runs/$run
+  CUDA_VISIBLE_DEVICES=0 timeout -s TERM -k 20 $(( BUDGET * 28 / 100 )) python3 -m moe_lab tune \
+    --backend aiter-triton-silu --models qwen3-235b-a22b --tp 8 --ep 1 \
+    --tokens 1,4,16,64,256,1024,4096,8192 --budget $(( BUDGET * 25 / 100 )) --rep-ms 10 \
+    --warmup-ms 2 --run-id $run --data-dir $B/runs --configs-dir $B/configs-silu/nvidia-h200 \
+    --no-progress > $B/logs/$run.log 2>&1
+  echo "tune silu rc=$? ($(( $(date +%s) - t0 )) s)"; tail -1 $B/logs/$run.log
+  mkdir -p data/configs/nvidia-h200/aiter-triton-silu
+  cp $B/configs-silu/nvidia-h200/aiter-triton-silu/E=*.json data/configs/nvidia-h200/aiter-triton-silu/ 2>/dev/null
+  sweep 0 $(left) h200-rows-silu-qwen3-tp8-$STAMP --models qwen3-235b-a22b --tp 8 --ep 1 \
+    --tokens 1-8192 --backends aiter-triton-silu --config default,tuned --modes graph
+}
+
+if [ "$STEP" = torch ]; then
+  # the FP8 rechecks left (torch-fp8 per tensor with its scales as their own allocations;
+  # the points the evening lease's checks did not reach), then the sorted-rows backends
+  chk() {  # seconds scheme models eps tokens
+    CUDA_VISIBLE_DEVICES=0 timeout -s TERM -k 10 $1 python3 -m moe_lab check --model $3 \
+      --tokens $5 --tp 8 --ep $4 --dtype $2 --seed 15 \
+      --backends torch-fp8,torch-fp8-grouped,torch-fp8-dequant,aiter-triton \
+      --out $B/checks/h200-recheck2-$2-$STAMP.txt > $B/logs/check2-$2.log 2>&1
+    echo "check $2 rc=$? ($(( $(date +%s) - t0 )) s)"; tail -2 $B/logs/check2-$2.log
+  }
+  chk 45 fp8-tensor deepseek-r1 1,8 1,3,64,1024
+  chk 35 fp8-channel llama4-maverick-128e 8 1,3,64,1024
+  chk 25 fp8-block128 deepseek-r1 8 1024
+  lanes torch_lane
+elif [ "$STEP" = tune2 ]; then
+  tune2
+elif [ "$STEP" = fp8 ]; then
   check 0 75 fp8-block128 deepseek-r1,qwen3-235b-a22b
   check 0 65 fp8-channel llama4-scout-16e,llama4-maverick-128e
   check 0 35 fp8-tensor deepseek-r1
@@ -127,6 +188,6 @@ elif [ "$STEP" = bf16 ]; then
 elif [ "$STEP" = tune ]; then
   lanes tune_lane
 else
-  echo "STEP must be fp8, bf16 or tune" >&2; exit 2
+  echo "STEP must be fp8, bf16, tune, torch or tune2" >&2; exit 2
 fi
 echo "done in $(( $(date +%s) - t0 )) s"
