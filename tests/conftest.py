@@ -88,3 +88,23 @@ def plugin_backend(filename: str, backend: str):
     yield mod
     backends._REGISTRY.pop(backend, None)
     sys.modules.pop(name, None)
+
+
+def folder_tree(folder) -> dict:
+    """Every path under `folder`: content hash and mtime (files), or "dir" (the
+    byte-for-byte check of the hostile-input tests)."""
+    import hashlib
+    from pathlib import Path
+    folder = Path(folder)
+    return {str(p.relative_to(folder)): ("dir",) if p.is_dir() else
+            (hashlib.sha1(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*"))}
+
+
+def one_line_err(capsys) -> str:
+    """The captured stderr: exactly one line, no traceback, nothing on stdout."""
+    out = capsys.readouterr()
+    err = out.err.strip()
+    assert err and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err and not out.out, (err, out.out)
+    return err

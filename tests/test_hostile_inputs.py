@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import moe_lab as ml
 from moe_lab.core.atomic import atomic_write_parquet
 from moe_lab.cli import main
 from moe_lab.core.errors import UsageError
+from conftest import folder_tree as _tree, one_line_err as _one_line  # noqa: E402
 
 MODEL = "custom:H=64,I=32,E=4,k=2"
 SWEEP = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2", "--backends", "torch",
@@ -31,19 +31,6 @@ TUNE = ["tune", "--backend", "aiter-triton", "--models", MODEL, "--tp", "1", "--
         "--tokens", "1", "--dtype", "fp32", "--device", "cpu", "--no-progress"]
 
 
-def _tree(folder: Path) -> dict:
-    """Every path under `folder`: content hash and mtime (files), or "dir"."""
-    return {str(p.relative_to(folder)): ("dir",) if p.is_dir() else
-            (hashlib.sha1(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*"))}
-
-
-def _one_line(capsys) -> str:
-    out = capsys.readouterr()
-    err = out.err.strip()
-    assert err and len(err.splitlines()) == 1, err
-    assert "Traceback" not in err and not out.out, (err, out.out)
-    return err
 
 
 def _with(argv: list[str], flag: str, value: str) -> list[str]:

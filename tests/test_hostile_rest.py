@@ -16,7 +16,6 @@ and exit code, and the folders around it byte-identical where it writes nothing:
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ import pytest
 import moe_lab as ml
 from moe_lab.cli import main
 from moe_lab.core.errors import UsageError
+from conftest import folder_tree as _tree, one_line_err as _one_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "custom:H=64,I=32,E=4,k=2"
@@ -41,19 +41,6 @@ SWEEP = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2", "--backends
          "--warmup-ms", "1"]
 
 
-def _tree(folder: Path) -> dict:
-    """Every path under `folder`: content hash and mtime (files), or "dir"."""
-    return {str(p.relative_to(folder)): ("dir",) if p.is_dir() else
-            (hashlib.sha1(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*"))}
-
-
-def _one_line(capsys) -> str:
-    out = capsys.readouterr()
-    err = out.err.strip()
-    assert err and len(err.splitlines()) == 1, err
-    assert "Traceback" not in err and not out.out, (err, out.out)
-    return err
 
 
 def _env(**extra) -> dict:
