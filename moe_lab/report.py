@@ -178,6 +178,7 @@ def write_index(out: str, entries: list[tuple[str, str, list[str]]], title: str)
         parts.append(f"<h2>{link}</h2><p>{html.escape(line)}</p>")
         parts += [f"<p><img src='{os.path.relpath(f, out)}' style='max-width:100%'></p>"
                   for f in figs]
+    os.makedirs(out, exist_ok=True)  # every notebook may have failed before exporting
     path = os.path.join(out, "index.html")
     with open(path, "w") as f:
         f.write("\n".join(parts) + "\n")
