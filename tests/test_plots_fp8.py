@@ -73,3 +73,18 @@ def test_no_fp8_rows_says_so(tmp_path, runs_dir):
     fig = fp8.fig_fp8_vs_bf16(cmp, run, rows)
     assert any("No FP8 rows" in t.get_text() for ax in fig.axes for t in ax.texts)
     assert fp8.targets(cmp)["points"].sum() == 0
+
+
+def test_a_panel_without_fp8_points_says_so_instead_of_drawing_nothing(runs_dir):
+    """Two models at two shardings, each measured at one: the FP8 figure's panels without
+    a point hold a note, not empty axes."""
+    runs = find_runs(runs_dir)
+    rows, run = fp8.comparison_rows(runs=runs)
+    cmp = fp8.fp8_vs_bf16(rows)
+    # another model at another sharding: the grid's other two panels have no point
+    both = pd.concat([cmp, cmp.iloc[:1].assign(model="other-model", tp=8, ep=8)])
+    fig = fp8.fig_fp8_vs_bf16(both, run, rows)
+    notes = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert sum("no FP8 point" in n for n in notes) == 2, notes
+    drawn = [ax for ax in fig.axes if ax.get_lines()]
+    assert drawn  # the panel with data still draws its line

@@ -161,6 +161,13 @@ def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | Non
     colors = dict(zip(sorted(set(have["dtype"])), style.CYCLE))
     for ax, model, (tp, ep) in cells:
         d = have[(have["model"] == model) & (have["tp"] == tp) & (have["ep"] == ep)]
+        if not len(d):  # say so, rather than draw an empty panel
+            ax.text(0.5, 0.5, "no FP8 point with a bf16 point\nbeside it at this sharding",
+                    transform=ax.transAxes, ha="center", va="center", fontsize=8, color="0.4")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(f"{model} {sharding_name(tp, ep)}", fontsize=8)
+            continue
         twin = ax.twinx() if d["fp8_pct_of_roof"].notna().any() else None
         for (scheme, mode), g in d.groupby(["dtype", "mode"]):
             g = g.sort_values("tokens")

@@ -347,7 +347,7 @@ def fig_phase_bars(run, table: pd.DataFrame) -> Figure:
             bottom += g[p].to_numpy(float)
         ax.scatter(x, med, marker="_", s=400, color="k", zorder=3, label="graph median per call")
         for xi, k, m in zip(x, bottom, med):
-            ax.text(xi, max(k, m) * 1.02, f"{k:.0f} / {m:.0f}", ha="center", fontsize=6)
+            ax.text(xi, max(k, m) * 1.02, f"{k:.0f} / {m:.0f}", ha="center", fontsize=8)
         ax.set_xticks(x, [f"{k}\n{c}" + ("" if r == run.run_id else f"\n{r}")
                           for k, c, r in zip(g["rank"], g["choice"], g["run"])], fontsize=7)
         ax.set(ylabel="us per call", title=f"{g['model'].iloc[0]} {g['sharding'].iloc[0]}, "
