@@ -122,3 +122,40 @@ def test_align_is_a_glue_step_with_its_variants():
         G = glue.Glue(variant, "cuda", steps=("align",))
         assert G.used["align"] == used and G.kernels["align"] == glue.AITER_ALIGN_KERNELS
     assert glue.PHASE["align"] == "align"
+
+
+ROWS = r"""
+import json, torch
+from moe_lab.core.problems import make_problem
+from moe_lab.correctness import make_weights, make_inputs
+from moe_lab.backends.torch_fp8_grouped import grouped_fp8_fn
+
+def mm(a, b, scale_a, scale_b, offs=None, out_dtype=None):  # _scaled_grouped_mm per group
+    out = torch.full((a.shape[0], b.shape[-1]), float("nan"), dtype=out_dtype)
+    lo = 0
+    for e, hi in enumerate(offs.tolist()):
+        if hi > lo:
+            out[lo:hi] = ((a[lo:hi].float() * scale_a[lo:hi, None])
+                          @ (b[e].float() * scale_b[e][None, :])).to(out_dtype)
+        lo = hi
+    return out
+
+res = []
+for ep, tokens in ((1, 9), (2, 9), (4, 3)):
+    p = make_problem("custom:H=256,I=128,E=8,k=2", tokens, "fp8-channel", ep, ep, ep - 1)
+    w, inp = make_weights(p, "cpu", 11), make_inputs(p, "cpu", 5)
+    naive = grouped_fp8_fn(p, w.quant, w.expert_map, mm=mm, glue="naive")(*inp.args())
+    fn = grouped_fp8_fn(p, w.quant, w.expert_map, mm=mm, glue="fused")
+    fn.glue.used.update(act="naive", combine_rows="naive")  # only the align is ours
+    res.append([fn.glue.used["align"], bool(torch.equal(fn(*inp.args()), naive))])
+print(json.dumps(res))
+"""
+
+
+def test_torch_fp8_grouped_with_our_align_gives_the_sorts_rows_bit_for_bit():
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-c", ROWS], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res == [["fused", True]] * 3, res

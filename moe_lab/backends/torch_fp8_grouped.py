@@ -3,17 +3,19 @@ calls (row-wise scaled FP8 grouped GEMM; CUDA sm90+), no host synchronisation, s
 CUDA graph can capture it. Checked on an H200 (2026-12-01; with both glues at DeepSeek-R1
 TP8+EP8 and Llama-4 Scout TP8).
 
-The call, for T tokens, k slots, N = T*k pairs, E local experts (steps 1, 4, 5 and 7 are
+The call, for T tokens, k slots, N = T*k pairs, E local experts (steps 1, 2, 4, 5 and 7 are
 moe_lab.glue's: `glue="fused"`, the default, where Triton runs (CUDA); `glue="naive"`,
 and on a CPU, PyTorch; `fn.glue_used` says which ran):
   1. quant   x (times the router weight first, Llama-4) to fp8 with the scheme's dynamic
              scales: one per tensor or one per token (phase `quant`). Fused: aiter's
              dynamic_per_token_quant_fp8_i8 (one kernel) or dynamic_per_tensor_quant_fp8_i8
              (an amax kernel and a scaling kernel); naive: moe_lab.quant (~8 kernels)
-  2. route   one stable sort of the pairs by local expert (remote: key E, last); every
+  2. route   (glue step align) the pairs sorted by local expert (remote: last), every
              expert's group padded to a multiple of ALIGN rows (FP8 grouped GEMMs want
              16-row aligned group starts), so the row of a sorted pair is its expert's
-             padded start plus its rank in the group. Counts by index_add (no sync).
+             padded start plus its rank in the group. Fused: our align kernels with
+             BLOCK_M = ALIGN (moe_lab.align); naive: one stable sort, counts by index_add
+             (no sync). The same rows, bit for bit.
              The GEMM's [R, H] rows (and scales) by one gather from x's rows plus a zero
              row, the padding rows reading the zero row.
   3. gemm1   h = _scaled_grouped_mm(xs [R, H] fp8, w1^T [E, H, 2I] column-major,
@@ -60,17 +62,35 @@ def grouped_fp8_fn(problem, qw: quant.QuantWeights, expert_map, mm=None,
     scheme, fmt = qw.scheme, qw.fmt
     E, two_i, H = qw.w1.shape
     inter, woi = two_i // 2, problem.weight_on_input
-    G = glue_mod.Glue(glue, qw.w1.device, steps=("quant", "act", "combine_rows"), scheme=scheme, fmt=fmt,
-                      hidden=H, inter=inter)
+    G = glue_mod.Glue(glue, qw.w1.device, steps=("align", "quant", "act", "combine_rows"),
+                      scheme=scheme, fmt=fmt, hidden=H, inter=inter, align_alt="torch")
     dev = qw.w1.device
     w1t, w2t = qw.w1.transpose(-2, -1), qw.w2.transpose(-2, -1)  # column-major views
     s1, s2 = _row_scales(qw.w1_scale, two_i), _row_scales(qw.w2_scale, H)
-    key_of = None
+    key_of = emap32 = None
     if expert_map is not None:
         emap = expert_map.to(device=dev, dtype=torch.int64)
         key_of = torch.where(emap < 0, E, emap)
+        emap32 = expert_map.to(device=dev, dtype=torch.int32)
 
-    def layout(topk_ids):
+    def layout_fused(topk_ids):
+        """(src, row, ends, R) from our align kernels (glue step align, fused): padding to
+        ALIGN rows per expert is their BLOCK_M; remote pairs sort last, past ends[-1]."""
+        T, k = topk_ids.shape
+        n = T * k
+        sorted_ids, _, _, starts = glue_mod.align_fused(
+            topk_ids, E + 1 if emap32 is not None else E, ALIGN, emap32, with_starts=True)
+        R = sorted_ids.numel()  # n + experts * (ALIGN - 1): fixed, as the naive layout's
+        ends = starts[1:E + 1].clone()
+        slot = torch.arange(R, device=dev)
+        pair = sorted_ids.long()  # past the last group: never written, never used below
+        local = (slot < ends[-1]) & (pair < n)
+        src = torch.where(local, pair // k, T)  # padding and the rest read the zero row T
+        row = torch.full((n + 1,), R, dtype=torch.int64, device=dev)  # remote: row R
+        row.scatter_(0, torch.where(local, pair, n), slot)  # n: a slot nobody reads
+        return src, row[:n], ends, R
+
+    def layout_naive(topk_ids):
         T, k = topk_ids.shape
         n = T * k
         ids = topk_ids.reshape(-1).long()
@@ -89,21 +109,22 @@ def grouped_fp8_fn(problem, qw: quant.QuantWeights, expert_map, mm=None,
         row = torch.empty_like(row_sorted)
         row[order] = row_sorted
         ends = torch.cumsum(padded, 0).to(torch.int32)
-        return order, row_sorted, row, ends, rows_total
+        # the GEMM's rows by ONE gather: src[r] = the token of row r, T (a zero row) for
+        # padding and spare rows (a byte-wise index_copy into a zero-filled buffer took
+        # 1519 + 140 us at DeepSeek-R1 TP8+EP8, 8192 tokens: h200-align-sgmm-*-20261201)
+        src = torch.full((rows_total + 1,), T, dtype=torch.int64, device=dev)
+        src.index_copy_(0, row_sorted, order // k)
+        return src[:rows_total], row, ends, rows_total
+
+    layout = layout_fused if G.used["align"] == "fused" else layout_naive
 
     def fn(x, topk_weights, topk_ids):
         T, k = topk_ids.shape
-        order, row_sorted, row, ends, R = layout(topk_ids)
+        src, row, ends, R = layout(topk_ids)
         xin = x
         if woi:  # Llama-4, top-1: the router weight scales x before quantisation
             xin = (x.float() * topk_weights.reshape(T, k)[:, :1].float()).to(x.dtype)
         xq, xs = G.quant(xin)
-        # the GEMM's rows by ONE gather: src[r] = the token of row r, T (a zero row) for
-        # padding and spare rows (a byte-wise index_copy into a zero-filled buffer took
-        # 1519 + 140 us at DeepSeek-R1 TP8+EP8, 8192 tokens: h200-align-sgmm-*-20261201)
-        src = torch.full((R + 1,), T, dtype=torch.int64, device=x.device)
-        src.index_copy_(0, row_sorted, order // k)
-        src = src[:R]
         xq_z = torch.cat([xq, xq.new_zeros(1, H)])
         rows = xq_z.index_select(0, src)
         x_s = (xs.expand(T, 1) if xs.numel() == 1 else xs).reshape(-1)

@@ -59,10 +59,11 @@ def align_aiter(topk_ids, n_exp, block_m, expert_map=None, kernel=None):
 ALIGN_MAX_CHUNKS = 64  # the scan kernel holds [chunks, experts] counts in one program
 
 
-def align_fused(topk_ids, n_exp, block_m, expert_map=None):
+def align_fused(topk_ids, n_exp, block_m, expert_map=None, with_starts=False):
     """Three kernels of ours (moe_lab.glue_kernels): count, scan, place; the EP map applied
     inside. The same sorted_token_ids, expert_ids and count as align_aiter, bit for bit
-    up to num_tokens_post_padded."""
+    up to num_tokens_post_padded. `with_starts`: also each expert's padded start, int32
+    [E_PAD] (start[e] for e >= n_exp: the padded total), a grouped GEMM's offsets."""
     count, scan, place = KERNELS["align"]
     numel = topk_ids.numel()
     device = topk_ids.device
@@ -90,4 +91,4 @@ def align_fused(topk_ids, n_exp, block_m, expert_map=None):
                            sentinel, n_exp, n_blocks, per_prog, HAS_MAP=has_map,
                            SENTINEL_REMOTE=has_map, CHUNK=chunk, E_PAD=e_pad,
                            BLOCK_M=block_m, BB=bb, num_warps=4)
-    return sorted_ids, expert_ids, npp
+    return (sorted_ids, expert_ids, npp, starts) if with_starts else (sorted_ids, expert_ids, npp)

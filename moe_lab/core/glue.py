@@ -337,8 +337,9 @@ class Glue:
 
     def __init__(self, variant: str = DEFAULT, device="cpu", *, steps=STEPS,
                  scheme: str | None = None, fmt: str = "e4m3fn", hidden: int | None = None,
-                 inter: int | None = None, group_quant: str | None = None):
-        self.variant = check(variant)
+                 inter: int | None = None, group_quant: str | None = None,
+                 align_alt: str = "aiter"):
+        self.variant, self.align_alt = check(variant), align_alt
         self.scheme, self.fmt = scheme, fmt
         if variant == "aiter":  # fused, with aiter's kernels where it ships one
             variant, group_quant = "fused", "aiter"
@@ -385,12 +386,14 @@ class Glue:
         return self._fused(step, AITER_KERNELS[(step, scheme)])
 
     def _align(self, ok, why):
-        """fused: ours; aiter (the A/B) and naive (the glue as it was): aiter's kernels,
-        which the backend ran before this step was ours. Both are Triton: where ours
-        cannot run, neither can the backend."""
-        if self.variant == "fused" and ok:
+        """fused: ours; aiter (the A/B) and naive (the glue as it was): the backend's own
+        align, `align_alt`: aiter's kernels (aiter-triton), or "torch", its PyTorch sort
+        (torch-fp8-grouped, which under `aiter` takes ours: aiter has no align for it)."""
+        if ok and (self.variant == "fused" or (self.variant, self.align_alt) == ("aiter", "torch")):
             self._fused("align", tuple(kernel_name(k) for k in KERNELS["align"]))
             return
+        if self.align_alt == "torch":
+            return self._naive("align", why if self.variant != "naive" else "")
         self.used["align"] = "fused" if self.variant == "aiter" else "naive"
         self.kernels["align"] = AITER_ALIGN_KERNELS
         if self.variant == "fused":
@@ -435,15 +438,13 @@ class Glue:
     def combine(self, c2):
         return (combine_fused if self.used["combine"] == "fused" else combine_naive)(c2)
 
-    def combine_rows(self, y, pos, weights, pad):
-        """out[t] = sum_j w[t, j] * y[pos[t, j]] (moe_lab.combine_rows)."""
+    def combine_rows(self, y, pos, weights, pad):  # out[t] = sum_j w[t, j] * y[pos[t, j]]
         fused = self.used["combine_rows"] == "fused"
         return (combine_rows_fused if fused else combine_rows_naive)(y, pos, weights, pad)
 
     def align(self, topk_ids, n_exp, block_m, expert_map=None, aiter=None):
         """(sorted_token_ids, expert_ids, num_tokens_post_padded): align_fused where ours
-        runs, else align_aiter (`aiter`: the module with aiter's kernel, as the backend
-        loaded it)."""
-        if self.kernels["align"] != AITER_ALIGN_KERNELS:
+        runs, else align_aiter (`aiter`: the module holding aiter's, as the backend loaded it)."""
+        if self.kernels["align"][0].startswith("_moe_lab"):
             return align_fused(topk_ids, n_exp, block_m, expert_map)
         return align_aiter(topk_ids, n_exp, block_m, expert_map, kernel=aiter)
