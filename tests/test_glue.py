@@ -162,16 +162,7 @@ def tiles(bk):
     return {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1,
             "num_warps": 4, "num_stages": 1}
 
-def stand_in_mm(a, b, scale_a, scale_b, offs=None, out_dtype=None):
-    # torch._scaled_grouped_mm, per group on the CPU (rows past the last group: NaN)
-    out = torch.full((a.shape[0], b.shape[-1]), float("nan"), dtype=out_dtype)
-    lo = 0
-    for e, hi in enumerate(offs.tolist()):
-        if hi > lo:
-            out[lo:hi] = ((a[lo:hi].float() * scale_a[lo:hi, None])
-                          @ (b[e].float() * scale_b[e][None, :])).to(out_dtype)
-        lo = hi
-    return out
+from stand_ins import scaled_grouped_mm as stand_in_mm  # rows past the last group: NaN
 
 def run(name, model, dtype, ep, tokens, g, bug=None):
     p = make_problem(model, tokens, dtype, ep, ep, 0)
@@ -251,7 +242,8 @@ print(json.dumps(out))
 
 
 def _interpreted(script: str, *args) -> dict:
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1",
+               PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
     p = subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, f"the interpreted run died (rc {p.returncode}): {p.stderr[-3000:]}"

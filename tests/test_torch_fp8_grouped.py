@@ -9,6 +9,7 @@ from moe_lab.backends import get
 from moe_lab.backends.torch_fp8_grouped import grouped_fp8_fn
 from moe_lab.correctness import THRESHOLDS, make_inputs, make_weights, reference, rel_err
 from moe_lab.core.problems import make_problem
+from stand_ins import scaled_grouped_mm  # noqa: E402
 
 
 class StandIn:
@@ -19,14 +20,7 @@ class StandIn:
 
     def __call__(self, a, b, scale_a, scale_b, offs=None, out_dtype=None):
         self.calls.append((a, b, scale_a, scale_b, offs, out_dtype))
-        out = torch.full((a.shape[0], b.shape[-1]), float("nan"), dtype=out_dtype)
-        lo = 0
-        for g, hi in enumerate(offs.tolist()):
-            if hi > lo:
-                out[lo:hi] = ((a[lo:hi].float() * scale_a[lo:hi, None])
-                              @ (b[g].float() * scale_b[g][None, :])).to(out_dtype)
-            lo = hi
-        return out
+        return scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype)
 
 
 CASES = [("fp8-channel", "qwen3-30b-a3b", 8, 1, 13), ("fp8-tensor", "qwen3-30b-a3b", 8, 1, 3),
