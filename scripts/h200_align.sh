@@ -26,11 +26,7 @@
 # its share of the command's minutes by `timeout` (a stopped sweep keeps what it wrote).
 # From the repo root with the amd-aiter wheel in .whl/ (scripts/fetch-device-wheels.sh)
 # and MOE_LAB_GIT_COMMIT=<sha>. Everything lands in $OUT/bundle.tar.gz.
-set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
-B=$OUT/bundle; mkdir -p $B/runs $B/logs $B/checks
-STAMP=${STAMP:-$(date -u +%Y%m%d)}
+source "$(dirname "$0")/device_env.sh"
 STEP=${STEP:-fp8}
 BUDGET=${BUDGET:-540}   # seconds of measuring for the whole command
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
