@@ -150,6 +150,10 @@ class Tuner:
         ref = reference(prob, weights, inp)
         default = self.backend.default_config(prob)
         d_row = self._candidate(prob, weights, inp, "default", default, default, counts)
+        if d_row["status"] == "ok" and not math.isfinite(d_row.get("max_rel_err") or math.nan):
+            # the default can win (no candidate beats it): checked like any winner
+            self._correct(prob, weights, inp, ref, default, d_row)
+            d_row = self.done[d_row["candidate_id"]]
         best, best_us = dict(default), d_row["median_us"] if d_row["status"] == "ok" else math.inf
         space = self.backend.config_space(prob)
         for stage, options in space.items():
