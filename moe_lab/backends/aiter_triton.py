@@ -325,7 +325,3 @@ class AiterTritonBackend(Backend):
             return G.combine(c2)
         fn.glue, fn.glue_used = G, G.glue_used
         return fn
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .. import ledger
 from ..core.atomic import read_parquet
 from ..core.devices import Ceilings, ceilings_for
 from ..core.errors import UsageError
@@ -221,7 +222,6 @@ def evaluate_targets(best: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
 def phase_floors(row, ceil: Ceilings) -> dict:
     """{phase: floor_us} of a stored row: moe_lab.ledger.phase_floors (the one cost model
     of a phase, that phases.parquet stores) for the row's problem and its own counts."""
-    from .. import ledger  # the analysis layer; plots import it, it imports no plots
     p = make_problem(row["model"], int(row["tokens"]), row["dtype"], int(row["tp"]),
                      int(row["ep"]), int(row["ep_rank"]))
     count = lambda c: float(row[c]) if c in row and pd.notna(row[c]) else None  # noqa: E731
