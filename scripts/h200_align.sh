@@ -15,12 +15,13 @@
 #              fusion buys)
 #   STEP=tune  aiter-triton-silu tuned for DeepSeek-R1 and Qwen3-235B (TP8, EP1 and EP8),
 #              then their graph sweep with --config default,tuned
-#   STEP=torch (next lease) the FP8 rechecks left (torch-fp8 fp8-tensor, Maverick fp8-channel
-#              TP8+EP8, DeepSeek-R1 fp8-block128 TP8+EP8 1024); torch-grouped(-bmm) bf16 and
+#   STEP=torch the FP8 rechecks left (torch-fp8 fp8-tensor, Maverick fp8-channel TP8+EP8,
+#              DeepSeek-R1 fp8-block128 TP8+EP8 1024); torch-grouped bf16 and
 #              torch-fp8-grouped fp8-channel with glue fused and naive (combine_rows, the
 #              one-gather rows), 1..8192, graph
-#   STEP=tune2 (next lease) Qwen3-235B fp8-block128 tuned at TP8+EP8 and aiter-triton-silu
-#              at TP8, each then swept default against tuned
+#   STEP=tune2 Qwen3-235B fp8-block128 tuned at TP8+EP8 and aiter-triton-silu at TP8, each
+#              swept default against tuned; torch-fp8 fp8-channel (Scout, Maverick TP8,
+#              graph and eager); the two runs the evening lease cut, resumed
 # Resumable: STAMP=<the first lease's YYYYMMDD> and the partial runs under data/runs
 # (committed or carried) make a rerun measure only what is missing. Each sweep is held to
 # its share of the command's minutes by `timeout` (a stopped sweep keeps what it wrote).
@@ -114,41 +115,49 @@ tune_lane() {  # gpu ep
 }
 
 torch_lane() {  # gpu ep: the sorted-rows backends with combine_rows and the one-gather rows
-  local g=$1 ep=$2 share=$([ "$NGPU" -ge 2 ] && echo 100 || echo 50)
-  local s=$(( (BUDGET - 110) * share / 100 ))
-  sweep $g $(( s * 45 / 100 )) h200-rows-bf16-$(sh $ep)-$STAMP --tp 8 --ep $ep --tokens 1-8192 \
-    --backends torch-grouped,torch-grouped-bmm --modes graph --glue fused,naive
+  # (about 1 s a point on the H200: 72 bf16 points, then 36 fp8-channel, per sharding)
+  local g=$1 ep=$2 k=$([ "$NGPU" -ge 2 ] && echo 2 || echo 1)
+  sweep $g $(( 140 * k )) h200-rows-bf16-$(sh $ep)-$STAMP --tp 8 --ep $ep \
+    --tokens 1,4,16,64,256,1024,2048,4096,8192 --backends torch-grouped --modes graph \
+    --glue fused,naive
   local fm=$([ $ep = 1 ] && echo llama4-scout-16e,llama4-maverick-128e || echo deepseek-r1,qwen3-235b-a22b)
-  sweep $g $(( s * 55 / 100 )) h200-rows-fp8-channel-$(sh $ep)-$STAMP --models $fm --tp 8 --ep $ep \
-    --tokens 1-8192 --dtype fp8-channel --backends torch-fp8-grouped --modes graph --glue fused,naive
+  sweep $g $(( 60 * k )) h200-rows-fp8-channel-$(sh $ep)-$STAMP --models $fm --tp 8 --ep $ep \
+    --tokens 1,4,16,64,256,1024,2048,4096,8192 --dtype fp8-channel --backends torch-fp8-grouped \
+    --modes graph --glue fused,naive
 }
 
-tune2() {  # the searches left: Qwen3-235B fp8-block128 at TP8+EP8; aiter-triton-silu at TP8
-  local run=h200-tune-aiter-triton-fp8-block128-qwen3-tp8ep8-$STAMP
+tune_run() {  # seconds run-id tune-args...: a resumable search, its files into data/configs
+  local s=$1 run=$2; shift 2
   [ -d data/runs/$run ] && [ ! -d $B/runs/$run ] && cp -r data/runs/$run $B/runs/$run
-  CUDA_VISIBLE_DEVICES=0 timeout -s TERM -k 20 $(( BUDGET * 36 / 100 )) python3 -m moe_lab tune \
-    --backend aiter-triton --dtype fp8-block128 --models qwen3-235b-a22b --tp 8 --ep 8 \
-    --tokens 1,4,16,64,256,1024,4096,8192 --budget $(( BUDGET * 32 / 100 )) --rep-ms 10 \
-    --warmup-ms 2 --run-id $run --data-dir $B/runs --configs-dir $B/configs-fp8/nvidia-h200 \
-    --no-progress > $B/logs/$run.log 2>&1
-  echo "tune fp8 rc=$? ($(( $(date +%s) - t0 )) s)"; tail -1 $B/logs/$run.log
-  mkdir -p data/configs/nvidia-h200/aiter-triton
-  cp $B/configs-fp8/nvidia-h200/aiter-triton/E=*.json data/configs/nvidia-h200/aiter-triton/ 2>/dev/null
-  sweep 0 $(( BUDGET * 14 / 100 )) h200-rows-fp8-block128-qwen3-tuned-$STAMP --models qwen3-235b-a22b \
-    --tp 8 --ep 8 --tokens 1-8192 --dtype fp8-block128 --backends aiter-triton \
-    --config default,tuned --modes graph
-  run=h200-tune-aiter-triton-silu-qwen3-tp8-$STAMP
-  [ -d data/runs/$run ] && [ ! -d $B/runs/$run ] && cp -r data/runs/$run $B/runs/$run
-  CUDA_VISIBLE_DEVICES=0 timeout -s TERM -k 20 $(( BUDGET * 28 / 100 )) python3 -m moe_lab tune \
-    --backend aiter-triton-silu --models qwen3-235b-a22b --tp 8 --ep 1 \
-    --tokens 1,4,16,64,256,1024,4096,8192 --budget $(( BUDGET * 25 / 100 )) --rep-ms 10 \
-    --warmup-ms 2 --run-id $run --data-dir $B/runs --configs-dir $B/configs-silu/nvidia-h200 \
-    --no-progress > $B/logs/$run.log 2>&1
-  echo "tune silu rc=$? ($(( $(date +%s) - t0 )) s)"; tail -1 $B/logs/$run.log
-  mkdir -p data/configs/nvidia-h200/aiter-triton-silu
-  cp $B/configs-silu/nvidia-h200/aiter-triton-silu/E=*.json data/configs/nvidia-h200/aiter-triton-silu/ 2>/dev/null
-  sweep 0 $(left) h200-rows-silu-qwen3-tp8-$STAMP --models qwen3-235b-a22b --tp 8 --ep 1 \
+  [ "$s" -gt "$(left)" ] && s=$(left)
+  [ "$s" -lt 30 ] && { echo "tune $run: no time left"; return; }
+  CUDA_VISIBLE_DEVICES=0 timeout -s TERM -k 20 $s python3 -m moe_lab tune "$@" \
+    --tokens 1,4,16,64,256,1024,4096,8192 --budget $(( s - 25 )) --rep-ms 10 --warmup-ms 2 \
+    --run-id $run --data-dir $B/runs --configs-dir $B/configs/nvidia-h200 --no-progress \
+    > $B/logs/$run.log 2>&1
+  echo "tune $run rc=$? ($(( $(date +%s) - t0 )) s)"; tail -1 $B/logs/$run.log
+  for d in $B/configs/nvidia-h200/*/; do  # the sweep after it reads tuned files from here
+    mkdir -p data/configs/nvidia-h200/$(basename $d); cp $d/E=*.json data/configs/nvidia-h200/$(basename $d)/ 2>/dev/null
+  done
+}
+
+tune2() {  # the searches left, each swept default against tuned; then the cut runs resumed
+  tune_run 165 h200-tune-aiter-triton-fp8-block128-qwen3-tp8ep8-$STAMP --backend aiter-triton \
+    --dtype fp8-block128 --models qwen3-235b-a22b --tp 8 --ep 8
+  sweep 0 45 h200-rows-fp8-block128-qwen3-tuned-$STAMP --models qwen3-235b-a22b --tp 8 --ep 8 \
+    --tokens 1-8192 --dtype fp8-block128 --backends aiter-triton --config default,tuned --modes graph
+  tune_run 140 h200-tune-aiter-triton-silu-qwen3-tp8-$STAMP --backend aiter-triton-silu \
+    --models qwen3-235b-a22b --tp 8 --ep 1
+  sweep 0 40 h200-rows-silu-qwen3-tp8-$STAMP --models qwen3-235b-a22b --tp 8 --ep 1 \
     --tokens 1-8192 --backends aiter-triton-silu --config default,tuned --modes graph
+  # torch-fp8 (rows padded to 16) where the 2026-12-01 fp8-channel sweep had it failing
+  sweep 0 60 h200-rows-torch-fp8-channel-tp8-$STAMP --models llama4-scout-16e,llama4-maverick-128e \
+    --tp 8 --ep 1 --tokens 1-8192 --dtype fp8-channel --backends torch-fp8 --modes graph,eager
+  # the two runs the evening lease cut (same arguments: a resume measures what is missing)
+  sweep 0 30 h200-align-ab-bf16-tp8ep8-$STAMP --tp 8 --ep 8 --tokens 64,1024,4096 \
+    --backends aiter-triton --config tuned --glue fused,aiter,naive --modes graph
+  sweep 0 25 h200-align-silu-tuned-tp8ep8-$STAMP --models deepseek-r1,qwen3-235b-a22b --tp 8 \
+    --ep 8 --tokens 1-8192 --backends aiter-triton-silu --config default,tuned --modes graph
 }
 
 if [ "$STEP" = torch ]; then
