@@ -160,20 +160,28 @@ tune2() {  # the searches left, each swept default against tuned; then the cut r
     --ep 8 --tokens 1-8192 --backends aiter-triton-silu --config default,tuned --modes graph
 }
 
+chk() {  # seconds scheme models eps tokens: an FP8 recheck
+  CUDA_VISIBLE_DEVICES=0 timeout -s TERM -k 10 $1 python3 -m moe_lab check --model $3 \
+    --tokens $5 --tp 8 --ep $4 --dtype $2 --seed 15 \
+    --backends torch-fp8,torch-fp8-grouped,torch-fp8-dequant,aiter-triton \
+    --out $B/checks/h200-recheck2-$2-$STAMP.txt > $B/logs/check2-$2.log 2>&1
+  echo "check $2 rc=$? ($(( $(date +%s) - t0 )) s)"; tail -2 $B/logs/check2-$2.log
+}
+
 if [ "$STEP" = torch ]; then
   # the FP8 rechecks left (torch-fp8 per tensor with its scales as their own allocations;
   # the points the evening lease's checks did not reach), then the sorted-rows backends
-  chk() {  # seconds scheme models eps tokens
-    CUDA_VISIBLE_DEVICES=0 timeout -s TERM -k 10 $1 python3 -m moe_lab check --model $3 \
-      --tokens $5 --tp 8 --ep $4 --dtype $2 --seed 15 \
-      --backends torch-fp8,torch-fp8-grouped,torch-fp8-dequant,aiter-triton \
-      --out $B/checks/h200-recheck2-$2-$STAMP.txt > $B/logs/check2-$2.log 2>&1
-    echo "check $2 rc=$? ($(( $(date +%s) - t0 )) s)"; tail -2 $B/logs/check2-$2.log
-  }
   chk 45 fp8-tensor deepseek-r1 1,8 1,3,64,1024
   chk 35 fp8-channel llama4-maverick-128e 8 1,3,64,1024
   chk 25 fp8-block128 deepseek-r1 8 1024
   lanes torch_lane
+elif [ "$STEP" = rest ]; then  # what STEP=torch and tune2 left on the morning lease
+  chk 100 fp8-tensor deepseek-r1 1,8 1,64,1024
+  chk 70 fp8-channel llama4-maverick-128e 8 1,64,1024
+  sweep 0 70 h200-rows-silu-qwen3-tp8-$STAMP --models qwen3-235b-a22b --tp 8 --ep 1 \
+    --tokens 1-8192 --backends aiter-triton-silu --config default,tuned --modes graph
+  sweep 0 110 h200-rows-torch-fp8-channel-tp8-$STAMP --models llama4-scout-16e,llama4-maverick-128e \
+    --tp 8 --ep 1 --tokens 1-8192 --dtype fp8-channel --backends torch-fp8 --modes graph,eager
 elif [ "$STEP" = tune2 ]; then
   tune2
 elif [ "$STEP" = fp8 ]; then
