@@ -24,7 +24,11 @@ tensor 4, channel 4n, block128 4*ceil(n/128)*ceil(k/128)), S_a(m, k) of an activ
   act      read gemm1's output [rows, 2I] in bf16, write [rows, I] as gemm2 takes it:
            rows*2I*a + rows*I*q + S_a(rows, I).
   align    read the routing ids, write the sorted ids, int32 both: 2 * T*k*4 (the
-           per-block expert ids and the padding are not counted: the minimum).
+           per-block expert ids and the padding are not counted: the minimum). A backend
+           that gathers the activation rows into expert order (Backend.gathers_rows: the
+           torch backends' index_select of x, which the profiler files under align) also
+           moves those rows: + (min(T, pairs) + pairs) * H*q + S_a(min(T, pairs) + pairs, H)
+           (each token's row read once, each local pair's row written once).
   combine  read [T, k, H], write [T, H], bf16: T*k*H*a + T*H*a; 0 when k == 1.
   gemm1    flops 2*pairs*H*2I; bytes experts_hit*(2I*H*w + S_w(2I, H)) + T*H*q + S_a(T, H)
            + pairs*2I*a (its output).
@@ -82,18 +86,29 @@ def act_scale_bytes(scheme: str, m: float, k: int) -> float:
     return 0.0
 
 
-def phase_bytes_flops(problem: Problem, experts_hit: float, pairs: float) -> dict:
-    """{phase: (bytes, flops)} of the module docstring's formulas."""
+def gathers_rows(backend) -> bool:
+    """Whether `backend` (a name) copies x's rows into expert order (Backend.gathers_rows);
+    False for a name no backend has (an imported table's rows)."""
+    from .backends import backend_class, names
+    return isinstance(backend, str) and backend in names() and \
+        bool(backend_class(backend).gathers_rows)
+
+
+def phase_bytes_flops(problem: Problem, experts_hit: float, pairs: float,
+                      gathered: bool = False) -> dict:
+    """{phase: (bytes, flops)} of the module docstring's formulas; gathered: the backend
+    gathers x's rows into expert order (the align phase moves them)."""
     T, H, I, k = problem.tokens, problem.hidden, problem.inter, problem.topk
     s, fp8 = problem.dtype, problem.is_fp8
     a = _ELEM_BYTES[problem.act_dtype]
     w = q = 1 if fp8 else a
     rows = T * k
     sw = (lambda n, kk: scale_bytes(s, n, kk)) if fp8 else (lambda n, kk: 0)
+    g = min(T, pairs) + pairs if gathered else 0  # rows read + rows written by the gather
     return {
         "quant": ((T * H * a + T * H * q + act_scale_bytes(s, T, H)) if fp8 else 0.0, 0.0),
         "act": (rows * 2 * I * a + rows * I * q + act_scale_bytes(s, rows, I), 0.0),
-        "align": (2.0 * rows * 4, 0.0),
+        "align": (2.0 * rows * 4 + g * H * q + (act_scale_bytes(s, g, H) if g else 0), 0.0),
         "combine": (0.0 if k == 1 else float(T * k * H * a + T * H * a), 0.0),
         "gemm1": (experts_hit * (2 * I * H * w + sw(2 * I, H)) + T * H * q
                   + act_scale_bytes(s, T, H) + pairs * 2 * I * a, 2.0 * pairs * H * 2 * I),
@@ -103,13 +118,14 @@ def phase_bytes_flops(problem: Problem, experts_hit: float, pairs: float) -> dic
 
 
 def phase_floors(problem: Problem, topk_ids=None, *, experts_hit=None, pairs=None,
-                 ceilings: Ceilings | DeviceSpec | None) -> dict:
+                 ceilings: Ceilings | DeviceSpec | None, gathered: bool = False) -> dict:
     """{phase: dict(floor_us, bytes, flops, bound, basis)} for FLOOR_PHASES. Counts: exact
     from global topk_ids [T, k] when given, else the uniform expectation; experts_hit and
-    pairs override them (a stored row's counts). ceilings None: floor_us NaN."""
+    pairs override them (a stored row's counts). ceilings None: floor_us NaN. gathered:
+    the backend gathers x's rows (gathers_rows), counted in the align floor."""
     c = cost(problem, topk_ids, experts_hit=experts_hit, pairs=pairs)
     out = {}
-    for ph, (b, f) in phase_bytes_flops(problem, c.experts_hit, c.pairs).items():
+    for ph, (b, f) in phase_bytes_flops(problem, c.experts_hit, c.pairs, gathered).items():
         mem = comp = math.nan
         basis = "no ceilings"
         if ceilings is not None:
@@ -154,13 +170,13 @@ def _measured(kernels, point_id: str | None = None) -> dict:
 
 def phase_rows(point_id: str, problem: Problem, topk_ids, kernels_df: pd.DataFrame | None,
                ceilings, *, median_us: float | None = None, experts_hit=None,
-               pairs=None) -> list[dict]:
+               pairs=None, gathered: bool = False) -> list[dict]:
     """A row per phase (PHASE_COLUMNS): FLOOR_PHASES always, route/other and any other
     phase the kernels have, and `gaps` (median_us - kernel sum) when median_us is known.
     kernels_df: profile_kernels' table, or a run's kernels (filtered by point_id)."""
     m = _measured(kernels_df, point_id)
     floors = phase_floors(problem, topk_ids, experts_hit=experts_hit, pairs=pairs,
-                          ceilings=ceilings)
+                          ceilings=ceilings, gathered=gathered)
     phases = list(FLOOR_PHASES) + [p for p in m if p not in FLOOR_PHASES]
     rows = []
     for ph in phases:
@@ -203,7 +219,9 @@ def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
     with the point's columns; per point sorted by over_us, largest first. Stored phases
     (a run's phases.parquet) are used where present, else the floors are computed from
     the row (make_problem; its experts_hit/pairs, else expected) and the row's device's
-    committed ceilings (none: NaN). The measured column adds up to median_us."""
+    committed ceilings (none: NaN). The measured column adds up to median_us. The align
+    floor of a backend that gathers x's rows is computed here from the row's own counts
+    (runs before ee2598e's successor stored the ids-only floor for it)."""
     ok = ok_rows(results_df)
     stored = {} if phases_df is None or not len(phases_df) else {
         pid: g for pid, g in phases_df.groupby(phases_df["point_id"].astype(str))}
@@ -219,15 +237,24 @@ def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
                         "device", "git_commit") if c in ok]
     for full in ok.to_dict("records"):
         row, pid = {c: full[c] for c in keep}, str(full["point_id"])
-        if pid in stored:
+        gathered = gathers_rows(row.get("backend"))
+        if pid in stored and not gathered:
             ph = stored[pid].reindex(columns=list(PHASE_COLUMNS)).to_dict("records")
         else:
             prob = make_problem(row["model"], int(row["tokens"]), row["dtype"], int(row["tp"]),
                                 int(row["ep"]), int(row["ep_rank"]))
-            ph = phase_rows(pid, prob, None, kern.get(pid, {}),
-                            _ceilings(row.get("device"), cache),
-                            median_us=float(row["median_us"]),
-                            experts_hit=_given(full, "experts_hit"), pairs=_given(full, "pairs"))
+            counts = dict(experts_hit=_given(full, "experts_hit"), pairs=_given(full, "pairs"))
+            if pid in stored:  # stored times as measured; the align floor with the rows
+                ph = stored[pid].reindex(columns=list(PHASE_COLUMNS)).to_dict("records")
+                f = phase_floors(prob, None, **counts, ceilings=_ceilings(row.get("device"), cache),
+                                 gathered=True)["align"]
+                for r in ph:
+                    if r["phase"] == "align":
+                        r.update(floor_us=f["floor_us"], floor_bytes=f["bytes"], bound=f["bound"])
+            else:
+                ph = phase_rows(pid, prob, None, kern.get(pid, {}),
+                                _ceilings(row.get("device"), cache),
+                                median_us=float(row["median_us"]), gathered=gathered, **counts)
         recs += [{**r, **row} for r in ph]
     cols = keep + ["sharding", "phase", "measured_us", "calls", "floor_us", "floor_bytes",
                    "floor_flops", "bound", "over_us", "x_floor", "share"]

@@ -378,7 +378,7 @@ class Sweep:
         for phases.parquet. Annotation: a failure here is a warning, never a lost row."""
         if kdf is None:
             return []
-        from .ledger import phase_rows
+        from .ledger import gathers_rows, phase_rows
         if not hasattr(self, "_ceilings"):
             from .core.devices import ceilings_for
             try:
@@ -391,7 +391,8 @@ class Sweep:
                 continue
             try:
                 out += phase_rows(row["point_id"], prob, inp.topk_ids.cpu(), kdf, self._ceilings,
-                                  median_us=row["median_us"])
+                                  median_us=row["median_us"],
+                                  gathered=gathers_rows(row["backend"]))
             except Exception as exc:
                 reraise_if_terminated(exc)
                 row["warning"] = "; ".join(x for x in (row.get("warning") or "",

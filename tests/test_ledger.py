@@ -103,6 +103,45 @@ def test_ep_counts_local_pairs_and_experts_but_glue_sees_every_row():
     assert e["pairs"] == 4 * 2 / 2 and e["experts_hit"] == pytest.approx(cost(p).experts_hit)
 
 
+def test_a_backend_that_gathers_rows_has_them_in_its_align_floor():
+    """The torch backends copy x's rows into expert order (index_select, filed under align
+    by the profiler): the align floor then moves min(T, pairs) rows in and pairs rows out
+    of the GEMM's input, with their scales; the fused backends' floor stays the ids."""
+    p = make_problem(MODEL, 16, "bf16", 1, 1)
+    plain = lg.phase_floors(p, _ids(16), ceilings=CEIL)["align"]["bytes"]
+    rows = lg.phase_floors(p, _ids(16), ceilings=CEIL, gathered=True)["align"]["bytes"]
+    assert rows - plain == (16 + 32) * 256 * 2  # 16 tokens read, 32 pairs written, bf16
+    ep = make_problem(MODEL, 4, "fp8-channel", 2, 2, 0)  # 3 local pairs of 4 tokens
+    ids = torch.tensor([[0, 4], [1, 5], [0, 6], [7, 5]], dtype=torch.int32)
+    f = lg.phase_floors(ep, ids, ceilings=CEIL, gathered=True)["align"]
+    assert f["bytes"] == 2 * 8 * 4 + (3 + 3) * 256 * 1 + (3 + 3) * 4  # fp8 rows + scales
+    assert lg.gathers_rows("torch-grouped") and lg.gathers_rows("torch-fp8-grouped")
+    assert not lg.gathers_rows("aiter-triton") and not lg.gathers_rows("aiter-tuned-table")
+
+
+def test_a_stored_run_gets_the_rows_in_its_align_floor():
+    """Committed torch-grouped phases stored the ids-only align floor; the ledger puts the
+    gathered rows in from the row's own counts, times untouched; aiter-triton's stay."""
+    from moe_lab.store import open_run
+    run = open_run(Path(RUNS_DIR) / "h200-rows-bf16-tp8ep8-20261201")
+    led = lg.ledger(run.results, run.kernels, run.phases)
+    al = led[led["phase"] == "align"].set_index("point_id")
+    st = run.phases[run.phases["phase"] == "align"].set_index("point_id")
+    pt = run.results[(run.results["tokens"] == 4096) & (run.results["model"] == "deepseek-r1")
+                     & (run.results["glue"] == "fused")].iloc[0]
+    p = make_problem("deepseek-r1", 4096, "bf16", 8, 8, 0)
+    add = (min(4096, pt["pairs"]) + pt["pairs"]) * p.hidden * 2
+    assert al.at[pt["point_id"], "floor_bytes"] == pytest.approx(
+        st.at[pt["point_id"], "floor_bytes"] + add)
+    assert (al["measured_us"] == st.loc[al.index, "measured_us"]).all()
+    ai = open_run(Path(RUNS_DIR) / "h200-align-bf16-tp8ep8-20261201")
+    la = lg.ledger(ai.results, ai.kernels, ai.phases)
+    sa = ai.phases.set_index(["point_id", "phase"])["floor_us"]
+    got = la.set_index(["point_id", "phase"])["floor_us"]
+    assert (got.loc[sa.index.intersection(got.index)] == sa.loc[
+        sa.index.intersection(got.index)]).all()
+
+
 def test_k1_has_no_combine_and_no_ceilings_means_nan():
     p = make_problem("custom:H=256,I=128,E=8,k=1", 16, "bf16", 1, 1)
     f = lg.phase_floors(p, None, ceilings=CEIL)

@@ -43,6 +43,31 @@ def test_matches_the_fp8_reference_with_the_op_stood_in(scheme, model, tp, ep, t
 
 
 @pytest.mark.parametrize("scheme", ["fp8-tensor", "fp8-channel"])
+def test_llama4s_router_weight_rides_in_the_scales_not_a_pass_over_x(scheme):
+    """Weight on the input (Llama-4, top-1): the fused glue quantises x itself and folds
+    w_t into token t's row scale; the naive glue quantises x*w (scaled in fp32 first).
+    Both match the reference."""
+    p = make_problem("custom:H=256,I=256,E=4,k=1,router=llama4", 9, scheme, 1, 1)
+    w, inp = make_weights(p, "cpu", 4), make_inputs(p, "cpu", 8)
+    x, wt = inp.x, inp.topk_weights.reshape(-1).float()
+    assert float(wt.min()) > 0 and not torch.allclose(wt, torch.ones_like(wt))
+    for glue in ("fused", "naive"):
+        mm = StandIn()
+        fn = grouped_fp8_fn(p, w.quant, w.expert_map, mm=mm, glue=glue)
+        out = fn(*inp.args())
+        assert rel_err(out, reference(p, w, inp)) < THRESHOLDS[scheme], glue
+        a1, _, sa, *_ = mm.calls[0]
+        xin = x if glue == "fused" else (x.float() * wt[:, None]).to(x.dtype)
+        xq, xs = fn.glue.quant(xin)
+        xs = xs.reshape(-1).expand(x.shape[0])
+        want_s = xs * wt if glue == "fused" else xs
+        bits, rows = xq.view(torch.uint8), a1.view(torch.uint8)
+        for t in range(x.shape[0]):  # token t's gemm1 row: its fp8 bits, its scale
+            hit = (rows == bits[t]).all(1) & torch.isclose(sa, want_s[t], rtol=1e-6)
+            assert bool(hit.any()), (glue, t)
+
+
+@pytest.mark.parametrize("scheme", ["fp8-tensor", "fp8-channel"])
 def test_every_call_passes_the_real_ops_argument_checks(scheme):
     p = make_problem("qwen3-30b-a3b", 5, scheme, 8, 1)
     w = make_weights(p, "cpu", 0)

@@ -26,6 +26,9 @@ on the class:
                       bf16 (or fp16/fp32) check or sweep (named explicitly, it gives rows)
     tunable           has launch configurations that `moe-lab tune` searches (then it also
                       implements config_space, default_config and config files, below)
+    gathers_rows      copies the activation rows into expert order before gemm1 (an index
+                      select of x); the ledger counts that copy in the align phase and its
+                      floor (moe_lab.ledger)
     glues             the glue variants it offers (moe_lab.glue.GLUES, its default first);
                       () = no glue choice. One that offers them takes prepare(..., glue=)
     available() -> (bool, reason)             can it run on this machine at all?
@@ -78,6 +81,7 @@ class Backend:
     tunable = False
     quant_schemes: tuple[str, ...] = ()
     fp8_only = False
+    gathers_rows = False
     glues: tuple[str, ...] = ()  # e.g. ("fused", "naive"): prepare(..., glue=) takes one
 
     def available(self) -> tuple[bool, str]:

@@ -312,6 +312,7 @@ def _fmt(weights: Weights) -> quant.QuantWeights:
 @register
 class TorchFp8Backend(Backend):
     name = "torch-fp8"
+    gathers_rows = True  # each expert's rows by index_select (fp8_moe)
     description = ("per-expert loop of torch._scaled_mm / F.scaled_mm FP8 matmuls, each "
                    "expert's rows padded to 16 (fp8 schemes where the build has the scaling)")
     label, color = "torch-fp8 (scaled_mm loop)", "tab:olive"
@@ -340,6 +341,7 @@ class TorchFp8Backend(Backend):
 @register
 class TorchFp8DequantBackend(Backend):
     name = "torch-fp8-dequant"
+    gathers_rows = True
     description = ("fp8 schemes without an fp8 GEMM: weights dequantised once to bf16, "
                    "activations quantised and dequantised per call, bf16 matmuls per expert")
     label, color = "torch-fp8-dequant (bf16 matmuls)", "tab:brown"

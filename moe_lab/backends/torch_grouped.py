@@ -174,6 +174,7 @@ def grouped_moe_fn(problem, weights: Weights, combine: str | None = None,
 @register
 class TorchGroupedBackend(Backend):
     name = "torch-grouped"
+    gathers_rows = True  # xs = x[token of each sorted pair]
     description = "torch._grouped_mm grouped GEMMs (CUTLASS on Hopper), bf16 glue"
     label, color = "torch-grouped", "tab:blue"
     combine = "bag"  # "bag" (embedding_bag) or "bmm" (torch-grouped-bmm)

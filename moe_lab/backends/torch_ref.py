@@ -70,6 +70,7 @@ class TorchBackend(Backend):
     intermediates = [("gathered x", "local", "H", "act"), ("gemm1 out h", "local", "2I", "act"),
                      ("act out a", "local", "I", "act"), ("gemm2 out y", "local", "H", "act"),
                      ("y fp32 scaled", "local", "H", 4), ("fp32 accumulator", "tokens", "H", 4)]
+    gathers_rows = True
     compile_both_ways = True  # Dynamo unrolls the loop; through the op it does not
     not_capturable = ("the per-expert loop reads expert token counts on the host "
                       "(bincount().tolist()), a sync that CUDA graph capture forbids")

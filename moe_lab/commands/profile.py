@@ -156,14 +156,14 @@ def print_ledger(prob, args, device: str, df) -> None:
     from ..correctness import make_inputs, point_seed
     from ..core.devices import ceilings_for
     from ..core.environment import device_name
-    from ..ledger import phase_rows
+    from ..ledger import gathers_rows, phase_rows
     ids = make_inputs(prob, "cpu", point_seed(args.seed, args.tokens, args.routing),
                       args.routing).topk_ids  # the draw profile used: a pure function
     try:
         ceil = ceilings_for(device_name(device))
     except UsageError:
         ceil = None
-    led = pd.DataFrame(phase_rows("", prob, ids, df, ceil))
+    led = pd.DataFrame(phase_rows("", prob, ids, df, ceil, gathered=gathers_rows(args.backend)))
     led["over_us"] = (led["measured_us"] - led["floor_us"]).clip(lower=0)
     led["x_floor"] = led["measured_us"] / led["floor_us"].where(led["floor_us"] > 0)
     led = led.sort_values(["over_us", "measured_us"], ascending=False, na_position="last")

@@ -226,7 +226,7 @@ def phase_floors(row, ceil: Ceilings) -> dict:
                      int(row["ep"]), int(row["ep_rank"]))
     count = lambda c: float(row[c]) if c in row and pd.notna(row[c]) else None  # noqa: E731
     f = ledger.phase_floors(p, None, experts_hit=count("experts_hit"), pairs=count("pairs"),
-                            ceilings=ceil)
+                            ceilings=ceil, gathered=ledger.gathers_rows(row.get("backend")))
     return {ph: d["floor_us"] for ph, d in f.items()}
 
 
