@@ -19,6 +19,12 @@
 #              DeepSeek-R1 fp8-block128 TP8+EP8 1024); torch-grouped bf16 and
 #              torch-fp8-grouped fp8-channel with glue fused and naive (combine_rows, the
 #              one-gather rows), 1..8192, graph
+#   STEP=rest  what torch and tune2 left on the late lease (two rechecks, two resumed sweeps)
+#   STEP=next  (the next lease) the Qwen3-235B aiter-triton-silu TP8 search resumed (it ran out
+#              in gemm2 at 1024 tokens) and swept again; torch-fp8-grouped fp8-channel on
+#              Scout and Maverick TP8 after the router weight went into the scales, beside
+#              their bf16 aiter-triton tuned baseline of the same lease; Qwen3-235B
+#              fp8-block128 default and tuned in eager (the late lease swept graph only)
 #   STEP=tune2 Qwen3-235B fp8-block128 tuned at TP8+EP8 and aiter-triton-silu at TP8, each
 #              swept default against tuned; torch-fp8 fp8-channel (Scout, Maverick TP8,
 #              graph and eager); the two runs the evening lease cut, resumed
@@ -182,6 +188,18 @@ elif [ "$STEP" = rest ]; then  # what STEP=torch and tune2 left on the morning l
     --tokens 1-8192 --backends aiter-triton-silu --config default,tuned --modes graph
   sweep 0 110 h200-rows-torch-fp8-channel-tp8-$STAMP --models llama4-scout-16e,llama4-maverick-128e \
     --tp 8 --ep 1 --tokens 1-8192 --dtype fp8-channel --backends torch-fp8 --modes graph,eager
+elif [ "$STEP" = next ]; then
+  tune_run 280 h200-tune-aiter-triton-silu-qwen3-tp8-$STAMP --backend aiter-triton-silu \
+    --models qwen3-235b-a22b --tp 8 --ep 1
+  sweep 0 45 h200-rows-silu-qwen3-tp8-b-$STAMP --models qwen3-235b-a22b --tp 8 --ep 1 \
+    --tokens 1-8192 --backends aiter-triton-silu --config default,tuned --modes graph
+  sweep 0 80 h200-rows-fp8-channel-woi-tp8-$STAMP --models llama4-scout-16e,llama4-maverick-128e \
+    --tp 8 --ep 1 --tokens 1-8192 --dtype fp8-channel --backends torch-fp8-grouped --modes graph \
+    --glue fused,naive
+  sweep 0 50 h200-rows-bf16-llama4-tp8-$STAMP --models llama4-scout-16e,llama4-maverick-128e \
+    --tp 8 --ep 1 --tokens 1-8192 --backends aiter-triton --config tuned --modes graph
+  sweep 0 45 h200-rows-fp8-block128-qwen3-eager-$STAMP --models qwen3-235b-a22b --tp 8 --ep 8 \
+    --tokens 1-8192 --dtype fp8-block128 --backends aiter-triton --config default,tuned --modes eager
 elif [ "$STEP" = tune2 ]; then
   tune2
 elif [ "$STEP" = fp8 ]; then
@@ -201,6 +219,6 @@ elif [ "$STEP" = bf16 ]; then
 elif [ "$STEP" = tune ]; then
   lanes tune_lane
 else
-  echo "STEP must be fp8, bf16, tune, torch or tune2" >&2; exit 2
+  echo "STEP must be fp8, bf16, tune, torch, tune2, rest or next" >&2; exit 2
 fi
 echo "done in $(( $(date +%s) - t0 )) s"

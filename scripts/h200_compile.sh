@@ -15,7 +15,7 @@
 #                       at +40 s, then the bundle)
 #   COMPILE_BUDGET      --compile-budget: seconds of compile per backend x variant; the
 #                       torch reference gets less: Dynamo unrolls its loop over experts
-#   TOKENS, MODES, STAMP
+#   TOKENS, MODES, STAMP, COMPILE_MODELS (below)
 #   FILL_TOKENS         a first pass over these token counts for every model before TOKENS
 #                       (e.g. the grid already committed, so rows a killed lease left out
 #                       and new cheap modes are filled in before the new token counts)
@@ -37,7 +37,10 @@ TOKENS=${TOKENS:-1,16,64,256,1024,4096}
 FILL_TOKENS=${FILL_TOKENS:-}
 # cheap variants first, so a lease that runs out leaves the expensive ones to the next
 MODES=${MODES:-eager,graph,compile:off,compile:default,compile:default:dynamic,compile:reduce-overhead,compile:reduce-overhead:dynamic,compile:max-autotune-no-cudagraphs:dynamic,compile:max-autotune-no-cudagraphs}
-MODELS=(deepseek-r1 qwen3-235b-a22b llama4-scout-16e llama4-maverick-128e)
+# COMPILE_MODELS: the models this call measures (default the four). On one GPU give a call
+# one model: max-autotune compiles of torch-grouped and aiter-triton take up to their whole
+# budget each, and the four models' equal shares of 350 s reached only the torch reference
+MODELS=(${COMPILE_MODELS:-deepseek-r1 qwen3-235b-a22b llama4-scout-16e llama4-maverick-128e})
 NG=$(python3 -c "import torch; print(torch.cuda.device_count())")
 echo "gpus=$NG tokens=${FILL_TOKENS:+$FILL_TOKENS then }$TOKENS deadline ${DEADLINE_S}s compile budget ${COMPILE_BUDGET}s commit $MOE_LAB_GIT_COMMIT"
 

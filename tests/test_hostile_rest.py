@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -427,6 +428,30 @@ def test_a_sigkilled_nproc_parent_takes_its_workers_with_it(tmp_path):
     time.sleep(1.0)
     assert _tree(tmp_path / "r") == before
     assert not list((tmp_path / "tmp").glob("moe-lab-spec-*"))
+
+
+def test_sigterm_to_a_check_keeps_the_points_it_checked_in_its_out_file(tmp_path):
+    """A check stopped by `timeout` (as a device script's share of a lease runs out) has
+    written every point it finished to --out, and says where it stopped; exit 143."""
+    out = tmp_path / "check.txt"
+    argv = [sys.executable, "-m", "moe_lab", "check", "--model", "custom:H=512,I=1024,E=16,k=4",
+            "--tp", "1", "--tokens", "16,32,64,128,256,512,1024,2048,4096,8192",
+            "--backends", "torch", "--device", "cpu", "--seed", "3", "--out", str(out)]
+    p = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: out.exists() and " PASS " in out.read_text(), p)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, err
+    lines = out.read_text().splitlines()
+    checked = [ln for ln in lines if " PASS " in ln]
+    assert lines[0].startswith("# moe-lab check") and checked
+    assert re.fullmatch(rf"# interrupted \(SIGTERM\) after {len(checked)} of 10 points: .*",
+                        lines[-1]), lines[-1]
 
 
 @pytest.mark.parametrize("nproc", [False, True], ids=["one-process", "nproc-2"])

@@ -28,16 +28,34 @@ def shown(text: str) -> dict:
 
 
 def expected(run_dir: Path) -> dict:
-    """The same numbers from the folder: planned = config models x tp x ep x routings x
-    tokens x backends x modes, compile modes twice for a backend that declares
-    compile_both_ways (every committed row is inside the plan)."""
+    """The same numbers from the folder. Planned, per shard (model, tp, ep, routing): its
+    token grid times its backend x mode x wrap combinations, each the union of what the
+    manifest's config asks for (config models x tp x ep x routings x tokens x backends x
+    modes, compile modes twice for a backend that declares compile_both_ways) and what
+    the rows have: a resume that asked for fewer (the last invocation's config) still
+    counts the points the earlier ones planned."""
     from moe_lab.backends import backend_class
     cfg = json.loads((run_dir / "manifest.json").read_text())["config"]
     res = pd.read_parquet(run_dir / "results.parquet")
-    per_token = sum(1 + (m.startswith("compile:") and backend_class(b).compile_both_ways)
-                    for b in cfg["backends"] for m in cfg["modes"])
-    planned = (per_token * len(cfg["tokens"]) * len(cfg["models"]) * len(cfg["tp"])
-               * len(cfg["ep"]) * len(cfg["routing"]))
+    grid, combos = {}, {}
+    for m in cfg["models"]:
+        for tp in cfg["tp"]:
+            for ep in cfg["ep"]:
+                for r in cfg["routing"]:
+                    sh = (m, int(tp), int(ep), r)
+                    grid.setdefault(sh, set()).update(int(t) for t in cfg["tokens"])
+                    for b in cfg["backends"]:
+                        for mode in cfg["modes"]:
+                            both = mode.startswith("compile:") and backend_class(b).compile_both_ways
+                            combos.setdefault(sh, set()).update(
+                                (b, mode, w) for w in ((False, True) if both else (False,)))
+    wrapped = res["wrapped"].astype("boolean").fillna(False).astype(bool) \
+        if "wrapped" in res else pd.Series(False, index=res.index)
+    for row, w in zip(res.itertuples(index=False), wrapped):
+        sh = (row.model, int(row.tp), int(row.ep), row.routing)
+        grid.setdefault(sh, set()).add(int(row.tokens))
+        combos.setdefault(sh, set()).add((row.backend, row.mode, bool(w)))
+    planned = sum(len(grid[sh]) * len(combos.get(sh, ())) for sh in grid)
     keys = res[["model", "backend", "mode", "wrapped", "tokens"]].astype(str).agg("|".join, axis=1)
     comp = res[res["mode"].str.startswith("compile:")]
     return dict(run=run_dir.name, points=len(res), coverage=(keys.nunique(), planned),

@@ -9,7 +9,9 @@ import time
 
 from .. import backends
 from ..correctness import check_problem, classify_exception, one_line, resolve_device
+from ..core import atomic
 from ..core.environment import capture_environment
+from ..core.errors import Terminated, reraise_if_terminated, terminate_gracefully
 from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_tokens, split_models
 from ..core.routing import parse_routing
 from ..configs import validate_config_arg
@@ -28,7 +30,10 @@ def configure(p):
     p.add_argument("--backends", default=None, help="comma-separated (default: all)")
     options.config(p, many=False)
     p.add_argument("--seed", type=int, default=None, help="default: fresh random seed (printed)")
-    p.add_argument("--out", default=None, help="also write the printed report to this file")
+    p.add_argument("--out", default=None,
+                   help="also write the printed report to this file: rewritten whole after "
+                        "every point, so a check stopped (SIGTERM, a time limit) keeps what "
+                        "it checked, with a line saying where it stopped")
 
 
 def _models_default(device: str) -> list[str]:
@@ -55,6 +60,15 @@ def run(args) -> int:
         print(s, flush=True)
         lines.append(s)
 
+    def save(extra=()):  # the report so far, whole: an interrupted check keeps its lines
+        if args.out:
+            text = "\n".join([*lines, *extra]) + "\n"
+
+            def w(tmp):
+                with open(tmp, "w") as f:
+                    f.write(text)
+            atomic.atomic_write_bytes(args.out, w)
+
     env = capture_environment()
     emit(f"# moe-lab check  {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
     emit(f"# command: moe-lab {' '.join(getattr(args, '_argv', sys.argv[1:]))}")
@@ -71,13 +85,34 @@ def run(args) -> int:
     emit(f"{'model':{mw}} {'shard':9} {'tokens':>6} {'backend':{bw}} {'status':12} "
          f"{'max_rel_err':>11} {'limit':>6}  note")
     bad = 0
+    save()
+    try:
+        with terminate_gracefully():
+            bad = _check_all(problems, names, device, seed, args, emit, save, mw, bw)
+    except Terminated:
+        save([f"# interrupted (SIGTERM) after {_done[0]} of {len(problems)} points: the "
+              "lines above are what was checked"])
+        raise
+    emit(f"# {bad} failing backend-point(s)" if bad else "# all available backends pass")
+    save()
+    return 1 if bad else 0
+
+
+_done = [0]  # points checked so far by the running check (for the interrupted line)
+
+
+def _check_all(problems, names, device, seed, args, emit, save, mw, bw) -> int:
+    bad, _done[0] = 0, 0
     for i, prob in enumerate(problems):
         try:
             rows = check_problem(prob, names, device, seed + i, args.routing, args.config)
         except Exception as exc:  # the reference itself could not run (e.g. OOM)
+            reraise_if_terminated(exc)
             emit(f"{prob.model.name:{mw}} {prob.sharding:9} {prob.tokens:>6} {'(reference)':{bw}} "
                  f"{classify_exception(exc):12} {'':>11} {'':>6}  {one_line(exc)}")
             bad += 1
+            _done[0] = i + 1
+            save()
             continue
         for r in rows:
             err = "" if r["max_rel_err"] != r["max_rel_err"] else f"{r['max_rel_err']:.2e}"
@@ -88,9 +123,6 @@ def run(args) -> int:
             emit(f"{prob.model.name:{mw}} {prob.sharding:9} {prob.tokens:>6} {r['backend']:{bw}} "
                  f"{verdict:12} {err:>11} {r['threshold']:>6.0e}  {note}")
             bad += r["status"] in ("incorrect", "failed", "oom")
-    emit(f"# {bad} failing backend-point(s)" if bad else "# all available backends pass")
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
-    return 1 if bad else 0
+        _done[0] = i + 1
+        save()
+    return bad

@@ -40,6 +40,9 @@ def _atomic_write_bytes(path: Path, write) -> None:
         raise
 
 
+atomic_write_bytes = _atomic_write_bytes  # write(tmp_path), then renamed over path
+
+
 def atomic_write_json(path: Path, obj: dict) -> None:
     def w(tmp):
         with open(tmp, "w") as f:

@@ -138,10 +138,10 @@ def verdict(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def fig_gemm_sol(table: pd.DataFrame, run=None):
-    """`run`: the Run the footer names first (default: the first FP8 row's run)."""
     """TFLOP/s of the GEMMs vs tokens, a panel per (model, sharding): the best FP8 point's
     (per scheme), torch._scaled_grouped_mm's on the same rows, bf16's; the FP8 peak and
-    the measured dense FP8 matmul as lines."""
+    the measured dense FP8 matmul as lines. `run`: the Run the footer names first (default:
+    the first FP8 row's run); the footer's commits are those of every run drawn."""
     if not len(table):
         return style.note_figure("No FP8 point with stored phases and a bf16 point beside it.",
                                  run)
