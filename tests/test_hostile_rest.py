@@ -430,6 +430,20 @@ def test_a_sigkilled_nproc_parent_takes_its_workers_with_it(tmp_path):
     assert not list((tmp_path / "tmp").glob("moe-lab-spec-*"))
 
 
+def _sigterm_once(p: subprocess.Popen, ready, before=lambda: None):
+    """Wait for ready(), note before(), send SIGTERM: (stdout, stderr, what before gave);
+    the process is killed if it outlives the test."""
+    try:
+        _wait_for(ready, p)
+        noted = before()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return out, err, noted
+
+
 def test_sigterm_to_a_check_keeps_the_points_it_checked_in_its_out_file(tmp_path):
     """A check stopped by `timeout` (as a device script's share of a lease runs out) has
     written every point it finished to --out, and says where it stopped; exit 143."""
@@ -439,13 +453,7 @@ def test_sigterm_to_a_check_keeps_the_points_it_checked_in_its_out_file(tmp_path
             "--backends", "torch", "--device", "cpu", "--seed", "3", "--out", str(out)]
     p = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for(lambda: out.exists() and " PASS " in out.read_text(), p)
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    _, err, _ = _sigterm_once(p, lambda: out.exists() and " PASS " in out.read_text())
     assert p.returncode == 143, err
     lines = out.read_text().splitlines()
     checked = [ln for ln in lines if " PASS " in ln]
@@ -457,15 +465,9 @@ def test_sigterm_to_a_check_keeps_the_points_it_checked_in_its_out_file(tmp_path
 @pytest.mark.parametrize("nproc", [False, True], ids=["one-process", "nproc-2"])
 def test_sigterm_to_a_sweep_exits_143_and_the_manifest_says_interrupted(tmp_path, nproc):
     p = _slow_sweep(tmp_path, *(NPROC if nproc else []))
-    try:
-        _wait_for(lambda: (tmp_path / "r" / "results.parquet").exists()
-                  and (not nproc or len(_children(p.pid)) == 2), p)
-        workers = _children(p.pid)
-        p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    out, err, workers = _sigterm_once(
+        p, lambda: (tmp_path / "r" / "results.parquet").exists()
+        and (not nproc or len(_children(p.pid)) == 2), lambda: _children(p.pid))
     assert p.returncode == 143, err
     assert err.strip().splitlines()[-1] == "moe-lab: terminated (SIGTERM); what was measured is saved"
     assert "Traceback" not in err
