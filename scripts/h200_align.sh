@@ -24,7 +24,8 @@
 #              in gemm2 at 1024 tokens) and swept again; torch-fp8-grouped fp8-channel on
 #              Scout and Maverick TP8 after the router weight went into the scales, beside
 #              their bf16 aiter-triton tuned baseline of the same lease; Qwen3-235B
-#              fp8-block128 default and tuned in eager (the late lease swept graph only)
+#              fp8-block128 default and tuned in eager (the late lease swept graph only); the
+#              first fp8-tensor sweep (DeepSeek-R1 TP8+EP8, aiter-triton and torch-fp8-grouped)
 #   STEP=tune2 Qwen3-235B fp8-block128 tuned at TP8+EP8 and aiter-triton-silu at TP8, each
 #              swept default against tuned; torch-fp8 fp8-channel (Scout, Maverick TP8,
 #              graph and eager); the two runs the evening lease cut, resumed
@@ -189,7 +190,7 @@ elif [ "$STEP" = rest ]; then  # what STEP=torch and tune2 left on the morning l
   sweep 0 110 h200-rows-torch-fp8-channel-tp8-$STAMP --models llama4-scout-16e,llama4-maverick-128e \
     --tp 8 --ep 1 --tokens 1-8192 --dtype fp8-channel --backends torch-fp8 --modes graph,eager
 elif [ "$STEP" = next ]; then
-  tune_run 280 h200-tune-aiter-triton-silu-qwen3-tp8-$STAMP --backend aiter-triton-silu \
+  tune_run 240 h200-tune-aiter-triton-silu-qwen3-tp8-$STAMP --backend aiter-triton-silu \
     --models qwen3-235b-a22b --tp 8 --ep 1
   sweep 0 45 h200-rows-silu-qwen3-tp8-b-$STAMP --models qwen3-235b-a22b --tp 8 --ep 1 \
     --tokens 1-8192 --backends aiter-triton-silu --config default,tuned --modes graph
@@ -200,6 +201,8 @@ elif [ "$STEP" = next ]; then
     --tp 8 --ep 1 --tokens 1-8192 --backends aiter-triton --config tuned --modes graph
   sweep 0 45 h200-rows-fp8-block128-qwen3-eager-$STAMP --models qwen3-235b-a22b --tp 8 --ep 8 \
     --tokens 1-8192 --dtype fp8-block128 --backends aiter-triton --config default,tuned --modes eager
+  sweep 0 60 h200-rows-fp8-tensor-tp8ep8-$STAMP --models deepseek-r1 --tp 8 --ep 8 \
+    --tokens 1-8192 --dtype fp8-tensor --backends aiter-triton,torch-fp8-grouped --modes graph
 elif [ "$STEP" = tune2 ]; then
   tune2
 elif [ "$STEP" = fp8 ]; then
