@@ -115,13 +115,15 @@ class Tuner:
         self.done = {r["candidate_id"]: r for r in old.to_dict("records")} if len(old) else {}
         self.store, self.deadline = store, (t0 + self.budget_s) if self.budget_s else math.inf
         total = sum(len(s) for s in shards)
+        self._left, self.cut = total, False  # points still to search; a share ran out
         bar = progress_bar(total, self.progress)
         winners, status, counts = [], "interrupted", {"measured": 0, "skipped": 0}
         try:
             with terminate_gracefully():
                 for shard in shards:
                     winners += self._shard(shard, bar, counts)
-            status = "complete" if time.time() < self.deadline else "budget spent"
+            status = "complete" if time.time() < self.deadline and not self.cut \
+                else "budget spent"
         finally:  # killed or not, every winner found so far reaches the config files
             bar.close()
             end_invocation(store, invocations, t0, status, counts["measured"], counts["skipped"])
@@ -134,17 +136,24 @@ class Tuner:
         out = []
         for prob in shard:
             bar.set_description(f"{prob.model.name} {prob.sharding} T={prob.tokens}")
-            if time.time() >= self.deadline:
+            now = time.time()
+            self._left -= 1
+            if now >= self.deadline:
                 bar.update(1)
                 continue
-            w = self._point(prob, weights, counts)
+            # an equal share of what is left: a budget reaches every token count (the large
+            # ones cost the most per candidate and came last), a fast point's rest rolls on
+            until = now + (self.deadline - now) / (self._left + 1)
+            w = self._point(prob, weights, counts, until)
             if w is not None:
                 out.append(w)
                 self.store.append_table("winners", [w], key=WINNER_KEY)
             bar.update(1)
         return out
 
-    def _point(self, prob: Problem, weights, counts) -> dict | None:
+    def _point(self, prob: Problem, weights, counts, until: float = math.inf) -> dict | None:
+        """The point's search, coordinate descent over its stages; each stage gets an
+        equal share of the time left before `until` (gemm2 is never starved by gemm1)."""
         inp = make_inputs(prob, self.device, point_seed(self.seed, prob.tokens, self.routing),
                           self.routing)
         ref = reference(prob, weights, inp)
@@ -156,15 +165,19 @@ class Tuner:
             d_row = self.done[d_row["candidate_id"]]
         best, best_us = dict(default), d_row["median_us"] if d_row["status"] == "ok" else math.inf
         space = self.backend.config_space(prob)
-        for stage, options in space.items():
-            rows = []
+        for i, (stage, options) in enumerate(space.items()):
+            rows, now = [], time.time()
+            stage_until = now + max(until - now, 0.0) / (len(space) - i) \
+                if math.isfinite(until) else math.inf
             for cand in options:
                 if stage != "gemm1" and "BLOCK_SIZE_M" in cand and "gemm1" in best \
                         and cand["BLOCK_SIZE_M"] != best["gemm1"].get("BLOCK_SIZE_M"):
                     continue  # one alignment: later GEMMs keep gemm1's BLOCK_SIZE_M
-                if time.time() >= self.deadline:
-                    break
                 full = dict(best, **{stage: cand})
+                timed = candidate_id(prob, self.backend_name, stage, full) in self.done
+                if not timed and time.time() >= stage_until:  # a resume reuses what it has
+                    self.cut = True
+                    break
                 rows.append(self._candidate(prob, weights, inp, stage, cand, full, counts))
             for r in sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["median_us"]):
                 if r["median_us"] >= best_us:

@@ -124,6 +124,39 @@ def test_the_budget_stops_the_search_and_says_so(tmp_path, chunked):
     assert man["status"] == "budget spent" and len(win) == 0
 
 
+def test_a_budget_reaches_every_token_count_and_both_gemms(tmp_path, chunked, monkeypatch):
+    """Each point gets an equal share of the budget left and each stage an equal share of
+    its point's: on a clock that moves 1 s per candidate timed, 12 s for three points of 11
+    candidates each search gemm1 and gemm2 at every token count (one after the other, the
+    first point alone would have spent it all), and the manifest says it was cut."""
+    import time as real
+    from moe_lab import tuning
+
+    class Clock:  # tuning's clock only: the timers keep measuring for real
+        t = real.time()
+        strftime = staticmethod(real.strftime)
+
+        @classmethod
+        def time(cls):
+            return cls.t
+    monkeypatch.setattr(tuning, "time", Clock)
+    timed = Tuner._candidate
+
+    def candidate(self, prob, weights, inp, stage, cand, full, counts):
+        before = counts["measured"]
+        row = timed(self, prob, weights, inp, stage, cand, full, counts)
+        Clock.t += 1.0 if counts["measured"] > before else 0.0
+        return row
+    monkeypatch.setattr(Tuner, "_candidate", candidate)
+    _tune(tmp_path, tokens=(4, 16, 64), budget=12.0)
+    cand = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
+    stages = cand.groupby("tokens")["stage"].apply(set).to_dict()
+    assert stages == {t: {"default", "gemm1", "gemm2"} for t in (4, 16, 64)}, stages
+    assert len(cand) < 3 * 11  # not every candidate: the budget cut each point's search
+    man = json.loads((tmp_path / "runs" / "t" / "manifest.json").read_text())
+    assert man["status"] == "budget spent"
+
+
 def test_sweep_default_and_tuned_are_separate_points(tmp_path, chunked, monkeypatch, capsys):
     monkeypatch.setenv("MOE_LAB_DATA", str(tmp_path / "runs"))
     base = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "16,64", "--dtype", "fp32",

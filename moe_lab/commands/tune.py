@@ -38,8 +38,11 @@ def configure(p):
     p.add_argument("--configs-dir", default=None,
                    help="where the winners go (default: data/configs/<device-slug>)")
     p.add_argument("--budget", type=float, default=None, metavar="S",
-                   help="stop searching after S seconds (what is left is not tuned; rerun "
-                        "to resume)")
+                   help="search for S seconds in all: each point (shape x token count) gets "
+                        "an equal share of what is left and each GEMM stage an equal share "
+                        "of its point's, so every token count and gemm2 are searched; the "
+                        "manifest says `budget spent` when a share cut a search (rerun to "
+                        "resume: timed candidates are kept)")
     p.add_argument("--rep-ms", type=float, default=20.0, help="timed repetitions per candidate")
     p.add_argument("--warmup-ms", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
