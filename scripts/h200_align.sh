@@ -23,9 +23,10 @@
 #   STEP=next  (the next lease) the Qwen3-235B aiter-triton-silu TP8 search resumed (it ran out
 #              in gemm2 at 1024 tokens) and swept again; torch-fp8-grouped fp8-channel on
 #              Scout and Maverick TP8 after the router weight went into the scales, beside
-#              their bf16 aiter-triton tuned baseline of the same lease; Qwen3-235B
-#              fp8-block128 default and tuned in eager (the late lease swept graph only); the
-#              first fp8-tensor sweep (DeepSeek-R1 TP8+EP8, aiter-triton and torch-fp8-grouped)
+#              their bf16 aiter-triton tuned baseline of the same lease; the first
+#              fp8-tensor sweep (DeepSeek-R1 TP8+EP8, aiter-triton and torch-fp8-grouped)
+#   STEP=next2 the Qwen3-235B fp8-block128 search resumed (it ran out at 4096 tokens),
+#              swept default against tuned in graph and eager, with its bf16 baseline
 #   STEP=tune2 Qwen3-235B fp8-block128 tuned at TP8+EP8 and aiter-triton-silu at TP8, each
 #              swept default against tuned; torch-fp8 fp8-channel (Scout, Maverick TP8,
 #              graph and eager); the two runs the evening lease cut, resumed
@@ -199,10 +200,16 @@ elif [ "$STEP" = next ]; then
     --glue fused,naive
   sweep 0 50 h200-rows-bf16-llama4-tp8-$STAMP --models llama4-scout-16e,llama4-maverick-128e \
     --tp 8 --ep 1 --tokens 1-8192 --backends aiter-triton --config tuned --modes graph
-  sweep 0 45 h200-rows-fp8-block128-qwen3-eager-$STAMP --models qwen3-235b-a22b --tp 8 --ep 8 \
-    --tokens 1-8192 --dtype fp8-block128 --backends aiter-triton --config default,tuned --modes eager
   sweep 0 60 h200-rows-fp8-tensor-tp8ep8-$STAMP --models deepseek-r1 --tp 8 --ep 8 \
     --tokens 1-8192 --dtype fp8-tensor --backends aiter-triton,torch-fp8-grouped --modes graph
+elif [ "$STEP" = next2 ]; then
+  tune_run 330 h200-tune-aiter-triton-fp8-block128-qwen3-tp8ep8-$STAMP --backend aiter-triton \
+    --dtype fp8-block128 --models qwen3-235b-a22b --tp 8 --ep 8
+  sweep 0 60 h200-rows-fp8-block128-qwen3-tuned-b-$STAMP --models qwen3-235b-a22b --tp 8 --ep 8 \
+    --tokens 1-8192 --dtype fp8-block128 --backends aiter-triton --config default,tuned \
+    --modes graph,eager
+  sweep 0 60 h200-rows-bf16-qwen3-tp8ep8-$STAMP --models qwen3-235b-a22b --tp 8 --ep 8 \
+    --tokens 1-8192 --backends aiter-triton,aiter-triton-silu --config tuned --modes graph
 elif [ "$STEP" = tune2 ]; then
   tune2
 elif [ "$STEP" = fp8 ]; then
@@ -222,6 +229,6 @@ elif [ "$STEP" = bf16 ]; then
 elif [ "$STEP" = tune ]; then
   lanes tune_lane
 else
-  echo "STEP must be fp8, bf16, tune, torch, tune2, rest or next" >&2; exit 2
+  echo "STEP must be fp8, bf16, tune, torch, tune2, rest, next or next2" >&2; exit 2
 fi
 echo "done in $(( $(date +%s) - t0 )) s"
