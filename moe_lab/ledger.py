@@ -313,7 +313,8 @@ def targets(ledger_df: pd.DataFrame, results_df: pd.DataFrame, mode: str = "grap
     glue phase for the glue target) with target, model, sharding, tokens, dtype, backend,
     phase, value, limit, unit, met, held_back_by (the phase with the largest over_us among
     those the target counts; '' when met), by (the miss, in `unit`), by_us (the us to
-    remove from the layer, or that phase, to meet it), point_id.
+    remove from the layer, or that phase, to meet it), point_id, run_id (the best row's
+    run where the results carry one, as of_runs' do; else '').
       glue: from GLUE_FROM tokens, each glue phase <= 3x its floor + 20 us;
       gemm share: from GEMM_FROM tokens, gemm1 + gemm2 >= 75% of the layer (median_us);
       fp8: best fp8 >= 1.5x faster than best bf16 from 16 to 256 tokens, never slower
@@ -328,7 +329,7 @@ def targets(ledger_df: pd.DataFrame, results_df: pd.DataFrame, mode: str = "grap
                         backend=backend or b["choice"], phase=phase, value=value,
                         limit=limit, unit=unit, met=met, held_back_by="" if met else held,
                         by=0.0 if met else by, by_us=0.0 if met else by_us,
-                        point_id=b["point_id"]))
+                        point_id=b["point_id"], run_id=b.get("run_id", "")))
     for b in best.to_dict("records"):
         ph = by_pt.get(b["point_id"])
         if ph is None:
@@ -362,7 +363,7 @@ def targets(ledger_df: pd.DataFrame, results_df: pd.DataFrame, mode: str = "grap
                     f["median_us"] - float(bf16.loc[k, "median_us"]) / lim,
                     backend=f"{f['dtype']} {f['choice']}")
     cols = ["target", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
-            "limit", "unit", "met", "held_back_by", "by", "by_us", "point_id"]
+            "limit", "unit", "met", "held_back_by", "by", "by_us", "point_id", "run_id"]
     return pd.DataFrame(out, columns=cols)
 
 
