@@ -57,6 +57,7 @@ def test_llama4s_router_weight_rides_in_the_scales_not_a_pass_over_x(scheme):
         out = fn(*inp.args())
         assert rel_err(out, reference(p, w, inp)) < THRESHOLDS[scheme], glue
         a1, _, sa, *_ = mm.calls[0]
+        assert ("folded" if glue == "fused" else "fp32") in fn.glue.notes["router"]
         xin = x if glue == "fused" else (x.float() * wt[:, None]).to(x.dtype)
         xq, xs = fn.glue.quant(xin)
         xs = xs.reshape(-1).expand(x.shape[0])

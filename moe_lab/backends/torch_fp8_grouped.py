@@ -117,6 +117,9 @@ def grouped_fp8_fn(problem, qw: quant.QuantWeights, expert_map, mm=None,
         return src[:rows_total], row, ends, rows_total
 
     layout = layout_fused if G.used["align"] == "fused" else layout_naive
+    if woi:  # the rows' glue_notes say how the router weight was applied
+        G.notes["router"] = ("weight folded into each token's activation scale"
+                             if G.variant != "naive" else "x scaled by the weight in fp32")
 
     def fn(x, topk_weights, topk_ids):
         T, k = topk_ids.shape
