@@ -200,6 +200,11 @@ def _given(row, col):
     return None if v is None or pd.isna(v) else float(v)
 
 
+def problem_of(row) -> Problem:
+    return make_problem(row["model"], int(row["tokens"]), row["dtype"], int(row["tp"]),
+                        int(row["ep"]), int(row["ep_rank"]))
+
+
 def _ceilings(device, cache: dict):
     if device not in cache:
         try:
@@ -221,7 +226,7 @@ def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
     the row (make_problem; its experts_hit/pairs, else expected) and the row's device's
     committed ceilings (none: NaN). The measured column adds up to median_us. The align
     floor of a backend that gathers x's rows is computed here from the row's own counts
-    (runs before ee2598e's successor stored the ids-only floor for it)."""
+    (the runs stored before it counted the rows hold the ids-only floor)."""
     ok = ok_rows(results_df)
     stored = {} if phases_df is None or not len(phases_df) else {
         pid: g for pid, g in phases_df.groupby(phases_df["point_id"].astype(str))}
@@ -238,23 +243,19 @@ def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
     for full in ok.to_dict("records"):
         row, pid = {c: full[c] for c in keep}, str(full["point_id"])
         gathered = gathers_rows(row.get("backend"))
-        if pid in stored and not gathered:
+        counts = dict(experts_hit=_given(full, "experts_hit"), pairs=_given(full, "pairs"))
+        ceil = _ceilings(row.get("device"), cache)
+        if pid in stored:
             ph = stored[pid].reindex(columns=list(PHASE_COLUMNS)).to_dict("records")
-        else:
-            prob = make_problem(row["model"], int(row["tokens"]), row["dtype"], int(row["tp"]),
-                                int(row["ep"]), int(row["ep_rank"]))
-            counts = dict(experts_hit=_given(full, "experts_hit"), pairs=_given(full, "pairs"))
-            if pid in stored:  # stored times as measured; the align floor with the rows
-                ph = stored[pid].reindex(columns=list(PHASE_COLUMNS)).to_dict("records")
-                f = phase_floors(prob, None, **counts, ceilings=_ceilings(row.get("device"), cache),
+            if gathered:  # times as stored; the align floor with the rows
+                f = phase_floors(problem_of(row), None, **counts, ceilings=ceil,
                                  gathered=True)["align"]
                 for r in ph:
                     if r["phase"] == "align":
                         r.update(floor_us=f["floor_us"], floor_bytes=f["bytes"], bound=f["bound"])
-            else:
-                ph = phase_rows(pid, prob, None, kern.get(pid, {}),
-                                _ceilings(row.get("device"), cache),
-                                median_us=float(row["median_us"]), gathered=gathered, **counts)
+        else:
+            ph = phase_rows(pid, problem_of(row), None, kern.get(pid, {}), ceil,
+                            median_us=float(row["median_us"]), gathered=gathered, **counts)
         recs += [{**r, **row} for r in ph]
     cols = keep + ["sharding", "phase", "measured_us", "calls", "floor_us", "floor_bytes",
                    "floor_flops", "bound", "over_us", "x_floor", "share"]

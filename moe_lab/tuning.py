@@ -167,8 +167,7 @@ class Tuner:
         space = self.backend.config_space(prob)
         for i, (stage, options) in enumerate(space.items()):
             rows, now = [], time.time()
-            stage_until = now + max(until - now, 0.0) / (len(space) - i) \
-                if math.isfinite(until) else math.inf
+            stage_until = now + max(until - now, 0.0) / (len(space) - i)  # inf: no budget
             for cand in options:
                 if stage != "gemm1" and "BLOCK_SIZE_M" in cand and "gemm1" in best \
                         and cand["BLOCK_SIZE_M"] != best["gemm1"].get("BLOCK_SIZE_M"):

@@ -183,7 +183,7 @@ if [ "$STEP" = torch ]; then
   chk 35 fp8-channel llama4-maverick-128e 8 1,3,64,1024
   chk 25 fp8-block128 deepseek-r1 8 1024
   lanes torch_lane
-elif [ "$STEP" = rest ]; then  # what STEP=torch and tune2 left on the morning lease
+elif [ "$STEP" = rest ]; then  # what STEP=torch and tune2 left on the late lease
   chk 100 fp8-tensor deepseek-r1 1,8 1,64,1024
   chk 70 fp8-channel llama4-maverick-128e 8 1,64,1024
   sweep 0 70 h200-rows-silu-qwen3-tp8-$STAMP --models qwen3-235b-a22b --tp 8 --ep 1 \

@@ -3,6 +3,7 @@ shows, the count of planned points that have a row and its compile rows by statu
 tests recompute them from the run's manifest and parquet files."""
 import json
 import re
+from itertools import product
 from pathlib import Path
 
 import pandas as pd
@@ -38,17 +39,13 @@ def expected(run_dir: Path) -> dict:
     cfg = json.loads((run_dir / "manifest.json").read_text())["config"]
     res = pd.read_parquet(run_dir / "results.parquet")
     grid, combos = {}, {}
-    for m in cfg["models"]:
-        for tp in cfg["tp"]:
-            for ep in cfg["ep"]:
-                for r in cfg["routing"]:
-                    sh = (m, int(tp), int(ep), r)
-                    grid.setdefault(sh, set()).update(int(t) for t in cfg["tokens"])
-                    for b in cfg["backends"]:
-                        for mode in cfg["modes"]:
-                            both = mode.startswith("compile:") and backend_class(b).compile_both_ways
-                            combos.setdefault(sh, set()).update(
-                                (b, mode, w) for w in ((False, True) if both else (False,)))
+    for m, tp, ep, r in product(cfg["models"], cfg["tp"], cfg["ep"], cfg["routing"]):
+        sh = (m, int(tp), int(ep), r)
+        grid.setdefault(sh, set()).update(int(t) for t in cfg["tokens"])
+        for b, mode in product(cfg["backends"], cfg["modes"]):
+            both = mode.startswith("compile:") and backend_class(b).compile_both_ways
+            combos.setdefault(sh, set()).update(
+                (b, mode, w) for w in ((False, True) if both else (False,)))
     wrapped = res["wrapped"].astype("boolean").fillna(False).astype(bool) \
         if "wrapped" in res else pd.Series(False, index=res.index)
     for row, w in zip(res.itertuples(index=False), wrapped):

@@ -117,21 +117,22 @@ def grouped_fp8_fn(problem, qw: quant.QuantWeights, expert_map, mm=None,
         return src[:rows_total], row, ends, rows_total
 
     layout = layout_fused if G.used["align"] == "fused" else layout_naive
+    fold = woi and G.variant != "naive"  # Llama-4's router weight in the scales, not on x
     if woi:  # the rows' glue_notes say how the router weight was applied
-        G.notes["router"] = ("weight folded into each token's activation scale"
-                             if G.variant != "naive" else "x scaled by the weight in fp32")
+        G.notes["router"] = ("weight folded into each token's activation scale" if fold
+                             else "x scaled by the weight in fp32")
 
     def fn(x, topk_weights, topk_ids):
         T, k = topk_ids.shape
         src, row, ends, R = layout(topk_ids)
         xin = x
-        if woi and G.variant == "naive":  # Llama-4, top-1: x scaled by the router
+        if woi and not fold:  # Llama-4, top-1: x scaled by the router
             xin = (x.float() * topk_weights.reshape(T, k)[:, :1].float()).to(x.dtype)
         xq, xs = G.quant(xin)
         xq_z = torch.cat([xq, xq.new_zeros(1, H)])
         rows = xq_z.index_select(0, src)
         x_s = (xs.expand(T, 1) if xs.numel() == 1 else xs).reshape(-1)
-        if woi and G.variant != "naive":  # the router weight folded into each token's
+        if fold:  # the router weight folded into each token's
             # scale: row r of gemm1 is (q_t * s_t * w_t) @ W, no pass over [T, H] (the fp32
             # multiply and its casts took 313 of 1046 us at Scout TP8, 8192 tokens:
             # h200-rows-fp8-channel-tp8-20261201)

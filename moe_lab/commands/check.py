@@ -62,12 +62,7 @@ def run(args) -> int:
 
     def save(extra=()):  # the report so far, whole: an interrupted check keeps its lines
         if args.out:
-            text = "\n".join([*lines, *extra]) + "\n"
-
-            def w(tmp):
-                with open(tmp, "w") as f:
-                    f.write(text)
-            atomic.atomic_write_bytes(args.out, w)
+            atomic.atomic_write_text(args.out, "\n".join([*lines, *extra]) + "\n")
 
     env = capture_environment()
     emit(f"# moe-lab check  {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
@@ -84,13 +79,16 @@ def run(args) -> int:
     mw = max([22] + [len(p.model.name) for p in problems])  # custom:H=..,I=..,E=..,k=..
     emit(f"{'model':{mw}} {'shard':9} {'tokens':>6} {'backend':{bw}} {'status':12} "
          f"{'max_rel_err':>11} {'limit':>6}  note")
-    bad = 0
+    bad = done = 0
     save()
     try:
         with terminate_gracefully():
-            bad = _check_all(problems, names, device, seed, args, emit, save, mw, bw)
+            for i, prob in enumerate(problems):
+                bad += _check_one(prob, names, device, seed + i, args, emit, mw, bw)
+                done = i + 1
+                save()
     except Terminated:
-        save([f"# interrupted (SIGTERM) after {_done[0]} of {len(problems)} points: the "
+        save([f"# interrupted (SIGTERM) after {done} of {len(problems)} points: the "
               "lines above are what was checked"])
         raise
     emit(f"# {bad} failing backend-point(s)" if bad else "# all available backends pass")
@@ -98,31 +96,23 @@ def run(args) -> int:
     return 1 if bad else 0
 
 
-_done = [0]  # points checked so far by the running check (for the interrupted line)
-
-
-def _check_all(problems, names, device, seed, args, emit, save, mw, bw) -> int:
-    bad, _done[0] = 0, 0
-    for i, prob in enumerate(problems):
-        try:
-            rows = check_problem(prob, names, device, seed + i, args.routing, args.config)
-        except Exception as exc:  # the reference itself could not run (e.g. OOM)
-            reraise_if_terminated(exc)
-            emit(f"{prob.model.name:{mw}} {prob.sharding:9} {prob.tokens:>6} {'(reference)':{bw}} "
-                 f"{classify_exception(exc):12} {'':>11} {'':>6}  {one_line(exc)}")
-            bad += 1
-            _done[0] = i + 1
-            save()
-            continue
-        for r in rows:
-            err = "" if r["max_rel_err"] != r["max_rel_err"] else f"{r['max_rel_err']:.2e}"
-            verdict = {"ok": "PASS", "incorrect": "FAIL", "failed": "FAIL", "oom": "FAIL"}.get(
-                r["status"], r["status"])
-            note = r["error"] or (f"quant_err {r['quant_err']:.2e} ({r['fp8_format']})"
-                                  if r.get("fp8_format") and r["status"] == "ok" else "")
-            emit(f"{prob.model.name:{mw}} {prob.sharding:9} {prob.tokens:>6} {r['backend']:{bw}} "
-                 f"{verdict:12} {err:>11} {r['threshold']:>6.0e}  {note}")
-            bad += r["status"] in ("incorrect", "failed", "oom")
-        _done[0] = i + 1
-        save()
+def _check_one(prob, names, device, seed, args, emit, mw, bw) -> int:
+    """One point's lines; how many of its backend-points fail."""
+    try:
+        rows = check_problem(prob, names, device, seed, args.routing, args.config)
+    except Exception as exc:  # the reference itself could not run (e.g. OOM)
+        reraise_if_terminated(exc)
+        emit(f"{prob.model.name:{mw}} {prob.sharding:9} {prob.tokens:>6} {'(reference)':{bw}} "
+             f"{classify_exception(exc):12} {'':>11} {'':>6}  {one_line(exc)}")
+        return 1
+    bad = 0
+    for r in rows:
+        err = "" if r["max_rel_err"] != r["max_rel_err"] else f"{r['max_rel_err']:.2e}"
+        verdict = {"ok": "PASS", "incorrect": "FAIL", "failed": "FAIL", "oom": "FAIL"}.get(
+            r["status"], r["status"])
+        note = r["error"] or (f"quant_err {r['quant_err']:.2e} ({r['fp8_format']})"
+                              if r.get("fp8_format") and r["status"] == "ok" else "")
+        emit(f"{prob.model.name:{mw}} {prob.sharding:9} {prob.tokens:>6} {r['backend']:{bw}} "
+             f"{verdict:12} {err:>11} {r['threshold']:>6.0e}  {note}")
+        bad += r["status"] in ("incorrect", "failed", "oom")
     return bad

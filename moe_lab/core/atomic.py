@@ -40,15 +40,15 @@ def _atomic_write_bytes(path: Path, write) -> None:
         raise
 
 
-atomic_write_bytes = _atomic_write_bytes  # write(tmp_path), then renamed over path
+def atomic_write_text(path: Path, text: str) -> None:
+    def w(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    _atomic_write_bytes(path, w)
 
 
 def atomic_write_json(path: Path, obj: dict) -> None:
-    def w(tmp):
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True, default=str)
-            f.write("\n")
-    _atomic_write_bytes(path, w)
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def atomic_write_parquet(path: Path, df: pd.DataFrame) -> None:

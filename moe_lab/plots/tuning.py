@@ -16,7 +16,6 @@ from .. import ledger
 from ..core.atomic import read_parquet
 from ..core.devices import Ceilings, ceilings_for
 from ..core.errors import UsageError
-from ..core.problems import make_problem
 from ..core.problems import sharding_name
 from ..roofline import add_roofline_columns
 from ..store import data_dir, find_runs, open_run, read_json
@@ -222,8 +221,7 @@ def evaluate_targets(best: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
 def phase_floors(row, ceil: Ceilings) -> dict:
     """{phase: floor_us} of a stored row: moe_lab.ledger.phase_floors (the one cost model
     of a phase, that phases.parquet stores) for the row's problem and its own counts."""
-    p = make_problem(row["model"], int(row["tokens"]), row["dtype"], int(row["tp"]),
-                     int(row["ep"]), int(row["ep_rank"]))
+    p = ledger.problem_of(row)
     count = lambda c: float(row[c]) if c in row and pd.notna(row[c]) else None  # noqa: E731
     f = ledger.phase_floors(p, None, experts_hit=count("experts_hit"), pairs=count("pairs"),
                             ceilings=ceil, gathered=ledger.gathers_rows(row.get("backend")))
