@@ -31,13 +31,16 @@
 #              swept default against tuned; torch-fp8 fp8-channel (Scout, Maverick TP8,
 #              graph and eager); the two runs the evening lease cut, resumed
 # Resumable: STAMP=<the first lease's YYYYMMDD> and the partial runs under data/runs
-# (committed or carried) make a rerun measure only what is missing. Each sweep is held to
+# (committed or carried) make a rerun measure only what is missing; TUNE_STAMP (default
+# STAMP) names the search runs next and next2 resume, so their sweeps can carry the
+# lease's own date. Each sweep is held to
 # its share of the command's minutes by `timeout` (a stopped sweep keeps what it wrote).
 # From the repo root with the amd-aiter wheel in .whl/ (scripts/fetch-device-wheels.sh)
 # and MOE_LAB_GIT_COMMIT=<sha>. Everything lands in $OUT/bundle.tar.gz.
 source "$(dirname "$0")/device_env.sh"
 STEP=${STEP:-fp8}
 BUDGET=${BUDGET:-540}   # seconds of measuring for the whole command
+TUNE_STAMP=${TUNE_STAMP:-$STAMP}
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
 t0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
@@ -191,7 +194,7 @@ elif [ "$STEP" = rest ]; then  # what STEP=torch and tune2 left on the late leas
   sweep 0 110 h200-rows-torch-fp8-channel-tp8-$STAMP --models llama4-scout-16e,llama4-maverick-128e \
     --tp 8 --ep 1 --tokens 1-8192 --dtype fp8-channel --backends torch-fp8 --modes graph,eager
 elif [ "$STEP" = next ]; then
-  tune_run 240 h200-tune-aiter-triton-silu-qwen3-tp8-$STAMP --backend aiter-triton-silu \
+  tune_run 240 h200-tune-aiter-triton-silu-qwen3-tp8-$TUNE_STAMP --backend aiter-triton-silu \
     --models qwen3-235b-a22b --tp 8 --ep 1
   sweep 0 45 h200-rows-silu-qwen3-tp8-b-$STAMP --models qwen3-235b-a22b --tp 8 --ep 1 \
     --tokens 1-8192 --backends aiter-triton-silu --config default,tuned --modes graph
@@ -203,7 +206,7 @@ elif [ "$STEP" = next ]; then
   sweep 0 60 h200-rows-fp8-tensor-tp8ep8-$STAMP --models deepseek-r1 --tp 8 --ep 8 \
     --tokens 1-8192 --dtype fp8-tensor --backends aiter-triton,torch-fp8-grouped --modes graph
 elif [ "$STEP" = next2 ]; then
-  tune_run 330 h200-tune-aiter-triton-fp8-block128-qwen3-tp8ep8-$STAMP --backend aiter-triton \
+  tune_run 330 h200-tune-aiter-triton-fp8-block128-qwen3-tp8ep8-$TUNE_STAMP --backend aiter-triton \
     --dtype fp8-block128 --models qwen3-235b-a22b --tp 8 --ep 8
   sweep 0 60 h200-rows-fp8-block128-qwen3-tuned-b-$STAMP --models qwen3-235b-a22b --tp 8 --ep 8 \
     --tokens 1-8192 --dtype fp8-block128 --backends aiter-triton --config default,tuned \
