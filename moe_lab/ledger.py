@@ -29,7 +29,9 @@ tensor 4, channel 4n, block128 4*ceil(n/128)*ceil(k/128)), S_a(m, k) of an activ
            torch backends' index_select of x, which the profiler files under align) also
            moves those rows: + (min(T, pairs) + pairs) * H*q + S_a(min(T, pairs) + pairs, H)
            (each token's row read once, each local pair's row written once).
-  combine  read [T, k, H], write [T, H], bf16: T*k*H*a + T*H*a; 0 when k == 1.
+  combine  read [T, k, H], write [T, H], bf16: T*k*H*a + T*H*a; 0 when k == 1. A backend
+           that gathered the rows has gemm2's output in expert order, [pairs, H], and must
+           bring it back to token order whatever k: pairs*H*a + T*H*a.
   gemm1    flops 2*pairs*H*2I; bytes experts_hit*(2I*H*w + S_w(2I, H)) + T*H*q + S_a(T, H)
            + pairs*2I*a (its output).
   gemm2    flops 2*pairs*I*H; bytes experts_hit*(H*I*w + S_w(H, I)) + pairs*I*q
@@ -65,6 +67,7 @@ from .roofline import _ELEM_BYTES, cost, peak_tflops, roof_bandwidth
 GLUE = ("quant", "act", "align", "combine")
 GEMMS = ("gemm1", "gemm2")
 FLOOR_PHASES = ("quant", "act", "align", "gemm1", "gemm2", "combine")
+GATHER_PHASES = ("align", "combine")  # the floors a row-gathering backend's rows change
 GAPS, UNPROFILED = "gaps", "unprofiled"
 PHASE_COLUMNS = ("point_id", "phase", "measured_us", "calls", "floor_us", "floor_bytes",
                  "floor_flops", "bound")
@@ -97,7 +100,8 @@ def gathers_rows(backend) -> bool:
 def phase_bytes_flops(problem: Problem, experts_hit: float, pairs: float,
                       gathered: bool = False) -> dict:
     """{phase: (bytes, flops)} of the module docstring's formulas; gathered: the backend
-    gathers x's rows into expert order (the align phase moves them)."""
+    gathers x's rows into expert order (the align phase moves them, the combine moves
+    gemm2's rows back)."""
     T, H, I, k = problem.tokens, problem.hidden, problem.inter, problem.topk
     s, fp8 = problem.dtype, problem.is_fp8
     a = _ELEM_BYTES[problem.act_dtype]
@@ -109,7 +113,8 @@ def phase_bytes_flops(problem: Problem, experts_hit: float, pairs: float,
         "quant": ((T * H * a + T * H * q + act_scale_bytes(s, T, H)) if fp8 else 0.0, 0.0),
         "act": (rows * 2 * I * a + rows * I * q + act_scale_bytes(s, rows, I), 0.0),
         "align": (2.0 * rows * 4 + g * H * q + (act_scale_bytes(s, g, H) if g else 0), 0.0),
-        "combine": (0.0 if k == 1 else float(T * k * H * a + T * H * a), 0.0),
+        "combine": (float(pairs * H * a + T * H * a) if gathered else
+                    0.0 if k == 1 else float(T * k * H * a + T * H * a), 0.0),
         "gemm1": (experts_hit * (2 * I * H * w + sw(2 * I, H)) + T * H * q
                   + act_scale_bytes(s, T, H) + pairs * 2 * I * a, 2.0 * pairs * H * 2 * I),
         "gemm2": (experts_hit * (H * I * w + sw(H, I)) + pairs * I * q
@@ -225,8 +230,9 @@ def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
     (a run's phases.parquet) are used where present, else the floors are computed from
     the row (make_problem; its experts_hit/pairs, else expected) and the row's device's
     committed ceilings (none: NaN). The measured column adds up to median_us. The align
-    floor of a backend that gathers x's rows is computed here from the row's own counts
-    (the runs stored before it counted the rows hold the ids-only floor)."""
+    and combine floors of a backend that gathers x's rows are computed here from the row's
+    own counts (the runs stored before they counted the rows hold the ids-only align floor
+    and a combine floor of 0 at k = 1)."""
     ok = ok_rows(results_df)
     stored = {} if phases_df is None or not len(phases_df) else {
         pid: g for pid, g in phases_df.groupby(phases_df["point_id"].astype(str))}
@@ -247,12 +253,12 @@ def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
         ceil = _ceilings(row.get("device"), cache)
         if pid in stored:
             ph = stored[pid].reindex(columns=list(PHASE_COLUMNS)).to_dict("records")
-            if gathered:  # times as stored; the align floor with the rows
-                f = phase_floors(problem_of(row), None, **counts, ceilings=ceil,
-                                 gathered=True)["align"]
+            if gathered:  # times as stored; the align and combine floors with the rows
+                f = phase_floors(problem_of(row), None, **counts, ceilings=ceil, gathered=True)
                 for r in ph:
-                    if r["phase"] == "align":
-                        r.update(floor_us=f["floor_us"], floor_bytes=f["bytes"], bound=f["bound"])
+                    if r["phase"] in GATHER_PHASES:
+                        g = f[r["phase"]]
+                        r.update(floor_us=g["floor_us"], floor_bytes=g["bytes"], bound=g["bound"])
         else:
             ph = phase_rows(pid, problem_of(row), None, kern.get(pid, {}), ceil,
                             median_us=float(row["median_us"]), gathered=gathered, **counts)
@@ -387,8 +393,9 @@ def targets_summary(targets_df: pd.DataFrame) -> pd.DataFrame:
 
 def runs_with_phases(runs=None) -> list:
     """`runs` (ids or folders) opened, or None: every run that stored its phases
-    (phases.parquet: measured with the glue timed now) from the newest day any such run
-    started, newest first. UsageError when there is none."""
+    (phases.parquet: measured with the glue timed now) on the device of the newest such
+    run, newest first, so of_runs takes a point measured more than once from its latest
+    run. UsageError when there is none."""
     from .store import data_dir, find_runs, open_run
     if runs is not None:
         return [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
@@ -396,8 +403,13 @@ def runs_with_phases(runs=None) -> list:
     if not found:
         raise UsageError(f"no run under {data_dir()} has stored phases (phases.parquet): "
                          "run `moe-lab sweep` on a GPU first")
-    day = str(found[0].manifest.get("started", ""))[:10]
-    return [r for r in found if str(r.manifest.get("started", ""))[:10] == day]
+    device = _device(found[0])
+    return [r for r in found if _device(r) == device]
+
+
+def _device(run) -> str:
+    env = run.manifest.get("environment", {})
+    return str(env.get("device_name") or env.get("device") or "")
 
 
 def of_runs(runs, mode: str = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -27,6 +27,9 @@
 #              fp8-tensor sweep (DeepSeek-R1 TP8+EP8, aiter-triton and torch-fp8-grouped)
 #   STEP=next2 the Qwen3-235B fp8-block128 search resumed (it ran out at 4096 tokens),
 #              swept default against tuned in graph and eager, with its bf16 baseline
+#   STEP=last  (STAMP=20261202) what the 2026-12-02 lease left: the Llama-4 bf16 baseline
+#              its Maverick half was cut from, resumed, and torch-fp8-grouped fp8-channel on
+#              Scout and Maverick (router weight folded) in eager beside the graph points
 #   STEP=tune2 Qwen3-235B fp8-block128 tuned at TP8+EP8 and aiter-triton-silu at TP8, each
 #              swept default against tuned; torch-fp8 fp8-channel (Scout, Maverick TP8,
 #              graph and eager); the two runs the evening lease cut, resumed
@@ -107,19 +110,13 @@ bf16_lane() {  # gpu ep
     --modes graph
 }
 
-tune_lane() {  # gpu ep
-  local g=$1 ep=$2 run=h200-tune-aiter-triton-silu-ds-qwen3-$(sh $2)-$STAMP
-  local share=$([ "$NGPU" -ge 2 ] && echo 100 || echo 50)
+tune_lane() {  # gpu ep: two lanes side by side each write their own configs folder (one
+  # provenance.json per folder), then the sweep of default against tuned
+  local g=$1 ep=$2 share=$([ "$NGPU" -ge 2 ] && echo 100 || echo 50)
   local s=$(( BUDGET * share / 100 ))
-  [ -d data/runs/$run ] && [ ! -d $B/runs/$run ] && cp -r data/runs/$run $B/runs/$run
-  CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 20 $(( s * 70 / 100 )) python3 -m moe_lab tune \
-    --backend aiter-triton-silu --models deepseek-r1,qwen3-235b-a22b --tp 8 --ep $ep \
-    --tokens 1,4,16,64,256,1024,4096,8192 --budget $(( s * 62 / 100 )) --rep-ms 10 \
-    --warmup-ms 2 --run-id $run --data-dir $B/runs --configs-dir $B/configs-$(sh $ep)/nvidia-h200 \
-    --no-progress > $B/logs/$run.log 2>&1
-  echo "tune $ep rc=$? ($(( $(date +%s) - t0 )) s)"; tail -1 $B/logs/$run.log
-  mkdir -p data/configs/nvidia-h200/aiter-triton-silu  # the sweep reads tuned files from here
-  cp $B/configs-$(sh $ep)/nvidia-h200/aiter-triton-silu/E=*.json data/configs/nvidia-h200/aiter-triton-silu/ 2>/dev/null
+  GPU=$g CONFIGS=$B/configs-$(sh $ep) tune_run $(( s * 70 / 100 )) \
+    h200-tune-aiter-triton-silu-ds-qwen3-$(sh $ep)-$STAMP --backend aiter-triton-silu \
+    --models deepseek-r1,qwen3-235b-a22b --tp 8 --ep $ep
   sweep $g $(( s * 28 / 100 )) h200-align-silu-tuned-$(sh $ep)-$STAMP \
     --models deepseek-r1,qwen3-235b-a22b --tp 8 --ep $ep --tokens 1-8192 \
     --backends aiter-triton-silu --config default,tuned --modes graph
@@ -138,16 +135,16 @@ torch_lane() {  # gpu ep: the sorted-rows backends with combine_rows and the one
 }
 
 tune_run() {  # seconds run-id tune-args...: a resumable search, its files into data/configs
-  local s=$1 run=$2; shift 2
+  # (GPU, default 0; CONFIGS, the folder it writes, default $B/configs)
+  local s=$1 run=$2 g=${GPU:-0} c=${CONFIGS:-$B/configs}/nvidia-h200; shift 2
   [ -d data/runs/$run ] && [ ! -d $B/runs/$run ] && cp -r data/runs/$run $B/runs/$run
   [ "$s" -gt "$(left)" ] && s=$(left)
   [ "$s" -lt 30 ] && { echo "tune $run: no time left"; return; }
-  CUDA_VISIBLE_DEVICES=0 timeout -s TERM -k 20 $s python3 -m moe_lab tune "$@" \
+  CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 20 $s python3 -m moe_lab tune "$@" \
     --tokens 1,4,16,64,256,1024,4096,8192 --budget $(( s - 25 )) --rep-ms 10 --warmup-ms 2 \
-    --run-id $run --data-dir $B/runs --configs-dir $B/configs/nvidia-h200 --no-progress \
-    > $B/logs/$run.log 2>&1
+    --run-id $run --data-dir $B/runs --configs-dir $c --no-progress > $B/logs/$run.log 2>&1
   echo "tune $run rc=$? ($(( $(date +%s) - t0 )) s)"; tail -1 $B/logs/$run.log
-  for d in $B/configs/nvidia-h200/*/; do  # the sweep after it reads tuned files from here
+  for d in $c/*/; do  # the sweep after it reads tuned files from here
     mkdir -p data/configs/nvidia-h200/$(basename $d); cp $d/E=*.json data/configs/nvidia-h200/$(basename $d)/ 2>/dev/null
   done
 }
@@ -205,6 +202,12 @@ elif [ "$STEP" = next ]; then
     --tp 8 --ep 1 --tokens 1-8192 --backends aiter-triton --config tuned --modes graph
   sweep 0 60 h200-rows-fp8-tensor-tp8ep8-$STAMP --models deepseek-r1 --tp 8 --ep 8 \
     --tokens 1-8192 --dtype fp8-tensor --backends aiter-triton,torch-fp8-grouped --modes graph
+elif [ "$STEP" = last ]; then  # resumes of the 2026-12-02 runs: only what is missing runs
+  sweep 0 90 h200-rows-bf16-llama4-tp8-$STAMP --models llama4-scout-16e,llama4-maverick-128e \
+    --tp 8 --ep 1 --tokens 1-8192 --backends aiter-triton --config tuned --modes graph
+  sweep 0 150 h200-rows-fp8-channel-woi-tp8-$STAMP --models llama4-scout-16e,llama4-maverick-128e \
+    --tp 8 --ep 1 --tokens 1-8192 --dtype fp8-channel --backends torch-fp8-grouped \
+    --modes graph,eager --glue fused,naive
 elif [ "$STEP" = next2 ]; then
   tune_run 330 h200-tune-aiter-triton-fp8-block128-qwen3-tp8ep8-$TUNE_STAMP --backend aiter-triton \
     --dtype fp8-block128 --models qwen3-235b-a22b --tp 8 --ep 8
@@ -232,6 +235,6 @@ elif [ "$STEP" = bf16 ]; then
 elif [ "$STEP" = tune ]; then
   lanes tune_lane
 else
-  echo "STEP must be fp8, bf16, tune, torch, tune2, rest, next or next2" >&2; exit 2
+  echo "STEP must be fp8, bf16, tune, torch, tune2, rest, next, next2 or last" >&2; exit 2
 fi
 echo "done in $(( $(date +%s) - t0 )) s"

@@ -103,10 +103,11 @@ def test_ep_counts_local_pairs_and_experts_but_glue_sees_every_row():
     assert e["pairs"] == 4 * 2 / 2 and e["experts_hit"] == pytest.approx(cost(p).experts_hit)
 
 
-def test_a_backend_that_gathers_rows_has_them_in_its_align_floor():
+def test_a_backend_that_gathers_rows_has_them_in_its_align_and_combine_floors():
     """The torch backends copy x's rows into expert order (index_select, filed under align
     by the profiler): the align floor then moves min(T, pairs) rows in and pairs rows out
-    of the GEMM's input, with their scales; the fused backends' floor stays the ids."""
+    of the GEMM's input, with their scales, and the combine moves gemm2's pairs rows back
+    to T (at k = 1 too); the fused backends' floors stay the ids and [T, k, H]."""
     p = make_problem(MODEL, 16, "bf16", 1, 1)
     plain = lg.phase_floors(p, _ids(16), ceilings=CEIL)["align"]["bytes"]
     rows = lg.phase_floors(p, _ids(16), ceilings=CEIL, gathered=True)["align"]["bytes"]
@@ -115,13 +116,21 @@ def test_a_backend_that_gathers_rows_has_them_in_its_align_floor():
     ids = torch.tensor([[0, 4], [1, 5], [0, 6], [7, 5]], dtype=torch.int32)
     f = lg.phase_floors(ep, ids, ceilings=CEIL, gathered=True)["align"]
     assert f["bytes"] == 2 * 8 * 4 + (3 + 3) * 256 * 1 + (3 + 3) * 4  # fp8 rows + scales
+    # the combine brings gemm2's local rows [pairs, H] (bf16) back to [T, H], whatever k
+    assert lg.phase_floors(ep, ids, ceilings=CEIL, gathered=True)["combine"]["bytes"] \
+        == 3 * 256 * 2 + 4 * 256 * 2
+    k1 = make_problem("custom:H=256,I=128,E=8,k=1", 16, "bf16", 1, 1)
+    assert lg.phase_floors(k1, None, ceilings=CEIL)["combine"]["bytes"] == 0
+    assert lg.phase_floors(k1, None, ceilings=CEIL, gathered=True)["combine"]["bytes"] \
+        == (16 + 16) * 256 * 2
     assert lg.gathers_rows("torch-grouped") and lg.gathers_rows("torch-fp8-grouped")
     assert not lg.gathers_rows("aiter-triton") and not lg.gathers_rows("aiter-tuned-table")
 
 
-def test_a_stored_run_gets_the_rows_in_its_align_floor():
-    """Committed torch-grouped phases stored the ids-only align floor; the ledger puts the
-    gathered rows in from the row's own counts, times untouched; aiter-triton's stay."""
+def test_a_stored_run_gets_the_rows_in_its_align_and_combine_floors():
+    """Committed torch-grouped phases stored the ids-only align floor and the [T, k, H]
+    combine; the ledger puts the gathered rows in from the row's own counts, times
+    untouched; aiter-triton's stay."""
     from moe_lab.store import open_run
     run = open_run(Path(RUNS_DIR) / "h200-rows-bf16-tp8ep8-20261201")
     led = lg.ledger(run.results, run.kernels, run.phases)
@@ -134,6 +143,9 @@ def test_a_stored_run_gets_the_rows_in_its_align_floor():
     assert al.at[pt["point_id"], "floor_bytes"] == pytest.approx(
         st.at[pt["point_id"], "floor_bytes"] + add)
     assert (al["measured_us"] == st.loc[al.index, "measured_us"]).all()
+    co = led[led["phase"] == "combine"].set_index("point_id")
+    assert co.at[pt["point_id"], "floor_bytes"] == pytest.approx(
+        (pt["pairs"] + 4096) * p.hidden * 2)
     ai = open_run(Path(RUNS_DIR) / "h200-align-bf16-tp8ep8-20261201")
     la = lg.ledger(ai.results, ai.kernels, ai.phases)
     sa = ai.phases.set_index(["point_id", "phase"])["floor_us"]

@@ -28,7 +28,8 @@ on the class:
                       implements config_space, default_config and config files, below)
     gathers_rows      copies the activation rows into expert order before gemm1 (an index
                       select of x); the ledger counts that copy in the align phase and its
-                      floor (moe_lab.ledger)
+                      floor, and gemm2's rows brought back to token order in the combine's
+                      (moe_lab.ledger)
     glues             the glue variants it offers (moe_lab.glue.GLUES, its default first);
                       () = no glue choice. One that offers them takes prepare(..., glue=)
     available() -> (bool, reason)             can it run on this machine at all?
