@@ -339,3 +339,27 @@ def test_targets_on_a_hand_made_frame():
     s = lg.targets_summary(t.reset_index()).set_index("target")
     # 256: act, align met, combine missed; 1024: align met, act missed; 512 fp8: quant missed
     assert s.loc[glue, ["points", "met", "missed"]].tolist() == [6, 3, 3]
+
+
+def test_the_default_ledger_runs_are_the_newest_device_and_the_newest_point(tmp_path, monkeypatch):
+    """runs_with_phases(None): every run with stored phases on the newest run's device,
+    across days, newest first, so of_runs takes a point two leases measured from the later
+    one; a newer run on another device (a CPU sweep) replaces them all, never mixes in."""
+    import shutil
+    from moe_lab.cli import main
+    new, old = "h200-rows-bf16-qwen3-tp8ep8-20261202", "h200-align-bf16-tp8ep8-20261201"
+    for r in (old, new):
+        shutil.copytree(Path(RUNS_DIR) / r, tmp_path / r)
+    monkeypatch.setenv("MOE_LAB_DATA", str(tmp_path))
+    runs = lg.runs_with_phases(None)
+    assert [r.run_id for r in runs] == [new, old]
+    res, led = lg.of_runs(runs)
+    shared = set(runs[0].results["point_id"]) & set(runs[1].results["point_id"])
+    assert len(shared) == 28  # Qwen3-235B TP8+EP8, both aiter-triton backends tuned
+    assert set(res[res["point_id"].isin(shared)]["run_id"]) == {new}
+    assert res["point_id"].is_unique and set(led["run_id"]) == {new, old}
+    assert main(["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--tokens", "4",
+                 "--backends", "torch-grouped", "--modes", "graph", "--data-dir", str(tmp_path),
+                 "--no-progress", "--device", "cpu", "--run-id", "cpu-now", "--warmup-ms", "1",
+                 "--rep-ms", "5"]) == 0
+    assert [r.run_id for r in lg.runs_with_phases(None)] == ["cpu-now"]
