@@ -358,6 +358,12 @@ def test_the_default_ledger_runs_are_the_newest_device_and_the_newest_point(tmp_
     assert len(shared) == 28  # Qwen3-235B TP8+EP8, both aiter-triton backends tuned
     assert set(res[res["point_id"].isin(shared)]["run_id"]) == {new}
     assert res["point_id"].is_unique and set(led["run_id"]) == {new, old}
+    from moe_lab.plots.ledger import fig_ledger
+    foot = " ".join(" ".join(t.get_text() for t in fig_ledger(led).texts).split())
+    assert foot.count(new) == 1 and foot.count(old) == 1  # each run drawn named once
+    only = " ".join(" ".join(t.get_text() for t in fig_ledger(
+        led[led["run_id"] == old]).texts).split())
+    assert old in only and new not in only  # and only the runs drawn
     assert main(["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--tokens", "4",
                  "--backends", "torch-grouped", "--modes", "graph", "--data-dir", str(tmp_path),
                  "--no-progress", "--device", "cpu", "--run-id", "cpu-now", "--warmup-ms", "1",

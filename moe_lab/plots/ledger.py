@@ -42,8 +42,12 @@ def fig_ledger(ledger_df: pd.DataFrame, run=None, run_id: str | None = None,
                extra: str = "") -> Figure:
     """A panel per model x sharding, a bar per point (token count on x; several points at
     one count side by side, labelled). run: the Run the frame came from (its id and the
-    commits of the rows drawn go in the footer), or run_id alone."""
-    prov = run if run is not None else (_Named(run_id) if run_id else None)
+    commits of the rows drawn go in the footer), or run_id alone; rows of several runs (a
+    run_id column, as ledger.of_runs gives) name the runs of the points drawn."""
+    drawn = list(dict.fromkeys(ledger_df["run_id"].dropna().astype(str))) \
+        if run is None and "run_id" in ledger_df else []
+    prov = run if run is not None else _Named(drawn[0]) if drawn else \
+        (_Named(run_id) if run_id else None)
     rows = (run.results[run.results["point_id"].isin(ledger_df["point_id"])]
             if run is not None else ledger_df.drop_duplicates("point_id"))
     if ledger_df.empty:
