@@ -403,13 +403,7 @@ def runs_with_phases(runs=None) -> list:
     if not found:
         raise UsageError(f"no run under {data_dir()} has stored phases (phases.parquet): "
                          "run `moe-lab sweep` on a GPU first")
-    device = _device(found[0])
-    return [r for r in found if _device(r) == device]
-
-
-def _device(run) -> str:
-    env = run.manifest.get("environment", {})
-    return str(env.get("device_name") or env.get("device") or "")
+    return [r for r in found if r.device == found[0].device]
 
 
 def of_runs(runs, mode: str = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
