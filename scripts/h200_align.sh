@@ -30,6 +30,10 @@
 #   STEP=last  (STAMP=20261202) what the 2026-12-02 lease left: the Llama-4 bf16 baseline
 #              its Maverick half was cut from, resumed, and torch-fp8-grouped fp8-channel on
 #              Scout and Maverick (router weight folded) in eager beside the graph points
+#   STEP=finish (TUNE_STAMP=20261201) the two aiter-triton-silu searches the evening lease
+#              of 2026-12-01 cut, resumed: DeepSeek-R1 TP8's 8192-token gemm2 (it kept the
+#              default) and Qwen3-235B TP8+EP8 from 16 tokens (only 1, 4 and 16 were tuned);
+#              then their points swept tuned, graph and eager
 #   STEP=tune2 Qwen3-235B fp8-block128 tuned at TP8+EP8 and aiter-triton-silu at TP8, each
 #              swept default against tuned; torch-fp8 fp8-channel (Scout, Maverick TP8,
 #              graph and eager); the two runs the evening lease cut, resumed
@@ -208,6 +212,15 @@ elif [ "$STEP" = last ]; then  # resumes of the 2026-12-02 runs: only what is mi
   sweep 0 150 h200-rows-fp8-channel-woi-tp8-$STAMP --models llama4-scout-16e,llama4-maverick-128e \
     --tp 8 --ep 1 --tokens 1-8192 --dtype fp8-channel --backends torch-fp8-grouped \
     --modes graph,eager --glue fused,naive
+elif [ "$STEP" = finish ]; then
+  tune_run 80 h200-tune-aiter-triton-silu-ds-qwen3-tp8-$TUNE_STAMP --backend aiter-triton-silu \
+    --models deepseek-r1 --tp 8 --ep 1
+  tune_run 330 h200-tune-aiter-triton-silu-ds-qwen3-tp8ep8-$TUNE_STAMP --backend aiter-triton-silu \
+    --models qwen3-235b-a22b --tp 8 --ep 8
+  sweep 0 70 h200-rows-silu-qwen3-tp8ep8-$STAMP --models qwen3-235b-a22b --tp 8 --ep 8 \
+    --tokens 1-8192 --backends aiter-triton-silu --config tuned --modes graph,eager
+  sweep 0 25 h200-rows-silu-deepseek-tp8-$STAMP --models deepseek-r1 --tp 8 --ep 1 \
+    --tokens 4096,8192 --backends aiter-triton-silu --config tuned --modes graph,eager
 elif [ "$STEP" = next2 ]; then
   tune_run 330 h200-tune-aiter-triton-fp8-block128-qwen3-tp8ep8-$TUNE_STAMP --backend aiter-triton \
     --dtype fp8-block128 --models qwen3-235b-a22b --tp 8 --ep 8
@@ -235,6 +248,6 @@ elif [ "$STEP" = bf16 ]; then
 elif [ "$STEP" = tune ]; then
   lanes tune_lane
 else
-  echo "STEP must be fp8, bf16, tune, torch, tune2, rest, next, next2 or last" >&2; exit 2
+  echo "STEP must be fp8, bf16, tune, torch, tune2, rest, next, next2, last or finish" >&2; exit 2
 fi
 echo "done in $(( $(date +%s) - t0 )) s"
