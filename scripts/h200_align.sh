@@ -34,6 +34,8 @@
 #              of 2026-12-01 cut, resumed: DeepSeek-R1 TP8's 8192-token gemm2 (it kept the
 #              default) and Qwen3-235B TP8+EP8 from 16 tokens (only 1, 4 and 16 were tuned);
 #              then their points swept tuned, graph and eager
+#   STEP=finish2 DeepSeek-R1 TP8's 8192-token search again (finish's 80 s share ran out
+#              after 21 gemm1 and 11 gemm2 candidates), swept at 4096 and 8192 in a new run
 #   STEP=tune2 Qwen3-235B fp8-block128 tuned at TP8+EP8 and aiter-triton-silu at TP8, each
 #              swept default against tuned; torch-fp8 fp8-channel (Scout, Maverick TP8,
 #              graph and eager); the two runs the evening lease cut, resumed
@@ -221,6 +223,11 @@ elif [ "$STEP" = finish ]; then
     --tokens 1-8192 --backends aiter-triton-silu --config tuned --modes graph,eager
   sweep 0 25 h200-rows-silu-deepseek-tp8-$STAMP --models deepseek-r1 --tp 8 --ep 1 \
     --tokens 4096,8192 --backends aiter-triton-silu --config tuned --modes graph,eager
+elif [ "$STEP" = finish2 ]; then
+  tune_run 150 h200-tune-aiter-triton-silu-ds-qwen3-tp8-$TUNE_STAMP --backend aiter-triton-silu \
+    --models deepseek-r1 --tp 8 --ep 1
+  sweep 0 25 h200-rows-silu-deepseek-tp8-b-$STAMP --models deepseek-r1 --tp 8 --ep 1 \
+    --tokens 4096,8192 --backends aiter-triton-silu --config tuned --modes graph,eager
 elif [ "$STEP" = next2 ]; then
   tune_run 330 h200-tune-aiter-triton-fp8-block128-qwen3-tp8ep8-$TUNE_STAMP --backend aiter-triton \
     --dtype fp8-block128 --models qwen3-235b-a22b --tp 8 --ep 8
@@ -248,6 +255,6 @@ elif [ "$STEP" = bf16 ]; then
 elif [ "$STEP" = tune ]; then
   lanes tune_lane
 else
-  echo "STEP must be fp8, bf16, tune, torch, tune2, rest, next, next2, last or finish" >&2; exit 2
+  echo "STEP must be fp8, bf16, tune, torch, tune2, rest, next, next2, last, finish or finish2" >&2; exit 2
 fi
 echo "done in $(( $(date +%s) - t0 )) s"
