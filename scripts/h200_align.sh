@@ -36,6 +36,8 @@
 #              then their points swept tuned, graph and eager
 #   STEP=finish2 DeepSeek-R1 TP8's 8192-token search again (finish's 80 s share ran out
 #              after 21 gemm1 and 11 gemm2 candidates), swept at 4096 and 8192 in a new run
+#              (on 2026-12-02 its 25 s share stopped after 4096; a bare `moe-lab sweep` of
+#              the same arguments resumed 8192, as the run's manifest notes)
 #   STEP=tune2 Qwen3-235B fp8-block128 tuned at TP8+EP8 and aiter-triton-silu at TP8, each
 #              swept default against tuned; torch-fp8 fp8-channel (Scout, Maverick TP8,
 #              graph and eager); the two runs the evening lease cut, resumed
