@@ -88,7 +88,10 @@ def local_counts(problem: Problem, ids: torch.Tensor) -> tuple[int, int]:
     emap = problem.expert_map()
     local = emap.long()[flat] if emap is not None else flat
     local = local[local >= 0]
-    return int(torch.unique(local).numel()), int(local.numel())
+    if not local.numel():
+        return 0, 0
+    # bincount, not unique: unique sorts, and the predicted floors call this per rank and seed
+    return int(torch.count_nonzero(torch.bincount(local))), int(local.numel())
 
 
 def intermediates_of(backend: str) -> list | None:

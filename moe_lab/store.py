@@ -16,6 +16,7 @@ raises CorruptFile (one line naming it) before anything is written.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import time
@@ -30,6 +31,7 @@ from .core.errors import CorruptFile, UsageError
 from .rows import (BOOL_COLUMNS, FLOAT_COLUMNS, ID_DEFAULTS as DEFAULTS, ID_FIELDS,  # noqa: F401
                    INT_COLUMNS, KERNEL_COLUMNS, OPTIONAL_ID_FIELDS, PROVENANCE as PROVENANCE_COLUMNS,
                    RESULT_COLUMNS, RETRIED, STATUSES, STR_COLUMNS, check_read, check_table, validate)
+from .rows import READ_NEEDS, check_manifest
 RESULTS, KERNELS, MANIFEST = "results.parquet", "kernels.parquet", "manifest.json"
 NOT_A_DEFAULT = ("running", "failed")  # a manifest status with either: never a default run
 LACKS = {"ok": "no ok single-process rows", "compile": "no compile rows (--modes compile:...)",
@@ -105,14 +107,39 @@ def _concat(old: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([old, new], ignore_index=True, sort=False)
 
 
-def _read(path: Path) -> pd.DataFrame | None:
-    """A parquet file, None when absent, CorruptFile when it cannot be read."""
-    if not path.exists():
-        return None
+def _read(path: Path, needs: tuple[str, ...] | None = None) -> pd.DataFrame | None:
+    """A parquet file, None when absent, CorruptFile when it cannot be read.
+
+    Parsed frames are kept by content (the file's bytes' digest, so a file rewritten in
+    place, even within one clock tick, is read again) and each caller gets its own copy:
+    a notebook opens every run several times, and parsing was most of its time. `needs`:
+    check the table's schema (rows.check_table) too, once per content."""
     try:
-        return read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types for a truncated file
+        with open(path, "rb") as f:  # one open: a snapshot of one complete version
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
         raise CorruptFile(path, exc) from None
+    key = (str(path), len(data), hashlib.blake2b(data, digest_size=16).digest())
+    hit = _PARSED.get(key)
+    if hit is None:
+        try:
+            hit = pd.read_parquet(io.BytesIO(data))
+        except Exception as exc:  # pyarrow raises several types for a truncated file
+            raise CorruptFile(path, exc) from None
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.pop(next(iter(_PARSED)))  # the oldest
+        _PARSED[key] = hit
+    if needs is not None and (key, needs) not in _CHECKED:
+        check_table(path, hit, needs)
+        _CHECKED.add((key, needs))
+    return hit.copy()
+
+
+_PARSED: dict = {}  # (path, size, digest) -> the parsed frame (never handed out itself)
+_CHECKED: set = set()  # (that key, needs) whose check passed
+_PARSED_MAX = 512
 
 
 def read_json(path: Path) -> dict:
@@ -168,12 +195,12 @@ class RunStore:
     def kernels_path(self) -> Path:
         return self.dir / KERNELS
 
-    def load_results(self) -> pd.DataFrame:
-        df = _read(self.results_path)
+    def load_results(self, needs: tuple[str, ...] | None = None) -> pd.DataFrame:
+        df = _read(self.results_path, needs)
         return df if df is not None else _results_frame([])
 
-    def load_kernels(self) -> pd.DataFrame:
-        df = _read(self.kernels_path)
+    def load_kernels(self, needs: tuple[str, ...] | None = None) -> pd.DataFrame:
+        df = _read(self.kernels_path, needs)
         return df if df is not None else _kernels_frame([])
 
     def done_ids(self, retry: tuple[str, ...] = RETRIED) -> set[str]:
@@ -297,18 +324,14 @@ class Run:
     def phases(self) -> pd.DataFrame:
         """Per timed point and phase: measured_us beside floor_us (moe_lab.ledger); empty
         for runs made before phases were kept (the ledger then computes the floors)."""
-        df = _read(self.path / "phases.parquet")
-        if df is None:
-            return pd.DataFrame()
-        return check_table(self.path / "phases.parquet", df) or df
+        df = _read(self.path / "phases.parquet", ("point_id",))
+        return pd.DataFrame() if df is None else df
 
     def samples(self) -> pd.DataFrame:
         """point_id -> samples_us (per-call times) of the timed points; empty for runs
         made before samples were kept."""
-        df = _read(self.path / SAMPLES)
-        if df is None:
-            return pd.DataFrame(columns=["point_id", "samples_us"])
-        return check_table(self.path / SAMPLES, df, ("point_id", "samples_us")) or df
+        df = _read(self.path / SAMPLES, ("point_id", "samples_us"))
+        return pd.DataFrame(columns=["point_id", "samples_us"]) if df is None else df
 
     @property
     def device(self) -> str:
@@ -371,9 +394,11 @@ def open_run(run: str | os.PathLike | Run | None = None, has: str | None = None)
     if not path.is_dir():
         raise UsageError(f"no run folder {run} (nor a run id under {data_dir()})")
     s = RunStore(path, create=False)  # reading creates and cleans nothing
-    r = Run(path, s.read_manifest(), s.load_results(), s.load_kernels(),
+    # a foreign run: one line (CorruptFile), exit 2; each table checked once per content
+    manifest = s.read_manifest()
+    check_manifest(path / MANIFEST, manifest)
+    r = Run(path, manifest, s.load_results(READ_NEEDS), s.load_kernels(("point_id",)),
             s.load_table("compile"))
-    check_read(path, r.manifest, r.results, r.kernels)  # a foreign run: one line, exit 2
     if has is not None and not r.has(has):
         raise UsageError(f"run {r.run_id} has {LACKS.get(has, f'no {has} rows')}")
     return r

@@ -7,6 +7,37 @@ if ROOT not in sys.path:
 
 NOTEBOOKS = os.path.join(ROOT, "notebooks")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one thread per xdist worker (scripts/test.sh runs one worker per core): torch's own
+    # threads on top would only fight the other workers; notebooks' kernels inherit it
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+# Modules whose tests take the longest (notebook executions, spawned sweeps, Triton's
+# interpreter, torch.compile on the CPU): scheduled first, so that no worker starts one of
+# them while the others have nothing left to do. An ordering hint only: a module missing
+# here still runs, later.
+HEAVY_FIRST = ("test_report_run", "test_glue", "test_notebook_02", "test_notebook_03",
+               "test_hostile_writers", "test_align", "test_sweep", "test_distributed",
+               "test_compile", "test_notebook_01", "test_notebooks_fp8", "test_notebook_04",
+               "test_report_review", "test_hostile_rest", "test_notebook_05", "test_cli_qa",
+               "test_notebook_06", "test_aiter_triton_fp8_interpreted",
+               "test_aiter_triton_interpreted", "test_bites")
+
+
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist (`--dist loadgroup`): a module whose tests share a module-scoped
+    fixture (a notebook executed once, a subprocess under Triton's interpreter, a report)
+    runs on one worker, so the fixture runs once; the heavy modules go first."""
+    import pytest
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(str(fd.scope) in ("module", "class", "package") for fds in defs for fd in fds):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=lambda it: rank.get(getattr(it.module, "__name__", ""), len(rank)))
+
 
 def _committed_runs():
     """The run folders git tracks (None outside a git checkout)."""

@@ -153,9 +153,9 @@ def test_compile_budget_stops_a_compile_that_runs_past_it(monkeypatch):
     real = C.compile_fn
     monkeypatch.setattr(C, "compile_fn", lambda fn, m: real(fn, m) if not m.compiled
                         else torch.compile(fn, backend=slow_backend))
-    t0 = _time.perf_counter()
+    # no wall-clock verdict (a busy machine stretches every step): a compile the budget did
+    # not stop would finish its 30 s sleep and give `ok` rows, which the statuses rule out
     rows, crows = bench((2, 4, 8), "torch", ["compile:default", "compile:off"], budget_s=1.5)
-    assert _time.perf_counter() - t0 < 20  # not 30 s per token count
     df = pd.DataFrame(rows)
     timed_out = df[df["mode"] == "compile:default"]
     assert list(timed_out.status) == ["timeout"] * 3, timed_out[["status", "error"]]

@@ -141,7 +141,7 @@ def test_a_rank_that_raises_gives_rows_with_the_reason_on_every_rank_and_the_swe
 def test_a_rank_that_raises_inside_the_timed_collectives_does_not_hang(tmp_path):
     # rank 1 raises before the barrier-synchronised loops: rank 0 waits in a collective
     # until the timeout (3 s), both report, and the next point runs on a fresh group
-    p, res, took = sweep(tmp_path, "--tokens", "2,4", "--parallel", "ep-allreduce",
+    p, res, _ = sweep(tmp_path, "--tokens", "2,4", "--parallel", "ep-allreduce",
                          "--dist-timeout", "3", env={"MOE_LAB_DIST_FAULT": "1:time:2"})
     assert p.returncode == 0, p.stderr[-2000:]
     bad = res[res["tokens"] == 2]
@@ -149,13 +149,13 @@ def test_a_rank_that_raises_inside_the_timed_collectives_does_not_hang(tmp_path)
     assert bad["error"].str.contains("rank 1: RuntimeError: injected fault").all()
     assert bad["error"].str.contains("rank 0: ").all()  # its collective timed out
     assert (res.loc[res["tokens"] == 4, "status"] == "ok").all()
-    assert took < 90
+    # a hang is the subprocess's timeout (TimeoutExpired), not a wall-clock verdict
 
 
 def test_a_rank_that_dies_is_named_on_every_row_and_the_sweep_ends_without_a_hang(tmp_path):
-    p, res, took = sweep(tmp_path, "--tokens", "2,4", "--parallel", "ep-allreduce",
+    p, res, _ = sweep(tmp_path, "--tokens", "2,4", "--parallel", "ep-allreduce",
                          "--dist-timeout", "2", env={"MOE_LAB_DIST_FAULT": "1:exit:2"})
-    assert p.returncode != 0 and took < 90
+    assert p.returncode != 0  # a hang would be the subprocess's timeout
     assert len(res) == 2 and (res["status"] == "failed").all()
     assert res["error"].str.contains("rank 1 did not report").all()
 

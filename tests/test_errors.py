@@ -38,27 +38,25 @@ def _sleep_until(deadline_s):
 def test_sigterm_swallowed_once_still_stops_the_block(monkeypatch):
     swallowed = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_type))
-    t0 = time.perf_counter()
     with pytest.raises(Terminated):
         with terminate_gracefully():
             # SIGTERM lands inside the callback: that first Terminated is swallowed
             _callback_that_swallows(lambda: (os.kill(os.getpid(), signal.SIGTERM),
                                              time.sleep(0.2)))
             assert swallowed == [Terminated]  # the first one really was swallowed
-            _sleep_until(10)  # the old handler let this run to the end
-    assert time.perf_counter() - t0 < 4
+            # the old handler let this run to its end and left the block without a raise;
+            # a state, not a clock, decides: a busy machine only makes the wait longer
+            _sleep_until(120)
 
 
 def test_swallowed_timeout_fires_again(monkeypatch):
     swallowed = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_type))
-    t0 = time.perf_counter()
     with pytest.raises(PointTimeout):
         with time_limit(0.2, "compile"):
             _callback_that_swallows(lambda: time.sleep(1.0))  # the alarm lands in here
             assert swallowed == [PointTimeout]
-            _sleep_until(10)
-    assert time.perf_counter() - t0 < 4
+            _sleep_until(120)  # without the re-raise, the block ends with no PointTimeout
 
 
 def test_no_signal_left_after_the_blocks():
