@@ -324,6 +324,7 @@ class Tuner:
         self._prior, self._reused = set(self.done), set()
         self._left = [dict(shape=shape_name(s[0]), stage="not started", step="",
                            keys_left=sorted(p.tokens for p in s)) for s in shards]
+        self.stages: list[str] = []
         self._shapes_info: list[dict] = []
         self.precompiler = Precompiler(self.compile_workers, self.backend_name, self.device) \
             if self.compile_workers > 0 else None
@@ -355,9 +356,8 @@ class Tuner:
 
     # --- one shape --------------------------------------------------------------------
     def _shape(self, shard: list[Problem]) -> list[dict]:
+        self.stages = list(self.backend.config_space(shard[0]))
         sh = _Shape(self, shard)
-        self._sh = sh
-        self.stages = list(self.backend.config_space(sh.first))
         # full configuration -> why it cannot run, at any key (from earlier commands too)
         self._broken = {r["full_config"]: f"failed at {int(r['tokens'])} tokens: {r['error']}"
                         for r in self._rows(sh)
@@ -389,10 +389,14 @@ class Tuner:
         return out
 
     def _at(self, sh: _Shape, stage: str, step: str, keys) -> None:
-        """Where the search is: the manifest's `left` entry of this shape, the bar."""
+        """Where the search is: the manifest's `left` entry of this shape (every key is
+        left until the shape's last stage ends; `step_keys`: those the step works on, the
+        stages from `stage` on still to do), the bar."""
         for x in self._left:
             if x["shape"] == sh.name:
-                x.update(stage=stage, step=step, keys_left=sorted(int(k) for k in keys))
+                x.update(stage=stage, step=step, step_keys=sorted(int(k) for k in keys),
+                         stages_left=self.stages[self.stages.index(stage):]
+                         if stage in self.stages else list(self.stages))
         self.bar.set_description(f"{sh.name} {stage} {step}".strip())
 
     def _defaults(self, sh: _Shape) -> dict[int, _Best]:
@@ -405,7 +409,7 @@ class Tuner:
         for d, _, Ts in groups.values():
             for T in Ts:
                 row = self.done[self._cid(sh, T, "default", None, d)]
-                if row["status"] == "ok" and self._checked(sh, T, row):
+                if row["status"] == "ok" and self._correct(sh, T, row):
                     row = self.done[row["candidate_id"]]
                     out[T] = _Best(d, row["median_us"], row, "default")
                 else:
@@ -453,8 +457,9 @@ class Tuner:
                     and (rung is None or len(alive[T]) > kept(len(alive[T])))]
             self._at(sh, stage, f"coarse rung {r + 1}/{R}", keys)
             live = {T: {_js(c) for c in alive[T]} for T in keys}
-            self._time_pairs(sh, stage, rung, [(c, T) for c in order for T in keys
-                                               if _js(c) in live[T]], full_of, "coarse")
+            self._time_pairs(sh, stage, rung, [(c, T) for c, j in zip(order, index)
+                                               for T in keys if j in live[T]],
+                             full_of, "coarse")
             for T in keys:
                 if lead and T not in sh.spread:  # the search's spread: every coarse candidate
                     sh.spread[T] = sorted(x for x in (us(T, c, rung) for c in alive[T])
@@ -505,7 +510,7 @@ class Tuner:
             for t, _, c, row in sorted(timed, key=lambda x: x[:2]):
                 if t >= inc.us:
                     break
-                if self._checked(sh, T, row):
+                if self._correct(sh, T, row):
                     out[T] = _Best(full_of(T, c), t, self.done[row["candidate_id"]], stage)
                     break
         self._flush()
@@ -554,8 +559,10 @@ class Tuner:
             chunk = todo[i:i + batch]
             if self.precompiler is not None:
                 self._budget()
-                self.precompiler.warm(sh.first, [f for _, f, _ in chunk
-                                                 if _js(f) not in self._broken],
+                # one per stage configuration: the rest of a full one is an earlier stage's
+                # winner, compiled when that stage was searched
+                warm = {_js(c): f for c, f, _ in chunk if _js(f) not in self._broken}
+                self.precompiler.warm(sh.first, list(warm.values()),
                                       _specialization_reps(sh.keys, sh.first.topk),
                                       timeout_s=min(600.0, self.deadline - time.time()))
             for cand, full, Ts in chunk:
@@ -621,7 +628,7 @@ class Tuner:
             self._pending = {}
         self._flushed_at = time.time()
 
-    def _checked(self, sh: _Shape, T: int, row: dict) -> bool:
+    def _correct(self, sh: _Shape, T: int, row: dict) -> bool:
         """A would-be winner checked on the key's inputs (once: a row with its error measured
         says what it was); an incorrect one is marked."""
         rel = row.get("max_rel_err")
@@ -705,7 +712,7 @@ class Tuner:
             for r in timed:
                 if len(faster) == VERIFY_SHOWN:
                     break
-                if self._checked(sh, T, r):
+                if self._correct(sh, T, r):
                     faster.append(self.done[r["candidate_id"]])
             rows.append(dict(
                 row, faster=len(faster), timed_faster=len(timed),

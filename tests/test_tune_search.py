@@ -355,7 +355,11 @@ def test_a_budget_cut_search_resumes_where_it_stopped_to_the_same_winners(fake, 
         if man["status"] == "complete":
             break
         assert man["status"] == "budget spent" and len(man["left"]) == 1
-        lefts.append((man["left"][0]["stage"], man["left"][0]["step"]))
+        left = man["left"][0]
+        assert left["keys_left"] == list(keys)  # no key has its winner before gemm2 ends
+        assert left["stages_left"] == ["gemm1", "gemm2"][["gemm1", "gemm2"].index(
+            left["stage"]):] and set(left["step_keys"]) <= set(keys)
+        lefts.append((left["stage"], left["step"]))
         assert commands < 50
     assert commands > 3 and lefts[0] == ("gemm1", "coarse rung 1/3")
     assert ("gemm2", "coarse rung 1/3") in lefts and any("fine" in s for _, s in lefts)

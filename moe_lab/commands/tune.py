@@ -121,8 +121,9 @@ def run(args) -> int:
                   f"{r.median_us:9.1f} us ({r.speedup:.2f}x; candidates {r.search_best_us:.1f}"
                   f"-{r.search_worst_us:.1f} us, median {r.search_median_us:.1f})")
     for x in man.get("left") or []:
-        print(f"left: {x['shape']}: {x['stage']} {x['step']}".rstrip()
-              + f" at {len(x['keys_left'])} token counts; rerun the same command to resume")
+        print(f"left: {x['shape']} at {len(x['keys_left'])} token counts: {x['stage']} "
+              + (f"{x['step']} ({len(x['step_keys'])} token counts in it)" if x["step"] else "")
+              + "; the same command resumes it")
     print(f"done ({man.get('status')}): {len(win)} points "
           + ("checked" if verify else "tuned") + f"; candidates in {run_dir}/candidates.parquet")
     return 0
