@@ -166,12 +166,14 @@ def _compile_error(exc: BaseException) -> bool:
                          "PTXASError"}) or "out of resource" in str(exc).lower()
 
 
-def _compile_error_text(error) -> bool:
-    """The same as _compile_error, of a row's `error` (one_line: `Type: message`)."""
+def _broken_text(error) -> bool:
+    """A row's `error` (one_line: `Type: message`) that rules its configuration out at every
+    token count: a compile error (_compile_error), or one that lost the GPU context
+    (STICKY_CUDA: not timed again at another key, where it would lose it again)."""
     error = str(error or "")
     return error.split(":")[0] in {"CompilationError", "OutOfResources", "PTXASError",
                                    "CompileTimeAssertionFailure"} \
-        or "out of resource" in error.lower()
+        or "out of resource" in error.lower() or any(x in error.lower() for x in STICKY_CUDA)
 
 
 def _chain(exc):
@@ -184,6 +186,17 @@ def _chain(exc):
 
 class _BudgetSpent(Exception):
     """This command's budget ran out before the next timing."""
+
+
+class _ContextLost(Exception):
+    """A timing left the GPU's context unusable (an illegal address, a device assert): the
+    row that did it is kept as failed and the command stops, so the next one, in a fresh
+    process, goes on after it instead of recording every later candidate as failed."""
+
+
+# CUDA errors after which the process's context is unusable (the rest of its work fails)
+STICKY_CUDA = ("illegal memory access", "unspecified launch failure", "device-side assert",
+               "misaligned address", "illegal instruction", "an illegal address")
 
 
 @dataclasses.dataclass
@@ -329,7 +342,7 @@ class Tuner:
         self.precompiler = Precompiler(self.compile_workers, self.backend_name, self.device) \
             if self.compile_workers > 0 else None
         self.bar = progress_bar(sum(len(s) for s in shards), self.progress)
-        winners, status = [], "interrupted"
+        winners, status, self.stopped_by = [], "interrupted", None
         try:
             with terminate_gracefully():
                 for shard in shards:
@@ -337,7 +350,11 @@ class Tuner:
                         winners += self._shape(shard)
                     except _BudgetSpent:
                         break
-            status = "complete" if not self._left else "budget spent"
+                    except _ContextLost as exc:
+                        self.stopped_by = f"the GPU context was lost: {exc}"
+                        break
+            status = ("complete" if not self._left else "interrupted" if self.stopped_by
+                      else "budget spent")
         finally:  # killed or not, every row timed and every winner found reach the files
             self.bar.close()
             if self.precompiler is not None:
@@ -346,7 +363,7 @@ class Tuner:
             self.counts["skipped"] = len(self._reused)
             end_invocation(store, invocations, t0, status, self.counts["measured"],
                            self.counts["skipped"])
-            extra = dict(left=self._left, shapes=self._shapes_info)
+            extra = dict(left=self._left, shapes=self._shapes_info, stopped_by=self.stopped_by)
             if self.precompiler is not None:
                 extra["precompile"] = self.precompiler.report()
             store.update_manifest(**extra)
@@ -361,7 +378,7 @@ class Tuner:
         # full configuration -> why it cannot run, at any key (from earlier commands too)
         self._broken = {r["full_config"]: f"failed at {int(r['tokens'])} tokens: {r['error']}"
                         for r in self._rows(sh)
-                        if r.get("status") == "failed" and _compile_error_text(r.get("error"))}
+                        if r.get("status") == "failed" and _broken_text(r.get("error"))}
         self._info = dict(shape=sh.name, keys=sh.keys, candidates={})
         self._shapes_info.append(self._info)
         self._at(sh, "default", "", sh.keys)
@@ -610,6 +627,13 @@ class Tuner:
                 row.update(status=classify_exception(exc), error=one_line(exc))
                 if _compile_error(exc):
                     self._broken[key] = f"failed at {T} tokens: {one_line(exc)}"
+                if any(s in str(exc).lower() for s in STICKY_CUDA):
+                    self._broken[key] = f"lost the GPU context at {T} tokens: {one_line(exc)}"
+                    finish(row, problem=prob)
+                    self._add(row)
+                    self.counts["measured"] += 1
+                    raise _ContextLost(f"{sh.name} {stage} at {T} tokens, {_js(full)}: "
+                                       f"{one_line(exc)}") from exc
                 _recover(self.device)
         finish(row, timing=t if row["status"] == "ok" else None, problem=prob)
         self._add(row)

@@ -68,8 +68,8 @@ def fake_us(full, T, rep_ms, run_rep_ms) -> float:
 class FakeTimer:
     """Stand-in timer: fixed times, every call counted by (configuration, tokens, rep_ms)."""
 
-    def __init__(self, rep_ms, clock=None, kill_after=None):
-        self.rep_ms, self.clock, self.kill_after = rep_ms, clock, kill_after
+    def __init__(self, rep_ms, clock=None, kill_after=None, sticky=None):
+        self.rep_ms, self.clock, self.kill_after, self.sticky = rep_ms, clock, kill_after, sticky
         self.calls: dict[tuple, int] = {}
 
     def __call__(self, fn, inp, *, config, problem, rep_ms):
@@ -81,6 +81,8 @@ class FakeTimer:
             self.clock.t += 1.0
         if BROKEN in config.values():
             raise RuntimeError("out of resource: shared memory, Required: 300000")
+        if self.sticky is not None and self.sticky in config.values():
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
         us = fake_us(config, problem.tokens, rep_ms, self.rep_ms)
         return Timing(us, us * 0.99, us * 1.01, 10, False, "fake")
 
@@ -390,6 +392,35 @@ def test_a_killed_search_resumes_without_timing_a_row_twice(fake, tmp_path):
     assert max(timer.calls.values()) == 1
     for w in win.itertuples():
         assert json.loads(w.config) == expected(w.tokens)[0]
+
+
+def test_a_timing_that_loses_the_gpu_context_stops_the_command_and_is_never_retimed(fake,
+                                                                                    tmp_path):
+    """An illegal memory access leaves a process's CUDA context unusable: its row is kept
+    (failed), the command stops saying so, and the next goes on after it; the configuration
+    is not timed at another key."""
+    sticky = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=1,
+                  num_warps=4, num_stages=4)
+    timer = FakeTimer(8.0, sticky=sticky)
+    t, shards = tuner(tmp_path, keys=(4, 64), timer=timer)
+    assert len(t.run(shards)) == 0 and "illegal memory access" in t.stopped_by
+    man = json.loads((tmp_path / "runs" / "t" / "manifest.json").read_text())
+    assert man["status"] == "interrupted" and man["stopped_by"] == t.stopped_by
+    stops = [t.stopped_by]
+    while t.stopped_by:  # as gemm2 beside another gemm1 it loses the context again: once
+        t, shards = tuner(tmp_path, keys=(4, 64), timer=timer)
+        win = t.run(shards)
+        stops.append(t.stopped_by)
+        assert len(stops) < 5
+    assert len(win) == 2 and all(sticky not in json.loads(c).values() for c in win["config"])
+    assert max(timer.calls.values()) == 1  # no row timed twice, the lost ones included
+    tried = [k for k in timer.calls if json.loads(k[0]) == {"gemm1": sticky, "gemm2": sticky}]
+    assert len(tried) == 1  # the configuration was not tried again at the other key
+    cand = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
+    lost = cand[cand["full_config"] == json.dumps({"gemm1": sticky, "gemm2": sticky},
+                                                  sort_keys=True)]
+    assert set(lost["status"]) == {"failed"} and lost["error"].str.contains("illegal").all()
+    assert len(lost) == 2  # timed at one key, 'not timed' at the other
 
 
 def test_verify_reports_a_candidate_faster_than_a_committed_winner(fake, tmp_path):

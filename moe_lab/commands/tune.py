@@ -126,4 +126,8 @@ def run(args) -> int:
               + "; the same command resumes it")
     print(f"done ({man.get('status')}): {len(win)} points "
           + ("checked" if verify else "tuned") + f"; candidates in {run_dir}/candidates.parquet")
+    if tuner.stopped_by:  # the row that did it is kept: the next command goes on after it
+        print(f"moe-lab: stopped: {tuner.stopped_by}; rerun the same command to resume",
+              file=sys.stderr)
+        return 1
     return 0
