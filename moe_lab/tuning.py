@@ -90,6 +90,9 @@ VERIFY_KEY = WINNER_KEY
 VERIFY_MARGIN = 1.02  # verify: a candidate this much faster than the committed winner is news
 VERIFY_SHOWN = 5  # verify: the correct faster candidates checked and listed per point
 FLUSH_ROWS, FLUSH_S = 500, 30.0  # candidates.parquet is rewritten this often, not per row
+# a batch compiled ahead may take this long (a worker's start, then per configuration a
+# worker compiles; one takes a few seconds): past it compiling ahead is turned off
+WARM_S, WARM_PER_CONFIG_S = 60.0, 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -579,9 +582,12 @@ class Tuner:
                 # one per stage configuration: the rest of a full one is an earlier stage's
                 # winner, compiled when that stage was searched
                 warm = {_js(c): f for c, f, _ in chunk if _js(f) not in self._broken}
+                rounds = -(-len(warm) // self.compile_workers)
+                limit = WARM_S + WARM_PER_CONFIG_S * rounds
+                left = self.deadline - time.time()
                 self.precompiler.warm(sh.first, list(warm.values()),
                                       _specialization_reps(sh.keys, sh.first.topk),
-                                      timeout_s=min(600.0, self.deadline - time.time()))
+                                      timeout_s=min(limit, left), budget_cut=left < limit)
             for cand, full, Ts in chunk:
                 fn = None
                 for T in Ts:
@@ -838,7 +844,10 @@ class Precompiler:
             env=env) for _ in range(self.workers)]
 
     def warm(self, prob: Problem, fulls: list[dict], token_reps: list[int],
-             timeout_s: float = 600.0) -> None:
+             timeout_s: float = 600.0, budget_cut: bool = False) -> None:
+        """Compile `fulls` (full configurations of `prob`'s shape) ahead; back when all are
+        done, or at `timeout_s` (then off, unless `budget_cut`: the command's budget set
+        the timeout, and it ends anyway)."""
         fulls = [f for f in fulls if _js(f) not in self._seen]
         if self.off or not fulls or timeout_s <= 0:
             return
@@ -852,7 +861,8 @@ class Precompiler:
             self._seen.update(_js(f) for f in fulls)
         except Exception as exc:  # noqa: BLE001 (a timeout, a dead worker: compile in place)
             reraise_if_terminated(exc)
-            self.off = f"turned off after {self.warmed} configurations: {one_line(exc)}"
+            if not (budget_cut and isinstance(exc, TimeoutError)):
+                self.off = f"turned off after {self.warmed} configurations: {one_line(exc)}"
             self.close()
         finally:
             self.wall_s += time.time() - t0

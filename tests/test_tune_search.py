@@ -462,7 +462,7 @@ def test_candidates_are_compiled_ahead_in_batches_before_they_are_timed(fake, tm
         def __init__(self, workers, backend_name, device):
             self.workers = workers
 
-        def warm(self, prob, fulls, reps, timeout_s):
+        def warm(self, prob, fulls, reps, timeout_s, budget_cut=False):
             # a batch of at most twice the workers; k=2: 1 token (2 pairs) and 16 (32 pairs,
             # a multiple of 16) are the two ways Triton specialises these keys
             assert len(fulls) <= 2 * self.workers and reps == [1, 16]
