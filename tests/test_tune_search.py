@@ -16,7 +16,7 @@ import pytest
 
 from moe_lab import backends, tuning
 from moe_lab.backends import _triton_configs as tc
-from moe_lab.configs import nearest, read_table, write_table
+from moe_lab.configs import read_table, write_table
 from moe_lab.core.problems import make_problem
 from moe_lab.timing import Timing
 from moe_lab.tuning import TUNE_TOKENS, Tuner
@@ -331,26 +331,22 @@ def test_the_files_hold_every_key_with_provenance(searched):
     assert prov["keys"] == list(TUNE_TOKENS) and prov["search"] == t.plan.describe()
 
 
-def test_a_budget_cut_search_resumes_where_it_stopped_to_the_same_winners(fake, tmp_path,
-                                                                          monkeypatch):
+def test_a_budget_cut_search_resumes_where_it_stopped_to_the_same_winners(fake, tmp_path):
     """On a clock that moves 1 s per timing, 40 s a command: every command stops at its
     budget, says what is left, and the next one goes on; no timing is done twice, and the
     winners are an uncut search's."""
-    import time as real
-
-    class Clock:  # tuning's clock only
-        t = real.time()
-        strftime = staticmethod(real.strftime)
+    class Clock:  # the budget's clock
+        t = 0.0
 
         @classmethod
         def time(cls):
             return cls.t
-    monkeypatch.setattr(tuning, "time", Clock)
     keys = (1, 16, 64)
     timer = FakeTimer(8.0, clock=Clock)
     commands, lefts = 0, []
     while True:
-        t, shards = tuner(tmp_path, run="cut", keys=keys, budget_s=40.0, timer=timer)
+        t, shards = tuner(tmp_path, run="cut", keys=keys, budget_s=40.0, timer=timer,
+                          clock=Clock.time)
         t.run(shards)
         commands += 1
         man = json.loads((tmp_path / "runs" / "cut" / "manifest.json").read_text())
