@@ -252,8 +252,9 @@ class Tuner(StageSearch):
             best = self._stage(sh, stage, best)
         self._flush()
         timed = {}
-        for r in self._rows(sh):
-            timed[int(r["tokens"])] = timed.get(int(r["tokens"]), 0) + 1
+        for r in self._rows(sh):  # the timings (a broken configuration's other keys: none)
+            if not str(r.get("error") or "").startswith("not timed"):
+                timed[int(r["tokens"])] = timed.get(int(r["tokens"]), 0) + 1
         out = []
         for T in sh.keys:
             w = self._winner_row(sh, T, best[T], defaults[T], timed.get(T, 0))
