@@ -1,22 +1,68 @@
 """Tune: the fastest launch configuration per shape and token count, on the device at hand.
 
-    tune("aiter-triton", shards, device="cuda", run_dir="data/runs/tune-x",
-         configs_dir="data/configs/nvidia-h200")
+    Tuner("aiter-triton", "cuda", "data/runs/tune-x", "data/configs/nvidia-h200",
+          budget_s=540).run([[make_problem("deepseek-r1", T, "fp8-block128", 8, 1)
+                              for T in TUNE_TOKENS]])
 
-For each shard (model x tp x ep) and token count, the backend's `config_space` is searched
-one stage at a time (gemm1, then gemm2 with gemm1's winner in place; coordinate descent),
-every candidate timed with the sweep's timer (graph replay on a GPU) on the point's own
-inputs. The winner is checked against the reference before it is kept; an incorrect one is
-dropped for the next fastest. Every candidate is a row of `candidates.parquet` (a failed
-compile or a launch out of shared memory is a row with its error, not a crash), so a killed
-search resumes where it stopped. The winners are written as config files in the format the
-kernel's own project reads (`Backend.config_files`), with `provenance.json` beside them.
+A shard is one shape (model x tp x ep x dtype) at several token counts, the keys of its
+config files (TUNE_TOKENS by default). A launch configuration does not depend on the token
+count, so per shape every candidate is prepared once (the weights are shared) and timed at
+every key it is a candidate for (the backend's `config_space` of that key's problem).
+
+Per shape: the backend's default is timed at every key; then the stages one after the
+other (gemm1, then gemm2; coordinate descent):
+
+* the first stage's candidate is every GEMM's configuration (vLLM's tuning of this kernel:
+  one configuration per layer; it keeps one alignment and does not depend on the key);
+  a later stage searches its own GEMM's configuration with the earlier stages' winner of
+  that key in place, at that winner's BLOCK_SIZE_M (one alignment);
+* coarse pass, successive halving (SearchPlan.rungs): every coarse candidate (the
+  backend's `coarse_config`; all of them where it has none) is timed briefly at every
+  key, the fastest share (`keep`) of each key goes on to be timed longer, ..., the last
+  rung with the run's full timing (`rep_ms`);
+* fine pass: from each key's fastest, its neighbours (one launch key changed: the
+  backend's `fine_keys`, by default all but BLOCK_SIZE_M) are timed in full, and the walk
+  moves to the fastest while one is faster (at most `fine_rounds` steps);
+* the fastest fully timed candidate of the key that beats the incumbent (the default, then
+  the earlier stage's winner) is checked against the reference before it is kept; an
+  incorrect one is marked and the next fastest tried.
+
+Every timing is a row of `candidates.parquet`, keyed by its candidate_id (the point, the
+stage, the full configuration and, below the last rung, the rung's timing). A failed
+compile or a launch out of shared memory is a row with its error (the same configuration's
+other keys then get rows saying so, not timed again); a row once written is never timed
+again, and every decision is made from the rows' times, so a search that was killed, or
+stopped by its budget (`budget_s`, this command's seconds), resumes where it stopped and
+reaches the winners it would have reached uncut. Rows reach the file every FLUSH_ROWS rows
+or FLUSH_S seconds and whenever a command ends, by its budget, Ctrl-C or SIGTERM (only a
+SIGKILL loses the rows since the last write; they are timed again). The manifest's `left`
+says which shapes, stages and token counts are unfinished. A timing that loses the GPU's
+context (an illegal address) is kept as a failed row and stops the command; the next one
+goes on after it. The winners are written as config files in the format the kernel's own
+project reads (`Backend.config_files`), every key of the shape in them, with
+`provenance.json` beside them; `winners.parquet` also holds the search's spread per point
+(the best, median and worst candidate of the first rung).
+
+The stage search and its rows are moe_lab.tuning_search (StageSearch, a base of Tuner);
+compiling ahead is moe_lab.tuning_compile.
+
+`verify=True` (moe-lab tune --verify): the same search with another candidate order and
+twice the survivors and fine steps (SearchPlan.doubled), into its own run folder, the
+committed winner (the tuned files under `configs_dir`) timed beside it; every correct
+candidate faster than the committed winner by more than VERIFY_MARGIN is reported in
+`verify.parquet`. It writes no config files.
+
+The timer is `timer(fn, inputs, *, config, problem, rep_ms) -> moe_lab.timing.Timing`,
+by default the sweep's (graph replay on a GPU, `time_fn`); the tests pass stand-ins.
+On a GPU, `compile_workers` processes compile the next batch of candidates into Triton's
+on-disk cache before they are timed (Precompiler).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
+import random
+import statistics
 import time
 from pathlib import Path
 
@@ -24,31 +70,47 @@ import pandas as pd
 
 from . import backends
 from .core.atomic import atomic_write_json
-from .correctness import (check_backend, classify_exception, make_inputs, make_weights,
-                          one_line, point_seed, reference)
 from .core.environment import capture_environment, device_name, now_iso
-from .core.errors import PointTimeout, reraise_if_terminated, terminate_gracefully, time_limit
+from .core.errors import terminate_gracefully
 from .core.problems import Problem
-from .progress import progress_bar
 from .invocations import begin_invocation, end_invocation
-from .points import finish, new_row
+from .progress import progress_bar
 from .store import RunStore
 from .timing import time_fn
+from .tuning_compile import (Precompiler, _specialization_reps, _warm_config,  # noqa: F401
+                             default_compile_workers)
+from .tuning_search import (CANDIDATE_KEY, FLUSH_ROWS, FLUSH_S, SearchPlan,  # noqa: F401
+                            StageSearch, _Best, _broken_text, _BudgetSpent, _ContextLost, _js,
+                            _Shape, candidate_id, neighbours, shape_name)
 
-CANDIDATE_KEY = ("candidate_id",)
+# the token counts a tuned file holds by default: the 18 keys of the published tunings of
+# this kernel for the H200, and 8192
+TUNE_TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072,
+               4096, 8192)
+
 WINNER_KEY = ("model", "tp", "ep", "ep_rank", "dtype", "tokens", "backend")
+VERIFY_KEY = WINNER_KEY
+VERIFY_MARGIN = 1.02  # verify: a candidate this much faster than the committed winner is news
+VERIFY_SHOWN = 5  # verify: the correct faster candidates checked and listed per point
 
 
-def candidate_id(prob: Problem, backend: str, stage: str, config: dict) -> str:
-    key = json.dumps(dict(prob.key(), backend=backend, stage=stage, config=config),
-                     sort_keys=True, default=str)
-    return hashlib.sha1(key.encode()).hexdigest()[:16]
+def verify_sample(tokens, n: int, seed: int = 0) -> list[int]:
+    """`n` of the token counts (all when n <= 0 or n >= their number), drawn with `seed`,
+    ascending: the points a verify run searches again."""
+    tokens = sorted(dict.fromkeys(int(t) for t in tokens))
+    if n <= 0 or n >= len(tokens):
+        return tokens
+    return sorted(random.Random(f"verify:{seed}").sample(tokens, n))
 
 
-class Tuner:
+class Tuner(StageSearch):
+    """The search of every shape of a run (module doc); the stage search is StageSearch's."""
+
     def __init__(self, backend: str, device: str, run_dir, configs_dir, *, seed: int = 0,
                  routing: str = "uniform", budget_s: float | None = None, warmup_ms=5.0,
-                 rep_ms=20.0, candidate_timeout_s=60.0, progress=True, command=""):
+                 rep_ms=20.0, candidate_timeout_s=60.0, progress=True, command="",
+                 plan: SearchPlan | None = None, timer=None, compile_workers: int | None = None,
+                 verify: bool = False, clock=None):
         self.backend_name = backends.parse_names(backend)[0]
         self.backend = backends.get(self.backend_name)
         if not self.backend.tunable:
@@ -61,21 +123,40 @@ class Tuner:
         self.candidate_timeout_s, self.progress, self.command = candidate_timeout_s, progress, command
         self.mode = "graph" if str(device).startswith("cuda") else "eager"
         self.device_name = device_name(device)
+        self.verify = verify
+        self.plan = plan or (SearchPlan().doubled(order_seed=seed + 1) if verify else SearchPlan())
+        self.timer = timer or self._time_fn
+        self.clock = clock or time.time  # the budget's (tests: one that moves per timing)
+        if compile_workers is None:
+            compile_workers = default_compile_workers(device)
+        self.compile_workers = compile_workers if str(device).startswith("cuda") else 0
+        self.coarse = getattr(self.backend, "coarse_config", None)
+        self.fine_keys = getattr(self.backend, "fine_keys", None)
 
-    # --- the search -----------------------------------------------------------------
+    def _time_fn(self, fn, inp, *, config, problem, rep_ms):
+        """The default timer: the sweep's, on the point's own inputs."""
+        return time_fn(self.mode, fn, [inp.args()], self.device, warmup_ms=self.warmup_ms,
+                       rep_ms=rep_ms)
+
+    # --- the run ----------------------------------------------------------------------
     def run(self, shards: list[list[Problem]]) -> pd.DataFrame:
-        """Tune every (shard, token count); returns the winners (one row per point).
-        Holds the run folder's lock (moe_lab.runlock) throughout; a folder that is
-        unreadable, not a tune run, or tuned with other settings (MEANING) is refused
-        before anything is written."""
+        """Tune every shard (shape) at its token counts; returns the winners found by this
+        call (one row per point). Holds the run folder's lock (moe_lab.runlock)
+        throughout; a folder that is unreadable, not a tune run, or tuned with other
+        settings (MEANING) is refused before anything is written."""
         from .runlock import run_lock
         self.check()
         with run_lock(self.run_dir, self.command or "moe-lab tune"):
             self._check_folder()
             return self._run(shards)
 
-    # settings that change what a candidate's row means
-    MEANING = ("backend", "mode", "seed", "routing", "warmup_ms", "rep_ms")
+    # settings that change what a candidate's row means, or which rows a search times
+    MEANING = ("backend", "mode", "seed", "routing", "warmup_ms", "rep_ms", "search", "verify")
+
+    def settings(self) -> dict:
+        return dict(backend=self.backend_name, mode=self.mode, seed=self.seed,
+                    routing=self.routing, warmup_ms=self.warmup_ms, rep_ms=self.rep_ms,
+                    search=self.plan.describe(), verify=self.verify)
 
     def check(self) -> None:
         """UsageError (one line, nothing touched) when `run` would be refused now: the
@@ -93,10 +174,10 @@ class Tuner:
         if not store.dir.exists():
             return
         check_run_files(store, {"candidates.parquet": ("candidate_id",)})
-        refuse_other_settings(store, "tune", dict(
-            backend=self.backend_name, mode=self.mode, seed=self.seed, routing=self.routing,
-            warmup_ms=self.warmup_ms, rep_ms=self.rep_ms), self.MEANING,
-            flags=dict(mode="mode (of --device)", warmup_ms="--warmup-ms", rep_ms="--rep-ms"))
+        refuse_other_settings(store, "tune", self.settings(), self.MEANING,
+                              flags=dict(mode="mode (of --device)", warmup_ms="--warmup-ms",
+                                         rep_ms="--rep-ms", search="the search plan",
+                                         verify="--verify"))
 
     def _run(self, shards: list[list[Problem]]) -> pd.DataFrame:
         store = RunStore(self.run_dir)
@@ -106,139 +187,202 @@ class Tuner:
         invocations = begin_invocation(store, dict(
             run_id=self.run_dir.name, command=self.command, environment=env,
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), kind="tune",
-            config=dict(backend=self.backend_name, mode=self.mode, seed=self.seed,
-                        routing=self.routing, warmup_ms=self.warmup_ms, rep_ms=self.rep_ms,
-                        budget_s=self.budget_s, configs_dir=str(self.configs_dir),
+            config=dict(self.settings(), budget_s=self.budget_s,
+                        configs_dir=str(self.configs_dir),
+                        compile_workers=self.compile_workers,
                         shards=[[p.describe() for p in s] for s in shards]),
             where=f"tuned on {env.get('device_name')}"), t0)
         old = store.load_table("candidates")
         self.done = {r["candidate_id"]: r for r in old.to_dict("records")} if len(old) else {}
-        self.store, self.deadline = store, (t0 + self.budget_s) if self.budget_s else math.inf
-        total = sum(len(s) for s in shards)
-        self._left, self.cut = total, False  # points still to search; a share ran out
-        bar = progress_bar(total, self.progress)
-        winners, status, counts = [], "interrupted", {"measured": 0, "skipped": 0}
+        self.store, self.t0 = store, t0
+        self.deadline = (self.clock() + self.budget_s) if self.budget_s else math.inf
+        self._pending, self._flushed_at = {}, self.clock()
+        self.counts = {"measured": 0, "skipped": 0}
+        self._prior, self._reused = set(self.done), set()
+        self._left = [dict(shape=shape_name(s[0]), stage="not started", step="",
+                           keys_left=sorted(p.tokens for p in s)) for s in shards]
+        self.stages: list[str] = []
+        self._shapes_info: list[dict] = []
+        self.precompiler = Precompiler(self.compile_workers, self.backend_name, self.device) \
+            if self.compile_workers > 0 else None
+        self.bar = progress_bar(sum(len(s) for s in shards), self.progress)
+        winners, status, self.stopped_by = [], "interrupted", None
         try:
             with terminate_gracefully():
                 for shard in shards:
-                    winners += self._shard(shard, bar, counts)
-            status = "complete" if time.time() < self.deadline and not self.cut \
-                else "budget spent"
-        finally:  # killed or not, every winner found so far reaches the config files
-            bar.close()
-            end_invocation(store, invocations, t0, status, counts["measured"], counts["skipped"])
-            if len(store.load_table("winners")):
+                    try:
+                        winners += self._shape(shard)
+                    except _BudgetSpent:
+                        break
+                    except _ContextLost as exc:
+                        self.stopped_by = f"the GPU context was lost: {exc}"
+                        break
+            status = ("complete" if not self._left else "interrupted" if self.stopped_by
+                      else "budget spent")
+        finally:  # killed or not, every row timed and every winner found reach the files
+            self.bar.close()
+            if self.precompiler is not None:
+                self.precompiler.close()
+            self._flush()
+            self.counts["skipped"] = len(self._reused)
+            end_invocation(store, invocations, t0, status, self.counts["measured"],
+                           self.counts["skipped"])
+            extra = dict(left=self._left, shapes=self._shapes_info, stopped_by=self.stopped_by)
+            if self.precompiler is not None:
+                extra["precompile"] = self.precompiler.report()
+            store.update_manifest(**extra)
+            if not self.verify and len(store.load_table("winners")):
                 self.write_files(store.load_table("winners"))
         return pd.DataFrame(winners)
 
-    def _shard(self, shard: list[Problem], bar, counts) -> list[dict]:
-        weights = make_weights(shard[0], self.device, self.seed)
+    # --- one shape --------------------------------------------------------------------
+    def _shape(self, shard: list[Problem]) -> list[dict]:
+        self.stages = list(self.backend.config_space(shard[0]))
+        sh = _Shape(self, shard)
+        # full configuration -> why it cannot run, at any key (from earlier commands too)
+        self._broken = {r["full_config"]: f"failed at {int(r['tokens'])} tokens: {r['error']}"
+                        for r in self._rows(sh)
+                        if r.get("status") == "failed" and _broken_text(r.get("error"))}
+        self._info = dict(shape=sh.name, keys=sh.keys, candidates={})
+        self._shapes_info.append(self._info)
+        self._at(sh, "default", "", sh.keys)
+        defaults = self._defaults(sh)
+        best = dict(defaults)
+        for stage in self.stages:
+            best = self._stage(sh, stage, best)
+        self._flush()
+        timed = {}
+        for r in self._rows(sh):  # the timings (a broken configuration's other keys: none)
+            if not str(r.get("error") or "").startswith("not timed"):
+                timed[int(r["tokens"])] = timed.get(int(r["tokens"]), 0) + 1
         out = []
-        for prob in shard:
-            bar.set_description(f"{prob.model.name} {prob.sharding} T={prob.tokens}")
-            now = time.time()
-            self._left -= 1
-            if now >= self.deadline:
-                bar.update(1)
-                continue
-            # an equal share of what is left: a budget reaches every token count (the large
-            # ones cost the most per candidate and came last), a fast point's rest rolls on
-            until = now + (self.deadline - now) / (self._left + 1)
-            w = self._point(prob, weights, counts, until)
+        for T in sh.keys:
+            w = self._winner_row(sh, T, best[T], defaults[T], timed.get(T, 0))
             if w is not None:
                 out.append(w)
-                self.store.append_table("winners", [w], key=WINNER_KEY)
-            bar.update(1)
+            self.bar.update(1)
+        if self.verify:  # a verify run's winners are not winners: its report says them
+            self._verify(sh, best)
+        else:
+            self.store.append_table("winners", out, key=WINNER_KEY)
+        self._flush()
+        self._info["rows"] = sum(timed.values())
+        self._left = [x for x in self._left if x["shape"] != sh.name]
         return out
 
-    def _point(self, prob: Problem, weights, counts, until: float = math.inf) -> dict | None:
-        """The point's search, coordinate descent over its stages; each stage gets an
-        equal share of the time left before `until` (gemm2 is never starved by gemm1)."""
-        inp = make_inputs(prob, self.device, point_seed(self.seed, prob.tokens, self.routing),
-                          self.routing)
-        ref = reference(prob, weights, inp)
-        default = self.backend.default_config(prob)
-        d_row = self._candidate(prob, weights, inp, "default", default, default, counts)
-        if d_row["status"] == "ok" and not math.isfinite(d_row.get("max_rel_err") or math.nan):
-            # the default can win (no candidate beats it): checked like any winner
-            self._correct(prob, weights, inp, ref, default, d_row)
-            d_row = self.done[d_row["candidate_id"]]
-        best, best_us = dict(default), d_row["median_us"] if d_row["status"] == "ok" else math.inf
-        space = self.backend.config_space(prob)
-        for i, (stage, options) in enumerate(space.items()):
-            rows, now = [], time.time()
-            stage_until = now + max(until - now, 0.0) / (len(space) - i)  # inf: no budget
-            for cand in options:
-                if stage != "gemm1" and "BLOCK_SIZE_M" in cand and "gemm1" in best \
-                        and cand["BLOCK_SIZE_M"] != best["gemm1"].get("BLOCK_SIZE_M"):
-                    continue  # one alignment: later GEMMs keep gemm1's BLOCK_SIZE_M
-                full = dict(best, **{stage: cand})
-                timed = candidate_id(prob, self.backend_name, stage, full) in self.done
-                if not timed and time.time() >= stage_until:  # a resume reuses what it has
-                    self.cut = True
-                    break
-                rows.append(self._candidate(prob, weights, inp, stage, cand, full, counts))
-            for r in sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["median_us"]):
-                if r["median_us"] >= best_us:
-                    break
-                full = json.loads(r["full_config"])
-                if self._correct(prob, weights, inp, ref, full, r):
-                    best, best_us = full, r["median_us"]
-                    break
-        if not math.isfinite(best_us):
+    def _at(self, sh: _Shape, stage: str, step: str, keys) -> None:
+        """Where the search is: the manifest's `left` entry of this shape (every key is
+        left until the shape's last stage ends; `step_keys`: those the step works on, the
+        stages from `stage` on still to do), the bar."""
+        for x in self._left:
+            if x["shape"] == sh.name:
+                x.update(stage=stage, step=step, step_keys=sorted(int(k) for k in keys),
+                         stages_left=self.stages[self.stages.index(stage):]
+                         if stage in self.stages else list(self.stages))
+        self.bar.set_description(f"{sh.name} {stage} {step}".strip())
+
+    def _defaults(self, sh: _Shape) -> dict[int, _Best]:
+        groups: dict[str, tuple] = {}
+        for T in sh.keys:
+            d = self.backend.default_config(sh.probs[T])
+            groups.setdefault(_js(d), (d, d, []))[2].append(T)
+        self._time_groups(sh, "default", None, self.rep_ms, list(groups.values()), "default")
+        out = {}
+        for d, _, Ts in groups.values():
+            for T in Ts:
+                row = self.done[self._cid(sh, T, "default", None, d)]
+                if row["status"] == "ok" and self._correct(sh, T, row):
+                    row = self.done[row["candidate_id"]]
+                    out[T] = _Best(d, row["median_us"], row, "default")
+                else:
+                    out[T] = _Best(None, math.inf, self.done[row["candidate_id"]], "default")
+        return out
+
+    # --- what a shape's search gives ------------------------------------------------------
+    def _rows(self, sh: _Shape) -> list[dict]:
+        """This shape's rows in candidates.parquet (every key, stage and rung)."""
+        p = sh.first
+        return [r for r in self.done.values()
+                if r.get("model") == p.model.name and int(r.get("tp")) == p.tp
+                and int(r.get("ep")) == p.ep and int(r.get("ep_rank")) == p.ep_rank
+                and r.get("dtype") == p.dtype and r.get("backend") == self.backend_name]
+
+    def _winner_row(self, sh: _Shape, T: int, w: _Best, d: _Best, timed: int) -> dict | None:
+        if w.full is None:
             return None
-        return dict({k: v for k, v in prob.key().items()}, backend=self.backend_name,
-                    sharding=prob.sharding, config=json.dumps(best, sort_keys=True),
-                    median_us=best_us, default_us=d_row["median_us"],
-                    speedup=d_row["median_us"] / best_us if d_row["status"] == "ok" else math.nan,
+        prob = sh.probs[T]
+        d_us = d.row["median_us"] if d.row is not None and d.row["status"] == "ok" else math.nan
+        spread = sh.spread.get(T) or []
+        return dict(prob.key(), backend=self.backend_name, sharding=prob.sharding,
+                    config=_js(w.full), median_us=w.us, default_us=d_us,
+                    speedup=d_us / w.us if d_us == d_us else math.nan, won_at=w.stage,
+                    search_best_us=spread[0] if spread else math.nan,
+                    search_median_us=statistics.median(spread) if spread else math.nan,
+                    search_worst_us=spread[-1] if spread else math.nan,
+                    search_candidates=len(spread), candidates_timed=timed,
                     mode=self.mode, git_commit=self.git_commit, device=self.device_name,
                     measured_at=now_iso())
 
-    def _candidate(self, prob, weights, inp, stage, cand, full, counts) -> dict:
-        cid = candidate_id(prob, self.backend_name, stage, full)
-        if cid in self.done:
-            counts["skipped"] += 1
-            return self.done[cid]
-        row = new_row(dict(prob.key(), backend=self.backend_name, mode=self.mode),
-                      git_commit=self.git_commit, device=self.device_name, stage=stage,
-                      candidate_id=cid, config=json.dumps(cand, sort_keys=True),
-                      full_config=json.dumps(full, sort_keys=True))
-        t = None
-        try:
-            with time_limit(self.candidate_timeout_s, "candidate"):
-                fn = self.backend.prepare(prob, weights, config=full)
-                t = time_fn(self.mode, fn, [inp.args()], self.device, warmup_ms=self.warmup_ms,
-                            rep_ms=self.rep_ms)
-        except PointTimeout as exc:
-            row.update(status="timeout", error=str(exc))
-        except Exception as exc:  # a config that does not compile or fit is a row
-            reraise_if_terminated(exc)
-            row.update(status=classify_exception(exc), error=one_line(exc))
-            _recover(self.device)
-        finish(row, timing=t if row["status"] == "ok" else None, problem=prob)
-        self.store.append_table("candidates", [row], key=CANDIDATE_KEY)
-        self.done[cid] = row
-        counts["measured"] += 1
-        return row
-
-    def _correct(self, prob, weights, inp, ref, full, row) -> bool:
-        """Check a would-be winner on the point's inputs; an incorrect one is marked."""
-        fn = self.backend.prepare(prob, weights, config=full)
-        chk = check_backend(self.backend, prob, weights, inp, ref, self.device, fn)
-        row = dict(row, max_rel_err=chk["max_rel_err"])
-        if chk["status"] != "ok":
-            row.update(status="incorrect" if chk["status"] == "incorrect" else chk["status"],
-                       error=chk["error"])
-        self.store.append_table("candidates", [row], key=CANDIDATE_KEY)
-        self.done[row["candidate_id"]] = row
-        return chk["status"] == "ok"
+    def _verify(self, sh: _Shape, best: dict[int, _Best]) -> None:
+        """Time the committed winner of every key beside this search's candidates, and
+        report the correct candidates faster than it by more than VERIFY_MARGIN (checked
+        fastest first, at most VERIFY_SHOWN of them; `timed_faster` counts them all)."""
+        from .configs import load_tuned, nearest
+        committed = load_tuned(self.backend_name, sh.first, self.device_name, self.configs_dir)
+        self._at(sh, "verify", "committed winners", sh.keys)
+        rows = []
+        for T in sh.keys:
+            prob = sh.probs[T]
+            row = dict({k: prob.key()[k] for k in WINNER_KEY if k != "backend"},
+                       backend=self.backend_name, sharding=prob.sharding, mode=self.mode,
+                       search_best_config=_js(best[T].full) if best[T].full else None,
+                       search_best_us=best[T].us if best[T].full else math.nan,
+                       git_commit=self.git_commit, device=self.device_name,
+                       measured_at=now_iso(), faster=0, timed_faster=0)
+            if committed is None:
+                names = self.backend.config_files(prob, self.device_name)
+                rows.append(dict(row, verdict=f"no committed file {names[self.stages[0]]}"))
+                continue
+            full = {s: nearest(tbl, T) for s, tbl in committed.items()}
+            row["committed_config"] = _js(full)
+            self._time_groups(sh, "committed", None, self.rep_ms, [(full, full, [T])],
+                              "committed")
+            c_row = self.done[self._cid(sh, T, "committed", None, full)]
+            if c_row["status"] != "ok":
+                rows.append(dict(row, verdict=f"committed winner {c_row['status']}: "
+                                              f"{c_row['error']}"))
+                continue
+            c_us = row["committed_us"] = c_row["median_us"]
+            timed = sorted((r for r in sh.final_rows[T].values()
+                            if r["median_us"] * VERIFY_MARGIN < c_us),
+                           key=lambda r: r["median_us"])
+            faster = []
+            for r in timed:
+                if len(faster) == VERIFY_SHOWN:
+                    break
+                if self._correct(sh, T, r):
+                    faster.append(self.done[r["candidate_id"]])
+            rows.append(dict(
+                row, faster=len(faster), timed_faster=len(timed),
+                fastest_config=faster[0]["full_config"] if faster else None,
+                fastest_us=faster[0]["median_us"] if faster else math.nan,
+                committed_over_fastest=c_us / faster[0]["median_us"] if faster else math.nan,
+                faster_configs=json.dumps([[json.loads(r["full_config"]), r["median_us"]]
+                                           for r in faster]),
+                verdict=(f"faster than the committed winner by more than "
+                         f"{100 * (VERIFY_MARGIN - 1):.0f}%: {len(faster)}"
+                         + ("+" if len(timed) > len(faster) and len(faster) == VERIFY_SHOWN
+                            else "")) if faster else "nothing faster"))
+        self.store.append_table("verify", rows, key=VERIFY_KEY)
+        self._flush()
 
     # --- the files --------------------------------------------------------------------
     def write_files(self, winners: pd.DataFrame) -> list[Path]:
-        """One file per stage and shard: {tokens: config}, every winner tuned so far."""
+        """One file per stage and shard: {tokens: config}, every winner tuned so far, and
+        each file's provenance (run, commit, budget, candidates timed)."""
         from .configs import write_table
         folder = self.configs_dir / self.backend_name
-        written = []
+        written, shard_of = [], {}
         for _, g in winners.groupby(["model", "tp", "ep", "ep_rank", "dtype"]):
             prob = _problem_of(g.iloc[0])
             tables: dict[str, dict] = {}
@@ -246,13 +390,24 @@ class Tuner:
                 for stage, cfg in json.loads(r.config).items():
                     tables.setdefault(stage, {})[int(r.tokens)] = cfg
             names = self.backend.config_files(prob, self.device_name)
+            timed = int(g["candidates_timed"].fillna(0).sum()) \
+                if "candidates_timed" in g.columns else None
             for stage, table in tables.items():
-                written.append(write_table(folder / names[stage], table))
+                p = write_table(folder / names[stage], table)
+                written.append(p)
+                shard_of[p.name] = (sorted(table), timed)
         prov = read_provenance(folder)
+        man = self.store.read_manifest() if hasattr(self, "store") else {}
         for p in written:
+            keys, timed = shard_of[p.name]
             prov[p.name] = dict(run=self.run_dir.name, git_commit=self.git_commit,
                                 device=self.device_name, written=now_iso(),
-                                mode=self.mode, seed=self.seed,
+                                mode=self.mode, seed=self.seed, rep_ms=self.rep_ms,
+                                budget_s=self.budget_s,
+                                wall_s_total=man.get("wall_s_total", man.get("wall_s")),
+                                invocations=len(man.get("invocations") or []) or None,
+                                candidates_timed=timed, keys=keys,
+                                search=self.plan.describe(),
                                 note="winners of moe-lab tune; every candidate's time is in "
                                      f"data/runs/{self.run_dir.name}/candidates.parquet")
         atomic_write_json(folder / "provenance.json", prov)
@@ -270,11 +425,3 @@ def _problem_of(row) -> Problem:
                         int(row["ep"]), int(row["ep_rank"]))
 
 
-def _recover(device: str):
-    if str(device).startswith("cuda"):
-        import torch
-        try:
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-        except Exception:
-            pass

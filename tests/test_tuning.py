@@ -56,10 +56,12 @@ def test_the_search_picks_the_fastest_real_timing_and_checks_it(tmp_path, chunke
     cand = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
     assert len(win) == 2
     for w in win.itertuples():
-        mine = cand[(cand["tokens"] == w.tokens) & (cand["status"] == "ok")]
-        # coordinate descent keeps the fastest configuration it timed: the winner's time is
-        # the least of every ok candidate of the point (the default's included), and the
-        # winner is that candidate's full configuration
+        mine = cand[(cand["tokens"] == w.tokens) & (cand["status"] == "ok")
+                    & (cand["rep_ms"] == tuner.rep_ms)]
+        # coordinate descent keeps the fastest configuration it timed in full: the winner's
+        # time is the least of every ok candidate of the point timed with the run's rep_ms
+        # (the default's included; the shorter successive-halving rungs only choose what is
+        # timed in full), and the winner is that candidate's full configuration
         fastest = mine.loc[mine["median_us"].idxmin()]
         assert w.median_us == fastest["median_us"]
         assert json.loads(w.config) == json.loads(fastest["full_config"])
@@ -93,20 +95,21 @@ def test_the_winners_are_written_and_read_back_for_sweeps(tmp_path, chunked):
     assert load_tuned("torch-chunked", prob, tuner.device_name, tmp_path / "configs")["gemm2"]
 
 
-def test_a_killed_search_resumes_without_re_timing(tmp_path, chunked, monkeypatch):
-    real, calls = Tuner._candidate, []
+def test_a_killed_search_resumes_without_re_timing(tmp_path, chunked):
+    from moe_lab.timing import time_cpu
+    calls = []
 
-    def killed_after_four(self, *a, **kw):  # Ctrl-C (or a kill) after four timings
+    def killed_after_four(fn, inp, *, config, problem, rep_ms):  # Ctrl-C after four timings
         if len(calls) == 4:
             raise KeyboardInterrupt
         calls.append(1)
-        return real(self, *a, **kw)
-    monkeypatch.setattr(Tuner, "_candidate", killed_after_four)
+        return time_cpu(fn, [inp.args()], warmup_ms=2, rep_ms=rep_ms)
+    shards = [[make_problem(MODEL, t, "fp32", 1, 1) for t in (16, 64)]]
     with pytest.raises(KeyboardInterrupt):
-        _tune(tmp_path)
-    monkeypatch.setattr(Tuner, "_candidate", real)
+        Tuner("torch-chunked", "cpu", tmp_path / "runs" / "t", tmp_path / "configs", rep_ms=10,
+              warmup_ms=2, progress=False, timer=killed_after_four).run(shards)
     first = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
-    assert len(first) == 4
+    assert len(first) == 4  # the rows timed before the kill were written on the way out
     man = json.loads((tmp_path / "runs" / "t" / "manifest.json").read_text())
     assert man["status"] == "interrupted"
     tuner, win = _tune(tmp_path)
@@ -116,45 +119,15 @@ def test_a_killed_search_resumes_without_re_timing(tmp_path, chunked, monkeypatc
     assert list(kept) == list(first["measured_at"])  # timed once, kept
     man = json.loads((tmp_path / "runs" / "t" / "manifest.json").read_text())
     assert man["invocations"][-1]["points_skipped"] >= len(first)
+    assert man["status"] == "complete" and man["left"] == []
 
 
 def test_the_budget_stops_the_search_and_says_so(tmp_path, chunked):
     tuner, win = _tune(tmp_path, budget=1e-3)
     man = json.loads((tmp_path / "runs" / "t" / "manifest.json").read_text())
     assert man["status"] == "budget spent" and len(win) == 0
-
-
-def test_a_budget_reaches_every_token_count_and_both_gemms(tmp_path, chunked, monkeypatch):
-    """Each point gets an equal share of the budget left and each stage an equal share of
-    its point's: on a clock that moves 1 s per candidate timed, 12 s for three points of 11
-    candidates each search gemm1 and gemm2 at every token count (one after the other, the
-    first point alone would have spent it all), and the manifest says it was cut."""
-    import time as real
-    from moe_lab import tuning
-
-    class Clock:  # tuning's clock only: the timers keep measuring for real
-        t = real.time()
-        strftime = staticmethod(real.strftime)
-
-        @classmethod
-        def time(cls):
-            return cls.t
-    monkeypatch.setattr(tuning, "time", Clock)
-    timed = Tuner._candidate
-
-    def candidate(self, prob, weights, inp, stage, cand, full, counts):
-        before = counts["measured"]
-        row = timed(self, prob, weights, inp, stage, cand, full, counts)
-        Clock.t += 1.0 if counts["measured"] > before else 0.0
-        return row
-    monkeypatch.setattr(Tuner, "_candidate", candidate)
-    _tune(tmp_path, tokens=(4, 16, 64), budget=12.0)
-    cand = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
-    stages = cand.groupby("tokens")["stage"].apply(set).to_dict()
-    assert stages == {t: {"default", "gemm1", "gemm2"} for t in (4, 16, 64)}, stages
-    assert len(cand) < 3 * 11  # not every candidate: the budget cut each point's search
-    man = json.loads((tmp_path / "runs" / "t" / "manifest.json").read_text())
-    assert man["status"] == "budget spent"
+    # what is left: the one shape, at every token count, from its default's timing on
+    assert [(x["stage"], x["keys_left"]) for x in man["left"]] == [("default", [16, 64])]
 
 
 def test_sweep_default_and_tuned_are_separate_points(tmp_path, chunked, monkeypatch, capsys):

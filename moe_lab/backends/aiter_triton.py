@@ -42,7 +42,7 @@ from ..core.aiter_import import (aiter_root, aiter_version, load_aiter_glue,  # 
                             load_aiter_triton, load_silu_fused)
 from . import Backend, Weights, register
 from ._aiter_fp8 import TRITON_NO_CHANNEL, TRITON_SCHEMES, fit_block_k, triton_fp8_fixed
-from ._triton_configs import file_names, gemm_space, nearest
+from ._triton_configs import FINE_KEYS, file_names, gemm_space, is_coarse, nearest
 
 AMD_ONLY_KEYS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
 # aiter's own M thresholds for its small/medium/large configs (moe_config_utils.py)
@@ -209,9 +209,16 @@ class AiterTritonBackend(Backend):
         return {"gemm1": cfg, "gemm2": dict(cfg)}
 
     def config_space(self, problem) -> dict:
-        rows = problem.tokens * problem.topk / problem.local_experts
-        space = [c for c in gemm_space(rows) if fit_block_k(c, problem.dtype) == c]
-        return {"gemm1": space, "gemm2": list(space)}
+        """Every configuration that can run at the problem's token count (the limits of
+        _triton_configs: shared memory with fp8's 1-byte operands, registers, the 128-column
+        scale block of fp8-block128, BLOCK_SIZE_M by the token count), for both GEMMs."""
+        space = gemm_space(problem.tokens, elem_bytes=1 if problem.is_fp8 else 2,
+                           block_quant=problem.dtype == "fp8-block128")
+        return {"gemm1": space, "gemm2": [dict(c) for c in space]}
+
+    # the search's coarse pass and the launch keys its fine pass changes (moe_lab.tuning)
+    coarse_config = staticmethod(is_coarse)
+    fine_keys = FINE_KEYS
 
     def config_files(self, problem, device_name: str) -> dict:
         return file_names(problem.local_experts, problem.inter, device_name, problem.dtype)

@@ -15,9 +15,10 @@ from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_mod
 from ..core.routing import parse_routing
 from ..configs import configs_dir_for
 from ..core.devices import device_slug
+from .. import tuning
 from ..tuning import Tuner
 
-TUNE_TOKENS = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192"
+TUNE_TOKENS = ",".join(map(str, tuning.TUNE_TOKENS))  # the 19 keys, defined in moe_lab.tuning
 
 
 def configure(p):
@@ -27,23 +28,42 @@ def configure(p):
                         "qwen3-30b-a3b on CPU)")
     options.shape(p)
     p.add_argument("--tokens", default=TUNE_TOKENS,
-                   help="token counts to tune (config files are keyed by them; a caller uses "
-                        "the nearest)")
+                   help="token counts to tune, the keys of the config files (a caller uses "
+                        "the nearest); default: the 18 keys of the published tunings for "
+                        "the H200 and 8192, " + TUNE_TOKENS)
     options.dtype(p)
     p.add_argument("--routing", default="uniform")
     options.device(p)
     p.add_argument("--run-id", default=None, help="folder under --data-dir (default: "
-                   "tune-<backend>-<device>; the same command resumes it)")
+                   "tune-<backend>-<device>, verify-<backend>-<device> with --verify; the "
+                   "same command resumes it)")
     options.data_dir(p)
     p.add_argument("--configs-dir", default=None,
-                   help="where the winners go (default: data/configs/<device-slug>)")
+                   help="where the winners go, and where --verify reads the committed ones "
+                        "(default: data/configs/<device-slug>)")
     p.add_argument("--budget", type=float, default=None, metavar="S",
-                   help="search for S seconds in all: each point (shape x token count) gets "
-                        "an equal share of what is left and each GEMM stage an equal share "
-                        "of its point's, so every token count and gemm2 are searched; the "
-                        "manifest says `budget spent` when a share cut a search (rerun to "
-                        "resume: timed candidates are kept)")
-    p.add_argument("--rep-ms", type=float, default=20.0, help="timed repetitions per candidate")
+                   help="stop this command after S seconds (at the next timing): every "
+                        "timing so far is kept in candidates.parquet and the manifest's "
+                        "`left` says which shapes, stages and token counts are unfinished; "
+                        "the same command again resumes there and never times a row twice "
+                        "(default: no limit)")
+    p.add_argument("--compile-workers", type=int, default=None, metavar="N",
+                   help="processes that compile the next batch of candidates into Triton's "
+                        "on-disk cache before they are timed (0: compile in place; default: "
+                        "the cores but two, at most 12, on a GPU; 0 on a CPU)")
+    p.add_argument("--verify", type=int, default=None, metavar="N",
+                   help="check the committed winners instead of tuning: search N token counts "
+                        "per shape again (drawn from --tokens with --seed; 0: all) with another "
+                        "candidate order and twice the survivors and fine steps, in a run "
+                        "folder of its own, time the committed winner beside them and report "
+                        "every correct candidate faster than it by more than "
+                        f"{100 * (tuning.VERIFY_MARGIN - 1):.0f}%% "
+                        "(verify.parquet); writes no config files (default: off)")
+    p.add_argument("--rep-ms", type=float, default=20.0,
+                   help="timed repetitions per candidate, in ms, at the last rung and in the "
+                        "fine pass (the successive-halving rungs before it time "
+                        + " and ".join(f"{r:g}" for r in tuning.SearchPlan().rungs[:-1])
+                        + " of it)")
     p.add_argument("--warmup-ms", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
@@ -63,24 +83,51 @@ def run(args) -> int:
     tokens = parse_tokens(args.tokens)
     if args.budget is not None and not args.budget > 0:
         raise UsageError("--budget must be a positive number of seconds")
+    if args.compile_workers is not None and args.compile_workers < 0:
+        raise UsageError("--compile-workers must be 0 or more")
+    verify = args.verify is not None
+    if verify:
+        if args.verify < 0:
+            raise UsageError("--verify must be 0 (every token count) or more")
+        tokens = tuning.verify_sample(tokens, args.verify, args.seed)
     shards = [[make_problem(m, t, args.dtype, tp, ep) for t in tokens]
               for m in models for tp in parse_int_list(args.tp)
               for ep in parse_int_list(options.default_eps(args.ep, device == "cuda"))]
     dev = device_name(device)
-    run_dir = os.path.join(args.data_dir, args.run_id or f"tune-{args.backend}-{device_slug(dev)}")
+    kind = "verify" if verify else "tune"
+    run_dir = os.path.join(args.data_dir, args.run_id or f"{kind}-{args.backend}-{device_slug(dev)}")
     tuner = Tuner(args.backend, device, run_dir, args.configs_dir or configs_dir_for(dev),
                   seed=args.seed, routing=args.routing, budget_s=args.budget,
                   warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=not args.no_progress,
+                  compile_workers=args.compile_workers, verify=verify,
                   command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
     ok, why = tuner.backend.available()
     if not ok:  # before: every candidate a `failed` row, "done: 0 points tuned", exit 0
         raise UsageError(f"{tuner.backend_name} cannot run here: {why}")
     tuner.check()  # another writer's folder, or one tuned otherwise: one line, untouched
-    print(f"tune {args.backend}: {sum(len(s) for s in shards)} points -> {run_dir}, "
-          f"configs to {tuner.configs_dir / tuner.backend_name}", flush=True)
+    print(f"{kind} {args.backend}: {sum(len(s) for s in shards)} points -> {run_dir}"
+          + ("" if verify else f", configs to {tuner.configs_dir / tuner.backend_name}")
+          + (f", compiling ahead in {tuner.compile_workers} processes"
+             if tuner.compile_workers else ""), flush=True)
     win = tuner.run(shards)
-    for r in win.itertuples():
-        print(f"{r.model:22} {r.sharding:9} T={r.tokens:<5} {r.default_us:9.1f} -> "
-              f"{r.median_us:9.1f} us ({r.speedup:.2f}x)")
-    print(f"done: {len(win)} points tuned; candidates in {run_dir}/candidates.parquet")
+    man = tuner.store.read_manifest()
+    if verify:
+        rep = tuner.store.load_table("verify")
+        for r in rep.itertuples():
+            print(f"{r.model:22} {r.sharding:9} T={r.tokens:<5} {r.verdict}")
+    else:
+        for r in win.itertuples():
+            print(f"{r.model:22} {r.sharding:9} T={r.tokens:<5} {r.default_us:9.1f} -> "
+                  f"{r.median_us:9.1f} us ({r.speedup:.2f}x; candidates {r.search_best_us:.1f}"
+                  f"-{r.search_worst_us:.1f} us, median {r.search_median_us:.1f})")
+    for x in man.get("left") or []:
+        print(f"left: {x['shape']} at {len(x['keys_left'])} token counts: {x['stage']} "
+              + (f"{x['step']} ({len(x['step_keys'])} token counts in it)" if x["step"] else "")
+              + "; the same command resumes it")
+    print(f"done ({man.get('status')}): {len(win)} points "
+          + ("checked" if verify else "tuned") + f"; candidates in {run_dir}/candidates.parquet")
+    if tuner.stopped_by:  # the row that did it is kept: the next command goes on after it
+        print(f"moe-lab: stopped: {tuner.stopped_by}; rerun the same command to resume",
+              file=sys.stderr)
+        return 1
     return 0

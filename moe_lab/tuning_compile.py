@@ -1,0 +1,233 @@
+"""Compiling ahead for `moe-lab tune` (moe_lab.tuning): Triton compiles each launch
+configuration when it first runs, 1-3 s per configuration on a GPU, the dominant cost of a
+search. `Precompiler` compiles the next batch of candidates in worker processes into
+Triton's on-disk cache before the tuner times them (the Precompiler's doc says why this can
+only save time, never change a timing); `_warm_config` is what a worker runs."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from . import backends
+from .core.environment import device_name
+from .core.errors import one_line, reraise_if_terminated
+from .core.problems import Problem
+
+# a batch compiled ahead may take this long (a worker's start, then per configuration a
+# worker compiles; one takes a few seconds): past it compiling ahead is turned off
+WARM_S, WARM_PER_CONFIG_S = 60.0, 30.0
+
+
+def default_compile_workers(device: str) -> int:
+    """Processes compiling ahead (Precompiler): none on a CPU (no Triton there); on a GPU
+    machine all cores but two (one times, one for the rest), at most 12."""
+    if not str(device).startswith("cuda"):
+        return 0
+    return max(1, min(12, (os.cpu_count() or 2) - 2))
+
+
+def _js(cfg) -> str:
+    return json.dumps(cfg, sort_keys=True)
+
+
+def _specialization_reps(keys, topk: int) -> list[int]:
+    """One token count per way Triton specialises the kernel's integer arguments on the
+    token count: num_valid_tokens = T * topk is 1, a multiple of 16, or neither (the
+    smallest key of each kind). The other arguments (N, K, strides) are the shape's."""
+    out = {}
+    for T in sorted(keys):
+        n = T * topk
+        out.setdefault((n == 1, n % 16 == 0), T)
+    return sorted(out.values())
+
+
+class Precompiler:
+    """Compiles the next batch of candidates in worker processes before they are timed, so
+    the timing process finds them in Triton's on-disk cache instead of compiling each one
+    (1-3 s per configuration, the dominant cost of a search on a GPU).
+
+    Each worker (a `python -c` subprocess of this interpreter: nothing of the caller's
+    __main__ is run again, and CUDA is never forked) runs the backend's layer with the
+    candidate once per specialisation (_specialization_reps) on stand-in weights of one
+    expert with the shape's N, K and dtype (_warm_config): the kernels, their constexprs
+    and their specialised arguments are the timed ones', so Triton's cache key is theirs.
+    Nothing a worker does is measured or kept but the cache, and it runs while the timing
+    process waits (no kernel of a worker overlaps a timing). So it can only save time: a
+    worker's error is ignored (the timed run meets it again and records it), and a worker
+    that dies or a batch that outlasts its timeout turns compiling ahead off for the rest
+    of the command (the workers killed; `report()` says why), the search going on
+    compiling in place."""
+
+    def __init__(self, workers: int, backend_name: str, device: str):
+        self.workers, self.backend_name, self.device = workers, backend_name, device
+        self.procs: list = []
+        self.off, self.warmed, self.errors, self.wall_s = "", 0, 0, 0.0
+        self._seen: set[str] = set()
+
+    def _start(self) -> None:
+        import subprocess
+        import sys
+        root = str(Path(__file__).resolve().parent.parent)  # where this moe_lab is
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        code = "from moe_lab.tuning_compile import _worker_loop; _worker_loop()"
+        self.procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+                      for _ in range(self.workers)]
+
+    def warm(self, prob: Problem, fulls: list[dict], token_reps: list[int],
+             timeout_s: float = 600.0, budget_cut: bool = False) -> None:
+        """Compile `fulls` (full configurations of `prob`'s shape) ahead; back when all are
+        done, or at `timeout_s` (then off, unless `budget_cut`: the command's budget set
+        the timeout, and it ends anyway)."""
+        fulls = [f for f in fulls if _js(f) not in self._seen]
+        if self.off or not fulls or timeout_s <= 0:
+            return
+        t0 = time.time()
+        try:
+            if not self.procs:
+                self._start()
+            self._run([(self.backend_name, prob, f, token_reps, self.device) for f in fulls],
+                      t0 + timeout_s)
+            self.warmed += len(fulls)
+            self._seen.update(_js(f) for f in fulls)
+        except Exception as exc:  # noqa: BLE001 (a timeout, a dead worker: compile in place)
+            reraise_if_terminated(exc)
+            if not (budget_cut and isinstance(exc, TimeoutError)):
+                self.off = f"turned off after {self.warmed} configurations: {one_line(exc)}"
+            self.close()
+        finally:
+            self.wall_s += time.time() - t0
+
+    def _run(self, jobs: list[tuple], end: float) -> None:
+        """Each job to the next idle worker; back when every one has answered."""
+        import collections
+        import pickle
+        import selectors
+        import struct
+        jobs = collections.deque(jobs)
+        idle, buf = list(self.procs), {p.pid: b"" for p in self.procs}
+        busy = 0
+        with selectors.DefaultSelector() as sel:
+            for p in self.procs:
+                sel.register(p.stdout, selectors.EVENT_READ, p)
+            while jobs or busy:
+                while jobs and idle:
+                    p, data = idle.pop(), pickle.dumps(jobs.popleft())
+                    p.stdin.write(struct.pack("<Q", len(data)) + data)
+                    p.stdin.flush()
+                    busy += 1
+                left = end - time.time()
+                if left <= 0:
+                    raise TimeoutError(f"a batch of compiles outlasted its {end:.0f} s deadline")
+                for key, _ in sel.select(timeout=left):
+                    p = key.data
+                    chunk = os.read(p.stdout.fileno(), 1 << 16)
+                    if not chunk:
+                        raise RuntimeError(f"compile worker {p.pid} died "
+                                           f"(exit status {p.poll()})")
+                    buf[p.pid] += chunk
+                    b = buf[p.pid]
+                    if len(b) >= 8 and len(b) >= 8 + struct.unpack("<Q", b[:8])[0]:
+                        n = struct.unpack("<Q", b[:8])[0]
+                        self.errors += bool(pickle.loads(b[8:8 + n]))
+                        buf[p.pid] = b[8 + n:]
+                        busy -= 1
+                        idle.append(p)
+
+    def close(self) -> None:
+        """End the workers this Precompiler started (each by its own handle)."""
+        for p in self.procs:
+            try:
+                p.stdin.close()
+            except OSError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except Exception:  # noqa: BLE001 (busy compiling, or stuck: ended)
+                p.kill()
+                p.wait()
+        self.procs = []
+
+    def report(self) -> dict:
+        return dict(workers=self.workers, configurations=self.warmed,
+                    worker_errors=self.errors, wall_s=round(self.wall_s, 1),
+                    off=self.off or None)
+
+
+def _worker_loop() -> None:
+    """A Precompiler worker: length-prefixed pickled jobs (the arguments of _warm_config) on
+    stdin, each answered by its result on stdout; everything else the process prints goes
+    to stderr (stdout is the answers' alone). Ends when stdin closes."""
+    import pickle
+    import struct
+    import sys
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    inp = sys.stdin.buffer
+    while True:
+        head = inp.read(8)
+        if len(head) < 8:
+            return
+        job = pickle.loads(inp.read(struct.unpack("<Q", head)[0]))
+        data = pickle.dumps(_warm_config(*job))
+        out.write(struct.pack("<Q", len(data)) + data)
+
+
+_STAND_INS: dict = {}
+
+
+def _warm_config(backend_name: str, prob: Problem, full: dict, token_reps: list[int],
+                 device: str = "cuda") -> str:
+    """In a Precompiler worker: run the layer with `full` at each token count on stand-in
+    weights (one local expert, every pair routed to it), so that its kernels are compiled
+    into Triton's on-disk cache. '' when it ran, else the error (ignored by the caller)."""
+    try:
+        import torch
+        be = backends.get(backend_name)
+        key = (backend_name, prob.model, prob.dtype, prob.tp, prob.ep, device)
+        if key not in _STAND_INS:
+            _STAND_INS.clear()
+            _STAND_INS[key] = _stand_ins(prob, device, token_reps)
+        weights, inputs = _STAND_INS[key]
+        fn = be.prepare(prob, weights, config=full)
+        for args in inputs:
+            fn(*args)
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+        return ""
+    except Exception as exc:  # noqa: BLE001
+        return one_line(exc)
+
+
+def _stand_ins(prob: Problem, device: str, token_reps: list[int]):
+    """Weights of one local expert with the shape's N, K and dtype (the kernels' strides
+    do not depend on the number of experts), and inputs at each token count that send
+    every (token, slot) pair to it."""
+    import torch
+    g = torch.Generator().manual_seed(0)
+    H, inter, dt = prob.hidden, prob.inter, prob.torch_dtype
+    w1 = (torch.randn(1, 2 * inter, H, generator=g) * H ** -0.5).to(dt).to(device)
+    w2 = (torch.randn(1, H, inter, generator=g) * inter ** -0.5).to(dt).to(device)
+    qw = None
+    if prob.is_fp8:
+        from .core.devices import fp8_format_for
+        from .core.quant import quantize_weights
+        qw = quantize_weights(w1, w2, prob.dtype, fp8_format_for(device_name(device)))
+    emap = None
+    if prob.ep > 1:
+        emap = torch.full((prob.experts,), -1, dtype=torch.int32)
+        emap[0] = 0
+        emap = emap.to(device)
+    inputs = []
+    for T in token_reps:
+        x = torch.randn(T, H, generator=g).to(dt).to(device)
+        w = torch.full((T, prob.topk), 1.0 / prob.topk, dtype=torch.float32, device=device)
+        ids = torch.zeros(T, prob.topk, dtype=torch.int32, device=device)
+        inputs.append((x, w, ids))
+    return backends.Weights(w1, w2, emap, qw), inputs
+
