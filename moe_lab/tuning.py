@@ -199,7 +199,8 @@ class Tuner:
         if cid in self.done:
             counts["skipped"] += 1
             return self.done[cid]
-        row = new_row(dict(prob.key(), backend=self.backend_name, mode=self.mode),
+        row = new_row(dict(prob.key(), backend=self.backend_name, mode=self.mode,
+                           routing=self.routing),
                       git_commit=self.git_commit, device=self.device_name, stage=stage,
                       candidate_id=cid, config=json.dumps(cand, sort_keys=True),
                       full_config=json.dumps(full, sort_keys=True))
