@@ -25,6 +25,8 @@ same tests on an unmutated copy, where they pass). Tests of this file unless nam
                   rounded to the activation dtype after every slot (fp32 accumulation done
                   in bf16/fp16) -> test_the_fused_combine_sums_in_fp32_and_rounds_once
   combine (glue)  glue-combine-drops-a-slot: the fused combine sums k - 1 slots -> the same
+                  combine-rows-router-weights-ignored: combine_rows_fused drops the weights
+                    -> test_combine_rows::test_ours_sums_the_slots_rows_and_never_reads...
   align           align-ep-map-not-applied: Glue.align does not pass the EP map to our align;
                   align-remote-blocks-not-marked: the sentinel's blocks keep its id, not -1
                     -> test_align_under_ep_maps_the_experts_and_marks_the_remote_blocks
@@ -734,6 +736,12 @@ MUTATIONS = (
              "            K=k - 1, BLOCK_H=block_h, num_warps=4)\n",
              (T_BITES + "test_the_fused_combine_sums_in_fp32_and_rounds_once",),
              "the combine sums k - 1 of a token's k slots"),
+    Mutation("combine-rows-router-weights-ignored", "moe_lab/core/combine_rows.py",
+             "K=k, HAS_W=weights is not None,", "K=k, HAS_W=False,",
+             ("tests/test_combine_rows.py::"
+              "test_ours_sums_the_slots_rows_and_never_reads_the_pad_row",),
+             "the sorted-rows backends' fused combine sums the slots' rows without the "
+             "router's weights"),
     # align
     Mutation("align-ep-map-not-applied", "moe_lab/core/glue.py",
              "            return align_fused(topk_ids, n_exp, block_m, expert_map)\n",
