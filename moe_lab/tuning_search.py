@@ -333,7 +333,8 @@ class StageSearch:
 
     def _measure(self, sh, T, stage, rung, rep, cand, full, fn, cid, search_pass) -> dict:
         prob = sh.probs[T]
-        row = new_row(dict(prob.key(), backend=self.backend_name, mode=self.mode),
+        row = new_row(dict(prob.key(), backend=self.backend_name, mode=self.mode,
+                           routing=self.routing),
                       git_commit=self.git_commit, device=self.device_name, stage=stage,
                       rung=len(self.plan.rungs) - 1 if rung is None else rung,
                       rep_ms=float(rep), search_pass=search_pass, candidate_id=cid,

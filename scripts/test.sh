@@ -5,9 +5,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 PY=${PYTHON:-python3}
 set +e
-# one worker per core (pytest-xdist); a module's tests that share a module-scoped fixture
-# stay on one worker (tests/conftest.py groups them), so each runs its fixture once
-"$PY" -m pytest -q -n "${MOE_LAB_TEST_WORKERS:-auto}" --dist loadgroup "$@"
+# one worker per core (pytest-xdist); a module's tests stay on one worker (loadfile), so a
+# module-scoped fixture (an executed notebook, a report) runs once; heavy modules first
+"$PY" -m pytest -q -n "${MOE_LAB_TEST_WORKERS:-auto}" --dist loadfile "$@"
 rc=$?
 set -e
 if [ $rc -eq 5 ]; then echo "test.sh: pytest collected no tests" >&2; exit 1; fi

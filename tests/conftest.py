@@ -26,16 +26,10 @@ HEAVY_FIRST = ("test_report_run", "test_glue", "test_notebook_02", "test_noteboo
 
 
 def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (`--dist loadgroup`): a module whose tests share a module-scoped
-    fixture (a notebook executed once, a subprocess under Triton's interpreter, a report)
-    runs on one worker, so the fixture runs once; the heavy modules go first."""
-    import pytest
+    """The heavy modules first. scripts/test.sh runs pytest-xdist with `--dist loadfile`:
+    a module's tests stay on one worker, so a module-scoped fixture (a notebook executed
+    once, a subprocess under Triton's interpreter, a report) runs once per session."""
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
-        if any(str(fd.scope) in ("module", "class", "package") for fds in defs for fd in fds):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     items.sort(key=lambda it: rank.get(getattr(it.module, "__name__", ""), len(rank)))
 
 
@@ -139,3 +133,4 @@ def one_line_err(capsys) -> str:
     assert err and len(err.splitlines()) == 1, err
     assert "Traceback" not in err and not out.out, (err, out.out)
     return err
+

@@ -339,6 +339,9 @@ def test_targets_on_a_hand_made_frame():
     s = lg.targets_summary(t.reset_index()).set_index("target")
     # 256: act, align met, combine missed; 1024: align met, act missed; 512 fp8: quant missed
     assert s.loc[glue, ["points", "met", "missed"]].tolist() == [6, 3, 3]
+    # the worst of the misses (2, 200 and 34 us), not the first or the least
+    assert s.loc[glue, "worst_by_us"] == 200.0 and s.loc[glue, "held_back_by"] == "act"
+    assert s.loc[glue, "worst_at"] == "m TP8 1024 B default"
 
 
 def test_the_default_ledger_runs_are_the_newest_device_and_the_newest_point(tmp_path, monkeypatch):

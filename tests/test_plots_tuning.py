@@ -81,6 +81,7 @@ def test_target_summary_counts_and_names_the_worst_miss():
     assert (s["points"], s["met"], s["missed"], s["met_before"]) == (3, 1, 2, 1)
     assert s["worst_miss_pts"] == 25.0
     assert s["worst_at"].endswith("deepseek-r1 TP8, 32 tokens (align)")
+    assert s["median_value"] == 80.0  # of 85, 60, 80 (the mean: 75)
 
 
 # --- the best backend -----------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""The mutation harness of tests/test_bites.py: a plausible one-line bug applied to a copy
+of the checkout, and the tests named to catch it run there in their own pytest process.
+
+    m = Mutation("ledger-rows-drop-k", "moe_lab/ledger.py", "    rows = T * k\\n",
+                 "    rows = T\\n", ("tests/test_ledger.py::test_bf16_floors_are_the_hand_count",),
+                 "the act and align floors count T rows, not T*k")
+    m.occurrences()                     # the old text must occur exactly once in the file
+    copy = checkout(tmp_path / "co")    # moe_lab/ and tests/ copied, the rest linked
+    m.apply(copy)
+    rc, out = run_pytest(copy, m.catch, tmp_path / "bt")
+    failed_lines(out)                   # the tests pytest reports FAILED
+
+The copy holds moe_lab/, tests/ and pyproject.toml (copied: a mutation edits them; a test
+resolving its own path finds the copy, so its subprocesses run the copy too) and links to
+what the tests only read (data/, notebooks/, docs/, scripts/, README.md, ...). pytest runs
+with cwd and PYTHONPATH at the copy (the venv's editable install comes after PYTHONPATH),
+-x, its own --basetemp, no cache, the ini's addopts cleared (no xdist inside a case).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COPIED = ("moe_lab", "tests", "pyproject.toml")
+IGNORED = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str               # relative to the checkout's root
+    old: str                # must occur exactly once in the file
+    new: str
+    catch: tuple[str, ...]  # node ids (or their parametrised prefixes) of which one must fail
+    bug: str                # the bug, in words
+    says: str = ""          # text the failing run's output must hold (the right failure)
+
+    def occurrences(self, root: Path = ROOT) -> int:
+        return (root / self.file).read_text().count(self.old)
+
+    def apply(self, copy: Path) -> None:
+        path = copy / self.file
+        text = path.read_text()
+        assert text.count(self.old) == 1, f"{self.file}: the old text is not there exactly once"
+        path.write_text(text.replace(self.old, self.new))
+
+
+def checkout(dest: Path, root: Path = ROOT) -> Path:
+    """A copy of the checkout at `dest`: COPIED copied, every other top-level entry but
+    .git linked."""
+    dest.mkdir(parents=True)
+    for entry in sorted(root.iterdir()):
+        if entry.name == ".git" or entry.name.startswith(".venv"):
+            continue
+        if entry.name in COPIED:
+            if entry.is_dir():
+                shutil.copytree(entry, dest / entry.name, ignore=IGNORED)
+            else:
+                shutil.copy2(entry, dest / entry.name)
+        elif not entry.name.startswith("."):
+            os.symlink(entry, dest / entry.name)
+    return dest
+
+
+def run_pytest(copy: Path, nodes, basetemp: Path, timeout: float = 600) -> tuple[int, str]:
+    """(returncode, stdout + stderr) of `pytest -x` on `nodes` in the copy."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTHONPATH=str(copy), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+           "-o", "addopts=", "-rfE", "--basetemp", str(basetemp), *nodes]
+    p = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def failed_lines(output: str) -> list[str]:
+    """What follows FAILED in pytest's short summary: a node id, then " - " and the error."""
+    return [ln[len("FAILED "):] for ln in output.splitlines() if ln.startswith("FAILED ")]
+
+
+def within(line: str, named: str) -> bool:
+    """Whether a FAILED line is of the `named` node, one of its parametrisations, or a test
+    of the named file (node ids may hold spaces: a parametrisation's id)."""
+    rest = line[len(named):] if line.startswith(named) else None
+    return rest is not None and (rest == "" or rest.startswith((" - ", "[", "::")))
