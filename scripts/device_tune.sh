@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The device runner of `moe-lab tune` searches (issue 38): resumable, on any GPU count (one
+# shape per GPU at a time, the shapes dealt to the GPUs in turn).
+#
+#   MOE_LAB_GIT_COMMIT=<sha> SHAPES="aiter-triton:llama4-maverick-128e:8:1:bf16 ..." \
+#     BUDGET=540 bash scripts/device_tune.sh
+#
+# A shape is backend:model:tp:ep:dtype. Its search is the run folder
+# data/runs/h200-tune-<backend>-<model>-<sharding>-<dtype> (TP8 or TP8EP8): a folder committed
+# from an earlier lease is copied in and resumed (moe-lab tune never times a row twice), so
+# the same command again goes on where the last one stopped. Each shape's winners are
+# written to $OUT/bundle/configs/<backend>/ (never over the committed files: a cut search's
+# winners are adopted into data/configs/nvidia-h200 only once its manifest says complete).
+# BUDGET: seconds of searching for the whole command (each `moe-lab tune` gets what is
+# left, less a margin for its last writes). Everything lands in $OUT/bundle.tar.gz.
+source "$(dirname "$0")/device_env.sh"
+BUDGET=${BUDGET:-540}
+SHAPES=${SHAPES:?give SHAPES=\"backend:model:tp:ep:dtype ...\"}
+NGPU=$(python3 -c "import torch; print(max(torch.cuda.device_count(), 1))")
+CORES=$(nproc)
+t0=$(date +%s)
+left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
+pack() { tar czf $OUT/bundle.tar.gz -C $OUT bundle && rm -rf $B; }
+trap pack EXIT
+mkdir -p $B/configs
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > $B/logs/gpus.txt 2>&1
+
+run_id() {  # backend model tp ep dtype
+  local sh="tp$3"; [ "$4" != 1 ] && sh="tp$3ep$4"
+  echo "h200-tune-$1-$2-$sh-$5"
+}
+
+tune_one() {  # gpu shape
+  local g=$1; IFS=: read -r backend model tp ep dtype <<< "$2"
+  local run; run=$(run_id "$backend" "$model" "$tp" "$ep" "$dtype")
+  [ -d data/runs/$run ] && [ ! -d $B/runs/$run ] && cp -r data/runs/$run $B/runs/$run
+  local s; s=$(( $(left) - 25 ))
+  [ "$s" -lt 30 ] && { echo "$run: no time left"; return; }
+  CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 20 $(( s + 15 )) python3 -m moe_lab tune \
+    --backend "$backend" --models "$model" --tp "$tp" --ep "$ep" --dtype "$dtype" \
+    --budget "$s" --compile-workers $(( (CORES - 2) / NGPU > 12 ? 12 : (CORES - 2) / NGPU )) \
+    --data-dir $B/runs --run-id "$run" --configs-dir $B/configs --no-progress \
+    > $B/logs/$run.log 2>&1
+  echo "$run rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E '^done|^left' $B/logs/$run.log | tr '\n' ' ')"
+}
+
+lane() {  # gpu shapes...
+  local g=$1; shift
+  for shape in "$@"; do tune_one "$g" "$shape"; done
+}
+
+read -r -a all <<< "$SHAPES"
+for (( g = 0; g < NGPU; g++ )); do
+  mine=()
+  for (( i = g; i < ${#all[@]}; i += NGPU )); do mine+=("${all[$i]}"); done
+  [ ${#mine[@]} -gt 0 ] && lane "$g" "${mine[@]}" &
+done
+wait
+echo "device_tune: $(( $(date +%s) - t0 )) s"
