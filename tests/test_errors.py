@@ -43,7 +43,9 @@ def test_sigterm_swallowed_once_still_stops_the_block(monkeypatch):
             # SIGTERM lands inside the callback: that first Terminated is swallowed
             _callback_that_swallows(lambda: (os.kill(os.getpid(), signal.SIGTERM),
                                              time.sleep(0.2)))
-            assert swallowed == [Terminated]  # the first one really was swallowed
+            # the first one really was swallowed (on a busy machine the re-signal can land
+            # in the callback too: more than one swallowed, each a Terminated)
+            assert swallowed and set(swallowed) == {Terminated}, swallowed
             # the old handler let this run to its end and left the block without a raise;
             # a state, not a clock, decides: a busy machine only makes the wait longer
             _sleep_until(120)
@@ -55,7 +57,7 @@ def test_swallowed_timeout_fires_again(monkeypatch):
     with pytest.raises(PointTimeout):
         with time_limit(0.2, "compile"):
             _callback_that_swallows(lambda: time.sleep(1.0))  # the alarm lands in here
-            assert swallowed == [PointTimeout]
+            assert swallowed and set(swallowed) == {PointTimeout}, swallowed  # >= 1 (load)
             _sleep_until(120)  # without the re-raise, the block ends with no PointTimeout
 
 
