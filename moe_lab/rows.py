@@ -256,14 +256,3 @@ _DECLARED = _NUMERIC | _BOOL | _STR
 # columns every reader of a run needs (compare, merge, report, roofline --annotate, the
 # notebooks): every results.parquet moe-lab wrote since the first has them
 READ_NEEDS = ("point_id", "status", *ID_FIELDS, "median_us")
-
-
-def check_read(path, manifest: dict, results, kernels) -> None:
-    """CorruptFile (one line naming the file) unless a run folder read whole is of its
-    schema: its manifest's keys of their types, results with READ_NEEDS, kernels with
-    their point ids, declared columns of their kinds."""
-    from pathlib import Path
-    path = Path(path)
-    check_manifest(path / "manifest.json", manifest)
-    check_table(path / "results.parquet", results, READ_NEEDS)
-    check_table(path / "kernels.parquet", kernels, ("point_id",))

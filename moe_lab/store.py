@@ -30,7 +30,7 @@ from .core.errors import CorruptFile, UsageError
 
 from .rows import (BOOL_COLUMNS, FLOAT_COLUMNS, ID_DEFAULTS as DEFAULTS, ID_FIELDS,  # noqa: F401
                    INT_COLUMNS, KERNEL_COLUMNS, OPTIONAL_ID_FIELDS, PROVENANCE as PROVENANCE_COLUMNS,
-                   RESULT_COLUMNS, RETRIED, STATUSES, STR_COLUMNS, check_read, check_table, validate)
+                   RESULT_COLUMNS, RETRIED, STATUSES, STR_COLUMNS, check_table, validate)
 from .rows import READ_NEEDS, check_manifest
 RESULTS, KERNELS, MANIFEST = "results.parquet", "kernels.parquet", "manifest.json"
 NOT_A_DEFAULT = ("running", "failed")  # a manifest status with either: never a default run
@@ -125,20 +125,22 @@ def _read(path: Path, needs: tuple[str, ...] | None = None) -> pd.DataFrame | No
     hit = _PARSED.get(key)
     if hit is None:
         try:
-            hit = pd.read_parquet(io.BytesIO(data))
+            hit = (pd.read_parquet(io.BytesIO(data)), set())
         except Exception as exc:  # pyarrow raises several types for a truncated file
             raise CorruptFile(path, exc) from None
         if len(_PARSED) >= _PARSED_MAX:
             _PARSED.pop(next(iter(_PARSED)))  # the oldest
         _PARSED[key] = hit
-    if needs is not None and (key, needs) not in _CHECKED:
-        check_table(path, hit, needs)
-        _CHECKED.add((key, needs))
-    return hit.copy()
+    frame, checked = hit
+    if needs is not None and needs not in checked:
+        check_table(path, frame, needs)
+        checked.add(needs)
+    return frame.copy()
 
 
-_PARSED: dict = {}  # (path, size, digest) -> the parsed frame (never handed out itself)
-_CHECKED: set = set()  # (that key, needs) whose check passed
+# (path, size, digest) -> (the parsed frame, never handed out itself; the `needs` its
+# schema check passed with)
+_PARSED: dict = {}
 _PARSED_MAX = 512
 
 
