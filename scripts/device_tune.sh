@@ -8,7 +8,8 @@
 # A shape is backend:model:tp:ep:dtype. Its search is the run folder
 # data/runs/h200-tune-<backend>-<model>-<sharding>-<dtype> (TP8 or TP8EP8): a folder committed
 # from an earlier lease is copied in and resumed (moe-lab tune never times a row twice), so
-# the same command again goes on where the last one stopped. Each shape's winners are
+# the same command again goes on where the last one stopped (on a warm machine, from the copy
+# the last call staged under /tmp, so back-to-back calls need no commit in between). Each shape's winners are
 # written to $OUT/bundle/configs/<backend>/ (never over the committed files: a cut search's
 # winners are adopted into data/configs/nvidia-h200 only once its manifest says complete).
 # BUDGET: seconds of searching for the whole command (each `moe-lab tune` gets what is
@@ -22,6 +23,8 @@ t0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
 pack() { tar czf $OUT/bundle.tar.gz -C $OUT bundle && rm -rf $B; }
 trap pack EXIT
+# a warm machine keeps /tmp between calls: the next call resumes from what this one timed
+STAGE=/tmp/moe_lab_tune_stage; mkdir -p $STAGE
 mkdir -p $B/configs
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > $B/logs/gpus.txt 2>&1
 
@@ -33,7 +36,9 @@ run_id() {  # backend model tp ep dtype
 tune_one() {  # gpu shape
   local g=$1; IFS=: read -r backend model tp ep dtype <<< "$2"
   local run; run=$(run_id "$backend" "$model" "$tp" "$ep" "$dtype")
-  [ -d data/runs/$run ] && [ ! -d $B/runs/$run ] && cp -r data/runs/$run $B/runs/$run
+  # newest first: what an earlier call on this warm machine staged, else the committed folder
+  if [ -d $STAGE/$run ]; then cp -r $STAGE/$run $B/runs/$run
+  elif [ -d data/runs/$run ]; then cp -r data/runs/$run $B/runs/$run; fi
   local s; s=$(( $(left) - 25 ))
   [ "$s" -lt 30 ] && { echo "$run: no time left"; return; }
   CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 20 $(( s + 15 )) python3 -m moe_lab tune \
@@ -41,7 +46,9 @@ tune_one() {  # gpu shape
     --budget "$s" --compile-workers $(( (CORES - 2) / NGPU > 12 ? 12 : (CORES - 2) / NGPU )) \
     --data-dir $B/runs --run-id "$run" --configs-dir $B/configs --no-progress \
     > $B/logs/$run.log 2>&1
-  echo "$run rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E '^done|^left' $B/logs/$run.log | tr '\n' ' ')"
+  local rc=$?
+  rm -rf $STAGE/$run.tmp && cp -r $B/runs/$run $STAGE/$run.tmp && rm -rf $STAGE/$run && mv $STAGE/$run.tmp $STAGE/$run
+  echo "$run rc=$rc ($(( $(date +%s) - t0 )) s): $(grep -E '^done|^left' $B/logs/$run.log | tr '\n' ' ')"
 }
 
 lane() {  # gpu shapes...
