@@ -307,6 +307,8 @@ class Sweep:
                         prepared[(bname, config, glue)] = backend.prepare(prob, weights, **kw)
                     fn = prepared.get((bname, config, glue))
                     chk = check_backend(backend, prob, weights, inp, ref, self.device, fn)
+                    if fn is not None:  # the backend's own config file and version
+                        chk.update(getattr(fn, "row_facts", None) or {})
                     if glue and fn is not None:  # what ran: naive where fused cannot here
                         g = getattr(fn, "glue", None)
                         chk["glue_used"] = getattr(fn, "glue_used", glue)
@@ -317,7 +319,8 @@ class Sweep:
             chk = dict(status="timeout" if isinstance(exc, PointTimeout) else
                        classify_exception(exc), error=one_line(exc), max_rel_err=float("nan"))
         base = dict(facts, max_rel_err=chk["max_rel_err"],
-                    **{k: chk[k] for k in ("glue_used", "glue_notes") if k in chk})
+                    **{k: chk[k] for k in ("glue_used", "glue_notes", "config_file",
+                                           "backend_version") if k in chk})
         if chk["status"] != "ok":  # incorrect / unsupported / ...: a row, never timed
             return [self._row(prob, routing, bname, m, config, glue, status=chk["status"],
                               error=chk["error"], **base) for m in modes], [], []
