@@ -307,8 +307,6 @@ class Sweep:
                         prepared[(bname, config, glue)] = backend.prepare(prob, weights, **kw)
                     fn = prepared.get((bname, config, glue))
                     chk = check_backend(backend, prob, weights, inp, ref, self.device, fn)
-                    if fn is not None:  # the backend's own config file and version
-                        chk.update(getattr(fn, "row_facts", None) or {})
                     if glue and fn is not None:  # what ran: naive where fused cannot here
                         g = getattr(fn, "glue", None)
                         chk["glue_used"] = getattr(fn, "glue_used", glue)

@@ -228,3 +228,30 @@ def test_check_says_unsupported_with_the_block_reason_for_every_fp8_backend(caps
         assert n in lines, (n, out)
         assert lines[n].split()[4] == "unsupported" and "multiples of 128" in lines[n], lines[n]
     assert rc == 0
+
+
+def test_a_backends_config_file_and_version_reach_its_row():
+    """What a prepared fn says of itself (`row_facts`: the config file its own lookup used,
+    its library's version) is on the point's check row, which the sweep's rows copy."""
+    from moe_lab import backends
+    from moe_lab.backends.torch_ref import TorchBackend as TorchRefBackend
+    from moe_lab.core.problems import make_problem
+    from moe_lab.correctness import check_backend, make_inputs, make_weights, reference
+    p = make_problem(MODEL, 4, "fp32", 1, 1)
+    w, inp = make_weights(p, "cpu", 0), make_inputs(p, "cpu", 1)
+
+    class Named(TorchRefBackend):
+        def prepare(self, problem, weights):
+            fn = super().prepare(problem, weights)
+
+            def named(*a):
+                return fn(*a)
+            named.row_facts = dict(config_file="E=8,N=32,device_name=X.json",
+                                   backend_version="lib 1.2")
+            return named
+    row = check_backend(Named(), p, w, inp, reference(p, w, inp), "cpu")
+    assert row["status"] == "ok"
+    assert (row["config_file"], row["backend_version"]) == ("E=8,N=32,device_name=X.json",
+                                                            "lib 1.2")
+    assert "config_file" not in check_backend(backends.get("torch"), p, w, inp,
+                                              reference(p, w, inp), "cpu")
