@@ -8,7 +8,8 @@ a moe-lab test environment lacks (DEPS); the wheel itself is not kept. Built onc
 
     ${MOE_LAB_CACHE:-~/.cache/moe-lab}/vllm-0.26.0/{site,deps}/
 
-from a wheel given by MOE_LAB_VLLM_WHEEL (a file or a folder holding it), or `.whl/` at the
+from a wheel given by MOE_LAB_VLLM_WHEEL (a file or a folder holding it), or `.whl/` or
+`.whl/vllm/` (scripts/fetch-device-wheels.sh vllm puts it there) at the
 repo root, else downloaded with `pip download --no-deps vllm==0.26.0`. When none of that
 works (no network and no copy) the tests skip, saying so.
 
@@ -50,7 +51,8 @@ def cache_dir() -> str:
 
 
 def _find_wheel() -> str | None:
-    for where in (os.environ.get("MOE_LAB_VLLM_WHEEL"), os.path.join(ROOT, ".whl")):
+    for where in (os.environ.get("MOE_LAB_VLLM_WHEEL"), os.path.join(ROOT, ".whl"),
+                  os.path.join(ROOT, ".whl", "vllm")):  # scripts/fetch-device-wheels.sh vllm
         if not where:
             continue
         if os.path.isfile(where):
