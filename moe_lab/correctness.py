@@ -172,6 +172,7 @@ def check_backend(backend: backends.Backend, problem: Problem, weights: backends
         return dict(row, status=status, error=why)
     try:
         fn = prepared or backend.prepare(problem, weights)
+        row.update(getattr(fn, "row_facts", None) or {})  # its config file, its version
         out = fn(*inp.args())
         if device.startswith("cuda"):
             torch.cuda.synchronize()

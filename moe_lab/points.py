@@ -20,10 +20,51 @@ from .store import point_id
 IDENTITY = frozenset(ID_FIELDS + OPTIONAL_ID_FIELDS)
 
 
+def checkpoint_refusal(problem) -> str:
+    """Why no checkpoint has this point's layout, or "": the rules about which layouts
+    exist, asked once here for every backend (a backend keeps only rules about itself).
+
+      * the router weight on the input (Llama-4) is top-1 only: with k > 1 the weighted
+        sum of experts no longer factors through the input;
+      * fp8-block128: a checkpoint's 128x128 weight blocks tile the whole weight, so this
+        rank's H and I must be multiples of 128 (Qwen3-235B at TP8: I = 1536/8 = 192 would
+        split blocks between ranks; vLLM refuses to load it)."""
+    if problem.weight_on_input and problem.topk != 1:
+        return (f"the router weight on the input (Llama-4) is top-1 only; "
+                f"{problem.model.name} routes to k={problem.topk}")
+    if problem.dtype == "fp8-block128":
+        bad = [f"{n}={v}" for n, v in (("H", problem.hidden), ("I", problem.inter)) if v % 128]
+        if bad:
+            return (f"fp8-block128 needs this rank's H and I to be multiples of 128 "
+                    f"({', '.join(bad)} at {problem.sharding}): a 128x128 weight block would "
+                    f"straddle two ranks, and no checkpoint has that layout")
+    return ""
+
+
+def fp8_format_refusal(backend, problem, device) -> str:
+    """Why `backend` cannot take the fp8 format an FP8 checkpoint has on `device`, or "":
+    the format is the device's (moe_lab.core.devices.fp8_format_for: e4m3fnuz on MI300 /
+    MI325X, whose checkpoints are converted on load; e4m3fn elsewhere), never a choice."""
+    if not problem.is_fp8:
+        return ""
+    from .core.devices import fp8_format_for
+    from .core.environment import device_name
+    fmt = fp8_format_for(device_name(device))
+    if fmt in backend.fp8_formats:
+        return ""
+    return (f"an fp8 checkpoint on this device is {fmt}; {backend.name} takes "
+            f"{', '.join(backend.fp8_formats)} only")
+
+
 def gate(backend, problem, device) -> tuple[str, str]:
     """("ok", "") when `backend` can run `problem` on `device`, else (status, why):
-    `unavailable` (not installed, no GPU) or `unsupported` (the shape, the device or
-    the dtype scheme). The one place this is asked."""
+    `unsupported` (a layout no checkpoint has: checkpoint_refusal, asked first and the
+    same for every backend; the shape, the device, the dtype scheme or the fp8 format
+    this backend cannot take) or `unavailable` (not installed, no GPU). The one place
+    this is asked."""
+    why = checkpoint_refusal(problem)
+    if why:
+        return "unsupported", why
     ok, why = backend.available()
     if not ok:
         return "unavailable", why
@@ -34,6 +75,9 @@ def gate(backend, problem, device) -> tuple[str, str]:
         return "unsupported", (f"{backend.name} has no {problem.dtype} path" +
                                (f" (its fp8 schemes: {', '.join(backend.quant_schemes)})"
                                 if backend.quant_schemes else ""))
+    why = fp8_format_refusal(backend, problem, device)
+    if why:
+        return "unsupported", why
     return "ok", ""
 
 

@@ -62,6 +62,11 @@ COLUMNS: tuple[Column, ...] = (
     # what happened
     _c("glue_used", "str", "", doc="the glue that ran (naive where a fused kernel cannot run here)"),
     _c("glue_notes", "str", "", doc="per glue step that fell back to naive: why"),
+    _c("config_file", "str", doc="the launch-configuration file the backend's own lookup "
+       "used at `config` default (its name, or `default` where it found none: vllm, "
+       "aiter-triton); None where a backend has no such lookup"),
+    _c("backend_version", "str", doc="the library behind the backend and its version "
+       "(`vllm 0.26.0`, `aiter ...`), where the backend names one"),
     _c("status", "str", "ok", core=True, doc="one of " + ", ".join(STATUSES)),
     _c("error", "str", "", core=True),
     _c("median_us", "float", core=True, doc="median per-call time (eager: of the steady blocks)"),

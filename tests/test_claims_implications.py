@@ -68,3 +68,38 @@ def test_an_fp8_claim_is_measured_by_the_scheme_its_checkpoint_ships(reg, tmp_pa
     # Maverick's FP8 checkpoint is per-channel: no fp8-channel row, nothing joined
     assert math.isnan(df.loc["002-maverick-fp8", "measured_us"])
     assert "fp8-channel" in df.loc["002-maverick-fp8", "note"]
+
+
+def test_aiter_vs_vllm_per_token_count_beside_the_claims_implied_gain(reg, tmp_path):
+    """The seeds' comparison: vLLM's time over aiter's per token count, where a run has
+    both; at a claim's own point its implied ratio, vllm / (vllm - saving per layer)."""
+    from moe_lab.claims.implications import aiter_vs_vllm
+    run = tmp_path / "rocm-seeds-bf16"
+    run.mkdir()
+    rows = [("aiter", 32, 100.0), ("vllm", 32, 400.0), ("aiter", 64, 150.0), ("vllm", 64, 300.0),
+            ("vllm", 128, 500.0), ("torch", 32, 9000.0)]  # 128: no aiter row, no point
+    pd.DataFrame(dict(model="llama4-scout-16e", tp=8, ep=1, dtype="bf16", mode="graph",
+                      backend=[b for b, _, _ in rows], tokens=[t for _, t, _ in rows],
+                      status="ok", median_us=[u for _, _, u in rows])
+                 ).to_parquet(run / "results.parquet")
+    imp = implications(reg, runs_dir=tmp_path)
+    avv = aiter_vs_vllm(tmp_path, imp)
+    assert list(avv["tokens"]) == [32, 64]
+    assert list(avv["vllm_over_aiter"]) == [4.0, 2.0] and list(avv["saved_us"]) == [300.0, 150.0]
+    claim = avv[avv["claim"] != ""]
+    assert list(claim["claim"]) == ["000-scout-bf16"] and claim["tokens"].item() == 32
+    saved = imp.set_index("config").loc["000-scout-bf16", "saved_per_layer_us"]  # 217.3 us
+    assert claim["implied_vllm_over_aiter"].item() == pytest.approx(400.0 / (400.0 - saved))
+    import matplotlib
+    matplotlib.use("Agg")
+    from moe_lab.claims.figures import plot_aiter_vs_vllm
+    ax = plot_aiter_vs_vllm(avv).axes[0]
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    assert list(lines["measured (rocm-seeds-bf16)"].get_ydata()) == [4.0, 2.0]
+    assert list(lines["the claim's implied gain"].get_xdata()) == [32]
+    # the guard: a run without one of the two has no comparison (notebook 04 draws nothing)
+    (run / "results.parquet").unlink()
+    pd.DataFrame(dict(model="llama4-scout-16e", tp=8, ep=1, dtype="bf16", mode="graph",
+                      backend="vllm", tokens=32, status="ok", median_us=[400.0])
+                 ).to_parquet(run / "results.parquet")
+    assert aiter_vs_vllm(tmp_path, imp).empty

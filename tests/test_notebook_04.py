@@ -61,6 +61,10 @@ def test_counts_are_run_checks_and_measured_times_come_from_data_runs():
     measured = set(got["measured"].values()) - {"-"}
     assert measured and measured <= set(got["runs"])  # the best committed H200 kernel times
     assert len(pngs(outputs)) >= 7  # 5 configurations + accuracy + implications
+    # aiter against vllm: drawn only where a run has both (no committed run has them yet)
+    if claims.aiter_vs_vllm(None, imp).empty:
+        assert "no run here has both aiter and vllm rows: no aiter-vs-vllm figure" in \
+            printed(outputs)
 
 
 def test_a_runs_folder_measured_on_cpu_by_ml_measure(tmp_path):

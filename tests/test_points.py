@@ -144,3 +144,114 @@ def test_the_gate_says_why_a_point_cannot_run():
     status, why = points.gate(backends.get("torch-grouped"), p, "cpu")
     assert status in ("unsupported", "unavailable") and why
     assert points.gate(backends.get("torch"), make_problem(MODEL, 4, "fp32", 1, 1), "cpu") == ("ok", "")
+
+
+# --- the checkpoint rules: asked once at the gate, the same for every backend ----------
+
+def _fp8_backends():
+    from moe_lab import backends
+    return [b for b in backends.all_backends() if b.quant_schemes]
+
+
+@pytest.mark.parametrize("model,tp,ep", [
+    ("qwen3-235b-a22b", 8, 1),             # I = 1536/8 = 192
+    ("custom:H=192,I=256,E=8,k=2", 1, 1),  # H = 192
+    ("custom:H=256,I=512,E=8,k=2", 8, 1),  # I = 512/8 = 64
+    ("custom:H=320,I=384,E=8,k=2", 2, 2),  # H = 320 and I = 384/2 = 192
+])
+def test_a_rank_that_splits_a_128_block_is_unsupported_for_every_backend(model, tp, ep):
+    from moe_lab import backends
+    from moe_lab.core.problems import make_problem
+    p = make_problem(model, 4, "fp8-block128", tp, ep)
+    assert p.hidden % 128 or p.inter % 128
+    assert _fp8_backends(), "no backend declares an fp8 scheme"
+    for b in backends.all_backends():  # fp8 ones (torch-fp8-dequant too) and the others
+        status, why = points.gate(b, p, "cpu")
+        assert status == "unsupported", (b.name, status, why)
+        assert "multiples of 128" in why and p.sharding in why, (b.name, why)
+
+
+@pytest.mark.parametrize("model,tp,ep", [("deepseek-r1", 8, 1), ("deepseek-r1", 8, 8),
+                                         ("qwen3-235b-a22b", 8, 8),
+                                         ("custom:H=256,I=1024,E=8,k=2", 8, 1)])
+def test_ranks_of_whole_128_blocks_pass_the_checkpoint_rules(model, tp, ep):
+    from moe_lab.core.problems import make_problem
+    p = make_problem(model, 4, "fp8-block128", tp, ep)
+    assert points.checkpoint_refusal(p) == ""
+    # the same shape in another scheme has no block rule at all
+    assert points.checkpoint_refusal(make_problem("qwen3-235b-a22b", 4, "fp8-channel", 8, 1)) == ""
+
+
+def test_router_weight_on_input_with_topk_above_1_is_unsupported_for_every_backend():
+    import dataclasses
+    from moe_lab import backends
+    from moe_lab.core.problems import Problem, PRESETS
+    spec = dataclasses.replace(PRESETS["llama4-scout-16e"], name="llama4-top2", topk=2)
+    p = Problem(spec, 4, "bf16", 1, 1, 0)
+    for b in backends.all_backends():
+        status, why = points.gate(b, p, "cpu")
+        assert status == "unsupported" and "top-1 only" in why, (b.name, status, why)
+
+
+def test_a_backend_without_the_devices_fp8_format_is_unsupported(monkeypatch):
+    from moe_lab import backends
+    from moe_lab.core import devices
+    from moe_lab.core.problems import make_problem
+    p = make_problem(MODEL, 4, "fp8-tensor", 1, 1)
+
+    class FnOnly(backends.Backend):
+        name, quant_schemes, fp8_formats = "fn-only", ("fp8-tensor",), ("e4m3fn",)
+    assert points.gate(FnOnly(), p, "cpu") == ("ok", "")
+    monkeypatch.setattr(devices, "fp8_format_for", lambda name: "e4m3fnuz")  # an MI300
+    status, why = points.gate(FnOnly(), p, "cpu")
+    assert status == "unsupported" and "e4m3fnuz" in why and "fn-only" in why
+    FnOnly.fp8_formats = ("e4m3fn", "e4m3fnuz")
+    assert points.gate(FnOnly(), p, "cpu") == ("ok", "")
+    # a bf16 point has no fp8 format to take
+    FnOnly.fp8_formats = ("e4m3fn",)
+    assert points.gate(FnOnly(), make_problem(MODEL, 4, "bf16", 1, 1), "cpu") == ("ok", "")
+
+
+def test_check_says_unsupported_with_the_block_reason_for_every_fp8_backend(capsys):
+    """The acceptance command: `moe-lab check --dtype fp8-block128 --tp 8 --model
+    qwen3-235b-a22b`: every fp8 backend, torch-fp8-dequant included, is unsupported with
+    the block reason (none pads I = 192 up to 256)."""
+    from moe_lab.cli import main
+    rc = main(["check", "--dtype", "fp8-block128", "--tp", "8", "--model", "qwen3-235b-a22b",
+               "--tokens", "1", "--seed", "1"])
+    out = capsys.readouterr().out
+    lines = {ln.split()[3]: ln for ln in out.splitlines()
+             if ln.startswith("qwen3-235b-a22b") and len(ln.split()) > 4}
+    names = [b.name for b in _fp8_backends()]
+    assert "torch-fp8-dequant" in names and "vllm" in names
+    for n in names:
+        assert n in lines, (n, out)
+        assert lines[n].split()[4] == "unsupported" and "multiples of 128" in lines[n], lines[n]
+    assert rc == 0
+
+
+def test_a_backends_config_file_and_version_reach_its_row():
+    """What a prepared fn says of itself (`row_facts`: the config file its own lookup used,
+    its library's version) is on the point's check row, which the sweep's rows copy."""
+    from moe_lab import backends
+    from moe_lab.backends.torch_ref import TorchBackend as TorchRefBackend
+    from moe_lab.core.problems import make_problem
+    from moe_lab.correctness import check_backend, make_inputs, make_weights, reference
+    p = make_problem(MODEL, 4, "fp32", 1, 1)
+    w, inp = make_weights(p, "cpu", 0), make_inputs(p, "cpu", 1)
+
+    class Named(TorchRefBackend):
+        def prepare(self, problem, weights):
+            fn = super().prepare(problem, weights)
+
+            def named(*a):
+                return fn(*a)
+            named.row_facts = dict(config_file="E=8,N=32,device_name=X.json",
+                                   backend_version="lib 1.2")
+            return named
+    row = check_backend(Named(), p, w, inp, reference(p, w, inp), "cpu")
+    assert row["status"] == "ok"
+    assert (row["config_file"], row["backend_version"]) == ("E=8,N=32,device_name=X.json",
+                                                            "lib 1.2")
+    assert "config_file" not in check_backend(backends.get("torch"), p, w, inp,
+                                              reference(p, w, inp), "cpu")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from moe_lab.core import quant
 from moe_lab.backends import get
-from moe_lab.backends.torch_fp8 import ALIGN, block128_shape_refusal, scaled_mm_fn
+from moe_lab.backends.torch_fp8 import ALIGN, scaled_mm_fn
 from moe_lab.correctness import THRESHOLDS, make_inputs, make_weights, reference, rel_err
 from moe_lab.core.problems import make_problem
 
@@ -159,14 +159,6 @@ def test_padding_is_in_the_kernel_table():
     # `align` is the routing's sort and counts)
     pad = df[df["kernel"] == "moe_lab.align"]
     assert len(pad) == 1 and pad["phase"].item() == "align" and pad["calls"].item() == 1 + 4
-
-
-def test_blocks_refuse_a_rank_that_splits_a_128_block():
-    be = get("torch-fp8")
-    ok, why = be.supports(make_problem("qwen3-235b-a22b", 4, "fp8-block128", 8, 1), "cuda")
-    assert not ok and "I=192" in why and "multiples of 128" in why
-    for model, ep in (("qwen3-235b-a22b", 8), ("deepseek-r1", 1), ("deepseek-r1", 8)):
-        assert block128_shape_refusal(make_problem(model, 4, "fp8-block128", 8, ep)) == ""
 
 
 def test_block_scale_b_pads_the_k_blocks_to_4():

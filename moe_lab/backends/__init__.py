@@ -22,6 +22,9 @@ on the class:
     not_capturable    None, or why graph capture is not even tried
     quant_schemes     the fp8 schemes (moe_lab.quant.SCHEMES) it implements; () = none: a
                       point of another scheme is an `unsupported` row without asking it
+    fp8_formats       the fp8 formats it takes (e4m3fn, e4m3fnuz): an fp8 point on a device
+                      whose checkpoints are in another (moe_lab.points.fp8_format_refusal)
+                      is `unsupported` without asking it
     fp8_only          runs fp8 schemes only: left out of the default backend list of a
                       bf16 (or fp16/fp32) check or sweep (named explicitly, it gives rows)
     tunable           has launch configurations that `moe-lab tune` searches (then it also
@@ -33,7 +36,10 @@ on the class:
     glues             the glue variants it offers (moe_lab.glue.GLUES, its default first);
                       () = no glue choice. One that offers them takes prepare(..., glue=)
     available() -> (bool, reason)             can it run on this machine at all?
-    supports(problem, device) -> (bool, reason)
+    supports(problem, device) -> (bool, reason)   rules about itself only: the layouts no
+                                              checkpoint has (fp8 blocks split by a rank,
+                                              weight on input with k > 1) are refused for
+                                              every backend by moe_lab.points.gate
     prepare(problem, weights) -> fn           layout conversion etc., outside timing;
                                               fn(x, topk_weights, topk_ids) -> out[T, H]
     info() -> dict                            versions / config for the manifest
@@ -81,6 +87,7 @@ class Backend:
     not_capturable: str | None = None
     tunable = False
     quant_schemes: tuple[str, ...] = ()
+    fp8_formats: tuple[str, ...] = ("e4m3fn", "e4m3fnuz")
     fp8_only = False
     gathers_rows = False
     glues: tuple[str, ...] = ()  # e.g. ("fused", "naive"): prepare(..., glue=) takes one

@@ -109,15 +109,9 @@ class AiterCKBackend(Backend):
             return False, "aiter runs on ROCm GPUs only"
         if problem.dtype not in ("bf16", "fp16") + self.quant_schemes:
             return False, f"aiter's fused_moe has no {problem.dtype} path here"
-        if problem.weight_on_input and problem.topk != 1:
-            return False, "doweight_stage1 (weight on input) is top-1 only"
-        if problem.dtype == "fp8-block128":
-            if problem.weight_on_input:
-                return False, ("vLLM refuses the router weight on the input for block-scaled "
-                               "fp8 MoE on aiter")
-            if problem.inter % 128 or problem.hidden % 128:
-                return False, (f"per_128x128 needs H and I multiples of 128 "
-                               f"(H={problem.hidden}, I={problem.inter})")
+        if problem.dtype == "fp8-block128" and problem.weight_on_input:
+            return False, ("vLLM refuses the router weight on the input for block-scaled "
+                           "fp8 MoE on aiter")
         esz = 1 if problem.is_fp8 else torch.tensor([], dtype=problem.torch_dtype).element_size()
         for shape in ((problem.local_experts, 2 * problem.inter, problem.hidden),
                       (problem.local_experts, problem.hidden, problem.inter)):

@@ -331,4 +331,9 @@ class AiterTritonBackend(Backend):
                 gemm2(A=a, C=c2, **routing(cfg2))
             return G.combine(c2)
         fn.glue, fn.glue_used = G, G.glue_used
+        # on the row (moe_lab.rows): aiter's shipped file picked by token range, its version
+        fn.row_facts = dict(backend_version=f"aiter {aiter_version()}",
+                            config_file=(f"{config_device()}-MOE-"
+                                         f"{'FP8_W8A8' if problem.is_fp8 else 'DEFAULT'}.json"
+                                         if config is None else None))
         return fn

@@ -42,7 +42,8 @@ torch-fp8 on the GPU (what torch 2.11 / cuBLASLt take, and how the call meets it
     included. So scale_b is the weight's [E, N/128, K/128] scales
     zero-padded to [E, N/128, L4] once in prepare (`block_scale_b`; [e].t() has strides
     (1, L4)), and scale_a a column-major [m, K/128] gathered per expert. H or I not a
-    multiple of 128 is refused (`block128_shape_refusal`). The v1 torch._scaled_mm infers
+    multiple of 128 is refused for every backend at the point gate (a layout no checkpoint
+    has: moe_lab.points.checkpoint_refusal). The v1 torch._scaled_mm infers
     blockwise scaling from shapes with scale_b exactly [K/128, N/128] strides (1, K/128)
     (get_joint_scaling: no L4 padding), so this backend calls F.scaled_mm.
 """
@@ -290,19 +291,6 @@ def scaled_mm_supports(scheme: str, device: str, fmt: str) -> tuple[bool, str]:
     return ok, why
 
 
-def block128_shape_refusal(problem) -> str:
-    """Why an fp8-block128 point cannot run per 128x128 weight block, or "": the
-    checkpoint's blocks tile the whole weight, so a rank's H and I must be multiples of
-    128 (Qwen3-235B at TP8: I = 1536/8 = 192 would split a block between two ranks, as
-    vLLM also refuses); and torch's own checks disagree on a ragged block (2.11's CUDA
-    check counts ceil(K/128) scales, the meta check K // 128)."""
-    bad = [f"{n}={v}" for n, v in (("H", problem.hidden), ("I", problem.inter)) if v % 128]
-    if not bad:
-        return ""
-    return (f"fp8-block128 needs this rank's H and I to be multiples of 128 ({', '.join(bad)} "
-            f"at {problem.sharding}): a 128x128 weight block would straddle two ranks")
-
-
 def _fmt(weights: Weights) -> quant.QuantWeights:
     if weights.quant is None:
         raise ValueError("an fp8 backend was given unquantised weights")
@@ -326,10 +314,6 @@ class TorchFp8Backend(Backend):
     def supports(self, problem, device):
         if not quant.is_fp8(problem.dtype):
             return False, "torch-fp8 runs the fp8 schemes (bf16: torch, torch-grouped)"
-        if problem.dtype == "fp8-block128":
-            why = block128_shape_refusal(problem)
-            if why:
-                return False, why
         from ..core.devices import fp8_format_for
         from ..core.environment import device_name
         return scaled_mm_supports(problem.dtype, str(device), fp8_format_for(device_name(device)))

@@ -1,48 +1,255 @@
-"""`vllm`: vLLM's `fused_experts` (Triton), when vLLM is importable. Optional."""
+"""`vllm`: vLLM's own Triton fused MoE, pinned: the seeds' "No AITER" baseline.
+
+Written to and checked against vllm 0.26.0 (the release that pins torch 2.11 / CUDA 13),
+read from its wheel; 0.26.0 is also the oldest release it supports: `available()` refuses
+an older one by name (vLLM's MoE API moved release by release; an older one was never
+read). A newer one is used when its calls still bind (`bind_call`), else refused naming
+the argument.
+
+What runs: `vllm.model_executor.layers.fused_moe.fused_moe.fused_experts(x, w1, w2,
+topk_weights, topk_ids, apply_router_weight_on_input=, global_num_experts=, expert_map=,
+quant_config=)`, vLLM's functional Triton entry: `torch.ops.vllm.fused_experts` ->
+`fused_experts_impl`: configuration by `try_get_optimal_moe_config`, [fp8: activation
+quantisation], `moe_align_block_size` (its `_moe_C` op, the expert map applied there),
+`fused_moe_kernel` (gemm1), `silu_and_mul`, [fp8: quantisation], `fused_moe_kernel`
+(gemm2, router weight), `moe_sum`: the kernels of `TritonExperts`, which vLLM's MoE
+oracle picks when aiter is off.
+
+Pinned: vLLM's `FusedMoE` layer chooses its experts through the oracle, and on ROCm with
+VLLM_ROCM_USE_AITER=1 and VLLM_ROCM_USE_AITER_MOE=1 (the seeds' settings) that is aiter's
+fused_moe (`AiterExperts`); on Hopper, DeepGEMM, CUTLASS or FlashInfer for some schemes.
+This backend never goes through the layer: `fused_experts` launches the Triton kernels
+whatever those variables say. The one DeepGEMM switch that reaches the Triton path is
+the power-of-two (UE8M0) rounding of block-fp8 activation scales
+(`is_deep_gemm_e8m0_used`, on by default where vLLM finds DeepGEMM on Hopper or
+Blackwell); `prepare` turns it off (VLLM_USE_DEEP_GEMM_E8M0=0), so the scales are the
+Triton path's own.
+
+Configuration: vLLM's own lookup for the device (`get_config_file_name`: the user's
+VLLM_TUNED_CONFIG_FOLDER first, then the files vLLM ships, else `get_default_config`);
+`fn.row_facts` names the file it found, or `default`, and the vLLM version, and the sweep
+puts both on the row (`config_file`, `backend_version`).
+
+Schemes, through vLLM's quant config (`fp8_w8a8_moe_quant_config`), with moe-lab's scales
+(moe_lab.core.quant) as vLLM lays them out:
+  fp8-tensor    w scales [E] (one per expert), activations dynamic per tensor
+  fp8-channel   w scales [E, N, 1] (moe-lab's [E, N] with a trailing unit dimension,
+                as vLLM's checkpoints load), per_act_token_quant and per_out_ch_quant
+  fp8-block128  w scales [E, ceil(N/128), ceil(K/128)] as they are, block_shape [128, 128]
+The fp8 dtype is vLLM's platform's (`current_platform.fp8_dtype()`: e4m3fnuz on MI300);
+a checkpoint in another format is refused.
+
+Expert parallelism: w1/w2 hold this rank's experts, `expert_map` (int32[E], -1 for
+remote) and `global_num_experts=E` as vLLM's layer passes them.
+"""
 from __future__ import annotations
 
 import importlib.util
+import inspect
+import os
 
 import torch
 
 from . import Backend, Weights, register
 
+CHECKED = "0.26.0"  # the release read and tested; also the oldest supported
+OLDEST = CHECKED
+BLOCK_SHAPE = [128, 128]
+FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
+QUANT_CONFIG = "vllm.model_executor.layers.fused_moe.config"
+# vLLM's names for the dtype part of its config files (`_get_config_dtype_str`)
+CONFIG_DTYPE = {"bf16": None, "fp16": None, "fp32": "float32", "fp8-tensor": "fp8_w8a8",
+                "fp8-channel": "fp8_w8a8", "fp8-block128": "fp8_w8a8"}
+PINNED_ENV = {"VLLM_USE_DEEP_GEMM_E8M0": "0"}
+
+
+def _version_tuple(v: str) -> tuple:
+    out = []
+    for part in v.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM's version, read without importing it (None: not installed)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        return version("vllm")
+    except PackageNotFoundError:
+        pass
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "_version.py")
+    try:  # a wheel unpacked without its metadata: vllm/_version.py says it
+        text = open(path).read()
+    except OSError:
+        return "unknown"
+    for line in text.splitlines():
+        if line.startswith(("__version__", "version")) and "=" in line:
+            return line.split("=", 1)[1].strip().strip("'\"")
+    return "unknown"
+
+
+def quant_kwargs(scheme: str, w1_scale, w2_scale) -> dict:
+    """The keyword arguments of vLLM's `fp8_w8a8_moe_quant_config` for a moe-lab scheme and
+    its weight scales (module doc); activation scales dynamic (None)."""
+    if scheme == "fp8-tensor":
+        return dict(w1_scale=w1_scale, w2_scale=w2_scale)
+    if scheme == "fp8-channel":
+        return dict(w1_scale=w1_scale.unsqueeze(-1), w2_scale=w2_scale.unsqueeze(-1),
+                    per_act_token_quant=True, per_out_ch_quant=True)
+    if scheme == "fp8-block128":
+        return dict(w1_scale=w1_scale, w2_scale=w2_scale, block_shape=list(BLOCK_SHAPE))
+    raise ValueError(f"vllm has no {scheme} path here")
+
+
+def experts_kwargs(problem, expert_map, quant_config) -> dict:
+    """The keyword arguments of `fused_experts` beside (x, w1, w2, topk_weights, topk_ids)."""
+    return dict(apply_router_weight_on_input=bool(problem.weight_on_input),
+                global_num_experts=problem.experts, expert_map=expert_map,
+                quant_config=quant_config)
+
+
+def bind_call(fn, args: tuple, kwargs: dict) -> inspect.BoundArguments:
+    """inspect.signature(fn).bind(*args, **kwargs); TypeError naming the vLLM function and
+    its signature when the installed vLLM does not take this call."""
+    sig = inspect.signature(fn)
+    try:
+        return sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"vllm {vllm_version()} {fn.__module__}.{fn.__name__} does not take "
+                        f"moe-lab's call ({exc}); its signature is {sig}") from None
+
+
+def config_dtype(problem) -> str | None:
+    return CONFIG_DTYPE[problem.dtype]
+
+
+def config_choice(problem, fm=None) -> str:
+    """The configuration file vLLM's lookup uses for this problem here (`get_moe_configs`'
+    order: VLLM_TUNED_CONFIG_FOLDER, then vLLM's shipped configs/): its name (the full path
+    when from the user's folder), or `default` (vLLM's get_default_config)."""
+    fm = fm or importlib.import_module(FUSED_MOE)
+    import vllm.envs as envs
+    if envs.VLLM_BATCH_INVARIANT:
+        return "default (VLLM_BATCH_INVARIANT)"
+    block = list(BLOCK_SHAPE) if problem.dtype == "fp8-block128" else None
+    name = fm.get_config_file_name(problem.local_experts, problem.inter, config_dtype(problem),
+                                   block)
+    user = envs.VLLM_TUNED_CONFIG_FOLDER
+    if user is not None and os.path.exists(os.path.join(user, name)):
+        return os.path.join(user, name)
+    if os.path.exists(os.path.join(os.path.dirname(os.path.realpath(fm.__file__)),
+                                   "configs", name)):
+        return name
+    return "default"
+
+
+def pin_env() -> None:
+    """Turn off the DeepGEMM UE8M0 rounding of the Triton path's activation scales (module
+    doc), including a decision vLLM cached before."""
+    os.environ.update(PINNED_ENV)
+    try:
+        from vllm.utils.deep_gemm import is_deep_gemm_e8m0_used
+        is_deep_gemm_e8m0_used.cache_clear()
+    except (ImportError, AttributeError):
+        pass
+
 
 @register
 class VllmBackend(Backend):
     name = "vllm"
-    description = "vLLM fused_experts (Triton), when vLLM is installed"
-    label, color = "vllm", "tab:purple"
-    # the same three caches as aiter-triton
+    description = (f"vLLM's Triton fused_experts, pinned (never aiter, DeepGEMM or CUTLASS), "
+                   f"vLLM's config files, bf16 and fp8; vllm >= {OLDEST}")
+    label, color = "vllm (Triton)", "tab:purple"
+    quant_schemes = ("fp8-tensor", "fp8-channel", "fp8-block128")
+    # fused_experts_impl's caches: gemm1 out [T, k, 2I], act out [T*k, I], gemm2 out [T, k, H]
     intermediates = [("cache1", "all", "2I", "act"), ("cache2", "all", "I", "act"),
                      ("cache3", "all", "H", "act")]
 
     def available(self):
-        if importlib.util.find_spec("vllm") is None:
-            return False, "vLLM is not installed (optional backend)"
-        if not torch.cuda.is_available():
-            return False, "vLLM's fused_experts needs a GPU"
+        v = vllm_version()
+        if v is None:
+            return False, (f"vLLM is not installed (pip install vllm=={CHECKED}; its fused MoE "
+                           f"needs a CUDA or ROCm GPU)")
+        if v != "unknown" and _version_tuple(v) < _version_tuple(OLDEST):
+            return False, (f"vllm {v} is older than {OLDEST}, the oldest release this backend "
+                           f"is written to (pip install vllm>={OLDEST})")
         try:
-            from vllm.model_executor.layers.fused_moe import fused_experts  # noqa: F401
+            fm = importlib.import_module(FUSED_MOE)
+            qc = importlib.import_module(QUANT_CONFIG)
+            from vllm.platforms import current_platform
         except Exception as exc:
-            return False, f"import vllm fused_experts failed: {type(exc).__name__}: {exc}"
+            return False, (f"import of vLLM's fused MoE failed: {type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:160] if str(exc) else ''}")
+        for mod, attr in ((fm, "fused_experts"), (fm, "get_config_file_name"),
+                          (qc, "fp8_w8a8_moe_quant_config")):
+            if not hasattr(mod, attr):
+                return False, f"vllm {v} has no {mod.__name__}.{attr}"
+        try:
+            bind_call(fm.fused_experts, (None,) * 5, experts_kwargs(_Probe, None, None))
+        except TypeError as exc:
+            return False, str(exc)
+        if not current_platform.is_cuda_alike():
+            return False, (f"vLLM found no CUDA or ROCm platform (it detected "
+                           f"{type(current_platform).__name__}; on NVIDIA it needs "
+                           f"vllm/third_party/pynvml.py and a visible GPU)")
+        if not torch.cuda.is_available():
+            return False, "vLLM's fused MoE needs a GPU (none visible to torch)"
+        try:
+            torch.ops._moe_C.moe_align_block_size  # noqa: B018 (vLLM's compiled MoE ops)
+        except (AttributeError, RuntimeError):
+            return False, ("vLLM's compiled MoE ops are missing (vllm/_moe_C*.so did not load: "
+                           "a wheel built for another torch or CUDA?)")
         return True, ""
 
     def supports(self, problem, device):
         if not str(device).startswith("cuda"):
-            return False, "GPU only"
+            return False, "vLLM's Triton fused MoE runs on GPU only"
+        if problem.dtype not in ("bf16", "fp16") + self.quant_schemes:
+            return False, f"vLLM's Triton fused MoE has no {problem.dtype} path here"
+        if problem.is_fp8:
+            from vllm.platforms import current_platform
+            from ..core.devices import fp8_format_for
+            from ..core.environment import device_name
+            from ..core.quant import FORMATS
+            theirs, ours = current_platform.fp8_dtype(), fp8_format_for(device_name(device))
+            if theirs != FORMATS[ours]:
+                return False, (f"vLLM quantises activations to {theirs} here, the checkpoint "
+                               f"is {ours}")
         return True, ""
 
     def info(self):
-        import vllm
-        return {"vllm": vllm.__version__}
+        return {"vllm": vllm_version(), "vllm_path": "fused_experts (Triton), pinned",
+                "vllm_pinned_env": dict(PINNED_ENV)}
 
     def prepare(self, problem, weights: Weights):
-        from vllm.model_executor.layers.fused_moe import fused_experts
-        w1, w2, emap = weights.w1, weights.w2, weights.expert_map
+        fm = importlib.import_module(FUSED_MOE)
+        pin_env()
+        quant_config = None
+        w1, w2 = weights.w1, weights.w2
+        if problem.is_fp8:
+            qc = importlib.import_module(QUANT_CONFIG)
+            qw = weights.quant
+            if qw is None:
+                raise ValueError("vllm was given unquantised weights for an fp8 point")
+            w1, w2 = qw.w1, qw.w2
+            quant_config = qc.fp8_w8a8_moe_quant_config(
+                **quant_kwargs(problem.dtype, qw.w1_scale, qw.w2_scale))
+        kw = experts_kwargs(problem, weights.expert_map, quant_config)
+        fused_experts = fm.fused_experts
+        bind_call(fused_experts, (None,) * 5, kw)  # a call this vLLM does not take fails here
 
         def fn(x, topk_weights, topk_ids):
-            return fused_experts(x, w1, w2, topk_weights, topk_ids,
-                                 apply_router_weight_on_input=problem.weight_on_input,
-                                 global_num_experts=problem.experts, expert_map=emap)
+            return fused_experts(x, w1, w2, topk_weights, topk_ids, **kw)
+        fn.row_facts = dict(config_file=config_choice(problem, fm),
+                            backend_version=f"vllm {vllm_version()}")
+        fn.call_kwargs = kw  # what a test binds and inspects
         return fn
+
+
+class _Probe:
+    """A problem-shaped stand-in for binding the call in available() (no shapes needed)."""
+    weight_on_input, experts = False, 1

@@ -119,3 +119,30 @@ def measured_provenance(imp) -> str:
         parts.append(f"run {run_id} ({dev}{', commit ' + commit if commit else ''}: "
                      f"{', '.join(g['config'])})")
     return "measured: " + "; ".join(parts)
+
+
+def plot_aiter_vs_vllm(avv):
+    """vLLM's Triton MoE time over aiter's per token count (moe_lab.claims.aiter_vs_vllm),
+    one panel per shape, dtype and mode, with the claims' implied ratio at their points."""
+    import matplotlib.pyplot as plt
+    groups = list(avv.groupby(["model", "tp", "ep", "dtype", "mode"], sort=True))
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), squeeze=False)
+    for ax, ((model, tp, ep, dtype, mode), g) in zip(axes[0], groups):
+        for run_id, r in g.groupby("run_id"):
+            ax.plot(r["tokens"], r["vllm_over_aiter"], "o-", ms=3, label=f"measured ({run_id})")
+        c = g[g["implied_vllm_over_aiter"].notna()]
+        if len(c):
+            ax.plot(c["tokens"], c["implied_vllm_over_aiter"], "*", ms=11, color="tab:red",
+                    label="the claim's implied gain")
+        ax.axhline(1.0, color="0.5", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens")
+        ax.set_title(f"{model} TP{tp}" + (f" EP{ep}" if ep > 1 else "") + f" {dtype} {mode}",
+                     fontsize=8)
+    axes[0][0].set_ylabel("vllm time / aiter time (>1: aiter faster)")
+    axes[0][0].legend(fontsize=7)
+    fig.text(0.01, 0.005, "measured: " + ", ".join(sorted(set(avv["run_id"])))
+             + "; implied: the claim's saving per MoE layer taken from vLLM's measured layer",
+             fontsize=7, va="bottom")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig

@@ -243,3 +243,44 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
             measured_us=m_us, measured_backend=m_backend, measured_device=m_dev,
             measured_run=m_run, note="; ".join(notes)))
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+AVV_COLUMNS = ["run_id", "model", "tp", "ep", "dtype", "mode", "tokens", "aiter_us", "vllm_us",
+               "vllm_over_aiter", "saved_us", "claim", "implied_saved_us",
+               "implied_vllm_over_aiter"]
+
+
+def aiter_vs_vllm(runs_dir: str | Path | None = None, imp=None):
+    """The seeds' comparison measured: per run, shape, dtype, mode and token count where a
+    run has both `aiter` and `vllm` ok rows (default config), vLLM's time over aiter's and
+    the time aiter saves (vllm_us - aiter_us). Beside it, on the claims' own points (their
+    model, TP/EP, checkpoint dtype and decode batch), what the claim implies: its saving per
+    MoE layer (`imp.saved_per_layer_us`) and the ratio that saving makes of the measured
+    vLLM layer, vllm_us / (vllm_us - saved). Empty when no run has both backends."""
+    import pandas as pd
+    measured = load_measured(runs_dir)
+    if measured is None or not {"aiter", "vllm"} <= set(measured["backend"]):
+        return pd.DataFrame(columns=AVV_COLUMNS)
+    m = measured[measured["backend"].isin(["aiter", "vllm"])]
+    for col, default in (("config", "default"), ("glue", "")):
+        if col in m.columns:
+            m = m[m[col].fillna(default).astype(str).isin([default, "fused"])]
+    keys = ["run_id", "model", "tp", "ep", "dtype", "mode", "tokens"]
+    t = m.pivot_table(index=keys, columns="backend", values="median_us", aggfunc="median")
+    t = t.dropna(subset=[c for c in ("aiter", "vllm") if c in t.columns])
+    if t.empty or not {"aiter", "vllm"} <= set(t.columns):
+        return pd.DataFrame(columns=AVV_COLUMNS)
+    out = t.reset_index().rename(columns={"aiter": "aiter_us", "vllm": "vllm_us"})
+    out["vllm_over_aiter"] = out["vllm_us"] / out["aiter_us"]
+    out["saved_us"] = out["vllm_us"] - out["aiter_us"]
+    out["claim"], out["implied_saved_us"], out["implied_vllm_over_aiter"] = "", math.nan, math.nan
+    for r in (imp.itertuples() if imp is not None else ()):
+        hit = ((out["model"] == r.model) & (out["tp"] == r.tp) & (out["ep"] == r.ep)
+               & (out["tokens"] == r.tokens)
+               & (out["dtype"] == measured_dtype(r.model, r.dtype)))
+        v = out.loc[hit, "vllm_us"]
+        out.loc[hit, "claim"] = r.config
+        out.loc[hit, "implied_saved_us"] = r.saved_per_layer_us
+        out.loc[hit, "implied_vllm_over_aiter"] = (v / (v - r.saved_per_layer_us)).where(
+            v > r.saved_per_layer_us)
+    return out[AVV_COLUMNS].sort_values(keys).reset_index(drop=True)

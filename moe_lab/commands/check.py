@@ -112,6 +112,9 @@ def _check_one(prob, names, device, seed, args, emit, mw, bw) -> int:
             r["status"], r["status"])
         note = r["error"] or (f"quant_err {r['quant_err']:.2e} ({r['fp8_format']})"
                               if r.get("fp8_format") and r["status"] == "ok" else "")
+        if r.get("config_file") and r["status"] == "ok":  # the backend's own lookup's file
+            note = "; ".join(x for x in (note, f"config {r['config_file']}",
+                                         r.get("backend_version") or "") if x)
         emit(f"{prob.model.name:{mw}} {prob.sharding:9} {prob.tokens:>6} {r['backend']:{bw}} "
              f"{verdict:12} {err:>11} {r['threshold']:>6.0e}  {note}")
         bad += r["status"] in ("incorrect", "failed", "oom")
