@@ -161,7 +161,7 @@ class Sweep:
             where=f"measured on {env.get('device_name')}",
             backends={b: registry.info_for_manifest(b) for b in self.grid.backends})
         invocations = begin_invocation(self.store, manifest, t_start)
-        done = self.store.done_ids()
+        done = set() if getattr(self, "redo_all", False) else self.store.done_ids()
         counts = {"measured": 0, "skipped": 0}
         bar = progress_bar(self.total_points(), self.progress)
         status = "interrupted"
