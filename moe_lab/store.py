@@ -320,7 +320,8 @@ class Run:
 
     @property
     def run_id(self) -> str:
-        return self.path.name
+        """The folder's name (`runs/a/..` is `runs`, never `..`)."""
+        return Path(os.path.normpath(os.path.abspath(self.path))).name
 
     @property
     def phases(self) -> pd.DataFrame:
@@ -395,6 +396,8 @@ def open_run(run: str | os.PathLike | Run | None = None, has: str | None = None)
         path = data_dir() / str(run)
     if not path.is_dir():
         raise UsageError(f"no run folder {run} (nor a run id under {data_dir()})")
+    if not (path / RESULTS).exists() and not (path / MANIFEST).exists():
+        raise UsageError(f"{run} is a folder but not a run folder (no {RESULTS}, no {MANIFEST})")
     s = RunStore(path, create=False)  # reading creates and cleans nothing
     # a foreign run: one line (CorruptFile), exit 2; each table checked once per content
     manifest = s.read_manifest()
