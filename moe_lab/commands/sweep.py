@@ -208,11 +208,11 @@ def parse_part(text: str) -> tuple[int, int]:
     return i, n
 
 
-def parse_glues(text: str) -> list[str]:
+def parse_glues(text: str, name: str = "--glue") -> list[str]:
     """`fused,naive` -> ["fused", "naive"] (UsageError naming a value that is neither)."""
     from ..core.glue import GLUES
     out = list(dict.fromkeys(g.strip() for g in str(text).split(",") if g.strip()))
     bad = [g for g in out if g not in GLUES]
     if bad or not out:
-        raise UsageError(f"--glue {text!r}: give one or more of {', '.join(GLUES)}")
+        raise UsageError(f"{name} {text!r}: give one or more of {', '.join(GLUES)}")
     return out
