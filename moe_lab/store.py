@@ -429,7 +429,21 @@ def find_runs(data_dir_: str | os.PathLike | None = None, has: str | None = None
     paths.sort(key=lambda p: (_started(p), p.name), reverse=True)
     runs = []
     for p in paths:
-        r = open_run(p)
+        try:
+            r = open_run(p)
+        except CorruptFile as exc:  # one broken run does not hide the others: said, passed
+            _warn_once(f"moe-lab: warning: passed over run {p.name}: {exc}")
+            continue
         if r.has(has) and (not defaults or r.may_be_default()):
             runs.append(r)
     return runs
+
+
+_WARNED: set = set()
+
+
+def _warn_once(line: str) -> None:
+    import sys
+    if line not in _WARNED:
+        _WARNED.add(line)
+        print(line, file=sys.stderr)

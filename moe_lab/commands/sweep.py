@@ -150,6 +150,9 @@ def run(args) -> int:
     configs = validate_config_arg(args.config)
     glues = parse_glues(args.glue)
     part = parse_part(args.shard) if args.shard else None
+    if args.nproc and glues != ["fused"]:  # before: silently measured the default glue
+        raise UsageError(f"--glue {args.glue} with --nproc: a distributed sweep measures the "
+                         "default glue only; leave --glue out, or measure it without --nproc")
     if args.nproc or under_launcher():  # every point on N ranks (moe_lab.distributed)
         from ..distributed.launch import run_nproc
         resume_timing(args, None)
