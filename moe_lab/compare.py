@@ -79,9 +79,6 @@ def check_args(a, b, by: str | None = None, values=None, mode: str | None = None
         if values[0] == values[1] and a.path.resolve() == b.path.resolve():
             raise UsageError(f"--values {values[0]},{values[1]}: one value twice compares the "
                              "run with itself; give two values")
-    elif a.path.resolve() == b.path.resolve():
-        raise UsageError(f"{a.run_id} against itself: give two runs, or --by COLUMN --values A,B "
-                         "to split one")
         for run, value in ((a, values[0]), (b, values[1])):
             if by not in run.results:
                 raise UsageError(f"run {run.run_id} has no column {by!r}")

@@ -174,7 +174,7 @@ class Sweep:
             status = "interrupted: SIGTERM"
             raise
         except KeyboardInterrupt:
-            status = "interrupted: Ctrl-C"
+            status = "interrupted: SIGINT (Ctrl-C)"
             raise
         except Exception as exc:
             status = f"failed: {one_line(exc)}"

@@ -167,7 +167,7 @@ def test_a_sweep_started_elsewhere_writes_where_run_ids_are_looked_up(tmp_path, 
                  "--rep-ms", "2", "--warmup-ms", "1", "--no-profile", "--run-id", "r"]) == 0
     assert (runs / "r" / "results.parquet").exists() and not (elsewhere / "data").exists()
     capsys.readouterr()
-    # found by its run id (a compare of the run with itself is refused since issue 37)
+    # found by its run id (--by with one value twice is refused since issue 37)
     assert main(["report", "--runs", "r", "--out", str(tmp_path / "review")]) == 0
     assert (tmp_path / "review" / "index.html").exists()
 

@@ -99,7 +99,7 @@ def cli_values(args) -> None:
         if value is None or isinstance(value, bool):
             continue
         if isinstance(value, str):  # a list-taking verb's `4,8`; its own parser says the rest
-            if not LIMITS[key][0]:
+            if not LIMITS[key][0] or key == "tokens":  # problems.parse_tokens says its cap
                 continue
             for part in value.split(","):
                 try:
