@@ -255,6 +255,15 @@ class Bands:
             g = self.given
             if isinstance(g, Calibration):
                 cal = g if g.device in (None, device) else None
+            elif g is None:  # found, not given: a broken file is said and passed over
+                try:
+                    cal = load(device)
+                except UsageError as exc:
+                    from .store import _warn_once
+                    _warn_once(f"moe-lab: warning: {exc}; {device} compared without a band")
+                    cal = None
+                if cal is not None and cal.device not in (None, device):
+                    cal = None
             else:
                 cal = load(device, g)
                 if cal is not None and cal.device not in (None, device):
