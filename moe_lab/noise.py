@@ -72,7 +72,7 @@ MAX_NOISE = 5.0  # |ln B/A|: a band of 0.0067x-148x; past it a file is no measur
 
 
 def band(noise: float | None) -> tuple[float, float]:
-    if noise is None or not math.isfinite(noise):
+    if noise is None or not math.isfinite(noise) or abs(noise) > 700:  # exp() overflows
         return math.nan, math.nan
     return math.exp(-noise), math.exp(noise)
 

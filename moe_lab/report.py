@@ -200,7 +200,12 @@ def write_whole(files: list[tuple[str, bytes]]) -> None:
     """Write each (path, bytes) whole (atomic: temporary file, then rename); when one
     fails (a full disk), the ones this call wrote are removed: all the files or none."""
     from .core.atomic import _atomic_write_bytes
-    done = []
+    done, made = [], []
+    for path, _ in files:  # the folders this call makes: removed again on a failure
+        d = os.path.dirname(os.path.abspath(path))
+        while d and not os.path.exists(d) and d not in made:
+            made.append(d)
+            d = os.path.dirname(d)
     try:
         for path, data in files:
             def w(tmp, data=data):
@@ -212,6 +217,11 @@ def write_whole(files: list[tuple[str, bytes]]) -> None:
         for path in done:
             try:
                 os.remove(path)
+            except OSError:
+                pass
+        for d in sorted(made, key=len, reverse=True):  # deepest first, only when empty
+            try:
+                os.rmdir(d)
             except OSError:
                 pass
         raise
