@@ -118,7 +118,9 @@ def configure(p):
                         "`moe-lab merge` combines the parts' folders into one run")
     p.add_argument("--set-aside-corrupt", action="store_true",
                    help="resume a run whose files are unreadable: rename each such file to "
-                        "<name>.corrupt-<time> (kept) and re-measure only what is missing")
+                        "<name>.corrupt-<time> (kept) and re-measure what it held (every point "
+                        "when kernels, samples, phases or compile were set aside), so that "
+                        "each file is made again")
     p.add_argument("--no-progress", action="store_true")
     add_distributed_arguments(p)
 
@@ -150,6 +152,9 @@ def run(args) -> int:
     configs = validate_config_arg(args.config)
     glues = parse_glues(args.glue)
     part = parse_part(args.shard) if args.shard else None
+    if args.nproc and args.set_aside_corrupt:  # the ranks' writer does not set files aside
+        raise UsageError("--set-aside-corrupt with --nproc: resume the folder's unreadable "
+                         "files without --nproc first, or write another run id")
     if args.nproc and glues != ["fused"]:  # before: silently measured the default glue
         raise UsageError(f"--glue {args.glue} with --nproc: a distributed sweep measures the "
                          "default glue only; leave --glue out, or measure it without --nproc")
