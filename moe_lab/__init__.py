@@ -6,7 +6,7 @@
 (moe_lab.api has the details; attributes load on first use, so `import moe_lab` is cheap.)
 """
 __version__ = "0.1.0"
-__all__ = ["runs", "open_run", "find_runs", "check", "measure", "profile", "Run"]
+__all__ = ["runs", "open_run", "find_runs", "check", "measure", "profile", "Run", "UsageError"]
 
 
 def __getattr__(name):

@@ -93,6 +93,12 @@ def read_table(path) -> pd.DataFrame:
         head.decode("utf-8")
     except UnicodeDecodeError:
         raise CorruptFile(path, "a binary file, not a CSV table") from None
+    lines = path.read_bytes().rstrip(b"\r\n").split(b"\n")
+    if not path.read_bytes().endswith(b"\n") and len(lines) > 1 \
+            and lines[-1].count(b",") < lines[0].count(b","):  # cut mid-row: not AMD's row
+        raise CorruptFile(path, f"truncated: its last line (line {len(lines)}) has "
+                          f"{lines[-1].count(b',') + 1} of {lines[0].count(b',') + 1} fields "
+                          "and no end of line")
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import backends as registry
 from .correctness import check_problem, resolve_device
-from .core.errors import UsageError
+from .core.errors import UsageError  # noqa: F401  (ml.UsageError)
 from .modes import Mode, parse_mode
 from .core.problems import make_problem, split_models
 from .store import Run, find_runs, open_run  # noqa: F401  (part of the API)
@@ -29,6 +29,72 @@ def _list(v, parse=str) -> list:
     if isinstance(v, (int, float)):
         return [parse(v)]
     return [parse(x) for x in v]
+
+
+def _wholes(v, name: str) -> list[int]:
+    """tp / ep: a whole number, a list of them or a comma string, each in its LIMITS."""
+    from .core import validate
+    items = v.split(",") if isinstance(v, str) else v if isinstance(v, (list, tuple)) else [v]
+    items = [validate._whole_text(x, name) if isinstance(x, str) else x for x in items]
+    if not items:
+        raise UsageError(f"{name} {v!r}: give a whole number or a list of them")
+    return [validate.limit(x, name, name) for x in items]
+
+
+def _routings(v) -> list[str]:
+    """A routing, a comma string or a list of them (uniform, balanced, zipf:S, hot:P)."""
+    from .core import validate
+    from .core.routing import parse_routing
+    what = "a routing (uniform, balanced, zipf:S, hot:P), a comma string or a list of them"
+    items = v.split(",") if isinstance(v, str) else v if isinstance(v, (list, tuple)) else None
+    if not items or not all(isinstance(x, str) and x.strip() for x in items):
+        raise UsageError(f"routing {v!r}: give {what}")
+    out = [validate.text(x.strip(), "routing", what) for x in items]
+    for r in out:
+        parse_routing(r)
+    return out
+
+
+def _point(tp, ep, ep_rank, dtype, routing, device, seed, one: bool = True) -> str | None:
+    """The values every API call shares, checked as the CLI checks them (core.validate);
+    `one`: a single tp, ep and routing (check, profile), else lists too (measure).
+    Returns the device."""
+    from .core import validate
+    from .correctness import THRESHOLDS
+    if one:
+        for key, v in (("tp", tp), ("ep", ep)):
+            validate.limit(v, key, key)
+        validate.text(routing, "routing", "one routing: uniform, balanced, zipf:S or hot:P")
+    validate.api_values(tp=tp, ep=ep)
+    validate.limit(ep_rank, "ep_rank", "ep_rank")
+    validate.limit(seed, "seed", "seed")
+    validate.choice(dtype, "dtype", sorted(THRESHOLDS))
+    _routings(routing)
+    return validate.device(device)
+
+
+def _one_line(fn):
+    """An OSError on a path (a read-only or full data folder, a trace path it cannot
+    write) is the API's UsageError, one line naming the path, as the CLI says it."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from .core.errors import disk_full
+        try:
+            return fn(*args, **kwargs)
+        except UsageError:
+            raise
+        except OSError as exc:
+            if disk_full(exc):
+                raise UsageError("no space left on the device"
+                                 + (f" writing {exc.filename}" if exc.filename else "")
+                                 + ": what was written before is kept whole; free some space "
+                                 "and call again to resume") from None
+            if exc.filename is None:
+                raise
+            raise UsageError(f"{exc.filename}: {exc.strerror or exc}") from None
+    return wrapper
 
 
 def _tokens(v) -> list[int]:
@@ -55,7 +121,12 @@ def _backends(v) -> str | None:
 
 def runs(data_dir=None, has: str | None = None) -> pd.DataFrame:
     """One row per run folder (newest first): run_id, started, device, status, rows,
-    ok rows, commits, path."""
+    ok rows, commits, path. has: None, 'ok', 'compile', 'distributed' or a mode name."""
+    from .core import validate
+    validate.path(data_dir, "data_dir")
+    if has is not None:
+        validate.text(has, "has", "None or a kind of rows: 'ok', 'compile', 'distributed' or "
+                      "a mode name such as 'graph'")
     rows = []
     for r in find_runs(data_dir, has=has):
         res = r.results
@@ -67,11 +138,16 @@ def runs(data_dir=None, has: str | None = None) -> pd.DataFrame:
                                        "commits", "path"])
 
 
+@_one_line
 def check(model: str, tokens=(1, 16), backends=None, tp: int = 8, ep: int = 1,
           ep_rank: int = 0, dtype: str = "bf16", routing: str = "uniform",
           device: str | None = None, seed: int = 0) -> pd.DataFrame:
     """Each backend against the reference on fresh inputs: one row per backend x tokens
     with status (ok / incorrect / unsupported / ...), max_rel_err and threshold."""
+    from .core import validate
+    validate.text(model, "model", "a model name, e.g. 'qwen3-30b-a3b' or "
+                  "'custom:H=4096,I=14336,E=8,k=2'")
+    device = _point(tp, ep, ep_rank, dtype, routing, device, seed)
     tokens, wanted = _tokens(tokens), _backends(backends)
     device = resolve_device(device)
     names = (registry.parse_names(wanted) if wanted else
@@ -83,21 +159,38 @@ def check(model: str, tokens=(1, 16), backends=None, tp: int = 8, ep: int = 1,
     return pd.DataFrame(rows)
 
 
+SWEEP_OPTIONS = ("profile", "warmup_ms", "rep_ms", "compile_budget_s", "point_timeout_s", "traces")
+
+
+@_one_line
 def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int = 0,
             routing="uniform", dtype: str = "bf16", device: str | None = None, run=None,
-            seed: int = 0, progress: bool = False, **options) -> pd.DataFrame:
+            seed: int = 0, progress: bool = False, glue="fused", **options) -> pd.DataFrame:
     """Check and time points; returns their rows (the results.parquet schema).
 
-    models, tokens, backends, modes, tp, ep, routing: a value, a list or a comma string
-    (tokens also `1-64`). modes default to eager (CPU) or eager,graph (GPU). `run`: a
-    folder to write the run into (kept, and resumed when called again); None measures
-    into a temporary folder that is removed. options: Sweep's (profile, warmup_ms,
-    rep_ms, compile_budget_s, point_timeout_s, traces)."""
+    models, tokens, backends, modes, tp, ep, routing, glue: a value, a list or a comma
+    string (tokens also `1-64`). modes default to eager (CPU) or eager,graph (GPU). glue:
+    fused (default), aiter or naive (`sweep --glue`). `run`: a folder to write the run into
+    (kept, and resumed when called again); None measures into a temporary folder that is
+    removed. options: Sweep's (profile, warmup_ms, rep_ms, compile_budget_s,
+    point_timeout_s, traces). Every value is checked as the CLI checks it, before
+    anything is written (UsageError, one line)."""
     from .core import validate as opts
     from .sweep import Grid, Sweep
+    unknown = sorted(set(options) - set(SWEEP_OPTIONS))
+    if unknown:
+        raise UsageError(f"measure() got an unknown option {unknown[0]!r}; it takes "
+                         f"{', '.join(SWEEP_OPTIONS)}")
     opts.timing(options.get("warmup_ms"), options.get("rep_ms"), options.get("point_timeout_s"),
                 options.get("traces"), api=True)  # the CLI's ranges, the same one line
+    if "compile_budget_s" in options:
+        options["compile_budget_s"] = _budget(options["compile_budget_s"])
+    if "profile" in options and not isinstance(options["profile"], bool):
+        raise UsageError(f"profile {options['profile']!r}: give True or False")
+    device = _point(tp, ep, ep_rank, dtype, routing, device, seed, one=False)
     models, tokens, wanted = _models(models), _tokens(tokens), _backends(backends)
+    tps, eps, routings = _wholes(tp, "tp"), _wholes(ep, "ep"), _routings(routing)
+    glues = _glues(glue)
     if run is not None:
         if not isinstance(run, (str, Path)) or not str(run):
             raise UsageError(f"run={run!r}: give a folder path (str or Path), or None")
@@ -106,13 +199,16 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
         _resume_settings(Path(run), options)
     device = resolve_device(device)
     modes = modes or ("eager,graph" if device.startswith("cuda") else "eager")
+    if not isinstance(modes, (str, list, tuple)) or isinstance(modes, str) and not modes.strip():
+        raise UsageError(f"modes {modes!r}: give eager, graph or compile:<variant>, a comma "
+                         "string or a list of them")
     grid = Grid(models=models, tokens=tokens,
                 backends=registry.parse_names(wanted) if wanted else
                 registry.for_dtype([b.name for b in registry.all_backends()
                                     if b.available()[0]], dtype),
-                modes=[m if isinstance(m, Mode) else parse_mode(m) for m in _list(modes, lambda x: x)],
-                tps=_list(tp, int), eps=_list(ep, int), ep_rank=ep_rank,
-                routings=_list(routing), dtype=dtype)
+                modes=[m if isinstance(m, Mode) else parse_mode(opts.text(m, "modes", "a mode"))
+                       for m in _list(modes, lambda x: x)],
+                tps=tps, eps=eps, ep_rank=ep_rank, routings=routings, dtype=dtype, glues=glues)
     grid.shards()  # bad models or shardings fail before anything runs
     tmp = None if run is not None else tempfile.mkdtemp(prefix="moe-lab-measure-")
     path = Path(run) if run is not None else Path(tmp) / "run"
@@ -123,6 +219,23 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _glues(v) -> list[str]:
+    from .commands.sweep import parse_glues
+    from .core.glue import GLUES
+    if isinstance(v, (list, tuple)) and all(isinstance(g, str) for g in v):
+        v = ",".join(v)
+    if not isinstance(v, str):
+        raise UsageError(f"glue {v!r}: give one or more of {', '.join(GLUES)}")
+    return parse_glues(v, "glue")
+
+
+def _budget(v) -> dict:
+    """compile_budget_s: seconds (every backend) or {backend or '*': seconds}."""
+    from .core import validate
+    items = v.items() if isinstance(v, dict) else [("*", v)]
+    return {k: validate.limit(s, "budget", "compile_budget_s") for k, s in items}
 
 
 def _resume_settings(path: Path, options: dict) -> None:
@@ -140,6 +253,7 @@ def _resume_settings(path: Path, options: dict) -> None:
                 options[k] = config[k]
 
 
+@_one_line
 def profile(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: int = 1,
             ep_rank: int = 0, dtype: str = "bf16", routing: str = "uniform",
             device: str | None = None, iters: int = 5, trace: str | None = None,
@@ -152,9 +266,14 @@ def profile(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: in
     from .correctness import checked_point
     from .profiling import export_trace, profile_kernels
     from .core import validate
+    validate.text(model, "model", "a model name, e.g. 'qwen3-30b-a3b'")
     tokens = validate.count(tokens, "tokens", 1)
     validate.tokens(tokens)  # at most MAX_TOKENS
-    validate.count(iters, "iters", 1)
+    validate.api_values(iters=iters)
+    device = _point(tp, ep, ep_rank, dtype, routing, device, seed)
+    validate.text(backend, "backend", "one backend name, e.g. 'torch'")
+    if trace is not None:
+        trace = validate.writable_file(trace, "trace")
     device = resolve_device(device)
     prob, fn, inp, chk = checked_point(model, tokens, backend, tp, ep, ep_rank, dtype, routing,
                                        device, seed)

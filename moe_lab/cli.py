@@ -74,12 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_missing", None):
         print(f"moe-lab: error: verb {args.verb!r} unavailable: {args._missing}", file=sys.stderr)
         return 2
-    empty = [k for k, v in vars(args).items() if v == "" and not k.startswith("_")]
+    empty = [k for k, v in vars(args).items() if not k.startswith("_") and (
+        v == "" or (isinstance(v, list) and any(x == "" or x == [""] for x in v)))]
     if empty:  # `--model ""` (an unset shell variable) would quietly mean the default
-        print(f"moe-lab: error: --{empty[0].replace('_', '-')} is empty", file=sys.stderr)
+        k = empty[0]
+        name = f"--{k.replace('_', '-')}" if _is_option(parser, args.verb, k) else k.upper()
+        print(f"moe-lab: error: {name} is empty" if vars(args)[k] == "" else
+              f"moe-lab: error: a value of {name} is empty", file=sys.stderr)
         return 2
     mod = importlib.import_module(args._module)
     try:
+        from .core.validate import cli_values
+        cli_values(args)  # every number in its range, the API's rules (core.validate.LIMITS)
         return int(mod.run(args) or 0)
     except UsageError as exc:
         print(f"moe-lab: error: {exc}", file=sys.stderr)
@@ -104,6 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         print("moe-lab: terminated (SIGTERM); what was measured is saved", file=sys.stderr)
         return 143
+
+
+def _is_option(parser, verb: str, dest: str) -> bool:
+    """Whether `dest` is an --option of the verb (else a positional argument)."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    sp = sub.choices.get(verb) if sub else None
+    return any(a.dest == dest and a.option_strings for a in (sp._actions if sp else []))
 
 
 def entry() -> None:

@@ -76,6 +76,9 @@ def check_args(a, b, by: str | None = None, values=None, mode: str | None = None
     if by is not None:
         if values is None or len(values) != 2:
             raise UsageError("--by needs two values, e.g. --by config --values default,tuned")
+        if values[0] == values[1] and a.path.resolve() == b.path.resolve():
+            raise UsageError(f"--values {values[0]},{values[1]}: one value twice compares the "
+                             "run with itself; give two values")
         for run, value in ((a, values[0]), (b, values[1])):
             if by not in run.results:
                 raise UsageError(f"run {run.run_id} has no column {by!r}")

@@ -4,8 +4,12 @@ other machines) into one run: `moe-lab merge`, and `sweep --gpus` after its part
     merge_runs("data/runs/all", ["data/runs/part-0-of-2", "data/runs/part-1-of-2"])
 
 Every row keeps its device, commit and time; a point measured in two sources is an error,
-never silently one of them. The merged manifest lists every source's manifest and, like a
-sweep's, the command that made it and when (its one invocation).
+never silently one of them. Every file of a source is carried and read (checked) before
+anything is written: results, kernels, samples, phases, compile and any other table, and
+its traces; a table keyed by point keeps the rows of the points its source measured (a
+kill between a point's kernels and its row can leave some of a point not done). The merged
+manifest lists every source's manifest and, like a sweep's, the command that made it and
+when (its one invocation).
 """
 from __future__ import annotations
 
@@ -24,8 +28,8 @@ STAMP = "%Y-%m-%dT%H:%M:%S%z"  # a sweep's invocations' format
 
 
 def merge_runs(dst: str | os.PathLike, sources: list, command: str | None = None) -> RunStore:
-    """Combine run folders into `dst`: their rows, kernels, samples and compile tables, and
-    a manifest listing every source's manifest. A point in two sources is an error
+    """Combine run folders into `dst`: their rows, kernels, samples, phases, compile and
+    other tables and traces, and a manifest listing every source's manifest. A point in two sources is an error
     (ValueError naming it). Holds `dst`'s lock (moe_lab.runlock) for the whole write; a
     source another writer holds is refused. `command`: what the manifest says made it."""
     from .runlock import LOCK_NAME, busy, run_lock
@@ -42,30 +46,69 @@ def merge_runs(dst: str | os.PathLike, sources: list, command: str | None = None
     ids = pd.concat([r.results["point_id"] for r in runs])
     if ids.duplicated().any():
         raise ValueError(f"point {ids[ids.duplicated()].iloc[0]} is in more than one source")
-    samples = [r.samples() for r in runs]
+    tables = _tables(runs)  # every file read and checked: a corrupt one is refused here
+    traces = _traces(runs)
     if (Path(dst) / "results.parquet").exists():
         raise ValueError(f"{dst} already holds a run")
     created = not Path(dst).exists()
     try:
         with run_lock(dst, command):
-            return _merge_runs(dst, runs, samples, command, t0)
+            return _merge_runs(dst, runs, tables, traces, command, t0)
     except BaseException:
         if created and Path(dst).is_dir() and not any(p.name != LOCK_NAME for p in Path(dst).iterdir()):
             shutil.rmtree(dst, ignore_errors=True)  # the empty folder the lock made
         raise
 
 
-def _merge_runs(dst, runs: list[Run], samples: list, command: str, t0: float) -> RunStore:
+def _tables(runs: list[Run]) -> dict[str, pd.DataFrame]:
+    """Every parquet table of the sources but results and kernels (samples, phases,
+    compile, tuning tables...), read and checked, each the sources' rows together. A table
+    with point ids keeps the rows of the points its source holds a row of."""
+    from .rows import check_table
+    from .store import KERNELS, RESULTS, _read
+    names = sorted({p.name for r in runs for p in r.path.glob("*.parquet")} - {RESULTS, KERNELS})
+    out = {}
+    for name in names:
+        parts = []
+        for r in runs:
+            df = _read(r.path / name)  # CorruptFile: one line naming it, nothing written
+            if df is None or not len(df):
+                continue
+            if "point_id" in df:
+                check_table(r.path / name, df, ("point_id",))
+                df = df[df["point_id"].isin(set(r.results["point_id"]))]
+            parts.append(df)
+        if parts:
+            out[name] = pd.concat(parts, ignore_index=True)
+    return out
+
+
+def _traces(runs: list[Run]) -> dict[str, Path]:
+    """traces/<name> -> the source file; one name in two sources with other content is
+    refused (ValueError) rather than one of them kept."""
+    out: dict[str, Path] = {}
+    for r in runs:
+        for f in sorted((r.path / "traces").glob("*")) if (r.path / "traces").is_dir() else []:
+            if f.is_file():
+                if f.name in out and out[f.name].read_bytes() != f.read_bytes():
+                    raise ValueError(f"trace {f.name} is in more than one source ({out[f.name]}, {f})")
+                out[f.name] = f
+    return out
+
+
+def _merge_runs(dst, runs: list[Run], tables: dict, traces: dict, command: str,
+                t0: float) -> RunStore:
+    from .core.atomic import _atomic_write_bytes
     out = RunStore(dst)
     if out.results_path.exists():  # again, under the lock
         raise ValueError(f"{dst} already holds a run")
+    for name, f in traces.items():  # whole files (atomic), before the rows that name them
+        _atomic_write_bytes(out.dir / "traces" / name, lambda tmp, f=f: shutil.copyfile(f, tmp))
+    for name, df in tables.items():  # samples and phases, like kernels, before the rows
+        atomic_write_parquet(out.dir / name, df)
     out.append([r for run in runs for r in run.results.to_dict("records")],
-               [k for run in runs for k in run.kernels.to_dict("records")])
-    for smp in samples:
-        out.append_samples(dict(zip(smp["point_id"], smp["samples_us"])))
-    tables = [run.compile for run in runs if len(run.compile)]
-    if tables:
-        atomic_write_parquet(out.dir / "compile.parquet", pd.concat(tables, ignore_index=True))
+               [k for run in runs for k in run.kernels[run.kernels["point_id"].isin(
+                   set(run.results["point_id"]))].to_dict("records")])
     first = runs[0].manifest
     from .core.environment import git_commit
     status = ("complete" if all(r.manifest.get("status") == "complete" for r in runs)

@@ -68,8 +68,11 @@ def noise_dirs() -> list[Path]:
     return list(dict.fromkeys(p.resolve() for p in dirs))
 
 
+MAX_NOISE = 5.0  # |ln B/A|: a band of 0.0067x-148x; past it a file is no measurement
+
+
 def band(noise: float | None) -> tuple[float, float]:
-    if noise is None or not math.isfinite(noise):
+    if noise is None or not math.isfinite(noise) or abs(noise) > 700:  # exp() overflows
         return math.nan, math.nan
     return math.exp(-noise), math.exp(noise)
 
@@ -141,7 +144,10 @@ def read(path) -> Calibration:
         cal = Calibration(d.get("device"), list(d.get("pairs") or []), path=p)
         if not cal.pairs:  # a hand-written file: its modes' noise as fixed bands
             cal.fixed = {m: float(v["noise"]) for m, v in (d.get("modes") or {}).items()}
-        cal.modes()
+        for m, v in cal.modes().items():
+            if not 0 <= v["noise"] <= MAX_NOISE:  # NaN fails too
+                raise ValueError(f"mode {m!r} noise {v['noise']}: a noise is a finite "
+                                 f"|ln B/A| from 0 to {MAX_NOISE}")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UsageError(f"{p} is not a noise calibration ({type(exc).__name__}: "
                          f"{str(exc)[:120]})") from None
@@ -249,6 +255,15 @@ class Bands:
             g = self.given
             if isinstance(g, Calibration):
                 cal = g if g.device in (None, device) else None
+            elif g is None:  # found, not given: a broken file is said and passed over
+                try:
+                    cal = load(device)
+                except UsageError as exc:
+                    from .store import _warn_once
+                    _warn_once(f"moe-lab: warning: {exc}; {device} compared without a band")
+                    cal = None
+                if cal is not None and cal.device not in (None, device):
+                    cal = None
             else:
                 cal = load(device, g)
                 if cal is not None and cal.device not in (None, device):

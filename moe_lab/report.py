@@ -51,32 +51,83 @@ def parameter_cell_index(nb) -> int | None:
                  if "parameters" in c.get("metadata", {}).get("tags", [])), None)
 
 
+def _papermill():
+    """papermill (the notebook extra): its parameter handling is what `-p` goes through."""
+    try:
+        import papermill  # noqa: F401
+        from papermill.parameterize import parameterize_notebook  # noqa: F401
+    except ImportError:
+        from .core.errors import UsageError
+        raise UsageError("report's parameters need papermill: pip install 'moe-lab[notebooks]'") \
+            from None
+    return papermill
+
+
 def inject_parameters(nb, params: dict) -> None:
-    """Papermill's injection, without papermill: a code cell tagged `injected-parameters`
-    assigning `params` (Python literals) right after the cell tagged `parameters` (at the
-    top where there is none), replacing one injected before."""
-    import nbformat
+    """Papermill's injection (papermill.parameterize): a code cell tagged
+    `injected-parameters` assigning `params` right after the cell tagged `parameters` (at
+    the top where there is none), replacing one injected before. In place."""
     if not params:
         return
-    nb.cells = [c for c in nb.cells
-                if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
-    src = "# Parameters\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items()) + "\n"
-    cell = nbformat.v4.new_code_cell(src, metadata={"tags": ["injected-parameters"]})
-    i = parameter_cell_index(nb)
-    nb.cells.insert(0 if i is None else i + 1, cell)
+    _papermill()
+    import nbformat
+    from papermill.parameterize import parameterize_notebook
+    if "papermill" not in nb.metadata:  # what papermill's own loader (iorw) adds
+        nb.metadata["papermill"] = nbformat.from_dict({})
+    for cell in nb.cells:
+        cell.metadata.setdefault("tags", [])
+    new = parameterize_notebook(nb, dict(params), kernel_name="python3", language="python")
+    nb.cells, nb.metadata = new.cells, new.metadata
 
 
 def parse_value(text: str):
-    """A `-p NAME VALUE` value the way papermill's command line reads it: None, True,
-    False, an int, a float, else the string."""
-    if text in ("None", "True", "False"):
-        return {"None": None, "True": True, "False": False}[text]
-    for kind in (int, float):
+    """A `-p NAME VALUE` value the way papermill's command line reads it (None, True,
+    False, an int, a float, else the string)."""
+    _papermill()
+    from papermill.cli import _resolve_type
+    return _resolve_type(text)
+
+
+def notebook_parameters(path: str) -> dict:
+    """NAME -> its default's source text, as papermill infers them from the cell tagged
+    `parameters` (papermill.inspect_notebook). CorruptFile: not a notebook that reads."""
+    _papermill()
+    from papermill import inspect_notebook
+
+    from .core.errors import CorruptFile
+    try:
+        return {k: v.get("default") for k, v in inspect_notebook(str(path)).items()}
+    except Exception as exc:  # nbformat's and json's errors for a truncated or foreign file
+        raise CorruptFile(path, exc) from None
+
+
+def check_parameter(name: str, value, declared: dict[str, dict]) -> None:
+    """UsageError unless some notebook declares `name` (declared: notebook -> its
+    parameters) and `value` is of its default's kind there: a number for a number, True or
+    False for a flag; never a non-finite number (papermill would write float('inf'))."""
+    import ast
+    import math
+
+    from .core.errors import UsageError
+    takes = {nb: ps[name] for nb, ps in declared.items() if name in ps}
+    if not takes:
+        known = sorted({n for ps in declared.values() for n in ps})
+        raise UsageError(f"-p {name!r}: no notebook run here takes it (they take: "
+                         f"{', '.join(known) or 'nothing'})")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"-p {name} {value}: not a finite number; give a number, a word, "
+                         "True, False or None")
+    for nb, default in takes.items():
         try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+            default = ast.literal_eval(default)
+        except (ValueError, SyntaxError, TypeError):
+            continue
+        flag = isinstance(default, bool)
+        number = isinstance(default, (int, float)) and not flag
+        if (flag and not isinstance(value, bool)) or (
+                number and not (isinstance(value, (int, float)) and not isinstance(value, bool))):
+            raise UsageError(f"-p {name} {value!r}: {nb} takes {'True or False' if flag else 'a number'} "
+                             f"(its default is {default!r})")
 
 
 def execute_notebook(path: str, timeout: int = 900, edit=None, params: dict | None = None,
@@ -145,23 +196,53 @@ def template_dirs() -> list[str]:
     return out
 
 
+def write_whole(files: list[tuple[str, bytes]]) -> None:
+    """Write each (path, bytes) whole (atomic: temporary file, then rename); when one
+    fails (a full disk), the ones this call wrote are removed: all the files or none."""
+    from .core.atomic import _atomic_write_bytes
+    done, made = [], []
+    for path, _ in files:  # the folders this call makes: removed again on a failure
+        d = os.path.dirname(os.path.abspath(path))
+        while d and not os.path.exists(d) and d not in made:
+            made.append(d)
+            d = os.path.dirname(d)
+    try:
+        for path, data in files:
+            def w(tmp, data=data):
+                with open(tmp, "wb") as f:
+                    f.write(data)
+            _atomic_write_bytes(path, w)
+            done.append(path)
+    except BaseException:
+        for path in done:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        for d in sorted(made, key=len, reverse=True):  # deepest first, only when empty
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        raise
+
+
 def export(nb, name: str, out: str) -> list[str]:
+    """OUT/<name>.html and OUT/figures/<name>_NN.png (with its .json description): made in
+    memory, then written whole, the page last; a failed write leaves none of them."""
     from nbconvert import HTMLExporter
-    os.makedirs(os.path.join(out, "figures"), exist_ok=True)
     dirs = template_dirs()  # `lab` under them, and `base/null.j2` that `lab` extends
     html, _ = HTMLExporter(extra_template_basedirs=dirs,
                            extra_template_paths=dirs).from_notebook_node(nb)
-    with open(os.path.join(out, f"{name}.html"), "w") as f:
-        f.write(html)
-    figs = []
+    files, figs = [], []
     for o in figure_outputs(nb):
         p = os.path.join(out, "figures", f"{name}_{len(figs) + 1:02d}.png")
-        with open(p, "wb") as f:
-            f.write(base64.b64decode(o["data"]["image/png"]))
+        files.append((p, base64.b64decode(o["data"]["image/png"])))
         if FIGURE_MIME in o["data"]:  # legends and texts beside it, for a check or a diff
-            with open(p[:-4] + ".json", "w") as f:
-                f.write(o["data"][FIGURE_MIME])
+            files.append((p[:-4] + ".json", o["data"][FIGURE_MIME].encode()))
         figs.append(p)
+    files.append((os.path.join(out, f"{name}.html"), html.encode()))
+    write_whole(files)
     return figs
 
 
@@ -178,10 +259,8 @@ def write_index(out: str, entries: list[tuple[str, str, list[str]]], title: str)
         parts.append(f"<h2>{link}</h2><p>{html.escape(line)}</p>")
         parts += [f"<p><img src='{os.path.relpath(f, out)}' style='max-width:100%'></p>"
                   for f in figs]
-    os.makedirs(out, exist_ok=True)  # every notebook may have failed before exporting
     path = os.path.join(out, "index.html")
-    with open(path, "w") as f:
-        f.write("\n".join(parts) + "\n")
+    write_whole([(path, ("\n".join(parts) + "\n").encode())])
     return path
 
 

@@ -128,8 +128,14 @@ def check_sweep(sweep, locked: bool) -> None:
         return
     later = sweep.set_aside_corrupt and not locked
     if sweep.set_aside_corrupt and locked:
-        for p in store.set_aside_corrupt():
+        moved = store.set_aside_corrupt()
+        for p in moved:
             print(f"set aside {p} (unreadable); its points will be re-measured", file=sys.stderr)
+        # a point's kernels, samples, phases or compile rows are made with its row: any of
+        # them set aside, every point is measured again, so that the file is made anew
+        # (the manifest alone is re-made by the resume's own invocation)
+        if any(not p.name.startswith(("manifest.json", "results.parquet")) for p in moved):
+            sweep.redo_all = True
     check_run_files(store, unreadable_ok=later)
     config = dict(sweep.grid.config(), device=sweep.device, seed=sweep.seed,
                   warmup_ms=sweep.warmup_ms, rep_ms=sweep.rep_ms)

@@ -118,6 +118,7 @@ def acquire(run_dir, command: str | None = None) -> int | None:
     """Take the lock of `run_dir` (created, with its parents, if missing); returns its fd.
     RunLocked if another writer holds it. Re-entrant within one process."""
     run_dir = Path(run_dir)
+    made = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     key = os.path.realpath(run_dir)
     if key in _HELD:
@@ -162,9 +163,19 @@ def acquire(run_dir, command: str | None = None) -> int | None:
         info = dict(pid=os.getpid(), host=socket.gethostname(),
                     command=" ".join(str(command or " ".join(sys.argv)).split()),
                     since=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps(info).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, json.dumps(info).encode())
+        except OSError:  # a full disk: no empty lock file (nor an empty folder) left
+            with contextlib.suppress(OSError):
+                if _same_file(fd, path):
+                    os.unlink(path)
+            os.close(fd)
+            if made:
+                with contextlib.suppress(OSError):
+                    run_dir.rmdir()  # only when empty
+            raise
         _HELD[key] = [fd, 1]
         return fd
     raise RunLocked(f"{run_dir}: its lock file keeps changing under this process; another "

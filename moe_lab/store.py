@@ -320,7 +320,8 @@ class Run:
 
     @property
     def run_id(self) -> str:
-        return self.path.name
+        """The folder's name (`runs/a/..` is `runs`, never `..`)."""
+        return Path(os.path.normpath(os.path.abspath(self.path))).name
 
     @property
     def phases(self) -> pd.DataFrame:
@@ -395,6 +396,8 @@ def open_run(run: str | os.PathLike | Run | None = None, has: str | None = None)
         path = data_dir() / str(run)
     if not path.is_dir():
         raise UsageError(f"no run folder {run} (nor a run id under {data_dir()})")
+    if not (path / RESULTS).exists() and not (path / MANIFEST).exists():
+        raise UsageError(f"{run} is a folder but not a run folder (no {RESULTS}, no {MANIFEST})")
     s = RunStore(path, create=False)  # reading creates and cleans nothing
     # a foreign run: one line (CorruptFile), exit 2; each table checked once per content
     manifest = s.read_manifest()
@@ -426,7 +429,21 @@ def find_runs(data_dir_: str | os.PathLike | None = None, has: str | None = None
     paths.sort(key=lambda p: (_started(p), p.name), reverse=True)
     runs = []
     for p in paths:
-        r = open_run(p)
+        try:
+            r = open_run(p)
+        except CorruptFile as exc:  # one broken run does not hide the others: said, passed
+            _warn_once(f"moe-lab: warning: passed over run {p.name}: {exc}")
+            continue
         if r.has(has) and (not defaults or r.may_be_default()):
             runs.append(r)
     return runs
+
+
+_WARNED: set = set()
+
+
+def _warn_once(line: str) -> None:
+    import sys
+    if line not in _WARNED:
+        _WARNED.add(line)
+        print(line, file=sys.stderr)

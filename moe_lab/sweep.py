@@ -25,8 +25,8 @@ from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
 from .correctness import (THRESHOLDS, check_backend, classify_exception, make_inputs,
                           make_weights, one_line, point_seed, quant_facts, reference)
 from .core.environment import capture_environment, device_name
-from .core.errors import (PointTimeout, Terminated, UsageError, disk_full, reraise_if_terminated,
-                     terminate_gracefully, time_limit)
+from .core.errors import (PointTimeout, Terminated, UsageError, disk_full, has_timeout,
+                          reraise_if_terminated, terminate_gracefully, time_limit)
 from .modes import Mode
 from .core.problems import Problem, make_problem
 from .progress import native_log_filter, progress_bar
@@ -161,7 +161,7 @@ class Sweep:
             where=f"measured on {env.get('device_name')}",
             backends={b: registry.info_for_manifest(b) for b in self.grid.backends})
         invocations = begin_invocation(self.store, manifest, t_start)
-        done = self.store.done_ids()
+        done = set() if getattr(self, "redo_all", False) else self.store.done_ids()
         counts = {"measured": 0, "skipped": 0}
         bar = progress_bar(self.total_points(), self.progress)
         status = "interrupted"
@@ -174,7 +174,7 @@ class Sweep:
             status = "interrupted: SIGTERM"
             raise
         except KeyboardInterrupt:
-            status = "interrupted: Ctrl-C"
+            status = "interrupted: SIGINT (Ctrl-C)"
             raise
         except Exception as exc:
             status = f"failed: {one_line(exc)}"
@@ -314,7 +314,7 @@ class Sweep:
                                                       (getattr(g, "notes", None) or {}).items())
         except Exception as exc:
             reraise_if_terminated(exc)
-            chk = dict(status="timeout" if isinstance(exc, PointTimeout) else
+            chk = dict(status="timeout" if has_timeout(exc) else  # wrapped or not
                        classify_exception(exc), error=one_line(exc), max_rel_err=float("nan"))
         base = dict(facts, max_rel_err=chk["max_rel_err"],
                     **{k: chk[k] for k in ("glue_used", "glue_notes", "config_file",
@@ -364,7 +364,8 @@ class Sweep:
                 row.update(status="timeout", error=str(exc))
             except Exception as exc:
                 reraise_if_terminated(exc)
-                row.update(status=classify_exception(exc), error=one_line(exc))
+                row.update(status="timeout" if has_timeout(exc) else classify_exception(exc),
+                           error=one_line(exc))
             if self.device.startswith("cuda") and row["status"] in ("failed", "oom"):
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()

@@ -31,7 +31,7 @@ extras="notebooks"
 [ "${1:-}" = "test" ] && extras="notebooks,test"
 t0=$(date +%s)
 echo "setup: installing moe-lab (editable) with [$extras]: pandas, pyarrow, matplotlib, tqdm," \
-     "jupyterlab, nbclient, nbconvert, ipykernel$([ "$extras" != notebooks ] && echo ', pytest, amd-aiter (its Triton kernels)')" \
+     "jupyterlab, nbclient, nbconvert, ipykernel, papermill$([ "$extras" != notebooks ] && echo ', pytest, amd-aiter (its Triton kernels)')" \
      "(1-2 minutes on a fresh machine, seconds when present)"
 pip_q -e ".[$extras]"
 # aiter's Triton kernels need triton; ROCm/CUDA torch builds bring their own.

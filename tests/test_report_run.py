@@ -224,8 +224,8 @@ def test_the_review_export_figures_too():
     assert not bad, bad
 
 
-def test_parameters_are_injected_as_papermill_does():
-    """An `injected-parameters` cell right after the cell tagged `parameters` (replacing an
+def test_parameters_are_injected_by_papermill():
+    """Papermill's own injection: an `injected-parameters` cell right after the cell tagged `parameters` (replacing an
     earlier one; at the top where no cell is tagged), values as Python literals; `-p`
     values read as papermill's command line reads them."""
     import nbformat
@@ -239,7 +239,9 @@ def test_parameters_are_injected_as_papermill_does():
     inject_parameters(nb, {"run": "h200-y"})
     tags = [c.metadata.get("tags", []) for c in nb.cells]
     assert tags == [[], ["parameters"], ["injected-parameters"], []]
-    assert nb.cells[2].source == "# Parameters\nrun = 'h200-y'\n"
+    from papermill.translators import translate_parameters
+    assert nb.cells[2].source == translate_parameters("python3", "python", {"run": "h200-y"},
+                                                      "Parameters")
     bare = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
     inject_parameters(bare, {"x": 2})
     assert bare.cells[0].metadata["tags"] == ["injected-parameters"]

@@ -72,11 +72,15 @@ def run(args) -> int:
     if args.mode:
         table = table[table["mode"] == args.mode]
     name = f"compare-{a.run_id}-{b.run_id if args.run_b else args.by}"
-    os.makedirs(args.out, exist_ok=True)
-    table.to_csv(os.path.join(args.out, name + ".csv"), index=False)
+    import io
+
     from ..plots.compare import fig_ratio
+    from ..report import write_whole
     fig = fig_ratio(table, a, b, args.by, values)
-    fig.savefig(os.path.join(args.out, name + ".png"), dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)  # made in memory: the files are whole or none
+    write_whole([(os.path.join(args.out, name + ".csv"), table.to_csv(index=False).encode()),
+                 (os.path.join(args.out, name + ".png"), png.getvalue())])
     cols = [c for c in ("model", "tp", "ep", "backend", "mode", "tokens", "a_us", "b_us",
                         "ratio", "low", "high", "band_low", "band_high", "verdict")
             if c in table]  # --by backend: no backend column

@@ -1,6 +1,7 @@
 """`moe-lab report`: execute every notebook headless into HTML and export its figures, with
 an index.html; `--run ID` executes each with `run = ID` injected (OUT/ID/); `-p NAME VALUE`
-injects any parameter, as papermill does. With `--runs A[,B...] --out DIR` the review
+injects a parameter through papermill (its name one the notebooks declare, its value read
+as papermill's command line reads it, checked before any notebook runs). With `--runs A[,B...] --out DIR` the review
 export instead: one self-contained HTML page of the runs' figures, each with its
 provenance underneath, plus PNG and SVG files (moe_lab.plots.review)."""
 from __future__ import annotations
@@ -11,7 +12,8 @@ import time
 from pathlib import Path
 
 from ..core.errors import UsageError
-from ..report import execute_notebook, export, failure_line, parse_value, write_index
+from ..report import (check_parameter, execute_notebook, export, failure_line,
+                      notebook_parameters, parse_value, write_index)
 
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"  # the checkout's
@@ -28,7 +30,8 @@ def configure(p):
                         "injected after its parameters cell); writes OUT/<run id>/")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                    metavar=("NAME", "VALUE"),
-                   help="inject a notebook parameter, as papermill's -p does (repeatable)")
+                   help="inject a notebook parameter through papermill, as its -p does "
+                        "(repeatable; a name the notebooks declare; `-p run X` is --run X)")
     p.add_argument("--runs", default=None,
                    help="review export: comma-separated run folders or ids (two: a compare "
                         "section, B over A); writes OUT/index.html and OUT/figures/*.png|svg")
@@ -50,6 +53,8 @@ def review(args) -> int:
         raise UsageError("--by compares one run (or two): give at most two --runs")
     values = [v.strip() for v in args.values.split(",")] if args.values else None
     runs = [open_run(n) for n in names]  # a corrupt or foreign run: one line, nothing written
+    for r in runs:  # their samples too (compare reads them): unreadable, refused the same
+        r.samples()
     sections = build(runs, args.by, values, args.mode)  # in memory: a failure writes nothing
     try:
         os.makedirs(args.out, exist_ok=True)
@@ -61,21 +66,34 @@ def review(args) -> int:
     return 0
 
 
-def _for_run(args) -> tuple[str, dict]:
-    """(output folder, parameters): --run's run opened first, so that an unknown id is
-    refused in one line before any notebook runs."""
+def _for_run(args, declared: dict[str, dict]) -> tuple[str, dict]:
+    """(output folder, parameters), every one checked before any notebook runs: each `-p`
+    name one a notebook declares and its value of the declared kind (papermill reads and
+    injects them), `-p run X` the same as `--run X` (both: the same run), --run's run
+    opened (an unknown id refused in one line), its folder under --out."""
+    from ..core import validate
     from ..store import open_run
-    params = {k: parse_value(v) for k, v in args.parameter}
+    params = {}
+    for name, text in args.parameter:
+        if name == "run":  # the run: as --run takes it (a folder or an id, a str)
+            if args.run is not None and text != args.run:
+                raise UsageError(f"--run {args.run} and -p run {text} name two runs: give one")
+            args.run = text
+            continue
+        value = parse_value(text)
+        check_parameter(name, value, declared)
+        params[name] = value
     if args.run is None:
         return args.out, params
     if args.runs is not None:
         raise UsageError("--run ID executes the notebooks for one run; --runs is the review "
                          "export: give one of them")
     run = open_run(args.run)  # UsageError: no run folder ID
+    run_id = validate.run_id(run.run_id, "--run")  # the folder under --out: a name
     # a folder given is passed as an absolute path (notebooks run from notebooks/); an id
     # as the id, which the kernel looks up in the same data folder (MOE_LAB_DATA)
-    given = str(run.path) if os.path.isdir(args.run) else args.run
-    return os.path.join(args.out, run.run_id), {"run": given, **params}
+    given = str(run.path.resolve()) if os.path.isdir(args.run) else args.run
+    return os.path.join(args.out, run_id), {"run": given, **params}
 
 
 def _refusal(exc) -> bool:
@@ -104,7 +122,11 @@ def run(args) -> int:
     if not paths:
         raise UsageError(f"no notebooks found in {args.notebooks!r}"
                          + (f" whose name starts with {args.only}" if args.only else ""))
-    out, params = _for_run(args)
+    for folder in (args.out, os.path.dirname(os.path.abspath(args.out))):
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise UsageError(f"--out {args.out}: {folder} is a file, not a folder")
+    declared = {os.path.basename(p): notebook_parameters(p) for p in paths}  # each read
+    out, params = _for_run(args, declared)
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"--out {out} is a file, not a folder")
     failed, entries = 0, []
@@ -112,8 +134,9 @@ def run(args) -> int:
         name = os.path.splitext(os.path.basename(path))[0]
         t0 = time.time()
         # a notebook's own parameters only where it has them (remeasure: not on --run)
-        mine = dict(params)
-        if args.run is not None and "remeasure" not in mine and _declares(path, "remeasure"):
+        takes = declared[os.path.basename(path)]
+        mine = {k: v for k, v in params.items() if k in takes}
+        if args.run is not None and "remeasure" not in mine and "remeasure" in takes:
             mine["remeasure"] = False  # show the run asked for, never a new measurement
         refused = None
         try:
@@ -128,6 +151,9 @@ def run(args) -> int:
         try:
             figs = export(nb, name, out)
         except Exception as exc:  # nbconvert's templates or a write: a line, not a traceback
+            from ..core.errors import disk_full
+            if disk_full(exc):  # the CLI's one line; no partial page was left (export)
+                raise
             failed += 1
             why = (str(exc).strip().splitlines() or [""])[0][:300]
             print(f"FAIL {path}: exporting to HTML: {type(exc).__name__}: {why}")
@@ -140,14 +166,3 @@ def run(args) -> int:
     index = write_index(out, entries, f"moe-lab report: {args.run}" if args.run else "moe-lab report")
     print(f"index: {index}")
     return 1 if failed else 0
-
-
-def _declares(path: str, name: str) -> bool:
-    """Whether the notebook's parameters cell assigns `name`."""
-    import nbformat
-
-    from ..report import parameter_cell_index
-    nb = nbformat.read(path, as_version=4)
-    i = parameter_cell_index(nb)
-    return i is not None and any(ln.split("=")[0].strip() == name
-                                 for ln in nb.cells[i].source.splitlines() if "=" in ln)

@@ -90,6 +90,13 @@ def annotate_run(run_dir: str) -> dict:
 
 def run(args) -> int:
     if args.annotate:
+        argv = getattr(args, "_argv", None) or []
+        given = [f for f in ("--model", "--tokens", "--tp", "--ep", "--dtype", "--device-spec",
+                             "--backend") if any(a == f or a.startswith(f + "=") for a in argv)]
+        if given or args.model:  # before: ignored, and the run rewritten anyway
+            raise UsageError(f"--annotate recomputes a run's own points on its own device: "
+                             f"{', '.join(given or ['--model'])} would be ignored; leave "
+                             f"{'them' if len(given) > 1 else 'it'} out")
         note = annotate_run(args.annotate)
         print(f"{args.annotate}: roofline columns recomputed with {note['ceiling_source']} "
               f"ceilings of {note['device']} ({note['tflops_bf16']:g} TFLOP/s bf16, "

@@ -118,7 +118,9 @@ def configure(p):
                         "`moe-lab merge` combines the parts' folders into one run")
     p.add_argument("--set-aside-corrupt", action="store_true",
                    help="resume a run whose files are unreadable: rename each such file to "
-                        "<name>.corrupt-<time> (kept) and re-measure only what is missing")
+                        "<name>.corrupt-<time> (kept) and re-measure what it held (every point "
+                        "when kernels, samples, phases or compile were set aside), so that "
+                        "each file is made again")
     p.add_argument("--no-progress", action="store_true")
     add_distributed_arguments(p)
 
@@ -150,6 +152,12 @@ def run(args) -> int:
     configs = validate_config_arg(args.config)
     glues = parse_glues(args.glue)
     part = parse_part(args.shard) if args.shard else None
+    if args.nproc and args.set_aside_corrupt:  # the ranks' writer does not set files aside
+        raise UsageError("--set-aside-corrupt with --nproc: resume the folder's unreadable "
+                         "files without --nproc first, or write another run id")
+    if args.nproc and glues != ["fused"]:  # before: silently measured the default glue
+        raise UsageError(f"--glue {args.glue} with --nproc: a distributed sweep measures the "
+                         "default glue only; leave --glue out, or measure it without --nproc")
     if args.nproc or under_launcher():  # every point on N ranks (moe_lab.distributed)
         from ..distributed.launch import run_nproc
         resume_timing(args, None)
@@ -208,11 +216,11 @@ def parse_part(text: str) -> tuple[int, int]:
     return i, n
 
 
-def parse_glues(text: str) -> list[str]:
+def parse_glues(text: str, name: str = "--glue") -> list[str]:
     """`fused,naive` -> ["fused", "naive"] (UsageError naming a value that is neither)."""
     from ..core.glue import GLUES
     out = list(dict.fromkeys(g.strip() for g in str(text).split(",") if g.strip()))
     bad = [g for g in out if g not in GLUES]
     if bad or not out:
-        raise UsageError(f"--glue {text!r}: give one or more of {', '.join(GLUES)}")
+        raise UsageError(f"{name} {text!r}: give one or more of {', '.join(GLUES)}")
     return out

@@ -97,7 +97,7 @@ def time_limit(seconds: float | None, what: str = "point"):
         return
 
     def _raise(signum, frame):
-        raise PointTimeout(f"{what} exceeded {seconds:.0f} s")
+        raise PointTimeout(f"{what} exceeded {seconds:g} s")
     old = signal.signal(signal.SIGALRM, _raise)
     signal.setitimer(signal.ITIMER_REAL, seconds, RESIGNAL_S)
     try:

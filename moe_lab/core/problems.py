@@ -82,6 +82,7 @@ FP8_SCHEMES = ("fp8-tensor", "fp8-channel", "fp8-block128")
 DTYPES.update({s: torch.bfloat16 for s in FP8_SCHEMES})
 
 _CUSTOM_RE = re.compile(r"^custom:(.+)$")
+MAX_DIM, MAX_EXPERTS, MAX_LAYERS = 262144, 4096, 1024  # a custom model's largest sizes
 
 
 def parse_model(text: str) -> ModelSpec:
@@ -114,6 +115,11 @@ def parse_model(text: str) -> ModelSpec:
         raise ProblemError(f"router must be softmax, llama4 or deepseek, not {router!r}")
     if min(h, i, e, k) < 1 or k > e:
         raise ProblemError("custom model needs positive H, I, E, k with k <= E")
+    big = [f"{n}={v}" for n, v, top in (("H", h, MAX_DIM), ("I", i, MAX_DIM), ("E", e, MAX_EXPERTS),
+                                        ("layers", layers, MAX_LAYERS)) if v > top]
+    if big:  # past these no weight fits any GPU, and sizes overflow the row's int64 columns
+        raise ProblemError(f"custom model {big[0]} is too large: H and I at most {MAX_DIM}, E at "
+                           f"most {MAX_EXPERTS}, layers at most {MAX_LAYERS}")
     if router == "llama4" and k != 1:
         raise ProblemError("the llama4 router (weight on input) is top-1 only")
     extra = {}

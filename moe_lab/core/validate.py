@@ -23,18 +23,113 @@ def run_id(value, name: str = "--run-id") -> str:
     return text
 
 
-def _number(value, name: str, what: str, ok, integer: bool = False):
+# Every number a verb or the API takes, with its range (an upper bound for each: a value
+# past it never runs for minutes, allocates terabytes or overflows a float; it is refused):
+# key (the argparse dest and the API keyword, where they differ: API_NAMES) ->
+# (whole number?, lowest, highest, lowest allowed itself?, unit).
+DAY_S = 86_400
+LIMITS = {
+    "seed": (True, 0, 2**32 - 1, True, ""),
+    "tp": (True, 1, 1024, True, ""),
+    "ep": (True, 1, 1024, True, ""),
+    "ep_rank": (True, 0, 1023, True, ""),
+    "tokens": (True, 1, 131072, True, ""),  # problems.MAX_TOKENS
+    "warmup_ms": (False, 0, 60_000, True, "milliseconds"),
+    "rep_ms": (False, 0, 60_000, False, "milliseconds"),
+    "point_timeout": (False, 0, DAY_S, False, "seconds"),
+    "traces": (True, 0, 10_000, True, ""),
+    "nproc": (True, 1, 1024, True, ""),
+    "dist_reps": (True, 1, 100_000, True, ""),
+    "dist_timeout": (False, 0, DAY_S, False, "seconds"),
+    "iters": (True, 1, 10_000, True, ""),
+    "resamples": (True, 1, 100_000, True, ""),
+    "budget": (False, 0, 7 * DAY_S, False, "seconds"),
+    "compile_workers": (True, 0, 1024, True, ""),
+    "verify": (True, 0, 131072, True, ""),
+    "cu_num": (True, 1, 100_000, True, ""),
+    "timeout": (False, 0, DAY_S, False, "seconds"),
+}
+API_NAMES = {"point_timeout": "point_timeout_s"}  # the API's keyword where it differs
+
+
+def flag(key: str, api: bool) -> str:
+    """How the caller spells a value: `--rep-ms` (CLI) or `rep_ms` (API)."""
+    return API_NAMES.get(key, key) if api else "--" + key.replace("_", "-")
+
+
+def _number(value, name: str, what: str, ok, integer: bool = False, high=None, unit: str = ""):
     import math
     import numbers
     from .errors import UsageError
     good = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if good and integer:
-        good = float(value).is_integer() and math.isfinite(value)
+        good = float(value).is_integer() and math.isfinite(value) if isinstance(value, float) \
+            else True
     if good:
-        good = math.isfinite(value) and ok(value)
+        good = (isinstance(value, numbers.Integral) or math.isfinite(value)) and ok(value)
     if not good:
         raise UsageError(f"{name} {value!r}: give {what}")
+    if high is not None and value > high:
+        raise UsageError(f"{name} {value!r}: at most {high}{' ' + unit if unit else ''} "
+                         f"(give {what})")
     return int(value) if integer else float(value)
+
+
+def limit(value, key: str, name: str | None = None, api: bool = False):
+    """`value` checked against LIMITS[key]: UsageError naming it as `name` (default: the
+    flag or keyword of `key`)."""
+    integer, low, high, closed, unit = LIMITS[key]
+    name = name or flag(key, api)
+    if integer:
+        return _number(value, name, f"a whole number >= {low}",
+                       lambda v: v >= low, integer=True, high=high, unit=unit)
+    if closed:
+        return _number(value, name, f"a finite number >= {low:g}{' of ' + unit if unit else ''}",
+                       lambda v: v >= low, high=high, unit=unit)
+    return _number(value, name, f"a positive, finite number{' of ' + unit if unit else ''}",
+                   lambda v: v > low, high=high, unit=unit)
+
+
+def cli_values(args) -> None:
+    """Every number a verb was given (argparse's namespace) within its LIMITS, named by
+    its flag; a comma list of whole numbers (`--tp 4,8`) each. One place for every verb:
+    cli.main calls it before the verb runs, so nothing is written before a refusal."""
+    for key in LIMITS:
+        value = getattr(args, key, None)
+        if value is None or isinstance(value, bool):
+            continue
+        if isinstance(value, str):  # a list-taking verb's `4,8`; its own parser says the rest
+            if not LIMITS[key][0] or key == "tokens":  # problems.parse_tokens says its cap
+                continue
+            for part in value.split(","):
+                try:
+                    number = int(part.strip())
+                except ValueError:
+                    continue
+                limit(number, key, flag(key, False))
+            continue
+        limit(value, key, flag(key, False))
+
+
+def api_values(**values) -> None:
+    """The notebook API's numbers, each within its LIMITS (the CLI's), named by keyword;
+    a list (tp=[4, 8]) each. None: not given."""
+    for key, value in values.items():
+        if value is None:
+            continue
+        rule = next((k for k in LIMITS if API_NAMES.get(k, k) == key), key)
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if isinstance(value, str) and LIMITS[rule][0]:
+            items = [_whole_text(v, key) for v in value.split(",") if v.strip()] or [value]
+        for v in items:
+            limit(v, rule, key)
+
+
+def _whole_text(text: str, name: str):
+    try:
+        return int(text.strip())
+    except ValueError:
+        return text.strip()  # refused by limit() as not a number
 
 
 def positive(value, name: str, unit: str = "") -> float:
@@ -56,20 +151,12 @@ def count(value, name: str, least: int = 0) -> int:
 
 def timing(warmup_ms=None, rep_ms=None, point_timeout=None, traces=None, nproc=None,
            api: bool = False) -> None:
-    """The numbers of a sweep (or tune), each in its range; None: not given. `api`: name
-    them as Python keywords (rep_ms=) rather than flags (--rep-ms)."""
-    def n(flag, kw):
-        return kw if api else flag
-    if warmup_ms is not None:
-        non_negative(warmup_ms, n("--warmup-ms", "warmup_ms"), "milliseconds")
-    if rep_ms is not None:
-        positive(rep_ms, n("--rep-ms", "rep_ms"), "milliseconds")
-    if point_timeout is not None:
-        positive(point_timeout, n("--point-timeout", "point_timeout_s"), "seconds")
-    if traces is not None:
-        count(traces, n("--traces", "traces"), 0)
-    if nproc is not None:
-        count(nproc, n("--nproc", "nproc"), 1)
+    """The numbers of a sweep (or tune), each in its range (LIMITS); None: not given.
+    `api`: name them as Python keywords (rep_ms=) rather than flags (--rep-ms)."""
+    for key, value in (("warmup_ms", warmup_ms), ("rep_ms", rep_ms),
+                       ("point_timeout", point_timeout), ("traces", traces), ("nproc", nproc)):
+        if value is not None:
+            limit(value, key, api=api)
 
 
 def device(value, name: str = "device") -> str | None:
@@ -110,3 +197,47 @@ def names(value, name: str, what: str) -> list[str] | None:
         raise UsageError(f"{name} {value!r}: give one or more {what} (a comma string or a "
                          f"list of str), or None for the default")
     return out
+
+
+def text(value, name: str, what: str) -> str:
+    """A non-empty str (a model name, a routing, a dtype...)."""
+    from .errors import UsageError
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{name} {value!r}: give {what}")
+    return value
+
+
+def choice(value, name: str, options) -> str:
+    """One of `options` (a str)."""
+    from .errors import UsageError
+    options = list(options)
+    if not isinstance(value, str) or value not in options:
+        raise UsageError(f"{name} {value!r}: give one of {', '.join(map(str, options))}")
+    return value
+
+
+def path(value, name: str, optional: bool = True):
+    """A path (str or os.PathLike), or None where `optional`."""
+    import os
+    from .errors import UsageError
+    if value is None and optional:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise UsageError(f"{name}={value!r}: give a folder or file path (str or Path)"
+                         + (", or None" if optional else ""))
+    return value
+
+
+def writable_file(value, name: str) -> str:
+    """A file path whose folder is (or can be made) a folder: not under a file."""
+    import os
+    from .errors import UsageError
+    path(value, name, optional=False)
+    parent = os.path.dirname(os.path.abspath(os.fspath(value)))
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        raise UsageError(f"{name}={os.fspath(value)!r}: {parent} is a file, not a folder")
+    if os.path.isdir(os.fspath(value)):
+        raise UsageError(f"{name}={os.fspath(value)!r} is a folder; give a file path")
+    return os.fspath(value)

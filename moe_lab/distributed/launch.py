@@ -95,7 +95,7 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
     SIGTERM or Ctrl-C here stops them (SIGTERM, then SIGKILL after GRACE_S) and leaves the
     run's manifest saying so, never "running"."""
     port = free_port()
-    procs, files = [], []
+    procs, files, relay = [], [], _Relay()
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
     def on_term(signum, frame):  # `timeout -s TERM` on the launcher: stop the ranks too
@@ -112,9 +112,15 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
                        PYTHONPATH=os.pathsep.join(p for p in (PKG_ROOT, os.environ.get("PYTHONPATH"))
                                                   if p), **{PARENT_ENV: str(os.getpid())})
             procs.append(subprocess.Popen([sys.executable, "-m", "moe_lab.distributed.worker",
-                                           f.name], env=env))
+                                           f.name], env=env, stderr=subprocess.PIPE))
+            relay.add(procs[-1])
         first_fail = None
         while any(p.poll() is None for p in procs):
+            dead = _died(procs)
+            if dead is not None:  # killed from outside: its peers only wait for it, stop them
+                _stop(procs)
+                break
+            relay.show()
             if first_fail is None and any(p.poll() not in (None, 0) for p in procs):
                 first_fail = time.time()
             if first_fail is not None and time.time() - first_fail > 3 * timeout_s + 30:
@@ -123,9 +129,10 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
                         p.terminate()
             time.sleep(0.2)
     except BaseException as exc:
-        _stop(procs)
+        sigint = isinstance(exc, KeyboardInterrupt)
+        _stop(procs, signal.SIGINT if sigint else signal.SIGTERM)  # the ranks hear the same
         _close_invocation(spec["run_dir"], started, "interrupted: SIGTERM" if isinstance(
-            exc, Terminated) else "interrupted: Ctrl-C" if isinstance(exc, KeyboardInterrupt)
+            exc, Terminated) else "interrupted: SIGINT (Ctrl-C)" if sigint
             else f"failed: launcher: {type(exc).__name__}")
         raise
     finally:
@@ -133,16 +140,85 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
         for name in files:
             with contextlib.suppress(OSError):
                 os.unlink(name)
+        relay.close(drop=_died(procs) is not None)  # a death: the peers' backtraces go
+    dead = _died(procs)
+    if dead is not None:
+        rank, sig = dead
+        status = f"failed: rank {rank} was killed by {sig}"
+        _close_invocation(spec["run_dir"], started, status, force=True)
+        print(f"moe-lab: error: rank {rank} of {nproc} was killed by {sig}; the other ranks "
+              "were stopped, what was measured is saved; rerun the same command to resume",
+              file=sys.stderr, flush=True)
+        return 1
     codes = [p.returncode for p in procs]
     return 0 if all(c == 0 for c in codes) else 1
 
 
-def _stop(procs) -> None:
-    """SIGTERM to every rank still running (rank 0 closes its invocation), SIGKILL to any
-    left after GRACE_S (one blocked in a collective with a peer that is gone)."""
+def _died(procs) -> tuple[int, str] | None:
+    """(rank, signal name) of the first rank killed by a signal this launcher did not send
+    (SIGKILL, SIGTERM, a crash), None when none was."""
+    for r, p in enumerate(procs):
+        code = p.poll()
+        if code == 143 and not getattr(p, "stopped_here", False):  # its own SIGTERM handler
+            return r, "SIGTERM"
+        if code is not None and code < 0 and not getattr(p, "stopped_here", False):
+            try:
+                return r, signal.Signals(-code).name
+            except ValueError:
+                return r, f"signal {-code}"
+    return None
+
+
+HOLD_S = 2.0  # a rank's stderr line is shown this long after it came (see _Relay)
+
+
+class _Relay:
+    """The ranks' stderr, shown on ours HOLD_S late: when a rank is killed, what its peers
+    print next is their view of the lost peer (a C++ backtrace each, sometimes before the
+    dead rank's exit is seen), and it is dropped for the launcher's one line."""
+
+    def __init__(self):
+        import collections
+        import threading
+        self.lines, self.lock, self.threads = collections.deque(), threading.Lock(), []
+
+    def add(self, proc) -> None:
+        import threading
+
+        def run():
+            for line in iter(proc.stderr.readline, b""):
+                with self.lock:
+                    self.lines.append((time.time(), line))
+            proc.stderr.close()
+        t = threading.Thread(target=run, daemon=True, name="moe-lab-rank-stderr")
+        t.start()
+        self.threads.append(t)
+
+    def show(self, older_than: float = HOLD_S, drop: bool = False) -> None:
+        with self.lock:
+            while self.lines and (drop or time.time() - self.lines[0][0] >= older_than):
+                _, line = self.lines.popleft()
+                if not drop:
+                    if hasattr(sys.stderr, "buffer"):
+                        sys.stderr.buffer.write(line)
+                    else:
+                        sys.stderr.write(line.decode(errors="replace"))
+            sys.stderr.flush()
+
+    def close(self, drop: bool) -> None:
+        for t in self.threads:
+            t.join(timeout=5)
+        self.show(0.0, drop)
+
+
+def _stop(procs, sig=signal.SIGTERM) -> None:
+    """`sig` (SIGTERM; SIGINT for a Ctrl-C here) to every rank still running (rank 0 closes
+    its invocation), SIGKILL to any left after GRACE_S (one blocked in a collective with a
+    peer that is gone)."""
     for p in procs:
         if p.poll() is None:
-            p.terminate()
+            p.stopped_here = True
+            p.send_signal(sig)
     deadline = time.time() + GRACE_S
     for p in procs:
         try:
@@ -152,9 +228,10 @@ def _stop(procs) -> None:
             p.wait()
 
 
-def _close_invocation(run_dir: str, started: str, status: str) -> None:
+def _close_invocation(run_dir: str, started: str, status: str, force: bool = False) -> None:
     """The ranks are gone: an invocation of this launch that rank 0 could not close (it was
-    killed mid-collective) is closed here with `status`."""
+    killed mid-collective) is closed here with `status`; `force`: one rank 0 closed too
+    (it only saw its peers stopped: `status` says why)."""
     from ..store import RunStore
     from ..core.errors import CorruptFile
     store = RunStore(run_dir, create=False)
@@ -163,8 +240,8 @@ def _close_invocation(run_dir: str, started: str, status: str) -> None:
     except CorruptFile:
         return
     inv = (man.get("invocations") or [None])[-1]
-    if man.get("status") != "running" or not isinstance(inv, dict) or \
-            inv.get("status") != "running" or str(inv.get("started", "")) < started:
+    if not isinstance(inv, dict) or str(inv.get("started", "")) < started or (
+            not force and (man.get("status") != "running" or inv.get("status") != "running")):
         return
     finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     inv.update(status=status, finished=finished, note="closed by the launcher: its ranks "

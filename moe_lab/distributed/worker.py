@@ -164,7 +164,8 @@ class Worker:
         except RankLost as exc:
             status = f"failed: {exc}"
         except (Terminated, KeyboardInterrupt) as exc:  # every rank was told: no goodbyes
-            status = "interrupted: " + ("SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C")
+            status = "interrupted: " + ("SIGTERM" if isinstance(exc, Terminated)
+                                        else "SIGINT (Ctrl-C)")
             self.lost = list(range(self.world))
             raise
         except BaseException as exc:

@@ -51,7 +51,8 @@ def rows_for(runs, models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, dtype=
                                                 errors="ignore"), dev)
             except Exception:  # a device with no spec: time only
                 g = g.assign(pct_of_roof=float("nan"))
-            cfg = g["config"].fillna("default") if "config" in g else "default"
+            cfg = (g["config"].fillna("default") if "config" in g  # one per row: a bare
+                   else pd.Series("default", index=g.index))  # str zipped as its letters
             g = g.assign(series=[f"{dev.split(' (')[0]}: {b}"
                                  + ("" if c == "default" or str(c).startswith("aiter-tuned")
                                     else f" [{c}]")

@@ -251,12 +251,24 @@ def write(sections: list[Section], out: str, argv: list[str] | None = None,
             f"<code>{html.escape(' '.join(['moe-lab'] + list(argv or [])))}</code>; every figure "
             "names the runs, devices, dtypes, commits and commands of the rows it draws.</p>"]
     body.append("<ul>" + "".join(f"<li>{html.escape(s.title)}</li>" for s in sections) + "</ul>")
+    written = []  # a failed write (a full disk) removes these: the page and figures, or none
+    try:
+        return _write(sections, out, figdir, body, title, written)
+    except BaseException:
+        for f in written:
+            if os.path.exists(f):
+                os.remove(f)
+        raise
+
+
+def _write(sections, out, figdir, body, title, written) -> str:
     for i, s in enumerate(sections, 1):
         body.append(f"<h2>{html.escape(s.title)}</h2>")
         if s.text:
             body.append(f"<p>{html.escape(s.text)}</p>")
         if s.fig is not None:
             base = os.path.join(figdir, f"{i:02d}-{s.slug or _slug(s.title)}")
+            written += [base + ".png", base + ".svg"]
             uri, width = _img(s.fig, base)
             rel = os.path.relpath(base, out)
             body.append(f"<figure><img alt=\"{html.escape(s.title)}\" width=\"{width}\" "
@@ -274,6 +286,7 @@ def write(sections: list[Section], out: str, argv: list[str] | None = None,
             + "\n".join(body) + "</body></html>\n")
     path = os.path.join(out, "index.html")
     tmp = path + ".tmp"
+    written.append(tmp)
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(page)
     os.replace(tmp, path)
