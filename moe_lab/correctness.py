@@ -156,6 +156,11 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def classify_exception(exc: BaseException) -> str:
+    """A failure's status: `timeout` when the point's time limit stopped it (anywhere in the
+    chain: the check, the timing, a wrapped compile), `oom`, else `failed`."""
+    from .core.errors import has_timeout
+    if has_timeout(exc):
+        return "timeout"
     if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
         return "oom"
     return "failed"
