@@ -1,6 +1,6 @@
 """FP8 beside bf16 (notebooks 01 and 03): which dtypes a run holds, the best FP8 point
 against the best bf16 point of the same model, sharding, mode and token count (speedup,
-and % of each one's own roof), and the issue's FP8 targets.
+and % of each one's own roof), and the FP8 targets (moe_lab.analysis.targets).
 
 FP8 and bf16 rows may come from different runs of the same device: the bf16 side is the
 best ok row over every run of that device (`comparison_rows`), each row keeping its
@@ -12,16 +12,13 @@ import dataclasses
 
 import pandas as pd
 
+from ..analysis import metrics, targets as tg
 from ..core.problems import FP8_SCHEMES, sharding_name
 from ..store import Run, find_runs
 from . import style
 
 NONE_YET = ("No FP8 rows measured by moe-lab in any run yet: the FP8 schemes are measured by scripts/h200_fp8.sh "
             "on a GPU (or `moe-lab sweep --dtype fp8-block128 ...`).")
-# the issue's targets (graph mode on the H200; reported, not timed tests)
-TARGETS = (("below 16 tokens: >= 50% of the FP8 roof", "fp8_pct_of_roof", 1, 15, 50.0),
-           ("16 to 64 tokens: >= 85% of the FP8 roof", "fp8_pct_of_roof", 16, 64, 85.0),
-           ("4096+ tokens: >= 1.5x the best bf16 point", "speedup", 4096, 1 << 30, 1.5))
 KEY = ["device", "model", "tp", "ep", "mode", "tokens"]
 
 
@@ -84,7 +81,7 @@ def comparison_rows(run: Run | None = None, runs: list[Run] | None = None
 
 def _best(rows: pd.DataFrame) -> pd.DataFrame:
     i = rows.groupby(KEY)["median_us"].idxmin()
-    cols = KEY + ["median_us", "backend", "run_id"] + (
+    cols = KEY + ["median_us", "backend", "run_id", "point_id"] + (
         ["pct_of_roof"] if "pct_of_roof" in rows else [])
     return rows.loc[i, cols].reset_index(drop=True)
 
@@ -100,10 +97,12 @@ def fp8_vs_bf16(rows: pd.DataFrame) -> pd.DataFrame:
     for scheme in sorted(d for d in set(rows["dtype"]) if is_fp8(d)):
         f8 = _best(rows[rows["dtype"] == scheme]).rename(columns={
             "median_us": "fp8_us", "backend": "fp8_backend", "run_id": "fp8_run",
+            "point_id": "fp8_point_id",
             "pct_of_roof": "fp8_pct_of_roof"})
         if bf is not None:
             f8 = f8.merge(bf.rename(columns={
                 "median_us": "bf16_us", "backend": "bf16_backend", "run_id": "bf16_run",
+                "point_id": "bf16_point_id",
                 "pct_of_roof": "bf16_pct_of_roof"}), on=KEY, how="left")
         else:
             f8["bf16_us"] = float("nan")
@@ -130,15 +129,10 @@ def summary(cmp: pd.DataFrame, run: Run | None) -> str:
 
 
 def targets(cmp: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
-    """The issue's targets over the `mode` rows: points, met, median, worst."""
-    rows = []
-    for name, col, lo, hi, goal in TARGETS:
-        c = cmp[(cmp["mode"] == mode) & cmp["tokens"].between(lo, hi)] if len(cmp) else cmp
-        v = pd.to_numeric(c[col], errors="coerce").dropna() if len(c) else pd.Series(dtype=float)
-        rows.append(dict(target=name, points=len(v), met=int((v >= goal).sum()),
-                         median=v.median() if len(v) else float("nan"),
-                         worst=v.min() if len(v) else float("nan")))
-    return pd.DataFrame(rows)
+    """The target table (analysis.targets.summary) of the FP8 targets over the `mode` rows:
+    the FP8 roof targets and FP8 against bf16 (16-256 tokens, 4096+, never slower)."""
+    ev = tg.evaluate(metrics.fp8_metrics(cmp, mode))
+    return tg.summary(ev)
 
 
 def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | None = None):
@@ -182,7 +176,8 @@ def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | Non
                       label="bf16: % of bf16 roof")
             twin.set_ylabel("% of roof", fontsize=7)
         ax.axhline(1.0, color="0.6", lw=0.8)
-        ax.axhline(1.5, color="0.6", lw=0.8, ls=":")
+        ax.axhline(tg.by_name("fp8 >= 1.5x bf16, 4096+ tokens").limit, color="0.6", lw=0.8,
+                   ls=":")
         ax.set_xscale("log", base=2)
         ax.set_title(f"{model} {sharding_name(tp, ep)}", fontsize=8)
         ax.set_xlabel("tokens")

@@ -5,11 +5,12 @@ FP8 scheme, beside the same point's bf16 GEMMs and beside torch._scaled_grouped_
 the FP8 peaks (vendor, and moe-lab's measured dense FP8 matmul); and per scheme and model
 a verdict: what keeps FP8 from its promise over bf16.
 
-The promise: 2x where the bf16 GEMMs are memory-bound (weights at one byte instead of two),
+The promise (two targets of moe_lab.analysis.targets): 2x where the bf16 GEMMs are memory-bound (weights at one byte instead of two),
 1.7x where they are compute-bound (the FP8 peak is 2x, less what scaling costs). At a point
 that misses it, the FP8 layer takes `excess_us` more than bf16_us / promise. That excess
 is split between the GEMMs (fp8 GEMM us - bf16 GEMM us / promise) and the rest of the
-layer (glue and gaps, the same way): `held_back_by` is the larger, "kernel" or "glue".
+layer (glue and gaps, the same way): `excess_in` is the larger, "kernel" or "glue" (the
+one phase behind a target's miss is analysis.targets.held_back_by's).
 
     gemm_table(runs=None) -> DataFrame, a row per (device, model, sharding, tokens, scheme)
     verdict(table) -> DataFrame, a row per (scheme, model, sharding)
@@ -20,6 +21,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import ledger
+from ..analysis import targets as tg
 from ..core.devices import ceilings_for, spec_for
 from ..core.problems import FP8_SCHEMES, sharding_name
 from ..rows import ok_rows
@@ -27,7 +29,9 @@ from . import style
 
 KEY = ["device", "model", "sharding", "tokens"]
 SOL_BACKEND = "torch-fp8-grouped"  # torch._scaled_grouped_mm, row-wise: CUTLASS's grouped GEMM
-PROMISE = {"memory": 2.0, "compute": 1.7}
+PROMISE = {b: tg.by_name(n).limit for b, n in (   # the targets' records (analysis.targets)
+    ("memory", "fp8 >= 2x bf16 where bf16's GEMMs are memory-bound"),
+    ("compute", "fp8 >= 1.7x bf16 where bf16's GEMMs are compute-bound"))}
 GEMMS = ("gemm1", "gemm2")
 
 
@@ -85,16 +89,16 @@ def gemm_table(runs=None, mode: str = "graph") -> pd.DataFrame:
                 promise=promise, excess_us=max(0.0, a["median_us"] - need),
                 gemm_excess_us=a["gemm_us"] - b["gemm_us"] / promise,
                 glue_excess_us=fp8_rest - bf_rest / promise,
-                fp8_run=a["run_id"], bf16_run=b["run_id"],
+                fp8_run=a["run_id"], bf16_run=b["run_id"], fp8_point_id=a["point_id"],
                 sol_run=None if s is None else s["run_id"]))
     t = pd.DataFrame(out)
     if not len(t):
         return t
     t["pct_of_fp8_peak"] = 100 * t["fp8_tflops"] / t["fp8_peak_tflops"]
     t["sol_pct_of_fp8_peak"] = 100 * pd.to_numeric(t["sol_tflops"]) / t["fp8_peak_tflops"]
-    t["held_back_by"] = ["" if e <= 0 else ("kernel" if g >= u else "glue")
-                         for e, g, u in zip(t["excess_us"], t["gemm_excess_us"],
-                                            t["glue_excess_us"])]
+    t["excess_in"] = ["" if e <= 0 else ("kernel" if g >= u else "glue")
+                      for e, g, u in zip(t["excess_us"], t["gemm_excess_us"],
+                                         t["glue_excess_us"])]
     return t.sort_values(["scheme"] + KEY).reset_index(drop=True)
 
 
@@ -114,8 +118,8 @@ def verdict(table: pd.DataFrame) -> pd.DataFrame:
     if not len(table):
         return pd.DataFrame(rows)
     for (scheme, model, sh), g in table.groupby(["scheme", "model", "sharding"]):
-        miss = g[g["held_back_by"] != ""]
-        kern, glue = miss[miss["held_back_by"] == "kernel"], miss[miss["held_back_by"] == "glue"]
+        miss = g[g["excess_in"] != ""]
+        kern, glue = miss[miss["excess_in"] == "kernel"], miss[miss["excess_in"] == "glue"]
         if not len(miss):
             words = "meets its promise at every point"
         else:
@@ -131,7 +135,7 @@ def verdict(table: pd.DataFrame) -> pd.DataFrame:
                              f"{_span(glue['glue_excess_us'], '{:.0f}')} us above its share)")
             words = "held back by " + "; ".join(parts)
         rows.append(dict(scheme=scheme, model=model, sharding=sh, points=len(g),
-                         met=int((g["held_back_by"] == "").sum()),
+                         met=int((g["excess_in"] == "").sum()),
                          speedup=_span(g["speedup"]), fp8_pct_of_peak=_span(g["pct_of_fp8_peak"], "{:.1f}"),
                          sol_pct_of_peak=_span(g["sol_pct_of_fp8_peak"], "{:.1f}"), verdict=words))
     return pd.DataFrame(rows)

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections import namedtuple
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .. import ledger
+from ..analysis import metrics, targets as tg
 from ..core.atomic import read_parquet
 from ..core.devices import Ceilings, ceilings_for
 from ..core.errors import UsageError
@@ -27,13 +26,6 @@ AFTER = BEFORE + (("aiter-triton", TUNED),)                       # moe-lab tune
 POINT = ["model", "sharding", "tp", "ep", "ep_rank", "dtype", "routing", "tokens"]
 PHASE_TOKENS = (1, 64, 1024, 8192)
 GLUE_BEFORE_RUN = "h200-seed4-20261129"  # torch-grouped with its old fp32 glue
-GAPS = "launch gaps"  # graph time the kernels leave uncovered: median_us - kernel_us
-# a target holds for lo <= tokens <= hi and is met when the row's `metric` >= threshold
-Target = namedtuple("Target", "name lo hi metric threshold")
-TARGETS = (Target("<16 tokens: >= 50% of roof", 1, 15, "pct_of_roof", 50.0),
-           Target("16-64 tokens: >= 85% of roof", 16, 64, "pct_of_roof", 85.0),
-           Target(">=4096 tokens: >= 60% of bf16 GEMM peak", 4096, np.inf,
-                  "pct_of_gemm_peak", 60.0))
 
 
 # --- which run, which rows ---------------------------------------------------------------
@@ -173,7 +165,7 @@ def before_after(rows: pd.DataFrame, before=BEFORE, after=AFTER) -> pd.DataFrame
     return j.drop(columns=["before_dense_gemm_us", "before_pct_of_gemm_peak"])
 
 
-def fig_best_pct_of_roof(run, table: pd.DataFrame, targets=TARGETS) -> Figure:
+def fig_best_pct_of_roof(run, table: pd.DataFrame, targets=tg.TARGETS) -> Figure:
     """A panel per sharding x model: the best's % of roof, before (dashed) and after (solid;
     a star: a tuned config won); % of roof targets as red bars over their token ranges."""
     run = open_run(run)
@@ -197,35 +189,13 @@ def fig_best_pct_of_roof(run, table: pd.DataFrame, targets=TARGETS) -> Figure:
                        s=40 if cfg == TUNED else 16, color=style.backend_color(b),
                        marker="*" if cfg == TUNED else "o")
         for t in (t for t in targets if t.metric == "pct_of_roof"):
-            ax.hlines(t.threshold, t.lo / 1.3, min(t.hi, 8192) * 1.3, color="tab:red", lw=2,
+            ax.hlines(t.limit, t.lo / 1.3, min(t.hi, 8192) * 1.3, color="tab:red", lw=2,
                       alpha=0.5, label="target (% of roof)")
         ax.set_xscale("log", base=2)
         ax.set(title=f"{m} {s}", xlabel="tokens", ylim=(0, 105),
                ylabel="% of roof (best)" if j == 0 else "")
         ax.grid(True, alpha=0.3)
     return style.finish(fig, run, rows, "graph mode, status ok; roof = ideal fused floor")
-
-
-def evaluate_targets(best: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
-    """A row per (point, target whose token range holds it): value (the target's
-    metric), threshold, met (value >= threshold), miss_pts (threshold - value, 0 if met)."""
-    out = [best.iloc[:0].assign(target="", value=0.0, threshold=0.0, met=True, miss_pts=0.0)]
-    for t in targets:
-        g = best[(best["tokens"] >= t.lo) & (best["tokens"] <= t.hi)]
-        v = g[t.metric].astype(float)
-        out.append(g.assign(target=t.name, value=v, threshold=t.threshold, met=v >= t.threshold,
-                            miss_pts=(t.threshold - v).clip(lower=0)))
-    return pd.concat(out, ignore_index=True)
-
-
-def phase_floors(row, ceil: Ceilings) -> dict:
-    """{phase: floor_us} of a stored row: moe_lab.ledger.phase_floors (the one cost model
-    of a phase, that phases.parquet stores) for the row's problem and its own counts."""
-    p = ledger.problem_of(row)
-    count = lambda c: float(row[c]) if c in row and pd.notna(row[c]) else None  # noqa: E731
-    f = ledger.phase_floors(p, None, experts_hit=count("experts_hit"), pairs=count("pairs"),
-                            ceilings=ceil, gathered=ledger.gathers_rows(row.get("backend")))
-    return {ph: d["floor_us"] for ph, d in f.items()}
 
 
 def phases_of(kernels: pd.DataFrame, point_ids) -> pd.DataFrame:
@@ -236,51 +206,10 @@ def phases_of(kernels: pd.DataFrame, point_ids) -> pd.DataFrame:
     return piv[[p for p in style.PHASE_COLOR if p in piv.columns]]
 
 
-def holds_back(best: pd.DataFrame, kernels: pd.DataFrame, ceil: Ceilings) -> pd.DataFrame:
-    """Per point: the phase with the most time beyond its floor (phase_floors), or GAPS if
-    the uncovered graph time is larger; the largest phase, its %; kernel_us / median_us."""
-    ph, out = phases_of(kernels, best["point_id"]), []
-    for _, r in best[best["point_id"].isin(ph.index)].iterrows():
-        p, floors = ph.loc[r["point_id"]], phase_floors(r, ceil)
-        excess = {k: float(v) - floors.get(k, 0.0) for k, v in p.items()}
-        excess[GAPS] = max(float(r["median_us"]) - p.sum(), 0.0)
-        worst = max(excess, key=excess.get)
-        out.append((r["point_id"], worst, excess[worst], p.idxmax(), 100 * p.max() / p.sum(),
-                    p.sum(), p.sum() / r["median_us"]))
-    return pd.DataFrame(out, columns=["point_id", "holds_back", "excess_us", "largest_phase",
-                                      "largest_pct", "kernel_us", "kernel_over_median"])
-
-
-def target_table(rows, kernels, ceil: Ceilings, after=AFTER, before=BEFORE,
-                 targets=TARGETS) -> pd.DataFrame:
-    """evaluate_targets on the best of `after`, with met_before (the best of `before`),
-    holds_back (or 'no kernels') and over_dense (median_us / dense_gemm_us)."""
-    best = best_per_point(rows, after)
-    pre = evaluate_targets(best_per_point(rows, before), targets)
-    t = evaluate_targets(best, targets).merge(
-        pre[POINT + ["target", "met"]].rename(columns={"met": "met_before"}),
-        on=POINT + ["target"], how="left").merge(holds_back(best, kernels, ceil),
-                                                  on="point_id", how="left")
-    t["holds_back"] = t["holds_back"].fillna("no kernels")
-    t["over_dense"] = t["median_us"] / t["dense_gemm_us"] if "dense_gemm_us" in t else np.nan
-    return t[["target", "model", "sharding", "tokens", "choice", "median_us", "value",
-              "threshold", "met", "miss_pts", "met_before", "holds_back", "excess_us",
-              "largest_phase", "largest_pct", "kernel_over_median", "over_dense", "point_id"]]
-
-
-def target_summary(table: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
-    """Per target: points, met, missed, met before, the worst miss and where, the median."""
-    out = []
-    for t in targets:
-        g = table[table["target"] == t.name]
-        w = g.loc[g["miss_pts"].idxmax()] if len(g) and g["miss_pts"].max() > 0 else None
-        out.append(dict(
-            target=t.name, points=len(g), met=int(g["met"].sum()), missed=int((~g["met"]).sum()),
-            met_before=int(g["met_before"].eq(True).sum()),
-            worst_miss_pts=0.0 if w is None else round(float(w["miss_pts"]), 1),
-            worst_at="" if w is None else f"{_at(w)} ({w['holds_back']})",
-            median_value=round(float(g["value"].median()), 1) if len(g) else np.nan))
-    return pd.DataFrame(out)
+def target_metrics(rows: pd.DataFrame, run_id: str = "", candidates=AFTER) -> pd.DataFrame:
+    """The roof targets' metric frame (analysis.metrics.roof_metrics) of the best of the
+    candidates per point (before: BEFORE, the shipped configurations)."""
+    return metrics.roof_metrics(best_per_point(rows, candidates), run_id)
 
 
 # --- 3. phases: best against worst; torch-grouped's glue before and after ------------------
