@@ -765,7 +765,7 @@ MUTATIONS = (
              (T_TARGETS + "test_the_ledgers_targets_on_a_hand_made_frame",),
              "the fp8 'never slower' target stops at 256 tokens, like the 1.5x one"),
     Mutation("targets-summary-least-miss", "moe_lab/analysis/targets.py",
-             "w = miss.loc[miss[key].idxmax()]", "w = miss.loc[miss[key].idxmin()]",
+             'w = miss.loc[miss["by"].idxmax()]', 'w = miss.loc[miss["by"].idxmin()]',
              (T_TARGETS + "test_the_ledgers_targets_on_a_hand_made_frame",),
              "the targets summary names the least miss as the worst"),
     Mutation("targets-exactly-at-the-goal-misses", "moe_lab/analysis/targets.py",

@@ -67,7 +67,7 @@ def test_at_prefill_the_fp8_gemm_not_the_glue_holds_block128_back(table):
 
 
 def test_the_figure_names_every_run_it_draws(table):
-    fig = fg.fig_gemm_sol(table)
+    fig = fg.fig_gemm_sol(table, *fg.sources(table))
     text = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
     for r in RUNS:
         assert r in text

@@ -67,6 +67,16 @@ def ledger_metrics(ledger_df: pd.DataFrame, results_df: pd.DataFrame,
                     metric_rows(f, "fp8_speedup", f["bf16_us"] / f["median_us"])])
 
 
+def fp8_roof_metrics(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
+    """fp8_pct_of_roof of the best `mode` row per FP8 point (ledger.best_points: each
+    scheme its own point), from the row's stored % of its FP8 roof."""
+    best = lg.best_points(results_df, mode)
+    f = best[best["dtype"].str.startswith("fp8")] if len(best) else best
+    if not len(f) or "pct_of_roof" not in f:
+        return pd.DataFrame(columns=METRIC_COLUMNS)
+    return metric_rows(f, "fp8_pct_of_roof", pd.to_numeric(f["pct_of_roof"], errors="coerce"))
+
+
 def roof_metrics(best: pd.DataFrame, run_id: str = "") -> pd.DataFrame:
     """pct_of_roof and pct_of_gemm_peak of each point of `best` (one row per point)."""
     b = _sharding(best)

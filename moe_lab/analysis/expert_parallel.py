@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis import targets as tg
+from . import targets as tg
 
 KEY = ["model", "dtype", "backend", "mode", "tokens", "routing", "parallel", "world_size"]
 # the two targets' limits, from their records (moe_lab.analysis.targets)
