@@ -26,6 +26,7 @@ VERBS = {
     "compare": ("moe_lab.commands.compare", "compare two runs (or one split by a column) point by point with bootstrap intervals"),
     "merge": ("moe_lab.commands.merge", "combine run folders measured apart (sweep parts, GPUs, machines) into one run"),
     "report": ("moe_lab.commands.report", "execute the notebooks into HTML and export figures"),
+    "findings": ("moe_lab.commands.findings", "write docs/findings.md from the committed runs (--check: exit 1 when it differs)"),
     "doctor": ("moe_lab.commands.doctor", "print the environment: devices, versions, what will run"),
 }
 

@@ -5,7 +5,8 @@ microseconds (measured - floor), largest first. Pure functions; no GPU; DataFram
     phase_rows(point_id, problem, topk_ids, kernels, ceilings, median_us=) -> rows of
               a run's phases.parquet (what the sweep stores per point)
     ledger(results, kernels, phases=None)  -> per point and phase: measured, floor, over
-    targets(ledger, results)               -> issue 23's targets on the best per point
+    best_points(results)                   -> the best row per point (the targets' points;
+                                              moe_lab.analysis.targets evaluates them)
 
 Floors (units: bytes, FLOP, us). Symbols: T tokens, H hidden, I the per-rank intermediate
 size, k top-k; rows = T*k, the (token, slot) pairs as the glue kernels see them (under EP
@@ -72,8 +73,6 @@ GAPS, UNPROFILED = "gaps", "unprofiled"
 PHASE_COLUMNS = ("point_id", "phase", "measured_us", "calls", "floor_us", "floor_bytes",
                  "floor_flops", "bound")
 POINT = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens"]
-GLUE_X, GLUE_ALLOWANCE_US, GEMM_SHARE_PCT = 3.0, 20.0, 75.0
-FP8_SPEEDUP, FP8_LO, FP8_HI, GLUE_FROM, GEMM_FROM = 1.5, 16, 256, 256, 1024
 
 
 # --- floors -------------------------------------------------------------------------------
@@ -294,7 +293,7 @@ def layer_summary(ledger_df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-# --- targets -----------------------------------------------------------------------------
+# --- the best point (what the targets are evaluated on) --------------------------------------
 
 def best_points(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     """Per point (model, sharding, dtype, routing, tokens), the ok row of `mode` with the
@@ -307,86 +306,6 @@ def best_points(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     r["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(r["tp"], r["ep"])]
     return r.sort_values("median_us").groupby(POINT).head(1).sort_values(POINT) \
         .reset_index(drop=True)
-
-
-def _top(led: pd.DataFrame, pid, exclude=()) -> str:
-    g = led[(led["point_id"] == pid) & ~led["phase"].isin(exclude)]
-    g = g[g["over_us"] > 0]
-    return "" if g.empty else str(g.loc[g["over_us"].idxmax(), "phase"])
-
-
-def targets(ledger_df: pd.DataFrame, results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
-    """Issue 23's targets on the best backend per point in `mode`: a row per point (per
-    glue phase for the glue target) with target, model, sharding, tokens, dtype, backend,
-    phase, value, limit, unit, met, held_back_by (the phase with the largest over_us among
-    those the target counts; '' when met), by (the miss, in `unit`), by_us (the us to
-    remove from the layer, or that phase, to meet it), point_id, run_id (the best row's
-    run where the results carry one, as of_runs' do; else '').
-      glue: from GLUE_FROM tokens, each glue phase <= 3x its floor + 20 us;
-      gemm share: from GEMM_FROM tokens, gemm1 + gemm2 >= 75% of the layer (median_us);
-      fp8: best fp8 >= 1.5x faster than best bf16 from 16 to 256 tokens, never slower
-      from 16 up (value = bf16 us / fp8 us)."""
-    best, out = best_points(results_df, mode), []
-    led = ledger_df[ledger_df["point_id"].isin(best["point_id"])]
-    by_pt = {pid: g.set_index("phase") for pid, g in led.groupby("point_id")}
-
-    def add(b, target, value, limit, unit, met, held, by, by_us, phase="", backend=None):
-        out.append(dict(target=target, model=b["model"], sharding=b["sharding"],
-                        tokens=int(b["tokens"]), dtype=b["dtype"],
-                        backend=backend or b["choice"], phase=phase, value=value,
-                        limit=limit, unit=unit, met=met, held_back_by="" if met else held,
-                        by=0.0 if met else by, by_us=0.0 if met else by_us,
-                        point_id=b["point_id"], run_id=b.get("run_id", "")))
-    for b in best.to_dict("records"):
-        ph = by_pt.get(b["point_id"])
-        if ph is None:
-            continue
-        if b["tokens"] >= GLUE_FROM:
-            for p in GLUE:
-                if p not in ph.index or not (ph.at[p, "measured_us"] > 0 or ph.at[p, "floor_us"] > 0):
-                    continue
-                v, lim = ph.at[p, "measured_us"], GLUE_X * ph.at[p, "floor_us"] + GLUE_ALLOWANCE_US
-                met = bool(v <= lim) if np.isfinite(lim) else None
-                add(b, f"glue <= {GLUE_X:g}x floor + {GLUE_ALLOWANCE_US:g} us", v, lim, "us",
-                    met, p, v - lim, v - lim, phase=p)
-        if b["tokens"] >= GEMM_FROM:
-            gemm = float(ph["measured_us"].reindex(list(GEMMS)).fillna(0).sum())
-            v = 100 * gemm / b["median_us"]
-            add(b, f"gemm >= {GEMM_SHARE_PCT:g}% of layer", v, GEMM_SHARE_PCT, "%",
-                bool(v >= GEMM_SHARE_PCT), _top(led, b["point_id"], GEMMS), GEMM_SHARE_PCT - v,
-                b["median_us"] - gemm / (GEMM_SHARE_PCT / 100))
-    fp8 = best[best["dtype"].str.startswith("fp8")].sort_values("median_us")
-    key = [c for c in POINT if c != "dtype"]
-    bf16 = best[best["dtype"] == "bf16"].set_index(key)
-    for f in fp8.groupby(key).head(1).to_dict("records"):
-        k = tuple(f[c] for c in key)
-        if f["tokens"] < FP8_LO or k not in bf16.index:
-            continue
-        v = float(bf16.loc[k, "median_us"]) / f["median_us"]
-        for name, lim, hi in ((f"fp8 >= {FP8_SPEEDUP:g}x bf16", FP8_SPEEDUP, FP8_HI),
-                              ("fp8 not slower than bf16", 1.0, math.inf)):
-            if f["tokens"] <= hi:
-                add(f, name, v, lim, "x", bool(v >= lim), _top(led, f["point_id"]), lim - v,
-                    f["median_us"] - float(bf16.loc[k, "median_us"]) / lim,
-                    backend=f"{f['dtype']} {f['choice']}")
-    cols = ["target", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
-            "limit", "unit", "met", "held_back_by", "by", "by_us", "point_id", "run_id"]
-    return pd.DataFrame(out, columns=cols)
-
-
-def targets_summary(targets_df: pd.DataFrame) -> pd.DataFrame:
-    """Per target: points, met, missed, the worst miss (by_us) and where, held back by."""
-    rows = []
-    for t, g in targets_df.groupby("target", sort=False):
-        miss = g[g["met"] == False]  # noqa: E712 (None: no ceilings)
-        w = miss.loc[miss["by_us"].idxmax()] if len(miss) else None
-        rows.append(dict(target=t, points=len(g), met=int((g["met"] == True).sum()),  # noqa: E712
-                         missed=len(miss),
-                         worst_by_us=0.0 if w is None else round(float(w["by_us"]), 1),
-                         worst_at="" if w is None else
-                         f"{w['model']} {w['sharding']} {w['tokens']} {w['backend']}",
-                         held_back_by="" if w is None else w["held_back_by"]))
-    return pd.DataFrame(rows)
 
 
 # --- runs in, frames out (what notebooks and report call) ---------------------------------

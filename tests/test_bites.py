@@ -33,11 +33,11 @@ same tests on an unmutated copy, where they pass). Tests of this file unless nam
   targets         targets-glue-without-allowance: the glue limit loses its 20 us;
                   targets-fp8-never-slower-up-to-256-only: "never slower" stops at 256;
                   targets-summary-least-miss: the summary's worst miss is the least
-                    -> test_ledger::test_targets_on_a_hand_made_frame
-                  targets-tuning-exactly-at-the-goal-misses: >= became >
-                    -> test_plots_tuning::test_exactly_at_the_target_passes_and_just_below...
-                  targets-fp8-mean-not-median: plots.fp8.targets' median is the mean
-                    -> test_plots_fp8::test_targets_count_what_is_met
+                    -> test_targets::test_the_ledgers_targets_on_a_hand_made_frame
+                  targets-exactly-at-the-goal-misses: >= became >
+                    -> test_targets::test_exactly_at_the_target_passes_and_just_below...
+                  targets-mean-not-median: the target table's median is the mean
+                    -> test_targets::test_the_fp8_targets_count_what_is_met_with_the_median
   noise bands     noise-band-from-the-wrong-quantile: the 0.05 quantile, not the 0.95;
                   noise-band-from-the-quietest-pair: min over the A/A' pairs, not max
                     -> test_the_devices_band_is_the_noisiest_pairs_95th_percentile
@@ -710,6 +710,7 @@ def test_a_tune_candidates_row_says_the_routing_it_was_timed_with(tmp_path, chun
 
 T_LEDGER = "tests/test_ledger.py::"
 T_BITES = "tests/test_bites.py::"
+T_TARGETS = "tests/test_targets.py::"
 
 MUTATIONS = (
     # the ledger's floors
@@ -753,30 +754,30 @@ MUTATIONS = (
              (T_BITES + "test_align_under_ep_maps_the_experts_and_marks_the_remote_blocks",),
              "under EP the sentinel's blocks keep its expert id, not -1: the GEMMs compute "
              "the remote pairs"),
-    # targets
-    Mutation("targets-glue-without-allowance", "moe_lab/ledger.py",
-             'GLUE_X * ph.at[p, "floor_us"] + GLUE_ALLOWANCE_US\n',
-             'GLUE_X * ph.at[p, "floor_us"]\n',
-             (T_LEDGER + "test_targets_on_a_hand_made_frame",),
+    # targets (moe_lab/analysis/targets.py: the records and the one evaluation)
+    Mutation("targets-glue-without-allowance", "moe_lab/analysis/targets.py",
+             "self.limit * float(floor_us) + self.allowance_us if",
+             "self.limit * float(floor_us) if",
+             (T_TARGETS + "test_the_ledgers_targets_on_a_hand_made_frame",),
              "the glue target's limit loses its 20 us allowance"),
-    Mutation("targets-fp8-never-slower-up-to-256-only", "moe_lab/ledger.py",
-             '("fp8 not slower than bf16", 1.0, math.inf)',
-             '("fp8 not slower than bf16", 1.0, FP8_HI)',
-             (T_LEDGER + "test_targets_on_a_hand_made_frame",),
+    Mutation("targets-fp8-never-slower-up-to-256-only", "moe_lab/analysis/targets.py",
+             '"fp8_speedup", 16, INF, 1.0, "x")', '"fp8_speedup", 16, 256, 1.0, "x")',
+             (T_TARGETS + "test_the_ledgers_targets_on_a_hand_made_frame",),
              "the fp8 'never slower' target stops at 256 tokens, like the 1.5x one"),
-    Mutation("targets-summary-least-miss", "moe_lab/ledger.py",
-             'w = miss.loc[miss["by_us"].idxmax()]', 'w = miss.loc[miss["by_us"].idxmin()]',
-             (T_LEDGER + "test_targets_on_a_hand_made_frame",),
+    Mutation("targets-summary-least-miss", "moe_lab/analysis/targets.py",
+             'w = miss.loc[miss["by"].idxmax()]', 'w = miss.loc[miss["by"].idxmin()]',
+             (T_TARGETS + "test_the_ledgers_targets_on_a_hand_made_frame",),
              "the targets summary names the least miss as the worst"),
-    Mutation("targets-tuning-exactly-at-the-goal-misses", "moe_lab/plots/tuning.py",
-             "met=v >= t.threshold,", "met=v > t.threshold,",
-             ("tests/test_plots_tuning.py::"
-              "test_exactly_at_the_target_passes_and_just_below_misses_by_the_difference",),
-             "a point exactly at a target's threshold counted as a miss"),
-    Mutation("targets-fp8-mean-not-median", "moe_lab/plots/fp8.py",
-             'median=v.median() if len(v)', 'median=v.mean() if len(v)',
-             ("tests/test_plots_fp8.py::test_targets_count_what_is_met",),
-             "the fp8 targets' median is the mean"),
+    Mutation("targets-exactly-at-the-goal-misses", "moe_lab/analysis/targets.py",
+             "met = bool(v >= lim) if t.at_least", "met = bool(v > lim) if t.at_least",
+             (T_TARGETS + "test_exactly_at_the_target_passes_and_just_below_misses_by_the_"
+              "difference",),
+             "a point exactly at a target's limit counted as a miss"),
+    Mutation("targets-mean-not-median", "moe_lab/analysis/targets.py",
+             'median=round(float(g["value"].median()), 2)',
+             'median=round(float(g["value"].mean()), 2)',
+             (T_TARGETS + "test_the_fp8_targets_count_what_is_met_with_the_median",),
+             "the target table's median is the mean"),
     # noise bands
     Mutation("noise-band-from-the-wrong-quantile", "moe_lab/noise.py",
              "np.quantile(xs, QUANTILE)), len(xs)", "np.quantile(xs, 1 - QUANTILE)), len(xs)",

@@ -207,7 +207,8 @@ def test_gpus_runs_one_part_per_gpu_and_merges_them_into_the_whole_sweep(tmp_pat
     --shard i/N) and merge into one run with every point once. There is no GPU here, so the
     GPU count is the one thing faked; the parts are real sweeps (on the CPU)."""
     import json
-    from moe_lab.distributed import analysis, launch
+    from moe_lab.analysis import expert_parallel as analysis
+    from moe_lab.distributed import launch
     from moe_lab.store import find_runs
     monkeypatch.setattr(launch, "gpu_count", lambda text: 2)
     base = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2,4", "--backends",

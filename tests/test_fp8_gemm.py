@@ -48,10 +48,10 @@ def test_the_verdict_splits_the_excess_and_names_the_larger(table):
         # the two shares add up to the excess (when there is one)
         if r["excess_us"] > 0:
             assert r["gemm_excess_us"] + r["glue_excess_us"] == pytest.approx(r["excess_us"])
-            assert r["held_back_by"] == ("kernel" if r["gemm_excess_us"] >= r["glue_excess_us"]
+            assert r["excess_in"] == ("kernel" if r["gemm_excess_us"] >= r["glue_excess_us"]
                                          else "glue")
         else:
-            assert r["held_back_by"] == ""
+            assert r["excess_in"] == ""
 
 
 def test_at_prefill_the_fp8_gemm_not_the_glue_holds_block128_back(table):
@@ -59,7 +59,7 @@ def test_at_prefill_the_fp8_gemm_not_the_glue_holds_block128_back(table):
     # are slower than bf16's and than torch._scaled_grouped_mm's on the same rows
     d = table[(table["scheme"] == "fp8-block128") & (table["model"] == "deepseek-r1")
               & (table["tokens"] >= 4096)]
-    assert len(d) == 2 and (d["held_back_by"] == "kernel").all()
+    assert len(d) == 2 and (d["excess_in"] == "kernel").all()
     assert (d["sol_tflops"] > d["fp8_tflops"]).all()
     v = fg.verdict(table)
     words = v[(v["scheme"] == "fp8-block128") & (v["model"] == "deepseek-r1")]["verdict"].iloc[0]
@@ -67,7 +67,7 @@ def test_at_prefill_the_fp8_gemm_not_the_glue_holds_block128_back(table):
 
 
 def test_the_figure_names_every_run_it_draws(table):
-    fig = fg.fig_gemm_sol(table)
+    fig = fg.fig_gemm_sol(table, *fg.sources(table))
     text = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
     for r in RUNS:
         assert r in text

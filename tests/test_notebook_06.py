@@ -2,7 +2,7 @@
 committed run with distributed rows: it prints the run, says plainly when it is a CPU run,
 and prints the prediction target; the test recomputes that target from the parquet file
 (per point: the slowest rank's expert time plus the slowest rank's collective, both timed
-like the layer, against the measured layer), not through moe_lab.distributed.analysis."""
+like the layer, against the measured layer), not through moe_lab.analysis.expert_parallel."""
 import json
 import re
 from pathlib import Path

@@ -48,27 +48,12 @@ def test_fp8_against_bf16_from_two_runs(runs_dir):
         assert r.fp8_us == f8["median_us"].min() and r.bf16_us == bf["median_us"].min()
         assert r.speedup == pytest.approx(r.bf16_us / r.fp8_us)
     t = fp8.targets(cmp, mode="eager")
-    assert t.loc[2, "points"] == 0  # no 4096-token point in this run
-    assert t.loc[0, "points"] == 0  # 1 and 4 tokens, but a CPU run has no roof: not counted
+    # 1 and 4 tokens: below every FP8-over-bf16 range, and a CPU run has no roof
+    assert t.empty and list(t.columns)[:4] == ["target", "points", "met", "missed"]
     fig = fp8.fig_fp8_vs_bf16(cmp, run, rows)
     assert "fp8-channel" in fig.texts[-1].get_text()  # the footer names the dtype
     assert any(line.get_label().startswith("fp8-channel eager") for ax in fig.axes
                for line in ax.get_lines())
-
-
-def test_targets_count_what_is_met():
-    """Three graph points per target, one exactly at its goal (met), skewed so that the
-    median is not the mean; an eager row and a token count outside every range count for
-    nothing."""
-    cmp = pd.DataFrame(dict(dtype="fp8-block128", model="m", tp=8, ep=1,
-                            mode=["graph"] * 9 + ["eager", "graph"],
-                            tokens=[1, 4, 8, 16, 32, 64, 4096, 8192, 16384, 8, 2048],
-                            fp8_pct_of_roof=[50, 40, 10, 85, 95, 30, 70, 70, 70, 99, 1],
-                            speedup=[1, 1, 1, 1, 1, 1, 1.5, 1.6, 0.7, 1, 0.1]))
-    t = fp8.targets(cmp).set_index("target")
-    assert t["points"].tolist() == [3, 3, 3] and t["met"].tolist() == [1, 2, 2]
-    assert t["median"].tolist() == pytest.approx([40.0, 85.0, 1.5])  # means: 33.3, 70, 1.27
-    assert t["worst"].tolist() == pytest.approx([10.0, 30.0, 0.7])
 
 
 def test_no_fp8_rows_says_so(tmp_path, runs_dir):

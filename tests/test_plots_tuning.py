@@ -1,7 +1,7 @@
-"""moe_lab.plots.tuning on small hand-built tables: the targets (exactly at a threshold
-passes, 0.1 below misses by 0.1), the best backend is the lowest median among ok rows of the
-candidates only, incorrect and unsupported rows are never chosen or drawn (nor named in a
-footer), what holds a point back, the newest tuned run, and the winners table."""
+"""moe_lab.plots.tuning on small hand-built tables: the best backend is the lowest median
+among ok rows of the candidates only, incorrect and unsupported rows are never chosen or
+drawn (nor named in a footer), the newest tuned run, and the winners table (the targets:
+tests/test_targets.py)."""
 import json
 from pathlib import Path
 
@@ -44,44 +44,6 @@ def run_of(rows: pd.DataFrame, kernels=None) -> Run:
 
 def footer_of(fig) -> str:
     return fig.texts[-1].get_text().replace("\n", " ")
-
-
-# --- targets ----------------------------------------------------------------------------------
-
-def test_exactly_at_the_target_passes_and_just_below_misses_by_the_difference():
-    best = frame(row(16, pct_of_roof=85.0), row(32, pct_of_roof=84.9), row(64, pct_of_roof=97.0),
-                 row(8, pct_of_roof=50.0), row(1, pct_of_roof=12.5),
-                 row(4096, pct_of_gemm_peak=60.0, pct_of_roof=1.0),
-                 row(8192, pct_of_gemm_peak=59.0, pct_of_roof=99.0))
-    t = tu.evaluate_targets(best).set_index(["tokens"])
-    assert t.loc[16, "met"] and t.loc[16, "miss_pts"] == 0
-    assert not t.loc[32, "met"] and t.loc[32, "miss_pts"] == pytest.approx(0.1)
-    assert t.loc[64, "met"] and t.loc[64, "miss_pts"] == 0
-    assert t.loc[8, "met"] and not t.loc[1, "met"] and t.loc[1, "miss_pts"] == pytest.approx(37.5)
-    # >= 4096 tokens is judged on the GEMM peak, not the roof
-    assert t.loc[4096, "met"] and t.loc[4096, "value"] == 60.0
-    assert not t.loc[8192, "met"] and t.loc[8192, "miss_pts"] == pytest.approx(1.0)
-    assert t.loc[16, "target"].startswith("16-64") and t.loc[8, "target"].startswith("<16")
-
-
-def test_token_counts_outside_every_range_get_no_target():
-    best = frame(row(15), row(65), row(128), row(4095), row(4096))
-    t = tu.evaluate_targets(best)
-    assert sorted(t["tokens"]) == [15, 4096]
-    assert list(t[t["tokens"] == 15]["target"]) == ["<16 tokens: >= 50% of roof"]
-    assert tu.evaluate_targets(frame(row(128))).empty
-
-
-def test_target_summary_counts_and_names_the_worst_miss():
-    t = tu.evaluate_targets(frame(row(16, pct_of_roof=85.0), row(32, pct_of_roof=60.0),
-                                  row(64, pct_of_roof=80.0, model="qwen3-235b-a22b")))
-    t["met_before"] = [True, False, False]
-    t["holds_back"] = ["gemm1", "align", "launch gaps"]
-    s = tu.target_summary(t).set_index("target").loc["16-64 tokens: >= 85% of roof"]
-    assert (s["points"], s["met"], s["missed"], s["met_before"]) == (3, 1, 2, 1)
-    assert s["worst_miss_pts"] == 25.0
-    assert s["worst_at"].endswith("deepseek-r1 TP8, 32 tokens (align)")
-    assert s["median_value"] == 80.0  # of 85, 60, 80 (the mean: 75)
 
 
 # --- the best backend -----------------------------------------------------------------------
@@ -160,45 +122,6 @@ def test_tuned_over_default_lists_the_missing_and_draws_only_the_ratios():
 def kernels(point_id, **phases):
     return [dict(point_id=point_id, kernel=f"k_{p}", phase=p, calls=1.0, total_us=us)
             for p, us in phases.items()]
-
-
-def test_the_floors_are_the_ledgers_one_cost_model():
-    """The target table's floors are moe_lab.ledger.phase_floors of the row's problem and
-    counts (what phases.parquet stores), every phase of it, not a second copy."""
-    from moe_lab import ledger
-    from moe_lab.core.problems import make_problem
-    r = row(4096, pairs=32768, experts_hit=256)  # DeepSeek-R1 TP8: H 7168, I 256
-    f = tu.phase_floors(pd.Series(r), CEIL)
-    want = ledger.phase_floors(make_problem("deepseek-r1", 4096, "bf16", 8, 1), None,
-                               experts_hit=256, pairs=32768, ceilings=CEIL)
-    assert set(f) == set(ledger.FLOOR_PHASES)
-    assert all(f[ph] == pytest.approx(want[ph]["floor_us"]) for ph in want)
-    assert f["act"] > 0 and f["combine"] > 0 and f["gemm1"] > f["act"]
-
-
-def test_what_holds_a_point_back_is_the_largest_excess_over_its_floor_or_the_gaps():
-    a = row(4096, pairs=32768, experts_hit=256, median_us=900.0, point_id="a")
-    b = row(1, pairs=8, experts_hit=8, median_us=100.0, point_id="b")
-    floor = tu.phase_floors(pd.Series(a), CEIL)["gemm1"]  # about 485 us
-    k = pd.DataFrame(kernels("a", gemm1=floor + 50, act=120.0, gemm2=150.0)
-                     + kernels("b", gemm1=20.0, align=25.0))
-    hb = tu.holds_back(frame(a, b), k, CEIL).set_index("point_id")
-    # gemm1 is the largest phase, but only 50 us above its floor; act 120 us less its floor
-    act_floor = tu.phase_floors(pd.Series(a), CEIL)["act"]
-    assert hb.loc["a", "holds_back"] == "act" and hb.loc["a", "largest_phase"] == "gemm1"
-    assert hb.loc["a", "excess_us"] == pytest.approx(120.0 - act_floor) and act_floor > 0
-    assert hb.loc["a", "kernel_over_median"] == pytest.approx((floor + 320) / 900.0)
-    # 45 us of kernels in a 100 us graph replay: 55 us of launch gaps
-    assert hb.loc["b", "holds_back"] == tu.GAPS and hb.loc["b", "excess_us"] == pytest.approx(55)
-    assert hb.loc["b", "largest_pct"] == pytest.approx(100 * 25 / 45)
-
-
-def test_target_table_marks_unprofiled_points():
-    rows = frame(row(16, pct_of_roof=90.0, point_id="p"), row(32, pct_of_roof=70.0, point_id="q"))
-    t = tu.target_table(rows, pd.DataFrame(kernels("p", gemm1=1.0, align=5.0)), CEIL)
-    assert list(t["met"]) == [True, False] and list(t["met_before"]) == [True, False]
-    assert list(t["holds_back"]) == ["launch gaps", "no kernels"]
-    assert list(t["over_dense"]) == [10.0, 10.0]
 
 
 def test_best_and_worst_phases_skip_incorrect_rows():

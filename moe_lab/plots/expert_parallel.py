@@ -1,7 +1,7 @@
 """Expert parallelism, for notebooks/06_expert_parallel.ipynb: per-rank time, imbalance
 against routing skew, the collective's share of the layer, TP against EP per token count,
 and the estimate at more ranks (labelled as such). Tables come from
-moe_lab.distributed.analysis; every figure has the provenance footer of the rows it draws.
+moe_lab.analysis.expert_parallel; every figure has the provenance footer of the rows it draws.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..distributed import VARIANTS
-from ..distributed import analysis
+from ..analysis import expert_parallel as analysis
 from ..store import Run, find_runs, open_run
 from . import style
 

@@ -1,144 +1,16 @@
-"""FP8 beside bf16 (notebooks 01 and 03): which dtypes a run holds, the best FP8 point
-against the best bf16 point of the same model, sharding, mode and token count (speedup,
-and % of each one's own roof), and the issue's FP8 targets.
-
-FP8 and bf16 rows may come from different runs of the same device: the bf16 side is the
-best ok row over every run of that device (`comparison_rows`), each row keeping its
-run_id and commit.
-"""
+"""FP8 beside bf16 (notebooks 01 and 03): the figure of moe_lab.analysis.fp8's table (its
+tables re-exported here); it opens nothing."""
 from __future__ import annotations
-
-import dataclasses
 
 import pandas as pd
 
-from ..core.problems import FP8_SCHEMES, sharding_name
-from ..store import Run, find_runs
+from ..analysis import targets as tg
+from ..analysis.fp8 import (  # noqa: F401 (the tables, as notebooks 01 and 03 call them)
+    KEY, NONE_YET, comparison_rows, dtype_table, fp8_vs_bf16, imported, is_fp8, summary,
+    targets, with_dtype)
+from ..core.problems import sharding_name
+from ..store import Run
 from . import style
-
-NONE_YET = ("No FP8 rows measured by moe-lab in any run yet: the FP8 schemes are measured by scripts/h200_fp8.sh "
-            "on a GPU (or `moe-lab sweep --dtype fp8-block128 ...`).")
-# the issue's targets (graph mode on the H200; reported, not timed tests)
-TARGETS = (("below 16 tokens: >= 50% of the FP8 roof", "fp8_pct_of_roof", 1, 15, 50.0),
-           ("16 to 64 tokens: >= 85% of the FP8 roof", "fp8_pct_of_roof", 16, 64, 85.0),
-           ("4096+ tokens: >= 1.5x the best bf16 point", "speedup", 4096, 1 << 30, 1.5))
-KEY = ["device", "model", "tp", "ep", "mode", "tokens"]
-
-
-def is_fp8(dtype) -> bool:
-    """moe-lab's schemes, and fp8 rows imported from aiter's tuning table (named with
-    the same schemes; other fp8 schemes of another importer start with `fp8-`)."""
-    return str(dtype) in FP8_SCHEMES or str(dtype).startswith("fp8-")
-
-
-def imported(run: Run) -> bool:
-    """Rows imported from another tool (`moe-lab import-aiter`), not measured by moe-lab."""
-    return run.manifest.get("kind") == "import" or "aiter-tuner" in set(run.results.get("mode", []))
-
-
-def dtype_table(run: Run) -> pd.DataFrame:
-    """Rows per dtype, fp8 format and status."""
-    r = run.results.copy()
-    if "fp8_format" not in r:
-        r["fp8_format"] = ""
-    r["fp8_format"] = r["fp8_format"].fillna("")
-    return (r.groupby(["dtype", "fp8_format", "status"]).size().unstack("status", fill_value=0)
-            .reset_index())
-
-
-def with_dtype(run: Run, dtype: str | None) -> Run:
-    """The run with only the rows of `dtype` (None: unchanged)."""
-    if dtype is None:
-        return run
-    return dataclasses.replace(run, results=run.results[run.results["dtype"] == dtype])
-
-
-def _ok(run: Run) -> pd.DataFrame:
-    r = run.results
-    r = style.ok_rows(r)
-    if "parallel" in r:  # single-process rows only
-        r = r[r["parallel"].isna() | (r["parallel"].astype(str) == "")]
-    return r.assign(run_id=run.run_id)
-
-
-def comparison_rows(run: Run | None = None, runs: list[Run] | None = None
-                    ) -> tuple[pd.DataFrame, Run | None]:
-    """(ok rows, the FP8 run): the FP8 rows of `run` (else of the newest run measured by
-    moe-lab that has any, else of the newest imported one), and the bf16 rows of the same
-    device and models from every run. Empty, None when no run has FP8 rows."""
-    runs = find_runs() if runs is None else runs
-    others = [r for r in runs if run is None or r.run_id != run.run_id]
-    cands = (([run] if run is not None else []) + [r for r in others if not imported(r)]
-             + [r for r in others if imported(r)])
-    fp8_run = next((r for r in cands if _ok(r)["dtype"].map(is_fp8).any()), None)
-    if fp8_run is None:
-        return pd.DataFrame(columns=KEY + ["dtype", "median_us"]), None
-    f8 = _ok(fp8_run)
-    f8 = f8[f8["dtype"].map(is_fp8)]
-    bf = [(_ok(r)) for r in [fp8_run] + [r for r in runs if r.run_id != fp8_run.run_id]
-          if r.device == fp8_run.device]
-    bf = pd.concat([b[(b["dtype"] == "bf16") & b["model"].isin(set(f8["model"]))] for b in bf]
-                   or [f8.iloc[:0]])
-    return pd.concat([f8, bf], ignore_index=True), fp8_run
-
-
-def _best(rows: pd.DataFrame) -> pd.DataFrame:
-    i = rows.groupby(KEY)["median_us"].idxmin()
-    cols = KEY + ["median_us", "backend", "run_id"] + (
-        ["pct_of_roof"] if "pct_of_roof" in rows else [])
-    return rows.loc[i, cols].reset_index(drop=True)
-
-
-def fp8_vs_bf16(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per FP8 scheme and (model, tp, ep, mode, tokens): the best FP8 and best bf16 time
-    (any backend, any configuration), speedup = bf16 / fp8, and each one's % of its own
-    roof (NaN where the run has no roofline, e.g. a CPU run)."""
-    out = []
-    if not len(rows):
-        return pd.DataFrame(columns=["dtype"] + KEY + ["fp8_us", "bf16_us", "speedup"])
-    bf = _best(rows[rows["dtype"] == "bf16"]) if (rows["dtype"] == "bf16").any() else None
-    for scheme in sorted(d for d in set(rows["dtype"]) if is_fp8(d)):
-        f8 = _best(rows[rows["dtype"] == scheme]).rename(columns={
-            "median_us": "fp8_us", "backend": "fp8_backend", "run_id": "fp8_run",
-            "pct_of_roof": "fp8_pct_of_roof"})
-        if bf is not None:
-            f8 = f8.merge(bf.rename(columns={
-                "median_us": "bf16_us", "backend": "bf16_backend", "run_id": "bf16_run",
-                "pct_of_roof": "bf16_pct_of_roof"}), on=KEY, how="left")
-        else:
-            f8["bf16_us"] = float("nan")
-        f8["speedup"] = f8["bf16_us"] / f8["fp8_us"]
-        out.append(f8.assign(dtype=scheme))
-    df = pd.concat(out, ignore_index=True)
-    for c in ("fp8_pct_of_roof", "bf16_pct_of_roof"):
-        if c not in df:
-            df[c] = float("nan")
-    return df[["dtype"] + KEY + [c for c in df.columns if c not in KEY + ["dtype"]]]
-
-
-def summary(cmp: pd.DataFrame, run: Run | None) -> str:
-    """One line: where the FP8 rows come from and how many points compare, or NONE_YET."""
-    if run is None:
-        return NONE_YET
-    both = cmp["speedup"].notna() if len(cmp) else pd.Series(dtype=bool)
-    src = " (imported: AMD's tuner's times, not moe-lab's)" if imported(run) else ""
-    head = "No FP8 rows measured by moe-lab yet; " if imported(run) else ""
-    return (head + f"FP8 rows from {run.run_id} ({run.device}){src}: {len(cmp)} FP8 points "
-            f"({', '.join(sorted(set(cmp['dtype'])))}), {int(both.sum())} with a bf16 point "
-            f"to compare" + (f", median speedup {cmp.loc[both, 'speedup'].median():.2f}x"
-                             if both.any() else ""))
-
-
-def targets(cmp: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
-    """The issue's targets over the `mode` rows: points, met, median, worst."""
-    rows = []
-    for name, col, lo, hi, goal in TARGETS:
-        c = cmp[(cmp["mode"] == mode) & cmp["tokens"].between(lo, hi)] if len(cmp) else cmp
-        v = pd.to_numeric(c[col], errors="coerce").dropna() if len(c) else pd.Series(dtype=float)
-        rows.append(dict(target=name, points=len(v), met=int((v >= goal).sum()),
-                         median=v.median() if len(v) else float("nan"),
-                         worst=v.min() if len(v) else float("nan")))
-    return pd.DataFrame(rows)
 
 
 def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | None = None):
@@ -182,7 +54,8 @@ def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | Non
                       label="bf16: % of bf16 roof")
             twin.set_ylabel("% of roof", fontsize=7)
         ax.axhline(1.0, color="0.6", lw=0.8)
-        ax.axhline(1.5, color="0.6", lw=0.8, ls=":")
+        ax.axhline(tg.by_name("fp8 >= 1.5x bf16, 4096+ tokens").limit, color="0.6", lw=0.8,
+                   ls=":")
         ax.set_xscale("log", base=2)
         ax.set_title(f"{model} {sharding_name(tp, ep)}", fontsize=8)
         ax.set_xlabel("tokens")

@@ -1,0 +1,151 @@
+"""More sections of docs/findings.md (analysis.findings): the FP8 GEMM against its promise,
+torch.compile's coverage, the noise between processes, the ceilings, expert parallelism
+and AMD's imported table. Numbers computed here from the data; words state none."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .. import ledger as lg
+from ..core.errors import UsageError
+from .findings_sections import md_table, provenance, runs_line, span
+
+
+def fp8_gemm_section(runs) -> list[str]:
+    from . import fp8_gemm
+    try:
+        lruns = lg.runs_with_phases(None)
+    except UsageError:
+        return []
+    t = fp8_gemm.gemm_table(lruns)
+    if not len(t):
+        return []
+    used = [r for r in lruns if r.run_id in set(t["fp8_run"]) | set(t["bf16_run"])
+            | set(t["sol_run"].dropna())]
+    rows = t.assign(run_id=t["fp8_run"], point_id=t["fp8_point_id"])
+    v = fp8_gemm.verdict(t)
+    return ["## The FP8 GEMM against its promise", "", provenance(used, rows), "",
+            "Per FP8 scheme, model and sharding, over the runs with stored phases: the best FP8 "
+            "point beside the best bf16 point, the points that meet the promise (the two "
+            "`fp8 >= ...x bf16 where bf16's GEMMs are ...-bound` targets), the speedup, the FP8 "
+            "GEMMs' share of the vendor FP8 peak (and torch._scaled_grouped_mm's on the same "
+            "rows), and what holds the misses back: the GEMMs (`kernel`) or the rest of the "
+            "layer (`glue`).", "", *md_table(v)]
+
+
+def compile_section(runs) -> list[str]:
+    from . import compile_tables
+    rows, used = [], []
+    for r in runs:
+        if not r.has("compile"):
+            continue
+        used.append(r)
+        summary, _ = compile_tables.coverage(r)
+        res = r.results[r.results["mode"].astype(str).str.startswith("compile:")]
+        rows.append(dict(run=f"`{r.run_id}`", coverage=summary,
+                         statuses=", ".join(f"{k} {v}" for k, v in
+                                            res["status"].value_counts().sort_index().items()),
+                         commits=", ".join(r.commits(res))))
+    if not used:
+        return []
+    return ["## torch.compile: what the compile runs cover", "", runs_line(used), "",
+            "Per run with compile rows: the planned points with a row (of any status; a "
+            "stopped run's remaining points are listed by notebook 02) and the compile rows' "
+            "statuses.", "", *md_table(pd.DataFrame(rows))]
+
+
+def noise_section(runs) -> list[str]:
+    from .. import noise
+    by_id = {r.run_id: r for r in runs}
+    out = []
+    for dev in sorted({r.device for r in runs}):
+        cal = noise.load(dev)
+        if cal is None or not cal.pairs:
+            continue
+        pair_runs = [by_id[x] for p in cal.pairs for x in (p.get("a"), p.get("b")) if x in by_id]
+        rows = [dict(mode=m, band=noise.band_text(d["noise"]), pairs=d["pairs"],
+                     points=d["points"]) for m, d in cal.modes().items()]
+        out += [f"## Noise between processes: {dev}", "", runs_line(pair_runs, "the A/A' pairs"),
+                "", "The band `moe-lab compare` judges a change against: per mode, the "
+                "noisiest A/A' pair's 0.95 quantile of |ln B/A| (two runs of one commit, the "
+                "same sweep, in two processes).", "", *md_table(pd.DataFrame(rows)), ""]
+    return out
+
+
+def ceilings_section(runs) -> list[str]:
+    import json
+
+    from ..core.devices import DEFAULT_CEILINGS_DIR, ceilings_for, device_slug
+    rows, dates = [], []
+    for dev in sorted({r.device for r in runs}):
+        try:
+            c = ceilings_for(dev)
+        except UsageError:
+            continue
+        path = DEFAULT_CEILINGS_DIR / f"{device_slug(dev)}.json"
+        if c.source != "measured" or not path.is_file():
+            continue
+        m = json.loads(path.read_text()).get("manifest") or {}
+        dates.append(str(m.get("date", ""))[:10])
+        rows.append(dict(device=dev, file=f"`data/ceilings/{path.name}`",
+                         measured=str(m.get("date", ""))[:10],
+                         commit=str(m.get("git_commit", "")), copy_tb_per_s=f"{c.tb_s:.3g}",
+                         read_tb_per_s="" if c.tb_s_read is None else f"{c.tb_s_read:.3g}",
+                         bf16_tflops=f"{c.tflops_bf16:.4g}",
+                         fp8_tflops="" if c.tflops_fp8 is None else f"{c.tflops_fp8:.4g}"))
+    if not rows:
+        return []
+    return ["## Ceilings", "", f"Data: `data/ceilings/` · measured {', '.join(sorted(set(dates)))}",
+            "", "The measured ceilings every roof and floor uses (`moe-lab ceilings`): copy and "
+            "read bandwidth, the bf16 and FP8 GEMM rates.", "", *md_table(pd.DataFrame(rows))]
+
+
+def expert_parallel_section(runs) -> list[str]:
+    from ..store import open_run
+    from . import expert_parallel as ep, targets as tg
+    try:
+        d = open_run(None, has="distributed")
+    except UsageError:
+        return []
+    pts = ep.points(d.results)
+    rows = [dict(mode=m, points=t["points"], within=t["within"],
+                 median_ratio=f"{t['median_ratio']:.3f}", worst_ratio=f"{t['worst_ratio']:.3f}")
+            for m, t in ep.prediction_target(pts).items()]
+    dev = d.device
+    gpu = "NVIDIA" in dev or "AMD" in dev
+    lim = tg.by_name("predicted within 5% of measured").limit
+    return ["## Expert parallelism", "", runs_line([d], "the newest run with distributed rows"),
+            "", f"Device: {dev}" + ("" if gpu else " (host times of CPU processes: a test of "
+                                    "the code path, not a GPU result)") + ". Per mode: the "
+            f"points whose predicted layer time (slowest rank + collective) is within "
+            f"{lim:.0%} of the measured one.", "", *md_table(pd.DataFrame(rows))]
+
+
+def imported_section(runs) -> list[str]:
+    from .fp8 import imported
+    out = []
+    for r in runs:
+        if not imported(r):
+            continue
+        res = r.results
+        by = res.groupby(["device", "status"]).size().unstack("status", fill_value=0)
+        when = str(r.manifest.get("imported_at") or "")[:10]
+        out += [f"## Imported: {r.run_id}", "",
+                f"Runs: `{r.run_id}` (imported {when}) · commits {', '.join(r.commits())}; "
+                f"the times are AMD's tuner's", "",
+                "Rows per device and status of AMD aiter's own tuned fused-MoE table "
+                "(AMD's tuner's times, not moe-lab's).", "",
+                *md_table(by.reset_index()), ""]
+    return out
+
+
+def lines(runs) -> list[str]:
+    out = []
+    for f in (fp8_gemm_section, compile_section, noise_section, ceilings_section,
+              expert_parallel_section, imported_section):
+        part = f(runs)
+        if part:
+            out += [*part, ""]
+    return out
+
+
+__all__ = ["lines", "span"]

@@ -1,0 +1,315 @@
+"""The sections of docs/findings.md (analysis.findings): each a function from the runs
+(store.find_runs(), newest first) to markdown lines, its numbers computed from the rows,
+each statement with the runs it reads, their dates and commits. The words around the
+numbers say what a table is; they state no number themselves."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .. import ledger as lg
+from ..core.errors import UsageError
+from ..core.problems import sharding_name
+from ..rows import ok_rows
+from . import metrics, targets as tg
+
+
+# --- formatting ----------------------------------------------------------------------------
+
+def md_table(df: pd.DataFrame) -> list[str]:
+    """A markdown table of a frame (every cell as text, '|' escaped)."""
+    if not len(df):
+        return ["(none)"]
+    cells = [[str(c) for c in df.columns]] + [
+        ["" if (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is None
+         else str(v).replace("|", "\\|") for v in row] for row in df.itertuples(index=False)]
+    out = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(cells[0])]
+    return out + ["| " + " | ".join(r) + " |" for r in cells[1:]]
+
+
+def span(values, fmt="{:.2f}") -> str:
+    """'lo-hi' of the finite values in `fmt` ('lo' when equal; 'n/a' when none)."""
+    v = pd.to_numeric(pd.Series(list(values), dtype=float), errors="coerce")
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return "n/a"
+    lo, hi = fmt.format(v.min()), fmt.format(v.max())
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def date(run) -> str:
+    return str(run.manifest.get("started") or "")[:10] or "no start recorded"
+
+
+def provenance(runs, rows: pd.DataFrame | None = None) -> str:
+    """'Runs: `a` (date), `b` (date) · commits x, y': the runs a statement reads, the
+    dates they started and the commits of the rows it reads (rows with a run_id: those
+    of each run; None: every row of the runs)."""
+    runs = list(runs)
+    commits = set()
+    for r in runs:
+        sel = None
+        if rows is not None and "run_id" in rows:
+            sel = r.results[r.results["point_id"].isin(
+                rows.loc[rows["run_id"] == r.run_id, "point_id"])]
+        commits |= set(r.commits(sel)) if len(r.results) else {
+            str(i.get("git_commit", ""))[:7] for i in r.manifest.get("invocations") or []
+            if i.get("git_commit")} or set(r.commits())
+    names = ", ".join(f"`{r.run_id}` ({date(r)})" for r in runs)
+    return f"Runs: {names} · commits {', '.join(sorted(commits)) or 'unknown'}"
+
+
+def runs_line(runs, what: str = "") -> str:
+    """'Runs: `a` (date), ... · commits ...' of whole runs, with what they are for."""
+    return provenance(runs) + (f" ({what})" if what else "")
+
+
+def _sharding(df: pd.DataFrame) -> list[str]:
+    return [sharding_name(int(t), int(e)) for t, e in zip(df["tp"], df["ep"])]
+
+
+# --- the runs -------------------------------------------------------------------------------
+
+def runs_section(runs) -> list[str]:
+    rows = []
+    for r in runs:
+        res = r.results
+        m = r.manifest
+        env = m.get("environment") or {}
+        rows.append(dict(run=f"`{r.run_id}`", kind=m.get("kind") or "sweep", device=r.device,
+                         started=date(r), finished=str(m.get("finished") or "")[:10],
+                         status=str(m.get("status") or ""), rows=len(res),
+                         ok=int((res["status"] == "ok").sum()) if len(res) else 0,
+                         commits=", ".join(r.commits()),
+                         versions=" ".join(f"{k} {env[k]}" for k in ("torch", "triton", "aiter")
+                                           if env.get(k))))
+    dated = [r for r in runs if r.manifest.get("started")]
+    first, last = dated[-1], dated[0]
+    return ["## The runs", "",
+            f"Runs: all {len(runs)} folders, from `{first.run_id}` ({date(first)}) to "
+            f"`{last.run_id}` ({date(last)}) · commits of each below", "",
+            "Every run folder, newest first: its kind, device, dates, status, rows (ok), the "
+            "commits that measured them and the libraries its manifest names.", "",
+            *md_table(pd.DataFrame(rows))]
+
+
+# --- the targets ------------------------------------------------------------------------------
+
+def target_inputs(runs):
+    """(evaluation, sources): every target evaluated on the data that answers it, and
+    per group of targets the runs it read (for the provenance lines)."""
+    from . import fp8_gemm, tuning as tu
+    frames, leds, src = [], [], {}
+    try:
+        tuned = tu.open_tuned_run()
+        rows, _ = tu.measured(tuned)
+        frames.append(tu.target_metrics(rows, tuned.run_id))
+        leds.append(lg.ledger(tuned.results, tuned.kernels, tuned.phases)
+                    .assign(run_id=tuned.run_id))
+        best = tu.best_per_point(rows).assign(run_id=tuned.run_id)
+        src["the roof targets (the run with the most points both tuned and default, its "
+            "best candidate per point)"] = ([tuned], best)
+    except UsageError:
+        pass
+    try:
+        lruns = lg.runs_with_phases(None)
+        lres, led = lg.of_runs(lruns)
+        best = lg.best_points(lres)
+        frames += [metrics.ledger_metrics(led, lres), metrics.fp8_roof_metrics(lres)]
+        leds.append(led)
+        src["the glue, GEMM-share and FP8 targets (every run with stored phases on the newest "
+            "one's device, the newest measurement of each point, its best backend)"] = (
+            [r for r in lruns if r.run_id in set(best["run_id"])], best)
+        gemm = fp8_gemm.gemm_table(lruns)
+        frames.append(metrics.promise_metrics(gemm))
+    except UsageError:
+        pass
+    from . import expert_parallel as dist
+    from ..store import open_run
+    try:
+        d = open_run(None, has="distributed")
+        pts = dist.points(d.results).assign(run_id=d.run_id)
+        frames.append(metrics.prediction_metrics(pts))
+        src["the expert-parallel prediction target (the newest run with distributed rows)"] = (
+            [d], None)
+    except UsageError:
+        pass
+    ev = tg.evaluate(pd.concat([f for f in frames if len(f)], ignore_index=True),
+                     pd.concat(leds, ignore_index=True) if leds else None)
+    return ev, src
+
+
+def targets_section(runs) -> list[str]:
+    ev, src = target_inputs(runs)
+    lines = []
+    for what, (rs, rows) in src.items():
+        lines += [provenance(rs, rows) + f" ({what})", ""]
+    out = ["## Targets", "", *lines,
+           "Every target of `moe_lab.analysis.targets` with data, evaluated by its one "
+           "function on the best point (graph mode): points, met, missed, the worst miss in "
+           "the target's unit and in microseconds to take off the layer, where it is and the "
+           "phase that holds it back (the ledger's phase with the most time above its floor; "
+           "`gaps`: graph time no kernel covers). A target without a row has no data yet.", ""]
+    s = tg.summary(ev).drop(columns=["met_before"])
+    out += md_table(s.assign(median=s["median"].map("{:.2f}".format)))
+    per = []
+    for (t, dt), g in ev.groupby(["target", "dtype"], sort=False):
+        by_model = t.startswith("fp8")
+        for key, h in (g.groupby("model", sort=True) if by_model else [("all", g)]):
+            per.append(dict(target=t, dtype=dt, model=key,
+                            met=f"{int(h['met'].sum())} of {len(h)}"))
+    out += ["", "## Targets per dtype (and model, for the FP8 targets)", "", *lines,
+            *md_table(pd.DataFrame(per))]
+    miss = ev[~ev["met"].astype(bool)].copy()
+    miss["tokens"] = miss["tokens"].map(lambda t: "" if pd.isna(t) else f"{int(t)}")
+    miss = miss.sort_values(["target", "by_us", "by"], ascending=[True, False, False],
+                            kind="stable")
+    cols = ["target", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
+            "limit", "by", "by_us", "held_back_by", "run_id"]
+    show = miss[cols].assign(value=miss["value"].map("{:.3g}".format),
+                             limit=miss["limit"].map("{:.3g}".format),
+                             by=miss["by"].map("{:.3g}".format),
+                             by_us=miss["by_us"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}"))
+    out += ["", "## Every target miss", "", *lines,
+            "Each miss: the point, its value and limit, by how much (in the target's unit, and "
+            "in microseconds), the phase that holds it back and the run it comes from.", "",
+            *md_table(show)]
+    return out
+
+
+# --- tuning ---------------------------------------------------------------------------------
+
+def _keys(v) -> str:
+    v = sorted({int(x) for x in v})
+    return ", ".join(map(str, v)) if v else "none"
+
+
+def tune_runs() -> list:
+    """The tune run folders under data_dir() (candidates.parquet, no results: find_runs
+    does not list them), newest first, as Runs with empty tables."""
+    from ..store import Run, data_dir, read_json
+    out = []
+    for p in sorted(data_dir().iterdir()):
+        if (p / "candidates.parquet").is_file() and (p / "manifest.json").is_file():
+            m = read_json(p / "manifest.json")
+            if m.get("kind") == "tune":
+                out.append(Run(p, m, pd.DataFrame(), pd.DataFrame()))
+    return sorted(out, key=lambda r: (str(r.manifest.get("started") or ""), r.run_id),
+                  reverse=True)
+
+
+def tune_section(runs) -> list[str]:
+    """Per tune run and shape: the token keys the search set out to cover (each has its
+    default timed), those with gemm1 and gemm2 candidates timed, the candidates, the
+    winners' speedup over the default in the search, and the manifest's wall time."""
+    from ..core.atomic import read_parquet
+    rows, used = [], []
+    for r in tune_runs():
+        m = r.manifest
+        used.append(r)
+        c = read_parquet(r.path / "candidates.parquet")
+        w = read_parquet(r.path / "winners.parquet") if (r.path / "winners.parquet").is_file() \
+            else pd.DataFrame()
+        inv = m.get("invocations") or []
+        for (model, tp, ep, dt), g in c.groupby(["model", "tp", "ep", "dtype"]):
+            ok = g[g["status"] == "ok"]
+            keys = set(g.loc[g["stage"] == "default", "tokens"]) or set(g["tokens"])
+            g1, g2 = set(ok.loc[ok["stage"] == "gemm1", "tokens"]), set(
+                ok.loc[ok["stage"] == "gemm2", "tokens"])
+            ws = w[(w["model"] == model) & (w["tp"] == tp) & (w["ep"] == ep)
+                   & (w["dtype"] == dt)] if len(w) else w
+            left = [x for x in (m.get("left") or []) if str(x.get("shape", "")).startswith(
+                f"{model} {sharding_name(int(tp), int(ep))} ")]
+            rows.append(dict(
+                run=f"`{r.run_id}`", backend=(m.get("config") or {}).get("backend", ""),
+                shape=f"{model} {sharding_name(int(tp), int(ep))} {dt}", keys=_keys(keys),
+                gemm1_not_searched=_keys(keys - g1), gemm2_not_searched=_keys(keys - g2),
+                candidates=f"{len(ok)} of {len(g)}",
+                winner_speedup=span(ws["speedup"]) + "x" if len(ws) else "no winner",
+                run_wall_s=f"{float(m.get('wall_s_total') or m.get('wall_s') or 0):.0f}",
+                invocations=len(inv),
+                dates=", ".join(sorted({str(i.get("started", ""))[:10] for i in inv})) or date(r),
+                commits=", ".join(sorted({str(i.get("git_commit", ""))[:7] for i in inv})),
+                status=str(m.get("status") or "") + (
+                    "; left: " + "; ".join(f"{x.get('stage')} keys {_keys(x.get('keys_left', []))}"
+                                          for x in left) if left else "")))
+    return ["## Tuning searches", "", runs_line(used), "",
+            "Per `moe-lab tune` run and shape: the token keys the search set out to cover, the "
+            "keys whose gemm1 or gemm2 stage has no candidate timed (those keep the default "
+            "configuration for that stage), candidates timed ok of all, the winners' speedup "
+            "over the default configuration as the search timed them, the run's wall time "
+            "over all its invocations (the manifest's, not a script's allotment), and the "
+            "manifest's status (with what it says is left of that shape).", "", *md_table(pd.DataFrame(rows))]
+
+
+def tuned_section(runs) -> list[str]:
+    """Per sweep run, backend, dtype, model and sharding with both configurations ok in
+    graph: points, default/tuned over them."""
+    rows, used = [], []
+    key = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend"]
+    for r in runs:
+        res = r.results
+        if r.manifest.get("kind") in ("tune", "import") or "config" not in res:
+            continue
+        g = ok_rows(res[res["mode"] == "graph"])
+        if "glue" in g:
+            g = g[g["glue"].fillna("").isin(["", "fused"])]
+        j = g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=key,
+                                              suffixes=("_d", "_t"))
+        if j.empty:
+            continue
+        used.append(r)
+        j["ratio"] = j["median_us_d"] / j["median_us_t"]
+        j["sharding"] = _sharding(j)
+        for (b, dt, mo, sh), h in j.groupby(["backend", "dtype", "model", "sharding"]):
+            rows.append(dict(run=f"`{r.run_id}` ({date(r)})", backend=b, dtype=dt, model=mo,
+                             sharding=sh, points=len(h), tokens=span(h["tokens"], "{:.0f}"),
+                             default_over_tuned=span(h["ratio"]) + "x",
+                             tuned_faster=f"{int((h['ratio'] > 1).sum())} of {len(h)}",
+                             commits=", ".join(r.commits(res[res["point_id"].isin(
+                                 pd.concat([h["point_id_d"], h["point_id_t"]]))]))))
+    return ["## Tuned against default", "", runs_line(used), "",
+            "Per sweep run, backend, dtype, model and sharding: the points with both "
+            "configurations ok in graph mode (the glue a deployment runs), the token range, "
+            "default / tuned over them (above 1: tuned faster).", "", *md_table(pd.DataFrame(rows))]
+
+
+def glue_section(runs) -> list[str]:
+    """Per run with rows of the fused glue and another variant (naive: PyTorch's; aiter:
+    aiter's own kernels): other / fused per (backend, config, dtype, model, sharding), over
+    the token counts both measured."""
+    rows, used = [], []
+    key = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend", "config"]
+    for r in runs:
+        res = r.results
+        if "glue" not in res or "fused" not in set(res["glue"].dropna()):
+            continue
+        g = ok_rows(res[res["mode"] == "graph"])
+        found = False
+        for other in ("naive", "aiter"):
+            j = g[g["glue"] == "fused"].merge(g[g["glue"] == other], on=key,
+                                              suffixes=("_f", "_o"))
+            if j.empty:
+                continue
+            found = True
+            j["ratio"] = j["median_us_o"] / j["median_us_f"]
+            j["sharding"] = _sharding(j)
+            for (b, cfg, dt, mo, sh), h in j.groupby(["backend", "config", "dtype", "model",
+                                                      "sharding"]):
+                big = h[h["tokens"] == h["tokens"].max()]
+                rows.append(dict(run=f"`{r.run_id}` ({date(r)})", glue=f"{other} / fused",
+                                 backend=b, config=cfg, dtype=dt, model=mo, sharding=sh,
+                                 tokens=_keys(h["tokens"]), ratio=span(h["ratio"]) + "x",
+                                 at_most_tokens=f"{span(big['ratio'])}x at "
+                                                f"{int(big['tokens'].iloc[0])}",
+                                 commits=", ".join(r.commits())))
+        if found:
+            used.append(r)
+    return ["## What fused glue buys", "", runs_line(used), "",
+            "Per run that measured the glue a deployment runs (`fused`: one kernel per step, "
+            "ours or aiter's, whichever is faster) beside another variant: the same point "
+            "with PyTorch's glue (`naive`) or with aiter's own glue kernels wherever aiter "
+            "ships one (`aiter`), over the fused, graph mode (above 1: fused faster).", "",
+            *md_table(pd.DataFrame(rows))]

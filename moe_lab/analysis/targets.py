@@ -1,0 +1,228 @@
+"""The workbook's targets: one record each, one evaluation.
+
+A target is a `Target` (name, what it measures, the metric, token range, limit, unit). The
+analysis functions turn runs into a *metric frame*, a row per point (and per glue phase for
+the glue target) with `metric`, `value` and the point's columns; `evaluate` puts every
+target on the rows of its metric and its token range and returns, per row, the value, the
+limit, met or missed, and for a miss by how much (`by`, in the target's unit; `by_us`, the
+us to remove from the layer to meet it) and what holds the point back (`held_back_by`: the
+phase with the most time above its floor in the ledger, `gaps` included; the glue target's
+own phase; `no kernels` where the ledger has no row of the point). `summary` is the one
+target table: per target, points, met, missed, the worst miss and where.
+
+    Target, TARGETS, by_name(name)
+    evaluate(metrics, ledger_df=None, targets=TARGETS, before=None) -> DataFrame
+    summary(evaluation, targets=TARGETS) -> DataFrame
+    held_back_by(ledger_df, point_id, exclude=()) -> str
+    metric_rows(points, metric, value, **columns) -> DataFrame (a metric frame)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+GEMMS = ("gemm1", "gemm2")
+NO_KERNELS = "no kernels"
+METRIC_COLUMNS = ["metric", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
+                  "floor_us", "median_us", "point_id", "run_id"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target: met when `metric` >= `limit` (at_least) or <= it, for lo <= tokens <= hi.
+    With `per_floor`, the limit is `limit` x the row's floor_us + `allowance_us`."""
+    name: str
+    measures: str
+    metric: str
+    lo: float
+    hi: float
+    limit: float
+    unit: str
+    at_least: bool = True
+    per_floor: bool = False
+    allowance_us: float = 0.0
+    exclude: tuple = ()  # phases that do not count as holding the point back
+    phases: bool = True  # a miss is held back by a phase of the layer (the ledger says which)
+
+    @property
+    def tokens(self) -> str:
+        if self.hi == math.inf:
+            return f"{self.lo:g}+" if self.lo > 1 else "all"
+        return f"{self.lo:g}-{self.hi:g}"
+
+    def limit_of(self, floor_us) -> float:
+        return self.limit * float(floor_us) + self.allowance_us if self.per_floor else self.limit
+
+
+INF = math.inf
+TARGETS = (
+    # the best layer per point (graph, the tuned run's candidates) against the roof
+    Target("<16 tokens: >= 50% of roof", "the best layer's % of its roof (the ideal fused "
+           "kernel), graph", "pct_of_roof", 1, 15, 50.0, "%"),
+    Target("16-64 tokens: >= 85% of roof", "the best layer's % of its roof, graph",
+           "pct_of_roof", 16, 64, 85.0, "%"),
+    Target(">=4096 tokens: >= 60% of bf16 GEMM peak", "the best layer's TFLOP/s as % of the "
+           "measured bf16 GEMM peak, graph", "pct_of_gemm_peak", 4096, INF, 60.0, "%"),
+    # the best FP8 point against its own roof (FP8 weights, FP8 peak)
+    Target("below 16 tokens: >= 50% of the FP8 roof", "the best FP8 layer's % of the FP8 "
+           "roof, graph", "fp8_pct_of_roof", 1, 15, 50.0, "%"),
+    Target("16 to 64 tokens: >= 85% of the FP8 roof", "the best FP8 layer's % of the FP8 "
+           "roof, graph", "fp8_pct_of_roof", 16, 64, 85.0, "%"),
+    # FP8 against bf16: the best of each per point; two token ranges, two targets
+    Target("fp8 >= 1.5x bf16, 16-256 tokens", "best bf16 us / best FP8 us, graph (decode)",
+           "fp8_speedup", 16, 256, 1.5, "x"),
+    Target("fp8 >= 1.5x bf16, 4096+ tokens", "best bf16 us / best FP8 us, graph (prefill)",
+           "fp8_speedup", 4096, INF, 1.5, "x"),
+    Target("fp8 not slower than bf16", "best bf16 us / best FP8 us, graph, from 16 tokens",
+           "fp8_speedup", 16, INF, 1.0, "x"),
+    # the ledger: glue and GEMM share of the best point
+    Target("glue <= 3x floor + 20 us", "each glue phase's us (quant, act, align, combine) "
+           "of the best point, against 3x its floor + 20 us", "glue_us", 256, INF, 3.0,
+           "us", at_least=False, per_floor=True, allowance_us=20.0),
+    Target("gemm >= 75% of layer", "gemm1 + gemm2 us as % of the best point's median",
+           "gemm_pct", 1024, INF, 75.0, "%", exclude=GEMMS),
+    # the FP8 GEMM's promise over bf16 (whole layer), by what bounds bf16's GEMMs
+    Target("fp8 >= 2x bf16 where bf16's GEMMs are memory-bound", "best bf16 us / best FP8 "
+           "us where bf16's gemm1 is memory-bound (weights at 1 byte, not 2)",
+           "fp8_speedup_memory_bound", 1, INF, 2.0, "x"),
+    Target("fp8 >= 1.7x bf16 where bf16's GEMMs are compute-bound", "best bf16 us / best "
+           "FP8 us where bf16's gemm1 is compute-bound (2x peak, less the scaling)",
+           "fp8_speedup_compute_bound", 1, INF, 1.7, "x"),
+    # expert parallelism
+    Target("predicted within 5% of measured", "|slowest rank + collective / layer - 1| per "
+           "distributed point", "prediction_err", 1, INF, 0.05, "", at_least=False,
+           phases=False),
+    Target("spread wall <= 0.6x one-GPU wall", "a sweep spread over GPUs: its wall time / "
+           "the same sweep's on one GPU", "spread_ratio", 0, INF, 0.6, "x", at_least=False,
+           phases=False),
+)
+
+
+def by_name(name: str) -> Target:
+    for t in TARGETS:
+        if t.name == name:
+            return t
+    raise KeyError(name)
+
+
+def metric_rows(points: pd.DataFrame, metric: str, value, **columns) -> pd.DataFrame:
+    """A metric frame from a frame of points: `value` (a column name or values), the
+    point's columns where it has them (sharding, backend or choice, run_id...)."""
+    if not len(points):
+        return pd.DataFrame(columns=METRIC_COLUMNS)
+    p = points
+    out = pd.DataFrame(dict(metric=metric, value=p[value] if isinstance(value, str) else value),
+                       index=p.index)
+    backend = p["choice"] if "choice" in p else p["backend"] if "backend" in p else ""
+    for c, default in (("model", ""), ("sharding", ""), ("tokens", np.nan), ("dtype", ""),
+                       ("phase", ""), ("floor_us", np.nan), ("median_us", np.nan),
+                       ("point_id", ""), ("run_id", "")):
+        out[c] = p[c] if c in p else default
+    out["backend"] = backend
+    for c, v in columns.items():
+        out[c] = v
+    return out[METRIC_COLUMNS].reset_index(drop=True)
+
+
+def held_back_by(ledger_df: pd.DataFrame | None, point_id, exclude=(), run_id=None) -> str:
+    """The phase of the point (of run_id, where both say) with the most us above its floor
+    (over_us > 0; `gaps`, the time no kernel covers, is a phase with floor 0), among those
+    not excluded; '' when no phase is above its floor; NO_KERNELS when the ledger has no row
+    of the point."""
+    if ledger_df is None or not len(ledger_df):
+        return NO_KERNELS
+    g = ledger_df[ledger_df["point_id"].astype(str) == str(point_id)]
+    if run_id and "run_id" in g:
+        g = g[g["run_id"].astype(str) == str(run_id)]
+    if g.empty:
+        return NO_KERNELS
+    g = g[~g["phase"].isin(exclude) & (g["over_us"] > 0)]
+    return "" if g.empty else str(g.loc[g["over_us"].idxmax(), "phase"])
+
+
+EVAL_COLUMNS = ["target", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
+                "limit", "unit", "met", "by", "by_us", "held_back_by", "median_us", "point_id",
+                "run_id"]
+
+
+def evaluate(metrics: pd.DataFrame, ledger_df: pd.DataFrame | None = None, targets=TARGETS,
+             before: pd.DataFrame | None = None) -> pd.DataFrame:
+    """A row per (target, metric row in its token range with a value and a limit: a point
+    without a roof or ceilings is not one): value, limit, met, by (the miss in the target's unit, 0 when met), by_us
+    (the us to take off the layer, or the glue phase, to meet it; NaN where the metric is
+    not a time ratio of the layer) and held_back_by ('' when met). `before`: a metric frame
+    of the same points before a change (the shipped configurations): adds met_before."""
+    out = []
+    for t in targets:
+        m = metrics[metrics["metric"] == t.metric] if len(metrics) else metrics
+        tok = pd.to_numeric(m["tokens"], errors="coerce") if len(m) else pd.Series(dtype=float)
+        m = m[tok.isna() | tok.between(t.lo, t.hi)] if len(m) else m
+        for r in m.to_dict("records"):
+            v = float(r["value"])
+            lim = t.limit_of(r["floor_us"])
+            if not (np.isfinite(v) and np.isfinite(lim)):
+                continue  # nothing to judge (no roof, no ceilings): not a point of it
+            met = bool(v >= lim) if t.at_least else bool(v <= lim)
+            by = 0.0 if met else (lim - v if t.at_least else v - lim)
+            med = float(r["median_us"]) if pd.notna(r["median_us"]) else np.nan
+            if met:
+                by_us = 0.0
+            elif t.unit == "us":
+                by_us = v - lim
+            elif t.at_least:
+                by_us = med * (1 - v / lim)  # the metric is inverse in the layer's time
+            else:
+                by_us = np.nan
+            held = "" if met or not t.phases else (
+                str(r["phase"]) if r["phase"] else held_back_by(ledger_df, r["point_id"], t.exclude,
+                                                                 r["run_id"]))
+            out.append(dict(target=t.name, model=r["model"], sharding=r["sharding"],
+                            tokens=r["tokens"], dtype=r["dtype"], backend=r["backend"],
+                            phase=r["phase"], value=v, limit=lim, unit=t.unit, met=met, by=by,
+                            by_us=by_us, held_back_by=held, median_us=med,
+                            point_id=r["point_id"], run_id=r["run_id"]))
+    ev = pd.DataFrame(out, columns=EVAL_COLUMNS)
+    if before is not None:
+        key = ["target", "model", "sharding", "tokens", "dtype", "phase"]
+        pre = evaluate(before, None, targets)[key + ["met"]].rename(columns={"met": "met_before"})
+        ev = ev.merge(pre.drop_duplicates(key), on=key, how="left")
+    return ev
+
+
+def summary(evaluation: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
+    """The target table: per target with points, in the order of `targets`: points, met,
+    missed, met_before (where the evaluation has it), the worst miss (the largest `by`, in
+    the target's unit; `worst_by_us` that point's us to remove), where and what holds it
+    back, and the median value."""
+    rows = []
+    for t in targets:
+        g = evaluation[evaluation["target"] == t.name]
+        if g.empty:
+            continue
+        miss = g[~g["met"].astype(bool)]
+        w = miss.loc[miss["by"].idxmax()] if len(miss) else None
+        at = "" if w is None else " ".join(
+            str(x) for x in (w["model"], w["sharding"], _tok(w["tokens"]), w["backend"])
+            if str(x) not in ("", "nan"))
+        rows.append(dict(
+            target=t.name, points=len(g), met=int(g["met"].astype(bool).sum()),
+            missed=len(miss),
+            met_before=(pd.NA if "met_before" not in g or g["met_before"].isna().all()
+                        else int(g["met_before"].eq(True).sum())),
+            worst_by=0.0 if w is None else round(float(w["by"]), 1 if t.unit in ("%", "us") else 2),
+            unit=t.unit,
+            worst_by_us=0.0 if w is None or pd.isna(w["by_us"]) else round(float(w["by_us"]), 1),
+            worst_at=at, held_back_by="" if w is None else w["held_back_by"],
+            median=round(float(g["value"].median()), 2)))
+    cols = ["target", "points", "met", "missed", "met_before", "worst_by", "unit", "worst_by_us",
+            "worst_at", "held_back_by", "median"]
+    s = pd.DataFrame(rows, columns=cols)
+    s["met_before"] = s["met_before"].astype("Int64")
+    return s
+
+
+def _tok(t) -> str:
+    return "" if pd.isna(t) else f"{int(t)}"

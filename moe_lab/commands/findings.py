@@ -1,0 +1,40 @@
+"""`moe-lab findings`: write docs/findings.md from the committed runs (every number in it
+computed by moe_lab.analysis); `--check` writes nothing and exits 1 when the file differs
+from what the data gives (the lines that differ on stderr), 0 when they agree."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..analysis import findings
+from ..core.atomic import atomic_write_text
+from ..core.errors import UsageError
+
+
+def configure(p):
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 when the file differs from what the data gives")
+    p.add_argument("--out", default=None,
+                   help="the findings file (default: the checkout's docs/findings.md)")
+    p.add_argument("--data-dir", default=None,
+                   help="the folder of run folders to read (default: $MOE_LAB_DATA, else the "
+                        "checkout's data/runs)")
+
+
+def run(args) -> int:
+    out = Path(args.out) if args.out else findings.default_path()
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        raise UsageError(f"--data-dir {args.data_dir}: not a folder of run folders")
+    if args.check:
+        diff = findings.check(out, args.data_dir)
+        if diff:
+            print(f"{out} differs from what the data gives ({len(diff)} diff lines); "
+                  "run `moe-lab findings` to regenerate it", file=sys.stderr)
+            print("\n".join(diff[:60]), file=sys.stderr)
+            return 1
+        print(f"{out} agrees with the data")
+        return 0
+    text = findings.generate(args.data_dir)
+    atomic_write_text(out, text)
+    print(f"wrote {out} ({len(text.splitlines())} lines)")
+    return 0

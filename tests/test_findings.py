@@ -1,0 +1,57 @@
+"""docs/findings.md is generated from the committed runs: `moe-lab findings --check` agrees
+with the committed file, and fails (exit 1, naming the line) once one committed row's
+median_us is changed in a copy of the data; the file states the known coverage of the
+searches as the data has it, not as a person typed it."""
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+from conftest import ROOT, RUNS_DIR
+from moe_lab.cli import main
+
+FINDINGS = Path(ROOT) / "docs" / "findings.md"
+
+
+def test_the_committed_findings_agree_with_the_committed_data(capsys):
+    assert main(["findings", "--check"]) == 0, capsys.readouterr().err[-3000:]
+    assert "agrees with the data" in capsys.readouterr().out
+
+
+def test_one_changed_median_us_in_a_copy_of_the_data_fails_the_check(tmp_path, capsys):
+    """The tuned run's Maverick TP8 4096-token aiter-triton tuned graph row (the worst miss
+    of the GEMM-peak target) twice as slow: the target table no longer matches."""
+    runs = tmp_path / "runs"
+    shutil.copytree(RUNS_DIR, runs, symlinks=False)
+    p = runs / "h200-silu-tuned-ep1-20261201" / "results.parquet"
+    res = pd.read_parquet(p)
+    pick = ((res["model"] == "llama4-maverick-128e") & (res["tokens"] == 4096)
+            & (res["backend"] == "aiter-triton") & (res["config"] == "tuned")
+            & (res["mode"] == "graph"))
+    assert pick.sum() == 1
+    res.loc[pick, "median_us"] *= 2
+    res.to_parquet(p)
+    capsys.readouterr()
+    assert main(["findings", "--check", "--data-dir", str(runs), "--out", str(FINDINGS)]) == 1
+    err = capsys.readouterr().err
+    assert "differs from what the data gives" in err
+    assert re.search(r"^\+\| >=4096 tokens: >= 60% of bf16 GEMM peak \|", err, re.M), err[-2000:]
+
+
+def test_a_data_dir_that_is_not_there_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["findings", "--check", "--data-dir", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "not a folder of run folders" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_search_coverage_is_the_data_s():
+    """Maverick's aiter-triton-silu searches hold 1-256 tokens, gemm2 never searched at
+    256 (the drift the hand-typed findings had: 'all 8 token counts')."""
+    text = FINDINGS.read_text()
+    rows = [ln for ln in text.splitlines()
+            if ln.startswith("| `h200-tune-aiter-triton-silu-fixed-ep") and "maverick" in ln]
+    assert len(rows) == 2
+    for ln in rows:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        assert cells[3] == "1, 4, 16, 64, 256" and cells[5] == "256"  # keys; gemm2 not searched
+    assert "all 8 token counts" not in text
