@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .core.constants import AITER_MAX_ERR
 from .core.errors import CorruptFile, UsageError
 from .core.problems import sharding_name
 
@@ -33,7 +34,7 @@ SHAPE_INTS = ("cu_num", "token", "model_dim", "inter_dim", "expert", "topk")  # 
 FLAG_INTS = ("use_g1u1", "doweight_stage1", "block_m", "ksplit")
 TABLE_IN_WHEEL = "configs/tuned_fmoe.csv"  # relative to the aiter package
 BACKEND, MODE, ROUTING = "aiter", "aiter-tuner", "aiter-tuner"
-MAX_ERR = 0.05  # aiter's checkAllclose and base tuner fail a check above 5% (the fmoe tuner: 50%)
+MAX_ERR = AITER_MAX_ERR  # aiter's checkAllclose and base tuner fail above 5% (core.constants)
 TP_DEGREES = (1, 2, 4, 8, 16, 32, 64)
 
 # cu_num -> (device name, moe_lab.devices key for the roofline, vendor source)

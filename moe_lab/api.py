@@ -170,9 +170,11 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
 
     models, tokens, backends, modes, tp, ep, routing, glue: a value, a list or a comma
     string (tokens also `1-64`). modes default to eager (CPU) or eager,graph (GPU). glue:
-    fused (default), aiter or naive (`sweep --glue`). `run`: a folder to write the run into
-    (kept, and resumed when called again); None measures into a temporary folder that is
-    removed. options: Sweep's (profile, warmup_ms, rep_ms, compile_budget_s,
+    fused (default), aiter or naive (`sweep --glue`). `run`: where the run is kept (and
+    resumed when called again): a run id, a name such as 'mine', is the folder of that name
+    in the data folder (store.data_dir(), where ml.runs() and the notebooks look, whatever
+    the working directory); a path (a Path, or a str with a '/') is that folder; None
+    measures into a temporary folder that is removed. options: Sweep's (profile, warmup_ms, rep_ms, compile_budget_s,
     point_timeout_s, traces). Every value is checked as the CLI checks it, before
     anything is written (UsageError, one line)."""
     from .core import validate as opts
@@ -194,6 +196,7 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
     if run is not None:
         if not isinstance(run, (str, Path)) or not str(run):
             raise UsageError(f"run={run!r}: give a folder path (str or Path), or None")
+        run = _run_folder(run)
         if Path(run).exists() and not Path(run).is_dir():
             raise UsageError(f"run={str(run)!r} is a file, not a run folder")
         _resume_settings(Path(run), options)
@@ -219,6 +222,19 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_folder(run) -> Path:
+    """measure(run=...): a name without a path separator is a run id under the data folder
+    (from notebooks/, run='mine' once wrote notebooks/mine, which nothing reads); a Path,
+    or a str with a separator, is the folder it names."""
+    import os
+    from .store import data_dir
+    seps = [s for s in (os.sep, os.altsep, "/") if s]
+    if isinstance(run, str) and not any(s in run for s in seps) and run not in (".", ".."):
+        from .core.validate import run_id
+        return data_dir() / run_id(run, "run")
+    return Path(run)
 
 
 def _glues(v) -> list[str]:

@@ -1,6 +1,7 @@
 """`moe-lab` command line. Each verb is a module of moe_lab.commands (claims: its own
 package); this file only wires them. Every verb module exposes `configure(parser)` and
-`run(args) -> int`.
+`run(args) -> int`. Only the invoked verb's module is imported, and its configure() needs
+neither torch nor pandas, so `moe-lab VERB --help` answers in a fraction of a second.
 
 Bad input (UsageError, argparse errors) prints one line and exits 2, never a traceback.
 """
@@ -48,7 +49,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"moe-lab: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with every verb listed; only the verb argv invokes (its first word that
+    names one) is configured, so only its module is imported. argv None: every verb."""
+    invoked = None if argv is None else next((a for a in argv if a in VERBS), None)
     p = _Parser(prog="moe-lab", description=(
         "Performance workbook for fused Mixture-of-Experts kernels: correctness checks, "
         "timed sweeps with per-kernel breakdowns, roofline floors and claim checks."))
@@ -58,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(verb, help=help_, description=help_,
                             formatter_class=_Help)
         sp.set_defaults(_module=modname)
+        if argv is not None and verb != invoked:
+            continue  # not invoked: listed with its one-line help, its module not imported
         try:
             mod = importlib.import_module(modname)
         except ImportError as exc:  # a verb whose module is missing must not break others
@@ -68,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     args._argv = argv  # what this invocation was given (not the host process's argv)
     if getattr(args, "_missing", None):

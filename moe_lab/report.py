@@ -147,12 +147,29 @@ def execute_notebook(path: str, timeout: int = 900, edit=None, params: dict | No
     if describe_figures:
         nb.cells.insert(0, probe)
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={
-            "metadata": {"path": os.path.dirname(os.path.abspath(path))}}).execute()
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", config=kernel_config(),
+                       resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}}
+                       ).execute()
     except Exception as exc:
         exc.nb = _without(nb, probe)
         raise
     return _without(nb, probe)
+
+
+def kernel_config():
+    """The kernel's sockets encrypted with CurveZMQ keys the kernel manager provisions
+    where jupyter_client, pyzmq and the kernelspec support it: ipykernel >= 7 otherwise
+    prints "Kernel is running over TCP without encryption" on every notebook run."""
+    from traitlets.config import Config
+    config = Config()
+    try:
+        import zmq
+        from jupyter_client.manager import KernelManager
+    except ImportError:
+        return config
+    if "transport_encryption" in KernelManager.class_trait_names() and zmq.has("curve"):
+        config.KernelManager.transport_encryption = "auto"  # plain TCP where unsupported
+    return config
 
 
 def _without(nb, probe):

@@ -83,14 +83,11 @@ from .tuning_search import (CANDIDATE_KEY, FLUSH_ROWS, FLUSH_S, SearchPlan,  # n
                             StageSearch, _Best, _broken_text, _BudgetSpent, _ContextLost, _js,
                             _Shape, candidate_id, neighbours, shape_name)
 
-# the token counts a tuned file holds by default: the 18 keys of the published tunings of
-# this kernel for the H200, and 8192
-TUNE_TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072,
-               4096, 8192)
+# the token counts a tuned file holds by default (core.constants: the CLI's --help reads it)
+from .core.constants import TUNE_TOKENS, VERIFY_MARGIN  # noqa: E402
 
 WINNER_KEY = ("model", "tp", "ep", "ep_rank", "dtype", "tokens", "backend")
 VERIFY_KEY = WINNER_KEY
-VERIFY_MARGIN = 1.02  # verify: a candidate this much faster than the committed winner is news
 VERIFY_SHOWN = 5  # verify: the correct faster candidates checked and listed per point
 
 

@@ -12,6 +12,7 @@ import random
 
 from .correctness import (check_backend, classify_exception, make_inputs, make_weights,
                           one_line, point_seed, reference)
+from .core.constants import SEARCH_RUNGS
 from .core.errors import PointTimeout, reraise_if_terminated, time_limit
 from .core.problems import Problem
 from .points import finish, new_row
@@ -27,7 +28,7 @@ class SearchPlan:
     of rep_ms (the last is the full timing); `keep`: the share of a key's candidates kept
     from one rung to the next, at least `min_keep`; `fine_rounds`: the most steps of the
     fine pass per key; `order_seed`: None, the space's order, or a seeded shuffle."""
-    rungs: tuple = (1 / 16, 1 / 4, 1.0)
+    rungs: tuple = SEARCH_RUNGS
     keep: float = 0.25
     min_keep: int = 4
     fine_rounds: int = 4

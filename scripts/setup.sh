@@ -3,7 +3,8 @@
 # Reuses an installed torch (ROCm, CUDA or CPU build); only where none is installed does
 # it add the CPU build, never a multi-gigabyte CUDA build.
 #   bash scripts/setup.sh          # package + notebooks
-#   bash scripts/setup.sh test     # + test dependencies (pytest, amd-aiter, triton)
+#   bash scripts/setup.sh test     # + test dependencies (pytest, amd-aiter, triton: the
+#                                  #   tests run aiter's Triton kernels in Triton's interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -31,12 +32,16 @@ extras="notebooks"
 [ "${1:-}" = "test" ] && extras="notebooks,test"
 t0=$(date +%s)
 echo "setup: installing moe-lab (editable) with [$extras]: pandas, pyarrow, matplotlib, tqdm," \
-     "jupyterlab, nbclient, nbconvert, ipykernel, papermill$([ "$extras" != notebooks ] && echo ', pytest, amd-aiter (its Triton kernels)')" \
+     "jupyterlab, nbclient, nbconvert, ipykernel, papermill$([ "$extras" != notebooks ] && echo ', pytest, amd-aiter (its Triton kernels), triton')" \
      "(1-2 minutes on a fresh machine, seconds when present)"
 pip_q -e ".[$extras]"
-# aiter's Triton kernels need triton; ROCm/CUDA torch builds bring their own.
-if ! "$PY" -c "import triton" 2>/dev/null; then
-  echo "setup: installing triton (aiter's Triton kernels are imported, and run where a GPU is)"
+# aiter's Triton kernels need triton and a GPU; ROCm/CUDA torch builds bring their own
+# triton. A CPU machine's main job has nothing to run it on (the test extra brings it for
+# the tests, which run the kernels in Triton's interpreter): no 1 GB download for nothing.
+if ! "$PY" -c "import triton" 2>/dev/null && \
+   "$PY" -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "setup: installing triton (aiter's Triton kernels run on this GPU; this torch build has none)"
   pip_q triton
 fi
+# `backends` says yes only for a backend that can run something on this machine
 echo "setup: done in $(( $(date +%s) - t0 )) s ($("$PY" -m moe_lab backends | grep -c ' yes ') backends available here; \`python -m moe_lab backends\` says why not)"

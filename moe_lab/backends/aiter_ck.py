@@ -91,12 +91,13 @@ class AiterCKBackend(Backend):
     quant_schemes = ("fp8-tensor", "fp8-channel", "fp8-block128")
 
     def available(self):
+        # the GPU first: installing amd-aiter is no use on a machine without a ROCm GPU
+        if torch.version.hip is None:
+            return False, "aiter's CK/asm fused_moe needs a ROCm GPU (this torch is not a ROCm build)"
+        if not torch.cuda.is_available():
+            return False, "aiter's CK/asm fused_moe needs a ROCm GPU (none visible)"
         if aiter_root() is None:
             return False, "amd-aiter is not installed (pip install amd-aiter)"
-        if torch.version.hip is None:
-            return False, "aiter's CK/asm fused_moe needs ROCm (this torch is not a ROCm build)"
-        if not torch.cuda.is_available():
-            return False, "no ROCm GPU visible"
         try:
             import aiter  # noqa: F401
             from aiter.fused_moe import fused_moe  # noqa: F401

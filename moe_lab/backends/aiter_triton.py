@@ -174,6 +174,9 @@ class AiterTritonBackend(Backend):
     glues = glue_mod.GLUES
 
     def available(self):
+        # the GPU first: installing amd-aiter or triton is no use on a machine without one
+        if not torch.cuda.is_available():
+            return False, "Triton kernels need a CUDA or ROCm GPU (none visible)"
         if aiter_root() is None:
             return False, "amd-aiter is not installed (pip install amd-aiter)"
         try:
@@ -184,8 +187,6 @@ class AiterTritonBackend(Backend):
             load_aiter_triton()
         except Exception as exc:  # report, never crash `backends`
             return False, f"aiter Triton modules failed to import: {type(exc).__name__}: {exc}"
-        if not torch.cuda.is_available():
-            return False, "Triton kernels need a CUDA or ROCm GPU (none visible)"
         return True, ""
 
     def supports(self, problem, device):

@@ -172,6 +172,8 @@ class TorchFp8GroupedBackend(Backend):
                      ("a fp8", "all", "I", 1), ("gemm2 out y", "all", "H", "act")]
 
     def available(self):
+        if not torch.cuda.is_available():  # nothing it could run here: not counted as available
+            return False, "torch._scaled_grouped_mm has no CPU kernel: needs a CUDA or ROCm GPU (none visible)"
         if not hasattr(torch, "_scaled_grouped_mm"):
             return False, f"torch {torch.__version__} has no torch._scaled_grouped_mm"
         return True, ""

@@ -10,6 +10,8 @@ Reading it: the baseline MoE layer took at least `saved + floor` (it cannot have
 faster than the floor after the change); `saved / floor` large means the baseline was far
 from the roofline (or the saving came from elsewhere: eager-mode launch overhead, other
 aiter kernels the flags switched on, routing).
+
+torch and pandas are imported where used: `moe-lab claims --help` must not load them.
 """
 from __future__ import annotations
 
@@ -17,8 +19,6 @@ import math
 from pathlib import Path
 
 from ..core.errors import UsageError
-from ..core.problems import PRESETS, make_problem
-from ..store import data_dir
 from .registry import load_registry
 
 # Weight quantisation of the FP8 checkpoints of the seeds (per-config dtype "fp8").
@@ -81,6 +81,7 @@ def roofline_floor(preset: str, tokens: int, tp: int, ep: int, dtype: str, gpu: 
     if specs is None or gpu not in specs:
         return math.nan, "", f"no device spec for GPU {gpu!r}"
     spec = specs[gpu]
+    from ..core.problems import make_problem
     try:
         prob = make_problem(preset, tokens, "bf16", tp=tp, ep=ep)
         kw = {}
@@ -102,7 +103,7 @@ def measured_folders(run: str | Path | None = None) -> tuple[str, list[Path]]:
     id under the data folder (that run alone), a folder of run folders (every one), or
     None: every run of the data folder that may be a default (none marked running or
     failed: moe_lab.store.Run.may_be_default)."""
-    from ..store import RESULTS, find_runs, open_run
+    from ..store import RESULTS, data_dir, find_runs, open_run
     if run is None:
         return str(data_dir()), sorted(r.path for r in find_runs(defaults=True))
     path = Path(run)
@@ -125,6 +126,8 @@ def load_measured(runs_dir: str | Path | None = None):
     columns used here, is a UsageError naming the file: a corrupt run is never skipped
     silently."""
     import pandas as pd
+
+    from ..store import data_dir
 
     from ..core.atomic import read_parquet
     if runs_dir is not None and Path(runs_dir).exists() and not Path(runs_dir).is_dir():
@@ -184,6 +187,8 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
     for every row instead of each configuration's own GPU. An unknown GPU or a run that
     cannot be read is a UsageError."""
     import pandas as pd
+
+    from ..core.problems import PRESETS
     reg = registry if registry is not None else load_registry()
     if gpu is not None:
         check_gpu(gpu)

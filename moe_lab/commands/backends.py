@@ -1,8 +1,6 @@
-"""`moe-lab backends`: every backend, whether it can run here, and why not."""
+"""`moe-lab backends`: every backend, whether it can run here, and why not.
+(Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
-
-from .. import backends
-from ..correctness import resolve_device
 
 
 def configure(p):
@@ -11,6 +9,8 @@ def configure(p):
 
 
 def table(device: str | None = None) -> list[dict]:
+    from .. import backends
+    from ..correctness import resolve_device
     device = resolve_device(device)
     rows = []
     for b in backends.all_backends():

@@ -1,7 +1,7 @@
-"""`moe-lab ceilings`: measure this GPU's copy bandwidth and bf16/fp8 GEMM rates."""
+"""`moe-lab ceilings`: measure this GPU's copy bandwidth and bf16/fp8 GEMM rates.
+(Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
 
-from ..ceilings import measure_ceilings, summary_lines, write_ceilings
 from ..core.errors import UsageError
 
 
@@ -16,6 +16,8 @@ def configure(parser) -> None:
 
 def run(args) -> int:
     import torch
+
+    from ..ceilings import measure_ceilings, summary_lines, write_ceilings
     if not torch.cuda.is_available():
         raise UsageError(f"no GPU here (torch {torch.__version__}, "
                          f"cuda={torch.version.cuda}, hip={torch.version.hip}): "

@@ -1,20 +1,13 @@
 """`moe-lab check`: every backend on fresh random inputs against the reference, a
-pass/fail line per backend and point; exit 1 on any failure."""
+pass/fail line per backend and point; exit 1 on any failure.
+(Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
 
 import os
 import sys
 import time
 
-
-from .. import backends
-from ..correctness import check_problem, classify_exception, one_line, resolve_device
-from ..core import atomic
-from ..core.environment import capture_environment
 from ..core.errors import Terminated, reraise_if_terminated, terminate_gracefully
-from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_tokens, split_models
-from ..core.routing import parse_routing
-from ..configs import validate_config_arg
 from . import options
 
 
@@ -37,10 +30,18 @@ def configure(p):
 
 
 def _models_default(device: str) -> list[str]:
+    from ..core.problems import SEED_MODELS
     return list(SEED_MODELS) if device.startswith("cuda") else ["qwen3-30b-a3b"]
 
 
 def run(args) -> int:
+    from .. import backends
+    from ..configs import validate_config_arg
+    from ..core import atomic
+    from ..core.environment import capture_environment
+    from ..core.problems import make_problem, parse_int_list, parse_tokens, split_models
+    from ..core.routing import parse_routing
+    from ..correctness import resolve_device
     device = resolve_device(args.device)
     parse_routing(args.routing)
     validate_config_arg(args.config)
@@ -98,6 +99,7 @@ def run(args) -> int:
 
 def _check_one(prob, names, device, seed, args, emit, mw, bw) -> int:
     """One point's lines; how many of its backend-points fail."""
+    from ..correctness import check_problem, classify_exception, one_line
     try:
         rows = check_problem(prob, names, device, seed, args.routing, args.config)
     except Exception as exc:  # the reference itself could not run (e.g. OOM)

@@ -4,14 +4,13 @@ change) that needs the change to clear both that interval and the device's calib
 between-process noise band in the mode (data/noise/<device>.json; none: the verdict says
 so); points on one side only, or whose inputs differ, are listed, never silently compared.
 `--by COLUMN --values X,Y` splits one run. `--calibrate A A'`: two runs of one commit (the
-same sweep, two processes) add an A/A' pair to the device's noise calibration."""
+same sweep, two processes) add an A/A' pair to the device's noise calibration.
+(Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
 
 import os
 
-from ..compare import bands_line, calibrate, check_args, compare, summary
 from ..core.errors import UsageError
-from ..store import open_run
 
 
 def configure(p):
@@ -34,6 +33,8 @@ def configure(p):
 
 
 def _calibrate(args) -> int:
+    from ..compare import calibrate
+    from ..store import open_run
     if args.run_b is None or args.by or args.values or args.mode:
         raise UsageError("--calibrate takes two runs of one commit, A A', and no --by, "
                          "--values or --mode")
@@ -52,6 +53,8 @@ def _calibrate(args) -> int:
 
 
 def run(args) -> int:
+    from ..compare import bands_line, check_args, compare, summary
+    from ..store import open_run
     if args.calibrate:
         return _calibrate(args)
     # the arguments first, before any run is read: a refusal starts none of pyarrow's

@@ -1,11 +1,9 @@
-"""`moe-lab doctor`: versions, devices, and what will run here."""
+"""`moe-lab doctor`: versions, devices, and what will run here.
+(Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
 
 import argparse
 
-import torch
-
-from ..core.environment import capture_environment
 from . import backends
 
 
@@ -14,6 +12,9 @@ def configure(p):
 
 
 def run(args) -> int:
+    import torch
+
+    from ..core.environment import capture_environment
     env = capture_environment()
     for k in sorted(env):
         if k != "env":

@@ -4,6 +4,7 @@ Default: the installed amd-aiter wheel's `aiter/configs/tuned_fmoe.csv` into
 `data/runs/aiter-tuned-fmoe-<version>`; `--file` takes a table of your own tuning. The
 numbers are AMD's tuner's (moe_lab.aiter_tables says what it timed), never moe-lab's.
 A table that cannot be read prints one line, exits 2 and writes nothing.
+(Heavy imports live in run(): the CLI's --help must not load torch or pandas.)
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from ..aiter_tables import MAX_ERR, prepare
+from ..core.constants import AITER_MAX_ERR as MAX_ERR  # aiter_tables.MAX_ERR, torch-free
 from ..core.errors import UsageError
 
 
@@ -115,6 +116,7 @@ def write_run(out: Path, rows: list[dict], kernels: list[dict], manifest: dict,
 
 
 def run(args) -> int:
+    from ..aiter_tables import prepare
     from ..store import data_dir
     argv = list(getattr(args, "_argv", None) or ["import-aiter"])
     command = "moe-lab " + " ".join(shlex.quote(a) for a in argv)

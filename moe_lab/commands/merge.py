@@ -1,10 +1,10 @@
 """`moe-lab merge OUT RUN RUN...`: combine run folders measured apart (the parts of a
 `--shard` sweep, the GPUs of one host, other machines) into one run; every row keeps its
-device, commit and time, and a point measured twice is an error, never silently one."""
+device, commit and time, and a point measured twice is an error, never silently one.
+(Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
 
 from ..core.errors import UsageError
-from ..merging import merge_runs
 
 
 def configure(p):
@@ -13,6 +13,7 @@ def configure(p):
 
 
 def run(args) -> int:
+    from ..merging import merge_runs
     try:
         argv = getattr(args, "_argv", None)
         store = merge_runs(args.out, args.runs,

@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-from ..correctness import THRESHOLDS
+from ..core.constants import DTYPE_NAMES  # correctness.THRESHOLDS' keys, torch-free
 
 TP_DEFAULT = 8  # every seed claim is a TP8 deployment
 
@@ -34,7 +34,7 @@ def default_eps(args_ep: str | None, gpu: bool) -> str:
 
 
 def dtype(p) -> None:
-    p.add_argument("--dtype", default="bf16", choices=sorted(THRESHOLDS),
+    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_NAMES),
                    help="bf16, fp16, fp32 or an fp8 scheme as checkpoints ship it: fp8-tensor, "
                         "fp8-channel, fp8-block128")
 

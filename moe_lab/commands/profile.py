@@ -1,11 +1,10 @@
 """`moe-lab profile`: one point under the profiler -> per-kernel table + Perfetto trace,
-then the point's ledger: every phase against its own floor (moe_lab.ledger)."""
+then the point's ledger: every phase against its own floor (moe_lab.ledger).
+(Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
 
 import math
 
-from ..api import profile
-from ..correctness import resolve_device
 from . import options
 from ..core.errors import UsageError
 
@@ -67,8 +66,10 @@ def run(args) -> int:
     if args.split:
         from .eager_split import print_point_split
         return print_point_split(args)
-    device = resolve_device(args.device)
+    from ..api import profile
     from ..core.problems import make_problem
+    from ..correctness import resolve_device
+    device = resolve_device(args.device)
     prob = make_problem(args.model, args.tokens, args.dtype, args.tp, args.ep,
                         args.ep_rank if args.ep > 1 else 0)
     table = config_table(args.backend, args.config, prob, device)

@@ -3,16 +3,14 @@
 No GPU needed: expected experts hit under uniform routing, FLOPs, bytes, intensity and
 the roofline floor on a vendor spec (or measured ceilings, given a device name with a
 file in data/ceilings/).
-"""
+
+(Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
 
-from .. import backends
+from ..core.constants import FP8_SCHEMES
 from ..core.devices import DEVICE_SPECS, Ceilings, ceilings_for
 from ..core.errors import UsageError
 from . import options
-from ..core.problems import FP8_SCHEMES, make_problem, parse_model, parse_tokens
-from ..roofline import add_roofline_columns, bound, cost, floor_us, intensity, roof_basis
-from ..store import RunStore, atomic_write_parquet, open_run
 
 COLUMNS = ("tokens", "experts_hit", "gflop", "mbytes", "flop_per_byte", "floor_us", "bound")
 
@@ -33,6 +31,8 @@ def resolve_ceilings(text: str) -> Ceilings:
 def floor_rows(model: str, tokens: list[int], ceil: Ceilings, dtype: str = "bf16",
                tp: int = 1, ep: int = 1, backend: str | None = None) -> list[dict]:
     """One dict per token count with the COLUMNS (expected routing, ep rank 0)."""
+    from ..core.problems import make_problem
+    from ..roofline import bound, cost, floor_us, intensity
     rows = []
     for t in tokens:
         p = make_problem(model, t, dtype, tp, ep)
@@ -68,6 +68,8 @@ def annotate_run(run_dir: str) -> dict:
     import os
     import time
 
+    from ..roofline import add_roofline_columns
+    from ..store import RunStore, atomic_write_parquet, open_run
     if not os.path.isfile(os.path.join(run_dir, "results.parquet")):
         raise UsageError(f"{run_dir!r} has no results.parquet")
     run = open_run(run_dir)  # CorruptFile (exit 2, one line) before anything is written
@@ -89,6 +91,9 @@ def annotate_run(run_dir: str) -> dict:
 
 
 def run(args) -> int:
+    from .. import backends
+    from ..core.problems import make_problem, parse_model, parse_tokens
+    from ..roofline import roof_basis
     if args.annotate:
         argv = getattr(args, "_argv", None) or []
         given = [f for f in ("--model", "--tokens", "--tp", "--ep", "--dtype", "--device-spec",

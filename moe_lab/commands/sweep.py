@@ -1,5 +1,6 @@
 """`moe-lab sweep`: models x sharding x tokens x routing x backends x modes into
-data/runs/<run_id>/ (resumable: the same command continues where it stopped)."""
+data/runs/<run_id>/ (resumable: the same command continues where it stopped).
+(Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
 
 import hashlib
@@ -8,18 +9,8 @@ import math
 import os
 import sys
 
-import torch
-
-from .. import backends as registry
-from ..correctness import resolve_device
-from ..core.environment import device_name
 from ..core.errors import UsageError
 from . import default_data_dir_arg, options
-from ..modes import parse_modes
-from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
-from ..core.routing import parse_routing
-from ..sweep import Grid, Sweep
-from ..configs import validate_config_arg
 from ..distributed.launch import (add_arguments as add_distributed_arguments, refuse_without_nproc,
                                   under_launcher)
 
@@ -49,6 +40,7 @@ def resume_timing(args, run_dir: str | None) -> None:
 
 def parse_budget(text: str) -> dict[str, float]:
     """`150` or `150,torch=30` -> {"*": 150.0, "torch": 30.0} (seconds, all positive)."""
+    from .. import backends as registry
     out: dict[str, float] = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, _, value = part.rpartition("=")
@@ -126,6 +118,16 @@ def configure(p):
 
 
 def run(args) -> int:
+    import torch
+
+    from .. import backends as registry
+    from ..configs import validate_config_arg
+    from ..core.environment import device_name
+    from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
+    from ..core.routing import parse_routing
+    from ..correctness import resolve_device
+    from ..modes import parse_modes
+    from ..sweep import Grid, Sweep
     args.data_dir = args.data_dir or default_data_dir_arg()
     options.timing(args.warmup_ms, args.rep_ms, args.point_timeout, args.traces, args.nproc)
     if args.run_id is not None:

@@ -1,24 +1,17 @@
 """`moe-lab tune`: search the launch configurations of a tunable backend per shape and token
 count on this device; every candidate's time into data/runs/<run_id>/candidates.parquet, the
-winners into data/configs/<device>/<backend>/ in the format the kernel's project reads."""
+winners into data/configs/<device>/<backend>/ in the format the kernel's project reads.
+(Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
 
 import os
 import sys
 
-
-from ..correctness import resolve_device
-from ..core.environment import device_name
+from ..core import constants
 from ..core.errors import UsageError
 from . import default_data_dir_arg, options
-from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
-from ..core.routing import parse_routing
-from ..configs import configs_dir_for
-from ..core.devices import device_slug
-from .. import tuning
-from ..tuning import Tuner
 
-TUNE_TOKENS = ",".join(map(str, tuning.TUNE_TOKENS))  # the 19 keys, defined in moe_lab.tuning
+TUNE_TOKENS = ",".join(map(str, constants.TUNE_TOKENS))  # the 19 keys, moe_lab.tuning's
 
 
 def configure(p):
@@ -57,12 +50,12 @@ def configure(p):
                         "candidate order and twice the survivors and fine steps, in a run "
                         "folder of its own, time the committed winner beside them and report "
                         "every correct candidate faster than it by more than "
-                        f"{100 * (tuning.VERIFY_MARGIN - 1):.0f}%% "
+                        f"{100 * (constants.VERIFY_MARGIN - 1):.0f}%% "
                         "(verify.parquet); writes no config files (default: off)")
     p.add_argument("--rep-ms", type=float, default=20.0,
                    help="timed repetitions per candidate, in ms, at the last rung and in the "
                         "fine pass (the successive-halving rungs before it time "
-                        + " and ".join(f"{r:g}" for r in tuning.SearchPlan().rungs[:-1])
+                        + " and ".join(f"{r:g}" for r in constants.SEARCH_RUNGS[:-1])
                         + " of it)")
     p.add_argument("--warmup-ms", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
@@ -70,6 +63,14 @@ def configure(p):
 
 
 def run(args) -> int:
+    from .. import tuning
+    from ..configs import configs_dir_for
+    from ..core.devices import device_slug
+    from ..core.environment import device_name
+    from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
+    from ..core.routing import parse_routing
+    from ..correctness import resolve_device
+    from ..tuning import Tuner
     args.data_dir = args.data_dir or default_data_dir_arg()
     options.timing(args.warmup_ms, args.rep_ms)
     if args.run_id is not None:

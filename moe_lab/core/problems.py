@@ -76,9 +76,8 @@ PRESETS: dict[str, ModelSpec] = {
 SEED_MODELS = ("llama4-scout-16e", "llama4-maverick-128e", "deepseek-r1", "qwen3-235b-a22b")
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-# fp8 schemes (moe_lab.quant): fp8 weights and activations inside the layer; the layer's
-# input and output (x, out) stay in the activation dtype, bf16
-FP8_SCHEMES = ("fp8-tensor", "fp8-channel", "fp8-block128")
+# fp8 schemes (moe_lab.quant), defined in core.constants (torch-free: the CLI's --help)
+from .constants import FP8_SCHEMES  # noqa: E402
 DTYPES.update({s: torch.bfloat16 for s in FP8_SCHEMES})
 
 _CUSTOM_RE = re.compile(r"^custom:(.+)$")

@@ -1,0 +1,60 @@
+"""`moe-lab VERB --help` answers without importing torch or pandas (3-8 s before: every
+verb's module, and through it torch and pandas, was imported to build the parser). Read
+from `python -X importtime`, never from a clock: the import list is the property."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moe_lab.cli import VERBS
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "pandas")
+
+
+def _help(*words: str) -> tuple[int, str, set[str]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "moe_lab", *words, "--help"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    # importtime lines: "import time: self | cumulative | <indent>name"
+    mods = {ln.rsplit("|", 1)[1].strip() for ln in r.stderr.splitlines()
+            if ln.startswith("import time:") and ln.count("|") == 2}
+    return r.returncode, r.stdout, mods
+
+
+@pytest.mark.parametrize("words", [(), *[(v,) for v in VERBS],
+                                   ("claims", "check"), ("claims", "implications")])
+def test_help_imports_neither_torch_nor_pandas(words):
+    code, out, mods = _help(*words)
+    assert code == 0, out
+    assert "moe_lab.cli" in mods  # the probe sees our imports: an empty set proves nothing
+    assert not [m for m in HEAVY if m in mods], f"moe-lab {' '.join(words)} --help imported {[m for m in HEAVY if m in mods]}"
+    assert out.startswith("usage: moe-lab")
+
+
+def test_help_still_lists_every_verb_and_each_verbs_options():
+    _, top, _ = _help()
+    for verb, (_, line) in VERBS.items():
+        assert verb in top and line[:40] in " ".join(top.split()), verb
+    _, sweep, _ = _help("sweep")
+    for opt in ("--models", "--tokens", "--backends", "--modes", "--dtype", "--device",
+                "--data-dir", "--warmup-ms", "--nproc"):
+        assert opt in sweep, opt
+    assert "fp8-block128" in sweep  # --dtype's choices, the dtypes with a correctness limit
+    _, tune, _ = _help("tune")
+    assert "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096,8192" in "".join(tune.split())
+
+
+def test_help_constants_are_the_owners_values():
+    """The torch-free copies configure reads are the values the measuring code uses."""
+    from moe_lab import aiter_tables, correctness, tuning
+    from moe_lab.core import constants, problems
+    from moe_lab.tuning_search import SearchPlan
+    assert sorted(constants.DTYPE_NAMES) == sorted(correctness.THRESHOLDS) == sorted(problems.DTYPES)
+    assert tuning.TUNE_TOKENS == constants.TUNE_TOKENS and len(tuning.TUNE_TOKENS) == 19
+    assert SearchPlan().rungs == constants.SEARCH_RUNGS == (1 / 16, 1 / 4, 1.0)
+    assert aiter_tables.MAX_ERR == 0.05 and tuning.VERIFY_MARGIN == 1.02

@@ -1,0 +1,92 @@
+"""Hints that lead somewhere on the machine at hand (issue 35): a CPU user is not told to
+install amd-aiter for backends that need a GPU anyway, `backends` says yes only where a
+backend can run something here, the main job's setup does not download triton (1 GB) on
+a CPU machine, and a notebook run prints no kernel TCP warning."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a CPU machine is told")
+
+
+@no_gpu
+def test_gpu_only_backends_say_they_need_a_gpu_not_an_install(monkeypatch):
+    from moe_lab import backends
+    from moe_lab.backends import aiter_ck, aiter_triton
+    monkeypatch.setattr(aiter_ck, "aiter_root", lambda: None)  # amd-aiter not installed
+    monkeypatch.setattr(aiter_triton, "aiter_root", lambda: None)
+    for name in ("aiter", "aiter-triton", "aiter-triton-silu"):
+        ok, why = backends.get(name).available()
+        assert not ok and "GPU" in why and "pip install" not in why, (name, why)
+
+
+@no_gpu
+def test_backends_says_yes_only_where_a_backend_can_run_here():
+    """`setup: N backends available here` counts these yes lines."""
+    from moe_lab.commands.backends import table
+    from moe_lab.core.problems import make_problem
+    from moe_lab import backends
+    rows = {r["backend"]: r for r in table("cpu")}
+    assert not rows["torch-fp8-grouped"]["available"]  # no CPU kernel
+    assert "CPU" in rows["torch-fp8-grouped"]["reason"]
+    for name, r in rows.items():  # every yes runs some dtype on this CPU
+        if r["available"]:
+            be = backends.get(name)
+            assert any(be.supports(make_problem("qwen3-30b-a3b", 4, d, 8, 1), "cpu")[0]
+                       for d in ("bf16", "fp32", "fp8-tensor", "fp8-channel", "fp8-block128")), name
+
+
+def _fake_python(tmp_path: Path, gpu: bool) -> tuple[Path, Path]:
+    """A stand-in interpreter for setup.sh: torch present, triton absent, a GPU or not;
+    every pip install is logged instead of run."""
+    log = tmp_path / "pip.log"
+    py = tmp_path / "python"
+    py.write_text(textwrap.dedent(f"""\
+        #!/usr/bin/env bash
+        if [ "$1" = -m ] && [ "$2" = pip ]; then echo "$@" >> {log}; exit 0; fi
+        case "$2" in
+          *"import triton"*) exit 1 ;;
+          *cuda.is_available*) exit {0 if gpu else 1} ;;
+          *"print(torch.__version__)"*) echo 2.13.0+cpu; exit 0 ;;
+          *"import torch"*) exit 0 ;;
+        esac
+        exit 0
+        """))
+    py.chmod(py.stat().st_mode | stat.S_IEXEC)
+    return py, log
+
+
+@pytest.mark.parametrize("gpu,arg,triton_alone", [(False, "", False), (True, "", True),
+                                                  (False, "test", False)])
+def test_setup_installs_triton_only_where_it_can_run(tmp_path, gpu, arg, triton_alone):
+    py, log = _fake_python(tmp_path, gpu)
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh"), *([arg] if arg else [])],
+                       env={**os.environ, "PYTHON": str(py)}, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    installs = log.read_text().splitlines()
+    assert any(l.endswith("-e .[notebooks,test]" if arg else "-e .[notebooks]") for l in installs)
+    assert any(l.split()[-1] == "triton" for l in installs) == triton_alone, installs
+
+
+def test_a_notebook_run_prints_no_kernel_tcp_warning(tmp_path):
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "t.ipynb")
+    code = ("import sys; from moe_lab.report import execute_notebook; "
+            f"nb = execute_notebook({str(tmp_path / 't.ipynb')!r}, 120, describe_figures=False); "
+            "print(nb.cells[0].outputs[0]['data']['text/plain'])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "2", r.stderr
+    assert "without encryption" not in r.stderr, r.stderr
