@@ -238,7 +238,7 @@ def _run_folder(run) -> Path:
 
 
 def _glues(v) -> list[str]:
-    from .commands.sweep import parse_glues
+    from .core.validate import parse_glues
     from .core.glue import GLUES
     if isinstance(v, (list, tuple)) and all(isinstance(g, str) for g in v):
         v = ",".join(v)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..analysis import findings
-from ..core.atomic import atomic_write_text
 from ..core.errors import UsageError
 
 
@@ -22,6 +20,9 @@ def configure(p):
 
 
 def run(args) -> int:
+    # here, not at the top: `moe-lab findings --help` must not load torch or pandas
+    from ..analysis import findings
+    from ..core.atomic import atomic_write_text
     out = Path(args.out) if args.out else findings.default_path()
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise UsageError(f"--data-dir {args.data_dir}: not a folder of run folders")

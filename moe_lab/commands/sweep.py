@@ -152,6 +152,7 @@ def run(args) -> int:
                                        if b.available()[0]], args.dtype)
     budget = parse_budget(args.compile_budget) if args.compile_budget else None
     configs = validate_config_arg(args.config)
+    from ..core.validate import parse_glues
     glues = parse_glues(args.glue)
     part = parse_part(args.shard) if args.shard else None
     if args.nproc and args.set_aside_corrupt:  # the ranks' writer does not set files aside
@@ -218,11 +219,3 @@ def parse_part(text: str) -> tuple[int, int]:
     return i, n
 
 
-def parse_glues(text: str, name: str = "--glue") -> list[str]:
-    """`fused,naive` -> ["fused", "naive"] (UsageError naming a value that is neither)."""
-    from ..core.glue import GLUES
-    out = list(dict.fromkeys(g.strip() for g in str(text).split(",") if g.strip()))
-    bad = [g for g in out if g not in GLUES]
-    if bad or not out:
-        raise UsageError(f"{name} {text!r}: give one or more of {', '.join(GLUES)}")
-    return out

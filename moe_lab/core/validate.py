@@ -241,3 +241,14 @@ def writable_file(value, name: str) -> str:
     if os.path.isdir(os.fspath(value)):
         raise UsageError(f"{name}={os.fspath(value)!r} is a folder; give a file path")
     return os.fspath(value)
+
+
+def parse_glues(text: str, name: str = "--glue") -> list[str]:
+    """`fused,naive` -> ["fused", "naive"] (UsageError naming a value that is neither)."""
+    from .glue import GLUES
+    from .errors import UsageError
+    out = list(dict.fromkeys(g.strip() for g in str(text).split(",") if g.strip()))
+    bad = [g for g in out if g not in GLUES]
+    if bad or not out:
+        raise UsageError(f"{name} {text!r}: give one or more of {', '.join(GLUES)}")
+    return out
