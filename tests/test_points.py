@@ -227,6 +227,8 @@ def test_check_says_unsupported_with_the_block_reason_for_every_fp8_backend(caps
     for n in names:
         assert n in lines, (n, out)
         assert lines[n].split()[4] == "unsupported" and "multiples of 128" in lines[n], lines[n]
+    assert "all available backends pass" not in out  # nothing ran: the summary says so
+    assert out.strip().splitlines()[-1].startswith("# no backend ran"), out
     assert rc == 0
 
 

@@ -81,23 +81,26 @@ def run(args) -> int:
     emit(f"{'model':{mw}} {'shard':9} {'tokens':>6} {'backend':{bw}} {'status':12} "
          f"{'max_rel_err':>11} {'limit':>6}  note")
     bad = done = 0
+    passed = [0]  # backend-points that ran and passed
     save()
     try:
         with terminate_gracefully():
             for i, prob in enumerate(problems):
-                bad += _check_one(prob, names, device, seed + i, args, emit, mw, bw)
+                bad += _check_one(prob, names, device, seed + i, args, emit, mw, bw, passed)
                 done = i + 1
                 save()
     except Terminated:
         save([f"# interrupted (SIGTERM) after {done} of {len(problems)} points: the "
               "lines above are what was checked"])
         raise
-    emit(f"# {bad} failing backend-point(s)" if bad else "# all available backends pass")
+    emit(f"# {bad} failing backend-point(s)" if bad else
+         "# all available backends pass" if passed[0] else
+         "# no backend ran: every backend-point above was refused (unsupported or unavailable)")
     save()
     return 1 if bad else 0
 
 
-def _check_one(prob, names, device, seed, args, emit, mw, bw) -> int:
+def _check_one(prob, names, device, seed, args, emit, mw, bw, passed) -> int:
     """One point's lines; how many of its backend-points fail."""
     from ..correctness import check_problem, classify_exception, one_line
     try:
@@ -120,4 +123,5 @@ def _check_one(prob, names, device, seed, args, emit, mw, bw) -> int:
         emit(f"{prob.model.name:{mw}} {prob.sharding:9} {prob.tokens:>6} {r['backend']:{bw}} "
              f"{verdict:12} {err:>11} {r['threshold']:>6.0e}  {note}")
         bad += r["status"] in ("incorrect", "failed", "oom")
+        passed[0] += r["status"] == "ok"
     return bad
