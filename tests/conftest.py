@@ -199,3 +199,65 @@ def one_line_err(capsys) -> str:
     return err
 
 
+
+# `python -m moe_lab ARGS` for many ARGS at the cost of one interpreter's imports: one
+# process imports torch, pandas and moe_lab's commands once, then forks a child per ARGS
+# that runs the console entry point (moe_lab.cli.entry) with its own cwd, stdout and
+# stderr, and exits as the real command does (os._exit after entry's own exit path; a
+# traceback printed and exit 1 for an uncaught error, as the interpreter would).
+_CLI_SERVER = r"""
+import importlib, json, os, pkgutil, sys, traceback
+import pandas, torch
+import moe_lab.commands
+from moe_lab.cli import entry
+for m in pkgutil.iter_modules(moe_lab.commands.__path__):
+    importlib.import_module("moe_lab.commands." + m.name)
+codes = []
+for argv, cwd, out, err in json.loads(sys.stdin.read()):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.chdir(cwd)
+            for fd, path in ((1, out), (2, err)):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+            sys.argv = ["moe-lab", *argv]
+            entry()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, (int, type(None))):
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            for s in (sys.stdout, sys.stderr):
+                try:
+                    s.flush()
+                except Exception:
+                    pass
+            os._exit(code)
+    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print(json.dumps(codes))
+"""
+
+
+def cli_processes(cases, env=None, timeout=600):
+    """Run `python -m moe_lab *argv` for each (argv, cwd) in `cases`, each in a process of
+    its own (forked from one that imported moe_lab once); returns a CompletedProcess per
+    case (returncode, stdout, stderr), in order."""
+    import json
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="moe-lab-cli-") as d:
+        jobs = [[list(map(str, argv)), str(cwd), os.path.join(d, f"{i}.out"),
+                 os.path.join(d, f"{i}.err")] for i, (argv, cwd) in enumerate(cases)]
+        env = dict(os.environ if env is None else env)
+        env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        p = subprocess.run([sys.executable, "-c", _CLI_SERVER], input=json.dumps(jobs), cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=timeout)
+        assert p.returncode == 0, p.stderr[-3000:]
+        codes = json.loads(p.stdout.strip().splitlines()[-1])
+        return [subprocess.CompletedProcess(["moe-lab", *argv], rc, open(out).read(),
+                                            open(err).read())
+                for (argv, _, out, err), rc in zip(jobs, codes)]
