@@ -77,6 +77,67 @@ def run_pytest(copy: Path, nodes, basetemp: Path, timeout: float = 600) -> tuple
     return p.returncode, p.stdout + p.stderr
 
 
+# The same runs, each forked from one process that imported the third-party libraries the
+# copies' tests import (torch, pandas, ...) once: a child runs pytest.main in its copy (cwd,
+# sys.path and PYTHONPATH at the copy, moe_lab imported there, never in the parent) with
+# stdout and stderr to a file, and exits with pytest's status (SIGALRM past its timeout).
+_SERVER = r"""
+import json, os, signal, sys
+import matplotlib, numpy, pandas, pyarrow.parquet, pytest, torch  # noqa: F401
+for line in sys.stdin:
+    copy, args, out, timeout = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        rc = 3
+        try:
+            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.chdir(copy)
+            os.environ["PYTHONPATH"] = copy
+            sys.path[:0] = [copy]
+            signal.alarm(int(timeout))
+            rc = int(pytest.main(args))
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            for f in (sys.stdout, sys.stderr):
+                f.flush()
+            os._exit(rc)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+class PytestServer:
+    """run_pytest's runs at one interpreter's imports of torch, pandas and the like: a
+    process that forks a child per run (see _SERVER). Close it when done."""
+
+    def __init__(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        env.pop("PYTHONPATH", None)  # moe_lab is imported by each child, from its copy
+        env.update(OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+        self.proc = subprocess.Popen([sys.executable, "-c", _SERVER], cwd=ROOT, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(self, copy: Path, nodes, basetemp: Path, timeout: float = 600) -> tuple[int, str]:
+        """(returncode, stdout + stderr) of `pytest -x` on `nodes` in the copy, as
+        run_pytest gives them."""
+        out = Path(str(basetemp) + ".out")
+        args = ["-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-rfE",
+                "--basetemp", str(basetemp), *nodes]
+        import json
+        self.proc.stdin.write(json.dumps([str(copy), args, str(out), timeout]) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"the pytest server died (rc {self.proc.poll()})"
+        return int(line), out.read_text()
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
 def failed_lines(output: str) -> list[str]:
     """What follows FAILED in pytest's short summary: a node id, then " - " and the error."""
     return [ln[len("FAILED "):] for ln in output.splitlines() if ln.startswith("FAILED ")]

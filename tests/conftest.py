@@ -1,6 +1,8 @@
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -68,11 +70,73 @@ RUNS_DIR = _committed_data_dir()
 os.environ["MOE_LAB_DATA"] = RUNS_DIR  # notebooks' kernels inherit it
 
 
+# Executed notebooks, shared by every test of the session (all xdist workers): a notebook
+# executed with the same parameters (the same notebook text, after injection and edits)
+# and the same MOE_LAB_* environment is executed once; the others read the result, a
+# refusal (CellExecutionError) included. Set by the session fixture below.
+_NB_CACHE = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _notebook_cache(tmp_path_factory):
+    global _NB_CACHE
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, above each worker's own
+    _NB_CACHE = base / "executed-notebooks"
+    _NB_CACHE.mkdir(exist_ok=True)
+    yield
+    _NB_CACHE = None
+
+
+def execute_cached(path: str, timeout: int = 900, edit=None, params: dict | None = None):
+    """moe_lab.report.execute_notebook, once per session for each notebook text and
+    environment (file-locked: a second worker asking for it waits for the first). A
+    CellExecutionError is replayed (its `.nb` too); other errors are not kept."""
+    import fcntl
+    import hashlib
+    import json
+
+    import nbformat
+    from nbclient.exceptions import CellExecutionError
+
+    from moe_lab.report import execute_notebook, inject_parameters
+    if _NB_CACHE is None:
+        return execute_notebook(path, timeout, edit, params)
+    nb = nbformat.read(path, as_version=4)
+    inject_parameters(nb, params or {})
+    if edit is not None:
+        edit(nb)
+    env = {k: v for k, v in os.environ.items() if k.startswith("MOE_LAB")}
+    cells = [[c.cell_type, c.source, c.get("metadata", {})] for c in nb.cells]  # no ids: random
+    key = hashlib.sha256(json.dumps([os.path.realpath(path), cells, env],
+                                    sort_keys=True).encode()).hexdigest()[:32]
+    done, failed = _NB_CACHE / f"{key}.ipynb", _NB_CACHE / f"{key}.error.json"
+    with open(_NB_CACHE / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            try:
+                out, err = execute_notebook(path, timeout, edit, params), None
+            except CellExecutionError as exc:
+                out, err = exc.nb, exc
+            if err is not None:
+                failed.write_text(json.dumps([err.traceback, err.ename, err.evalue]))
+            tmp = done.with_suffix(".part")
+            nbformat.write(out, str(tmp))
+            tmp.rename(done)
+    nb = nbformat.read(str(done), as_version=4)
+    if failed.exists():
+        exc = CellExecutionError(*json.loads(failed.read_text()))
+        exc.nb = nb
+        raise exc
+    return nb
+
+
 def run_notebook(name: str, timeout: int = 300, edit=None):
-    """Execute notebooks/<name> headless (moe_lab.report's runner); returns its outputs
-    and fails the test on any error output."""
-    from moe_lab.report import execute_notebook
-    nb = execute_notebook(os.path.join(NOTEBOOKS, name), timeout, edit)
+    """Execute notebooks/<name> headless (moe_lab.report's runner, once per session for
+    the same parameters: execute_cached); returns its outputs and fails the test on any
+    error output."""
+    nb = execute_cached(os.path.join(NOTEBOOKS, name), timeout, edit)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     errors = [o for o in outputs if o.get("output_type") == "error"]
     assert not errors, errors[0].get("evalue")
@@ -134,3 +198,66 @@ def one_line_err(capsys) -> str:
     assert "Traceback" not in err and not out.out, (err, out.out)
     return err
 
+
+
+# `python -m moe_lab ARGS` for many ARGS at the cost of one interpreter's imports: one
+# process imports torch, pandas and moe_lab's commands once, then forks a child per ARGS
+# that runs the console entry point (moe_lab.cli.entry) with its own cwd, stdout and
+# stderr, and exits as the real command does (os._exit after entry's own exit path; a
+# traceback printed and exit 1 for an uncaught error, as the interpreter would).
+_CLI_SERVER = r"""
+import importlib, json, os, pkgutil, sys, traceback
+import pandas, torch
+import moe_lab.commands
+from moe_lab.cli import entry
+for m in pkgutil.iter_modules(moe_lab.commands.__path__):
+    importlib.import_module("moe_lab.commands." + m.name)
+codes = []
+for argv, cwd, out, err in json.loads(sys.stdin.read()):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.chdir(cwd)
+            for fd, path in ((1, out), (2, err)):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+            sys.argv = ["moe-lab", *argv]
+            entry()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, (int, type(None))):
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            for s in (sys.stdout, sys.stderr):
+                try:
+                    s.flush()
+                except Exception:
+                    pass
+            os._exit(code)
+    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print(json.dumps(codes))
+"""
+
+
+def cli_processes(cases, env=None, timeout=600):
+    """Run `python -m moe_lab *argv` for each (argv, cwd) in `cases`, each in a process of
+    its own (forked from one that imported moe_lab once); returns a CompletedProcess per
+    case (returncode, stdout, stderr), in order."""
+    import json
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="moe-lab-cli-") as d:
+        jobs = [[list(map(str, argv)), str(cwd), os.path.join(d, f"{i}.out"),
+                 os.path.join(d, f"{i}.err")] for i, (argv, cwd) in enumerate(cases)]
+        env = dict(os.environ if env is None else env)
+        env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        p = subprocess.run([sys.executable, "-c", _CLI_SERVER], input=json.dumps(jobs), cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=timeout)
+        assert p.returncode == 0, p.stderr[-3000:]
+        codes = json.loads(p.stdout.strip().splitlines()[-1])
+        return [subprocess.CompletedProcess(["moe-lab", *argv], rc, open(out).read(),
+                                            open(err).read())
+                for (argv, _, out, err), rc in zip(jobs, codes)]

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(glue.triton is None, reason="triton is not insta
 SCRIPT = r"""
 import json, sys
 import torch, triton
-from moe_lab.core import glue
+from moe_lab.core import align, glue
 
 def stable(topk_ids, n_exp, bm, emap):
     ids = topk_ids.reshape(-1).long()
@@ -50,8 +50,11 @@ if plant:  # one pair's slot off by one: the place kernel's output shifted
     glue.align_fused = _bad
 
 g = torch.Generator().manual_seed(int(sys.argv[2]))
-cases = [(1, 8, 256, 1, 16), (3, 8, 256, 8, 16), (37, 8, 256, 8, 64), (300, 8, 64, 1, 32),
-         (500, 1, 16, 1, 128), (400, 4, 32, 4, 16), (0, 8, 16, 1, 16), (700, 4, 32, 8, 16)]
+# T x k pairs past one chunk (256 pairs) where a case needs several programs per kernel,
+# and no more: under the interpreter each chunk's sort and each pair of aiter's serial
+# loops cost
+cases = [(1, 8, 256, 1, 16), (3, 8, 256, 8, 16), (37, 8, 256, 8, 64), (40, 8, 64, 1, 32),
+         (300, 1, 16, 1, 128), (100, 4, 32, 4, 16), (0, 8, 16, 1, 16), (150, 4, 32, 8, 16)]
 if plant:
     cases = cases[1:3]
 res = []
@@ -66,14 +69,16 @@ for T, k, E, ep, bm in cases:
         emap[lo:lo + el] = torch.arange(el, dtype=torch.int32)
         n_exp = el + 1
     s, e, n = glue.align_fused(ids, n_exp, bm, emap)
-    a_s, a_e, a_n = glue.align_aiter(ids, n_exp, bm, emap)
+    # the planted run is read against the stable sort only
+    a_s, a_e, a_n = (s, e, n) if plant else glue.align_aiter(ids, n_exp, bm, emap)
     want_s, want_e = stable(ids, n_exp, bm, emap)
     N = int(n)
     res.append(dict(case=[T, k, E, ep, bm], n=N, aiter_n=int(a_n), want_n=len(want_s),
                     same_as_stable=s[:N].tolist() == want_s and e[:N // bm].tolist() == want_e,
                     same_as_aiter=torch.equal(s[:N], a_s[:N]) and torch.equal(e, a_e),
                     tail_minus_one=bool((e[N // bm:] == -1).all()),
-                    chunks=-(-T * k // max(256, triton.next_power_of_2(-(-max(T * k, 1) // 64))))))
+                    chunks=-(-T * k // max(align.ALIGN_MIN_CHUNK, triton.next_power_of_2(
+                        -(-max(T * k, 1) // align.ALIGN_MAX_CHUNKS))))))
 print(json.dumps(res))
 """
 
@@ -105,8 +110,12 @@ def test_ours_gives_aiters_output_bit_for_bit(aligned):
 
 
 def test_the_cases_reach_the_chunk_cap_and_many_chunks(aligned):
-    # 700 x 4 pairs: several programs per kernel, so the cross-chunk scan is exercised
-    assert max(r["chunks"] for r in aligned) > 1
+    # 37 x 8, 40 x 8, 300 x 1, 100 x 4 and 150 x 4 pairs: several programs per kernel
+    # (chunks of 256 pairs), so the cross-chunk scan is exercised, with and without the EP map
+    assert [r["case"] for r in aligned if r["chunks"] > 1] == [
+        [37, 8, 256, 8, 64], [40, 8, 64, 1, 32], [300, 1, 16, 1, 128], [100, 4, 32, 4, 16],
+        [150, 4, 32, 8, 16]]
+    assert max(r["chunks"] for r in aligned) == 3
 
 
 def test_a_planted_slot_swap_fails_the_comparison():

@@ -83,13 +83,16 @@ def test_report_only_matching_nothing_names_the_prefix(capsys):
 
 
 def test_report_started_outside_the_checkout_finds_the_notebooks(tmp_path):
-    """The default notebook folder is the checkout's, not <cwd>/notebooks."""
+    """The default notebook folder is the checkout's, not <cwd>/notebooks (none found: exit
+    2). Notebook 05 for a run it refuses in its first cells: its page is written all the
+    same, in seconds (test_notebook_05 executes it in full)."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     p = subprocess.run([sys.executable, "-m", "moe_lab", "report", "--only", "05",
-                        "--out", str(tmp_path / "rep")], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=600)
+                        "--run", "h200-seed4-20261129", "--out", str(tmp_path / "rep")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert (tmp_path / "rep" / "05_tuning.html").is_file()
+    assert "refused 05_tuning: UsageError" in p.stdout, p.stdout[-2000:]
+    assert (tmp_path / "rep" / "h200-seed4-20261129" / "05_tuning.html").is_file()
 
 
 def test_a_closed_pipe_is_not_a_traceback(tmp_path):

@@ -158,9 +158,16 @@ from moe_lab.correctness import make_weights, make_inputs, reference, rel_err, u
 from moe_lab.backends.torch_fp8_grouped import grouped_fp8_fn
 from moe_lab.profiling import profile_kernels
 
+# The interpreter's cost is per program and per step, not per element: tiles as wide as
+# the shapes (fewer GEMM programs), and our align's chunk sort at 16 pairs, not 256 (its
+# bitonic sort costs log2(chunk)^2 steps; these points route at most 14 pairs: one chunk
+# either way; tests/test_align.py runs the align at the GPU's 256)
+from moe_lab.core import align as _align
+_align.ALIGN_MIN_CHUNK = 16
+
 def tiles(bk):
-    return {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1,
-            "num_warps": 4, "num_stages": 1}
+    return {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 128 if bk == 128 else 64, "BLOCK_SIZE_K": bk,
+            "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 1}
 
 from stand_ins import scaled_grouped_mm as stand_in_mm  # rows past the last group: NaN
 

@@ -81,21 +81,26 @@ def _wait_for(cond, timeout=120.0, proc=None):
 
 def test_two_concurrent_sweeps_the_second_is_refused_and_nothing_is_lost(tmp_path):
     run = tmp_path / "X"
-    # the first is slow enough (1 s of timed calls per point) to be mid-sweep when the
-    # second starts; the second asks for other token counts, as in the issue
-    first = subprocess.Popen(_sweep(tmp_path, "1,2,4,8,16,32,64,128", rep_ms="1000"), cwd=ROOT,
+    # the first is stopped (SIGSTOP) once it holds the folder, so it is mid-sweep however
+    # long the second takes to start, on a busy machine too, and resumed once the second
+    # is refused (3 s of timed calls left when it took the lock: the stop lands before
+    # them); the second asks for other token counts, as in the issue
+    first = subprocess.Popen(_sweep(tmp_path, "1,2,4,8,16,32,64,128", rep_ms="200"), cwd=ROOT,
                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     try:
         assert _wait_for(lambda: (holder(run) or {}).get("pid") == first.pid, proc=first), \
             first.communicate()
+        first.send_signal(signal.SIGSTOP)
         assert first.poll() is None
-        second = subprocess.run(_sweep(tmp_path, "3,5,6", rep_ms="1000"), cwd=ROOT,
+        second = subprocess.run(_sweep(tmp_path, "3,5,6", rep_ms="200"), cwd=ROOT,
                                 env=_env(), capture_output=True, text=True, timeout=120)
         assert first.poll() is None, "the first sweep ended before the second was refused"
+        first.send_signal(signal.SIGCONT)
         out, err = first.communicate(timeout=300)
     finally:
         if first.poll() is None:
+            first.send_signal(signal.SIGCONT)
             first.kill()
     assert second.returncode == 2, second.stderr
     line = _one_line(second.stderr)
@@ -114,7 +119,7 @@ def test_two_concurrent_sweeps_the_second_is_refused_and_nothing_is_lost(tmp_pat
     assert not (run / LOCK_NAME).exists()  # released and removed: the folder holds data only
 
     # the refused one, rerun once the first is done, adds its points and keeps every row
-    again = subprocess.run(_sweep(tmp_path, "3,5,6", rep_ms="1000"), cwd=ROOT, env=_env(),
+    again = subprocess.run(_sweep(tmp_path, "3,5,6", rep_ms="200"), cwd=ROOT, env=_env(),
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     after = pd.read_parquet(run / "results.parquet")

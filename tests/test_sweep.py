@@ -23,6 +23,7 @@ import pytest
 import torch
 
 import moe_lab.backends as registry
+from conftest import cli_processes
 from moe_lab.commands.sweep import default_run_id
 from moe_lab.cli import main
 from moe_lab.invocations import KILLED
@@ -378,12 +379,24 @@ BAD = [
 ]
 
 
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory) -> dict:
+    """Each BAD command run as `python -m moe_lab ...` in a process of its own (one
+    interpreter's imports for all: conftest.cli_processes), a sweep with a data folder of
+    its own: " ".join(argv) -> (process, its data folder)."""
+    cases, dirs = [], []
+    for argv in BAD:
+        d = tmp_path_factory.mktemp("bad")
+        if argv[0] == "sweep":  # never write into the checkout's data/ should one slip through
+            argv = argv + ["--data-dir", str(d), "--device", "cpu", "--no-progress"]
+        cases.append((argv, ROOT))
+        dirs.append(d)
+    return {" ".join(a): (p, d) for a, p, d in zip(BAD, cli_processes(cases, _env()), dirs)}
+
+
 @pytest.mark.parametrize("argv", BAD, ids=[" ".join(a) for a in BAD])
-def test_bad_arguments_exit_2_with_one_line(argv, tmp_path):
-    if argv[0] == "sweep":  # never write into the checkout's data/ should one slip through
-        argv = argv + ["--data-dir", str(tmp_path), "--device", "cpu", "--no-progress"]
-    out = subprocess.run(_cli(*argv), cwd=ROOT, env=_env(), capture_output=True, text=True,
-                         timeout=120)
+def test_bad_arguments_exit_2_with_one_line(argv, refused):
+    out, tmp_path = refused[" ".join(argv)]
     assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
     assert "Traceback" not in out.stderr
     lines = out.stderr.splitlines()

@@ -57,6 +57,8 @@ def align_aiter(topk_ids, n_exp, block_m, expert_map=None, kernel=None):
 
 
 ALIGN_MAX_CHUNKS = 64  # the scan kernel holds [chunks, experts] counts in one program
+ALIGN_MIN_CHUNK = 256  # pairs per program at least (a power of two; tests under Triton's
+#                        interpreter, where each step of the chunk's sort costs, set less)
 
 
 def align_fused(topk_ids, n_exp, block_m, expert_map=None, with_starts=False):
@@ -69,7 +71,7 @@ def align_fused(topk_ids, n_exp, block_m, expert_map=None, with_starts=False):
     device = topk_ids.device
     ids = topk_ids.reshape(-1)
     sorted_ids, expert_ids, npp = _align_buffers(numel, n_exp, block_m, device, False)
-    chunk = max(256, triton.next_power_of_2(triton.cdiv(max(numel, 1), ALIGN_MAX_CHUNKS)))
+    chunk = max(ALIGN_MIN_CHUNK, triton.next_power_of_2(triton.cdiv(max(numel, 1), ALIGN_MAX_CHUNKS)))
     n_chunks = max(1, triton.cdiv(numel, chunk))
     e_pad = triton.next_power_of_2(n_exp + 1)
     counts = torch.empty(n_chunks, e_pad, dtype=torch.int32, device=device)
