@@ -310,20 +310,6 @@ def best_points(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
 
 # --- runs in, frames out (what notebooks and report call) ---------------------------------
 
-def runs_with_phases(runs=None) -> list:
-    """`runs` (ids or folders) opened, or None: every run that stored its phases
-    (phases.parquet: measured with the glue timed now) on the device of the newest such
-    run, newest first, so of_runs takes a point measured more than once from its latest
-    run. UsageError when there is none."""
-    from .store import data_dir, find_runs, open_run
-    if runs is not None:
-        return [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
-    found = [r for r in find_runs(defaults=True) if len(r.phases)]
-    if not found:
-        raise UsageError(f"no run under {data_dir()} has stored phases (phases.parquet): "
-                         "run `moe-lab sweep` on a GPU first")
-    return [r for r in found if r.device == found[0].device]
-
 
 def of_runs(runs, mode: str = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results, ledger) of several runs read together, each row with its `run_id`; the

@@ -156,3 +156,20 @@ def test_bad_names_are_usage_errors():
         ml.measure("no-such-model", tokens=[1], backends="torch", device="cpu")
     with pytest.raises(ml.api.UsageError, match="mode"):
         ml.measure("qwen3-30b-a3b", tokens=[1], backends="torch", modes="fast", device="cpu")
+
+
+def test_plots_only_draw_what_they_are_handed():
+    """No module under plots/ opens a run or reads a table (open_run, find_runs, any
+    read_parquet): the analysis layer (moe_lab.analysis) reads, plots draws."""
+    banned = {"open_run", "find_runs", "read_parquet", "read_json"}
+    found = []
+    for p in sorted((PKG / "plots").glob("*.py")):
+        for n in ast.walk(ast.parse(p.read_text())):
+            name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) \
+                else None
+            if isinstance(n, ast.ImportFrom):
+                found += [f"{p.name}: import {a.name}" for a in n.names if a.name in banned]
+            elif name in banned:
+                found.append(f"{p.name}:{n.lineno} {name}")
+    assert not found, found
+    assert (PKG / "analysis" / "runs.py").is_file()  # the one module that chooses runs

@@ -12,6 +12,7 @@ import torch
 from conftest import ROOT, RUNS_DIR
 from moe_lab import ledger as lg
 from moe_lab.analysis import metrics, targets as tg
+from moe_lab.analysis.runs import runs_with_phases
 from moe_lab.core.devices import Ceilings
 from moe_lab.core.problems import make_problem
 from moe_lab.roofline import cost
@@ -295,7 +296,7 @@ def test_the_default_ledger_runs_are_the_newest_device_and_the_newest_point(tmp_
     for r in (old, new):
         shutil.copytree(Path(RUNS_DIR) / r, tmp_path / r)
     monkeypatch.setenv("MOE_LAB_DATA", str(tmp_path))
-    runs = lg.runs_with_phases(None)
+    runs = runs_with_phases(None)
     assert [r.run_id for r in runs] == [new, old]
     res, led = lg.of_runs(runs)
     shared = set(runs[0].results["point_id"]) & set(runs[1].results["point_id"])
@@ -312,4 +313,4 @@ def test_the_default_ledger_runs_are_the_newest_device_and_the_newest_point(tmp_
                  "--backends", "torch-grouped", "--modes", "graph", "--data-dir", str(tmp_path),
                  "--no-progress", "--device", "cpu", "--run-id", "cpu-now", "--warmup-ms", "1",
                  "--rep-ms", "5"]) == 0
-    assert [r.run_id for r in lg.runs_with_phases(None)] == ["cpu-now"]
+    assert [r.run_id for r in runs_with_phases(None)] == ["cpu-now"]

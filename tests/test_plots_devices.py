@@ -10,6 +10,7 @@ from moe_lab.core.devices import DEVICE_SPECS
 from moe_lab.plots import devices as dv
 from moe_lab.core.problems import make_problem
 from moe_lab.roofline import cost, floor_us
+from moe_lab.store import open_run
 
 H200, AMD = "h200-tuned-20261130", "aiter-tuned-fmoe-0-1-7-post2-dev18"
 MODELS = ("deepseek-r1", "qwen3-235b-a22b")
@@ -48,7 +49,7 @@ def test_each_amd_row_is_against_its_own_gpus_roof(side):
 
 
 def test_the_figure_has_one_legend_and_names_both_sources(side):
-    fig = dv.fig_side_by_side(side, [H200])
+    fig = dv.fig_side_by_side(side, [open_run(H200)])
     assert len(fig.legends) == 1 and not any(ax.get_legend() for ax in fig.axes)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert any("imported" in s for s in labels) and any("moe-lab" in s for s in labels)

@@ -281,7 +281,7 @@ def test_noisy_points_are_ringed_with_one_legend_entry():
 def test_a_run_marked_running_or_failed_is_never_a_default():
     """h200-tuned-20261130 (a part still marked running) and h200-smoke-config-20261130
     (failed) are committed: no notebook's default is either, though each opens by id."""
-    from moe_lab.ledger import runs_with_phases
+    from moe_lab.analysis.runs import runs_with_phases
     from moe_lab.plots import devices as dv
     from moe_lab.plots import tuning as tu
     from moe_lab.store import find_runs, open_run

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import ledger as lg
+from .runs import runs_with_phases
 from ..core.errors import UsageError
 from .findings_sections import md_table, provenance, runs_line, span
 
@@ -13,7 +14,7 @@ from .findings_sections import md_table, provenance, runs_line, span
 def fp8_gemm_section(runs) -> list[str]:
     from . import fp8_gemm
     try:
-        lruns = lg.runs_with_phases(None)
+        lruns = runs_with_phases(None)
     except UsageError:
         return []
     t = fp8_gemm.gemm_table(lruns)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .. import ledger as lg
+from .runs import runs_with_phases
 from ..core.errors import UsageError
 from ..core.problems import sharding_name
 from ..rows import ok_rows
@@ -114,7 +115,7 @@ def target_inputs(runs):
     except UsageError:
         pass
     try:
-        lruns = lg.runs_with_phases(None)
+        lruns = runs_with_phases(None)
         lres, led = lg.of_runs(lruns)
         best = lg.best_points(lres)
         frames += [metrics.ledger_metrics(led, lres), metrics.fp8_roof_metrics(lres)]

@@ -17,8 +17,8 @@ from ..store import Run, find_runs
 from ..rows import ok_rows
 from . import metrics, targets as tg
 
-NONE_YET = ("No FP8 rows measured by moe-lab in any run yet: the FP8 schemes are measured by scripts/h200_fp8.sh "
-            "on a GPU (or `moe-lab sweep --dtype fp8-block128 ...`).")
+NONE_YET = ("No FP8 rows measured by moe-lab in any run yet: FP8 schemes are measured on a GPU by "
+            "`moe-lab sweep --dtype fp8-block128 ...` (or fp8-tensor, fp8-channel).")
 KEY = ["device", "model", "tp", "ep", "mode", "tokens"]
 
 

@@ -22,6 +22,7 @@ import pandas as pd
 
 from .. import ledger
 from . import targets as tg
+from .runs import runs_with_phases
 from ..core.devices import ceilings_for, spec_for
 from ..core.problems import FP8_SCHEMES, sharding_name
 from ..rows import ok_rows
@@ -47,11 +48,11 @@ def _points(res: pd.DataFrame, led: pd.DataFrame) -> pd.DataFrame:
 
 
 def gemm_table(runs=None, mode: str = "graph") -> pd.DataFrame:
-    """`runs`: ids, folders or Runs (None: ledger.runs_with_phases()). A row per point and
+    """`runs`: ids, folders or Runs (None: analysis.runs.runs_with_phases()). A row per point and
     FP8 scheme with a bf16 point beside it: the FP8 point with the fastest layer and its
     GEMMs, the bf16 point likewise, and the fastest torch-fp8-grouped GEMMs on the same
     rows (any FP8 scheme; NaN where none was measured)."""
-    runs = ledger.runs_with_phases(runs)
+    runs = runs_with_phases(runs)
     res, led = ledger.of_runs(runs, mode=mode)
     if not len(res) or not len(led):
         return pd.DataFrame()

@@ -13,13 +13,13 @@ import pandas as pd
 
 from ..core.atomic import read_parquet
 from ..core.devices import Ceilings, ceilings_for
-from ..core.errors import UsageError
 from ..core.problems import sharding_name
 from ..profiling import PHASES
 from ..roofline import add_roofline_columns
 from ..rows import ok_rows
-from ..store import data_dir, find_runs, open_run, read_json
+from ..store import data_dir, open_run, read_json
 from . import metrics
+from .runs import open_tuned_run  # noqa: F401 (the run notebook 05 reads)
 
 DEFAULT, TUNED = "default", "tuned"
 BEFORE = (("torch-grouped", DEFAULT), ("aiter-triton", DEFAULT))  # shipped configurations
@@ -30,30 +30,6 @@ GLUE_BEFORE_RUN = "h200-seed4-20261129"  # torch-grouped with its old fp32 glue
 
 
 # --- which run, which rows ---------------------------------------------------------------
-
-def _tuned_and_default(r) -> int:
-    """How many ok points a run has of a backend measured both 'tuned' and 'default' (what
-    the notebook compares; a run of tuned rows alone has nothing to put them against)."""
-    res = r.results
-    if "config" not in res:
-        return 0
-    ok = ok_rows(res)
-    both = set(ok.loc[ok["config"] == TUNED, "backend"]) & set(ok.loc[ok["config"] == "default", "backend"])
-    return int(ok["backend"].isin(both).sum())
-
-
-def open_tuned_run(run=None):
-    """`run`, or None: of the runs (find_runs) with ok rows of one backend both 'tuned' and
-    'default', the one with the most such points (the fullest picture; ties: the newest);
-    UsageError when the run given, or every run, has none."""
-    runs = [open_run(run)] if run is not None else find_runs(defaults=True)
-    found = sorted((r for r in runs if _tuned_and_default(r)), key=_tuned_and_default,
-                   reverse=True)  # stable: among equals find_runs' newest-first order stays
-    if not found:
-        where = f"run {runs[0].run_id} has no" if run else f"no run under {data_dir()} has"
-        raise UsageError(f"{where} ok rows of a backend both tuned and default: run "
-                         "`moe-lab tune`, then `moe-lab sweep --config default,tuned`")
-    return found[0]
 
 
 def _ok(rows: pd.DataFrame, candidates=None) -> pd.DataFrame:

@@ -1,71 +1,19 @@
 """Several devices in one figure: the same MoE shapes measured on different GPUs (the H200
 by moe-lab, AMD Instinct GPUs by aiter's own tuner, imported), in absolute time and in %
-of each device's own roof. Every series says where its numbers come from.
-"""
+of each device's own roof. Every series says where its numbers come from."""
 from __future__ import annotations
-
 import pandas as pd
 from matplotlib.figure import Figure
-
-from ..core.devices import ceilings_for
 from ..core.problems import sharding_name
-from ..roofline import add_roofline_columns
-from ..store import open_run
 from . import style
-
-# the H200 series worth drawing beside AMD's: the best of what moe-lab measured
-H200_SERIES = (("aiter-triton", "tuned"), ("aiter-triton", "default"), ("torch-grouped", "default"))
-
-
-def _imported(run) -> bool:
-    return run.manifest.get("kind") == "import" or "aiter-tuner" in set(run.results.get("mode", []))
-
-
-def _source(run) -> str:
-    return "aiter's tuner, imported" if _imported(run) else "measured by moe-lab"
-
-
-def rows_for(runs, models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, dtype="bf16",
-             mode="graph") -> pd.DataFrame:
-    """ok rows of `models` at one sharding from each run, with the roofline recomputed
-    against each row's own device (measured ceilings where committed, else the vendor's)
-    and a `series` label naming device, backend, configuration and source."""
-    out = []
-    for run in (open_run(r) for r in runs):
-        r = style.ok_rows(run.results)
-        sel = r[r["model"].isin(list(models)) & (r["tp"] == tp) & (r["ep"] == ep)
-                & (r["dtype"] == dtype)]
-        if "mode" in sel and (sel["mode"] == mode).any():
-            sel = sel[sel["mode"] == mode]
-        if "act_type" in sel:  # aiter's tables: the seed models' SiLU, weight after stage 2
-            sel = sel[sel["act_type"].astype(str).str.endswith("Silu")
-                      & (sel["doweight_stage1"].astype(int) == 0)]
-        if "config" in sel:
-            keep = [(b, c) for b, c in H200_SERIES]
-            pairs = list(zip(sel["backend"], sel["config"].fillna("default")))
-            if any(p in keep for p in pairs):
-                sel = sel[[p in keep for p in pairs]]
-        for dev, g in sel.groupby("device"):
-            try:
-                g = add_roofline_columns(g.drop(columns=["pct_of_roof", "roof_us"],
-                                                errors="ignore"), dev)
-            except Exception:  # a device with no spec: time only
-                g = g.assign(pct_of_roof=float("nan"))
-            cfg = (g["config"].fillna("default") if "config" in g  # one per row: a bare
-                   else pd.Series("default", index=g.index))  # str zipped as its letters
-            g = g.assign(series=[f"{dev.split(' (')[0]}: {b}"
-                                 + ("" if c == "default" or str(c).startswith("aiter-tuned")
-                                    else f" [{c}]")
-                                 + f" ({_source(run)})"
-                                 for b, c in zip(g["backend"], cfg if len(g) else [])],
-                         run_id=run.run_id)
-            out.append(g)
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+from ..analysis.devices import (  # noqa: F401 (the tables)
+    H200_SERIES, claim_shapes, floors_against_aiter, imported_runs, richest_run, rows_for, summary)
 
 
 def fig_side_by_side(rows: pd.DataFrame, runs=()) -> Figure:
     """A row of panels per model: time per call against tokens, and % of each device's
-    roof, one line per device x backend (x configuration)."""
+    roof, one line per device x backend (x configuration). `runs`: the Runs drawn, the
+    first one named first in the footer."""
     if rows.empty:
         return style.note_figure("no rows of these shapes in the runs given")
     models = list(dict.fromkeys(rows["model"]))
@@ -89,65 +37,7 @@ def fig_side_by_side(rows: pd.DataFrame, runs=()) -> Figure:
             ax.grid(True, which="both", alpha=0.3)
         axes[i][0].set_yscale("log")
     style.shared_legend(fig, loc="outside lower center")
-    run = open_run(runs[0]) if runs else None
+    run = runs[0] if runs else None  # a Run: its id and commits head the footer
     return style.finish(fig, run, rows, "solid: measured by moe-lab on the H200 (graph); "
                         "dashed: aiter's tuner on AMD GPUs, imported from amd-aiter's "
                         "tuned_fmoe.csv; each % against its own device's roof")
-
-
-def floors_against_aiter(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per AMD row: the roofline floor on its device beside aiter's reported time, and
-    how far the model is from AMD's measurement (reported / floor)."""
-    amd = rows[rows["series"].str.contains("imported")]
-    if amd.empty:
-        return pd.DataFrame()
-    out = amd[["model", "tp", "ep", "device", "tokens", "median_us", "roof_us",
-               "pct_of_roof"]].copy()
-    out["reported_over_floor"] = out["median_us"] / out["roof_us"]
-    out["ceilings"] = [_ceiling_source(d) for d in out["device"]]
-    return out.sort_values(["model", "device", "tokens"]).reset_index(drop=True)
-
-
-def _ceiling_source(device: str) -> str:
-    try:
-        return ceilings_for(device).source
-    except Exception:  # no spec for this GPU: it has no roof
-        return "none (no spec for this GPU)"
-
-
-def richest_run(models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, mode="graph") -> str | None:
-    """The measured run with the most ok rows of these shapes in `mode` (the newest on a
-    tie): what to put beside AMD's tables, rather than the newest run, which may be a
-    follow-up of a few points."""
-    from ..store import find_runs
-    best, n_best = None, 0
-    for r in find_runs(has=mode, defaults=True):  # newest first
-        res = style.ok_rows(r.results)
-        n = int(((res["mode"] == mode) & res["model"].isin(list(models))
-                 & (res["tp"] == tp) & (res["ep"] == ep)).sum())
-        if n > n_best:
-            best, n_best = r.run_id, n
-    return best
-
-
-def imported_runs() -> list[str]:
-    """Run ids of the tables imported from aiter (`moe-lab import-aiter`), newest first."""
-    from ..store import find_runs
-    return [r.run_id for r in find_runs() if _imported(r)]
-
-
-def summary(rows: pd.DataFrame) -> str:
-    """One line: how many rows of each source the side-by-side figure draws."""
-    amd = rows["series"].str.contains("imported") if len(rows) else pd.Series(dtype=bool)
-    return (f"side by side: {int((~amd).sum())} H200 rows measured by moe-lab, "
-            f"{int(amd.sum())} AMD rows from aiter's tuner "
-            f"({', '.join(sorted(rows.loc[amd, 'device'].unique())) if amd.any() else 'none'})")
-
-
-def claim_shapes(run, model: str = "deepseek-r1", tp: int = 8) -> pd.DataFrame:
-    """Rows of an imported table per sharding of one model: the seed claims are about
-    DeepSeek-R1 TP8 EP8, which aiter's shipped table may not have."""
-    r = open_run(run).results
-    r = r[(r["model"] == model) & (r["tp"] == tp)]
-    return (r.groupby(["ep", "device", "dtype", "status"]).size().rename("rows").reset_index()
-            if len(r) else pd.DataFrame(columns=["ep", "device", "dtype", "status", "rows"]))

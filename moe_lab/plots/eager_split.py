@@ -2,30 +2,24 @@
 Python and dispatch on the host, launch gaps on the device and kernel time, against tokens,
 with the timed eager and graph medians beside the bars (moe_lab.eager_split)."""
 from __future__ import annotations
-
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-
-from ..eager_split import PART_LABELS, PARTS, run_split
+from ..eager_split import PART_LABELS, PARTS
 from ..core.problems import sharding_name
-from ..store import open_run
 from . import style
+from ..analysis.eager_split_tables import (  # noqa: F401 (the tables)
+    table)
+
 
 PART_COLOR = {"host_us": "#e377c2", "gap_us": "#bbbbbb", "kernel_us": "#1f77b4"}
-
-
-def table(run) -> pd.DataFrame:
-    """run_split of the run (every sweep trace, its split and its check)."""
-    return run_split(open_run(run))
 
 
 def fig_eager_split(run, t: pd.DataFrame | None = None) -> Figure:
     """A panel per model x sharding x backend: stacked bars (host, gaps, kernels) per token
     count; a black bar marks the timed eager median, a hollow square the graph median."""
-    run = open_run(run)
     t = table(run) if t is None else t
     if t.empty:
         return style.note_figure("this run has no sweep traces to split (sweep --traces N)", run)

@@ -1,58 +1,19 @@
 """Expert parallelism, for notebooks/06_expert_parallel.ipynb: per-rank time, imbalance
 against routing skew, the collective's share of the layer, TP against EP per token count,
 and the estimate at more ranks (labelled as such). Tables come from
-moe_lab.analysis.expert_parallel; every figure has the provenance footer of the rows it draws.
-"""
+moe_lab.analysis.expert_parallel; every figure has the provenance footer of the rows it draws."""
 from __future__ import annotations
-
 import pandas as pd
 from matplotlib.figure import Figure
-
 from ..distributed import VARIANTS
 from ..analysis import expert_parallel as analysis
-from ..store import Run, find_runs, open_run
 from . import style
+from ..analysis.runs import (  # noqa: F401 (the runs notebook 06 reads)
+    describe_distributed as describe, distributed_run as default_run, runs_at, spread_pair)
+
 
 VARIANT_COLOR = {"tp-allreduce": "tab:blue", "ep-allreduce": "tab:orange",
                  "ep-alltoall": "tab:green"}
-
-
-def default_run(run=None) -> Run:
-    """`run` opened, or the newest run holding distributed rows (the store's rule)."""
-    return open_run(run, has="distributed")
-
-
-def spread_pair() -> tuple[Run, Run] | None:
-    """The newest sweep spread over GPUs (`sweep --gpus`, its manifest has `spread`) and
-    the same sweep measured on one GPU (same config, no spread), if both exist."""
-    runs = find_runs(defaults=True)
-    for sp in (r for r in runs if r.manifest.get("spread")):
-        cfg = {k: v for k, v in (sp.manifest.get("config") or {}).items() if k != "part"}
-        for one in runs:
-            if not one.manifest.get("spread") and one.manifest.get("status") == "complete" and \
-                    {k: v for k, v in (one.manifest.get("config") or {}).items() if k != "part"} == cfg:
-                return sp, one
-    return None
-
-
-def runs_at(world_size: int) -> list[Run]:
-    """Runs with ok distributed rows at this world size, newest first (issue 18: 8)."""
-    out = []
-    for r in find_runs(has="distributed", defaults=True):
-        d = analysis.distributed_rows(r.results)
-        if (d["world_size"] == world_size).any():
-            out.append(r)
-    return out
-
-
-def describe(run: Run) -> str:
-    d = analysis.distributed_rows(run.results)
-    world = sorted({int(w) for w in d["world_size"].dropna()})
-    pg = sorted({str(b) for b in d.get("dist_backend", pd.Series(dtype=str)).dropna()})
-    gpu = any("cpu" not in str(x) for x in d["device"].dropna())
-    return (f"{style.describe(run)}\n{len(d)} rank rows, world size {world}, over "
-            f"{', '.join(pg) or '?'}; " + ("measured on GPUs" if gpu else
-                                          "a CPU run (gloo): NOT GPU results"))
 
 
 def _main_rows(pts: pd.DataFrame, backend=None, mode=None) -> pd.DataFrame:
@@ -64,7 +25,6 @@ def _main_rows(pts: pd.DataFrame, backend=None, mode=None) -> pd.DataFrame:
 def fig_rank_times(run, model=None, routing=None, backend=None, mode=None) -> Figure:
     """A panel per variant: per token count one bar per rank, its expert time with its
     collective time stacked on top; the line is the measured layer (end to end)."""
-    run = open_run(run)
     r = analysis.per_rank(run.results)
     if r.empty:
         return style.note_figure("no ok distributed point in this run", run, r)
@@ -102,7 +62,6 @@ def fig_rank_times(run, model=None, routing=None, backend=None, mode=None) -> Fi
 def fig_imbalance(run, backend=None, mode=None) -> Figure:
     """Imbalance (max/mean over ranks) of routed pairs and of expert time against tokens,
     a line per routing skew (EP variants: under TP every rank has every pair)."""
-    run = open_run(run)
     pts = analysis.points(run.results)
     pts = _main_rows(pts, backend, mode) if len(pts) else pts
     pts = pts[pts["parallel"] == "ep-allreduce"] if len(pts) else pts
@@ -130,7 +89,6 @@ def fig_imbalance(run, backend=None, mode=None) -> Figure:
 
 def fig_collective_share(run, backend=None, mode=None) -> Figure:
     """The collective's share of the layer's measured time against tokens, per variant."""
-    run = open_run(run)
     pts = analysis.points(run.results)
     if pts.empty:
         return style.note_figure("no ok distributed point in this run", run, None)
@@ -152,7 +110,6 @@ def fig_collective_share(run, backend=None, mode=None) -> Figure:
 def fig_variants(run, routing="uniform", backend=None, mode=None) -> Figure:
     """TP against EP: the layer's measured time (end to end) per token count, a panel per
     model, a line per variant; dotted: predicted (slowest rank + collective)."""
-    run = open_run(run)
     pts = analysis.points(run.results)
     if pts.empty:
         return style.note_figure("no ok distributed point in this run", run, None)
@@ -180,7 +137,6 @@ def fig_variants(run, routing="uniform", backend=None, mode=None) -> Figure:
 def fig_estimate(run, est: pd.DataFrame, measured: pd.DataFrame | None = None) -> Figure:
     """The layer at N ranks ESTIMATED from the run (dashed), beside the run's own measured
     layer; a measured run at N (issue 18) drawn solid when there is one."""
-    run = open_run(run)
     if est.empty:
         return style.note_figure("nothing to estimate from", run, None)
     n = int(est["world_size"].iloc[0])

@@ -2,36 +2,22 @@
 device time per phase, launch overhead (eager - graph), and whether the profiler sees the
 whole graph time.
 
-Every function takes a run (a moe_lab.store.Run, or what open_run accepts). Tables are
+Every figure takes a moe_lab.store.Run (the tables, moe_lab.analysis.kernel_time, also a run id). Tables are
 DataFrames; figures are matplotlib Figures with one legend and the provenance footer of
-the rows they draw (moe_lab.plots.style).
-"""
+the rows they draw (moe_lab.plots.style)."""
 from __future__ import annotations
-
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-
-from .. import rows as row_schema
-from ..core.problems import sharding_name
-from ..store import open_run
 from ..timing import NOISE_LIMIT
 from . import style
-
-COVERAGE_RANGE = (0.7, 1.05)  # profiler kernel sum / graph time accepted as complete
-PHASE_TOKENS = (1, 64, 1024, 8192)
-SPEEDUP_TOKENS = (1, 16, 64, 256, 1024, 4096, 8192)
-
-
-def ok_times(rows: pd.DataFrame) -> pd.DataFrame:
-    """Only correct, timed points (status ok and a median), with a `sharding` column and
-    `spread` ((p90 - p10) / median) and `noisy` (flagged, or spread above the limit)."""
-    r = style.ok_rows(rows).copy()
-    r["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(r["tp"], r["ep"])]
-    return r.assign(spread=row_schema.spread(r), noisy=row_schema.noisy(r))
+from ..analysis.kernel_time import (  # noqa: F401 (the tables)
+    COVERAGE_RANGE, PHASE_TOKENS, SPEEDUP_TOKENS, coverage_summary, coverage_table, default_mode, launch_overhead, ok_times, phase_table, speedup_table, status_table)
 
 
 CONFIG_MARKERS = ("^", "v", "s", "D", "P", "X", "<", ">", "*", "h")  # non-default configs
+
+
 NOISY_LABEL = f"noisy (spread > {NOISE_LIMIT:.0%})"  # spread = (p90 - p10) / median
 
 
@@ -50,25 +36,9 @@ def noisy_legend(ax) -> None:
             label=NOISY_LABEL)
 
 
-def default_mode(run, prefer: str = "graph") -> str:
-    """`prefer` when the run has ok rows in it, else eager (a CPU run has no graph rows)."""
-    run = open_run(run)
-    return prefer if run.has(prefer) else "eager"
-
-
-def status_table(run) -> pd.DataFrame:
-    """Counts of each status per backend and mode, with the distinct reasons."""
-    res = open_run(run).results
-    g = res.groupby(["backend", "mode", "status"], dropna=False)
-    out = g.size().rename("points").reset_index()
-    out["reason"] = g["error"].agg(lambda s: "; ".join(sorted({x for x in s if x}))[:160]).values
-    return out
-
-
 def fig_time_vs_tokens(run, models=None) -> Figure:
     """A panel per model x sharding: median time per call against tokens, a line per
     backend (colour) x mode (style: eager dashed, graph solid), band p10-p90."""
-    run = open_run(run)
     r = ok_times(run.results)
     if models:
         r = r[r["model"].isin(list(models))]
@@ -109,44 +79,9 @@ def fig_time_vs_tokens(run, models=None) -> Figure:
                            f"{NOISE_LIMIT:.0%} of the median)" if noisy else ""))
 
 
-def speedup_table(run, mode: str | None = None, base: str = "torch-grouped",
-                  tokens=SPEEDUP_TOKENS) -> pd.DataFrame:
-    """Time of each backend over `base` at the same point (<1: faster than base), in
-    `mode` (default graph, eager for a run without graph rows)."""
-    run = open_run(run)
-    mode = mode or default_mode(run)
-    r = ok_times(run.results)
-    r = r[(r["mode"] == mode) & r["tokens"].isin(tokens)]
-    piv = r.pivot_table(index=["model", "sharding", "tokens"], columns="backend",
-                        values="median_us")
-    if base not in piv.columns:
-        return piv
-    return piv.div(piv[base], axis=0).round(2)
-
-
-def phase_table(run, tokens=PHASE_TOKENS, mode: str | None = None) -> pd.DataFrame:
-    """Device time per phase (us per call) at the chosen token counts, one row per point
-    (point_id kept, so a figure can name the rows it draws). mode: default graph, eager
-    for a run without graph rows."""
-    run = open_run(run)
-    mode = mode or default_mode(run)
-    r = ok_times(run.results)
-    r = r[r["tokens"].isin(list(tokens)) & (r["mode"] == mode)]
-    k = run.kernels[run.kernels["point_id"].isin(r["point_id"])]
-    piv = k.pivot_table(index="point_id", columns="phase", values="total_us", aggfunc="sum",
-                        fill_value=0.0)
-    cols = [p for p in style.PHASE_COLOR if p in piv.columns]
-    out = r.set_index("point_id")[["model", "sharding", "backend", "mode", "tokens",
-                                    "median_us"]].join(piv[cols], how="inner")
-    out["kernel_us"] = out[cols].sum(axis=1)
-    return out.reset_index().sort_values(["model", "sharding", "tokens", "backend"]) \
-        .reset_index(drop=True)
-
-
 def fig_phases(run, table: pd.DataFrame) -> Figure:
     """A panel per model x sharding: each point's kernel time split into phases (% of
     its kernel time), labelled with the total kernel us per call."""
-    run = open_run(run)
     rows = run.results[run.results["point_id"].isin(table["point_id"])]
     if table.empty:
         return style.note_figure("no profiled point at these token counts", run, rows)
@@ -174,28 +109,9 @@ def fig_phases(run, table: pd.DataFrame) -> Figure:
     return style.finish(fig, run, rows, "labels: total kernel us per call", legend_title="phase")
 
 
-def launch_overhead(run) -> pd.DataFrame:
-    """eager - graph per point: what launching from Python costs (us and share of eager);
-    point_id_eager / point_id_graph name the two rows."""
-    r = ok_times(open_run(run).results)
-    key = ["model", "sharding", "backend", "tokens", "routing"]
-    cols = ["median_us", "p10_us", "p90_us", "point_id", "noisy"]
-    e = r[r["mode"] == "eager"].set_index(key)[cols]
-    g = r[r["mode"] == "graph"].set_index(key)[cols]
-    j = e.join(g, lsuffix="_eager", rsuffix="_graph", how="inner")
-    j["overhead_us"] = j["median_us_eager"] - j["median_us_graph"]
-    j["overhead_pct_of_eager"] = 100 * j["overhead_us"] / j["median_us_eager"]
-    # eager may not be faster than graph beyond the two timers' spread
-    noise = (j["p90_us_eager"] - j["p10_us_eager"]) + (j["p90_us_graph"] - j["p10_us_graph"])
-    j["eager_below_graph_beyond_noise"] = j["overhead_us"] < -noise
-    j["noisy"] = j["noisy_eager"] | j["noisy_graph"]  # either time of the difference
-    return j.reset_index()
-
-
 def fig_launch_overhead(run, table: pd.DataFrame) -> Figure:
     """A panel per model: eager - graph median against tokens, a line per backend
     (colour) x sharding (style)."""
-    run = open_run(run)
     ids = set(table.get("point_id_eager", [])) | set(table.get("point_id_graph", []))
     rows = run.results[run.results["point_id"].isin(ids)]
     if table.empty:
@@ -225,28 +141,3 @@ def fig_launch_overhead(run, table: pd.DataFrame) -> Figure:
     return style.finish(fig, run, rows, "launch overhead = eager median - graph median"
                         + (f"; ringed: {noisy} points with a noisy eager or graph time"
                            if noisy else ""))
-
-
-def coverage_table(run) -> pd.DataFrame:
-    """Graph points: profiler kernel time / graph time, in COVERAGE_RANGE or warned."""
-    r = ok_times(open_run(run).results)
-    g = r[r["mode"] == "graph"].copy()
-    g["kernel_over_graph"] = g["kernel_us"] / g["median_us"]
-    g["in_range"] = g["kernel_over_graph"].between(*COVERAGE_RANGE)
-    g["warned"] = g["warning"].fillna("").str.contains("kernels sum to")
-    return g[["model", "sharding", "backend", "tokens", "median_us", "kernel_us",
-              "kernel_over_graph", "in_range", "warned", "warning"]].reset_index(drop=True)
-
-
-def coverage_summary(run) -> str:
-    """One line: how many graph points have a kernel sum within COVERAGE_RANGE of the
-    graph time, and how many outside it carry no warning."""
-    cov = coverage_table(run)
-    n, k = len(cov), int(cov["in_range"].sum())
-    lo, hi = COVERAGE_RANGE
-    if not n:
-        return f"graph points with kernel sum within [{lo}, {hi}] of graph time: 0 of 0 (no graph point)"
-    unwarned = int((~cov["in_range"] & ~cov["warned"]).sum())
-    return (f"graph points with kernel sum within [{lo}, {hi}] of graph time: {k} of {n} "
-            f"({k / n:.1%}); outside and unwarned: {unwarned}")
-

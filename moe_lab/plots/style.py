@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from ..modes import Mode, parse_mode, row_mode
 from .. import rows as row_schema
 from ..store import Run
+from ..analysis.runs import describe  # noqa: F401 (what a notebook prints first)
 
 # Colours handed to backends that declare none, or that are not registered here (a run
 # made elsewhere); the colours registered backends declare are skipped.
@@ -243,14 +244,6 @@ def finish(fig: Figure, run: Run | None, rows: pd.DataFrame | None, extra: str =
         shared_legend(fig, title=legend_title, loc=legend_loc, order=legend_order)
     footer(fig, run, rows, extra, device)
     return fig
-
-
-def describe(run: Run) -> str:
-    """'run R: N points (K ok) on DEVICE, commits C (path)': what a notebook prints first."""
-    res = run.results
-    ok = int((res["status"] == "ok").sum()) if len(res) else 0
-    return (f"run {run.run_id}: {len(res)} points ({ok} ok) on {run.device}, commits "
-            f"{', '.join(run.commits()) or 'unknown'} ({run.path})")
 
 
 def note_figure(text: str, run: Run | None = None, rows: pd.DataFrame | None = None,

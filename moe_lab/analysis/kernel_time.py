@@ -1,0 +1,122 @@
+"""Kernel time, for notebooks/01_kernel_time.ipynb: time per call against tokens, the
+device time per phase, launch overhead (eager - graph), and whether the profiler sees the
+whole graph time.
+
+Every function takes a run (a moe_lab.store.Run, or what open_run accepts). Tables are
+DataFrames; figures are matplotlib Figures with one legend and the provenance footer of
+the rows they draw (moe_lab.plots.style)."""
+from __future__ import annotations
+import pandas as pd
+from .. import rows as row_schema
+from ..core.problems import sharding_name
+from ..store import open_run
+from ..rows import ok_rows
+from ..profiling import PHASES
+
+
+COVERAGE_RANGE = (0.7, 1.05)  # profiler kernel sum / graph time accepted as complete
+
+
+PHASE_TOKENS = (1, 64, 1024, 8192)
+
+
+SPEEDUP_TOKENS = (1, 16, 64, 256, 1024, 4096, 8192)
+
+
+def ok_times(rows: pd.DataFrame) -> pd.DataFrame:
+    """Only correct, timed points (status ok and a median), with a `sharding` column and
+    `spread` ((p90 - p10) / median) and `noisy` (flagged, or spread above the limit)."""
+    r = ok_rows(rows).copy()
+    r["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(r["tp"], r["ep"])]
+    return r.assign(spread=row_schema.spread(r), noisy=row_schema.noisy(r))
+
+
+def default_mode(run, prefer: str = "graph") -> str:
+    """`prefer` when the run has ok rows in it, else eager (a CPU run has no graph rows)."""
+    run = open_run(run)
+    return prefer if run.has(prefer) else "eager"
+
+
+def status_table(run) -> pd.DataFrame:
+    """Counts of each status per backend and mode, with the distinct reasons."""
+    res = open_run(run).results
+    g = res.groupby(["backend", "mode", "status"], dropna=False)
+    out = g.size().rename("points").reset_index()
+    out["reason"] = g["error"].agg(lambda s: "; ".join(sorted({x for x in s if x}))[:160]).values
+    return out
+
+
+def speedup_table(run, mode: str | None = None, base: str = "torch-grouped",
+                  tokens=SPEEDUP_TOKENS) -> pd.DataFrame:
+    """Time of each backend over `base` at the same point (<1: faster than base), in
+    `mode` (default graph, eager for a run without graph rows)."""
+    run = open_run(run)
+    mode = mode or default_mode(run)
+    r = ok_times(run.results)
+    r = r[(r["mode"] == mode) & r["tokens"].isin(tokens)]
+    piv = r.pivot_table(index=["model", "sharding", "tokens"], columns="backend",
+                        values="median_us")
+    if base not in piv.columns:
+        return piv
+    return piv.div(piv[base], axis=0).round(2)
+
+
+def phase_table(run, tokens=PHASE_TOKENS, mode: str | None = None) -> pd.DataFrame:
+    """Device time per phase (us per call) at the chosen token counts, one row per point
+    (point_id kept, so a figure can name the rows it draws). mode: default graph, eager
+    for a run without graph rows."""
+    run = open_run(run)
+    mode = mode or default_mode(run)
+    r = ok_times(run.results)
+    r = r[r["tokens"].isin(list(tokens)) & (r["mode"] == mode)]
+    k = run.kernels[run.kernels["point_id"].isin(r["point_id"])]
+    piv = k.pivot_table(index="point_id", columns="phase", values="total_us", aggfunc="sum",
+                        fill_value=0.0)
+    cols = [p for p in PHASES if p in piv.columns]
+    out = r.set_index("point_id")[["model", "sharding", "backend", "mode", "tokens",
+                                    "median_us"]].join(piv[cols], how="inner")
+    out["kernel_us"] = out[cols].sum(axis=1)
+    return out.reset_index().sort_values(["model", "sharding", "tokens", "backend"]) \
+        .reset_index(drop=True)
+
+
+def launch_overhead(run) -> pd.DataFrame:
+    """eager - graph per point: what launching from Python costs (us and share of eager);
+    point_id_eager / point_id_graph name the two rows."""
+    r = ok_times(open_run(run).results)
+    key = ["model", "sharding", "backend", "tokens", "routing"]
+    cols = ["median_us", "p10_us", "p90_us", "point_id", "noisy"]
+    e = r[r["mode"] == "eager"].set_index(key)[cols]
+    g = r[r["mode"] == "graph"].set_index(key)[cols]
+    j = e.join(g, lsuffix="_eager", rsuffix="_graph", how="inner")
+    j["overhead_us"] = j["median_us_eager"] - j["median_us_graph"]
+    j["overhead_pct_of_eager"] = 100 * j["overhead_us"] / j["median_us_eager"]
+    # eager may not be faster than graph beyond the two timers' spread
+    noise = (j["p90_us_eager"] - j["p10_us_eager"]) + (j["p90_us_graph"] - j["p10_us_graph"])
+    j["eager_below_graph_beyond_noise"] = j["overhead_us"] < -noise
+    j["noisy"] = j["noisy_eager"] | j["noisy_graph"]  # either time of the difference
+    return j.reset_index()
+
+
+def coverage_table(run) -> pd.DataFrame:
+    """Graph points: profiler kernel time / graph time, in COVERAGE_RANGE or warned."""
+    r = ok_times(open_run(run).results)
+    g = r[r["mode"] == "graph"].copy()
+    g["kernel_over_graph"] = g["kernel_us"] / g["median_us"]
+    g["in_range"] = g["kernel_over_graph"].between(*COVERAGE_RANGE)
+    g["warned"] = g["warning"].fillna("").str.contains("kernels sum to")
+    return g[["model", "sharding", "backend", "tokens", "median_us", "kernel_us",
+              "kernel_over_graph", "in_range", "warned", "warning"]].reset_index(drop=True)
+
+
+def coverage_summary(run) -> str:
+    """One line: how many graph points have a kernel sum within COVERAGE_RANGE of the
+    graph time, and how many outside it carry no warning."""
+    cov = coverage_table(run)
+    n, k = len(cov), int(cov["in_range"].sum())
+    lo, hi = COVERAGE_RANGE
+    if not n:
+        return f"graph points with kernel sum within [{lo}, {hi}] of graph time: 0 of 0 (no graph point)"
+    unwarned = int((~cov["in_range"] & ~cov["warned"]).sum())
+    return (f"graph points with kernel sum within [{lo}, {hi}] of graph time: {k} of {n} "
+            f"({k / n:.1%}); outside and unwarned: {unwarned}")
