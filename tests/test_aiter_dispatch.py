@@ -351,8 +351,8 @@ def test_backend_supports_takes_cu_num_like_aiter_and_refuses_off_rocm(monkeypat
 
 # ------------------------------------------------------------------- moe-lab profile --explain
 def test_profile_explain_prints_the_tuned_row_without_a_gpu(capsys, monkeypatch):
-    import moe_lab.commands.profile as prof
-    monkeypatch.setattr(prof, "profile", lambda *a, **k: pytest.fail("--explain profiled"))
+    import moe_lab.api as api  # the verb imports api.profile when it runs (--help loads no torch)
+    monkeypatch.setattr(api, "profile", lambda *a, **k: pytest.fail("--explain profiled"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("--explain asked for a GPU"))
     prob = make_problem("deepseek-r1", 64, "bf16", 8)
     rows = csv_rows(**bf16_key_filter(prob, 256, 64))
