@@ -1,44 +1,55 @@
 """`moe-lab claims ...` end to end: exit codes, one-line errors, output formats."""
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import cli_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 S000 = ROOT / "data" / "claims" / "sources" / "000_beee3bc92878194c.txt"
 
 
-def cli(*args):
+# every `python -m moe_lab claims ...` these tests read, each a process of its own, run
+# together at one interpreter's imports (conftest.cli_processes)
+CALLS = [("parse", "/no/such/file.txt"), ("parse", "{noblock}"), ("parse",), ("frobnicate",),
+         ("parse", S000), ("parse", S000, "--format", "json"), ("check",), ("check", "--strict"),
+         ("check", "--format", "json", "--status", "fail"), ("implications", "--format", "json")]
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory):
+    """cli(*args): the finished `python -m moe_lab claims *args` (one of CALLS; "{noblock}"
+    is a file with no claims block, in a folder of its own)."""
+    noblock = tmp_path_factory.mktemp("noblock") / "x.txt"
+    noblock.write_text("nothing to see\n")
+    argvs = [[str(a).format(noblock=noblock) for a in c] for c in CALLS]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "moe_lab", "claims", *map(str, args)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    got = dict(zip(CALLS, cli_processes([(["claims", *a], ROOT) for a in argvs], env)))
+    return lambda *args: got[args]
 
 
-def test_missing_file_one_line_exit_2():
+def test_missing_file_one_line_exit_2(cli):
     r = cli("parse", "/no/such/file.txt")
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "no such file" in r.stderr
     assert "Traceback" not in r.stderr
 
 
-def test_file_without_block_exit_2(tmp_path):
-    p = tmp_path / "x.txt"
-    p.write_text("nothing to see\n")
-    r = cli("parse", p)
+def test_file_without_block_exit_2(cli):
+    r = cli("parse", "{noblock}")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "x.txt" in r.stderr
 
 
-def test_bad_args_exit_2():
+def test_bad_args_exit_2(cli):
     r = cli("parse")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     r = cli("frobnicate")
     assert r.returncode == 2
 
 
-def test_parse_csv_and_json():
+def test_parse_csv_and_json(cli):
     r = cli("parse", S000)
     assert r.returncode == 0
     lines = r.stdout.strip().splitlines()
@@ -50,7 +61,7 @@ def test_parse_csv_and_json():
     assert [x["value"] for x in tpot] == [49.73, 32.55]
 
 
-def test_check_exit_codes_and_summary():
+def test_check_exit_codes_and_summary(cli):
     r = cli("check")
     assert r.returncode == 0
     last = r.stdout.strip().splitlines()[-1]
@@ -63,7 +74,7 @@ def test_check_exit_codes_and_summary():
     assert rows and all(x["status"] == "fail" for x in rows)
 
 
-def test_implications_cli():
+def test_implications_cli(cli):
     r = cli("implications", "--format", "json")
     assert r.returncode == 0
     rows = json.loads(r.stdout)
