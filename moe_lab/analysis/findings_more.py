@@ -55,7 +55,7 @@ def compile_section(runs) -> list[str]:
 
 
 def noise_section(runs) -> list[str]:
-    from .. import noise
+    from . import noise
     by_id = {r.run_id: r for r in runs}
     out = []
     for dev in sorted({r.device for r in runs}):

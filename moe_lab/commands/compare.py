@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ..compare import bands_line, calibrate, check_args, compare, summary
+from ..analysis.compare import bands_line, calibrate, check_args, compare, summary
 from ..core.errors import UsageError
 from ..store import open_run
 

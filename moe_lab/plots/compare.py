@@ -1,7 +1,7 @@
 """The compare figure: ratio of medians B/A against tokens, a panel per model (rows) x
 sharding and mode (columns), a line per backend with each point's bootstrap 95% interval
 as a bar and, shaded behind every bar, the device's calibrated between-process noise band
-for that mode (moe_lab.noise): a verdict needs the whole bar outside the shade. Below 1 is
+for that mode (moe_lab.analysis.noise): a verdict needs the whole bar outside the shade. Below 1 is
 B faster; a filled triangle marks a point with a verdict."""
 from __future__ import annotations
 
