@@ -195,10 +195,10 @@ def test_a_second_sweep_with_a_config_file_measures_the_new_points(tmp_path, chu
 # --- 3. compare: inside the noise band is no change --------------------------------------
 
 def test_a_verdict_inside_the_noise_band_is_no_detectable_change():
-    from moe_lab.compare import verdict
+    from moe_lab.analysis.compare import verdict
     # compare.verdict(low, high, noise): the bootstrap interval of median(B) / median(A)
     # against the band [exp(-noise), exp(noise)] (noise: the device's calibrated
-    # between-process noise in the mode, moe_lab.noise). Wholly below 1 but inside: no change
+    # between-process noise in the mode, moe_lab.analysis.noise). Wholly below 1 but inside: no change
     assert verdict(0.985, 0.995, 0.02) == "no detectable change"
     assert verdict(1.005, 1.015, 0.02) == "no detectable change"
     assert verdict(0.93, 0.97, 0.10) == "no detectable change"  # a 10% band
@@ -214,8 +214,8 @@ def test_a_verdict_inside_the_noise_band_is_no_detectable_change():
 
 def test_compare_calls_a_one_percent_graph_change_no_detectable_change(tmp_path):
     """The band through compare(): B 1% faster with a tight interval, in graph mode."""
-    from moe_lab.compare import compare
-    from moe_lab.noise import Calibration
+    from moe_lab.analysis.compare import compare
+    from moe_lab.analysis.noise import Calibration
     from moe_lab.store import RunStore, open_run
     rng = np.random.default_rng(3)
     runs = []
@@ -526,7 +526,7 @@ def _pair_entry(a, b, ln):
 
 def test_a_pairs_noise_is_the_95th_percentile_of_its_absolute_log_ratios():
     from types import SimpleNamespace
-    from moe_lab.noise import pair_of
+    from moe_lab.analysis.noise import pair_of
 
     def run(name):
         return SimpleNamespace(path=Path("/nonexistent") / name, run_id=name, device="cpu",
@@ -541,7 +541,7 @@ def test_a_pairs_noise_is_the_95th_percentile_of_its_absolute_log_ratios():
 
 
 def test_the_devices_band_is_the_noisiest_pairs_95th_percentile():
-    from moe_lab.noise import Calibration
+    from moe_lab.analysis.noise import Calibration
     quiet = Calibration("cpu", [_pair_entry("q", "q2", QUIET)]).modes()["eager"]
     assert quiet["noise"] == pytest.approx(0.09525, abs=1e-6)
     cal = Calibration("cpu", [_pair_entry("q", "q2", QUIET), _pair_entry("n", "n2", NOISY)])
@@ -779,11 +779,11 @@ MUTATIONS = (
              (T_TARGETS + "test_the_fp8_targets_count_what_is_met_with_the_median",),
              "the target table's median is the mean"),
     # noise bands
-    Mutation("noise-band-from-the-wrong-quantile", "moe_lab/noise.py",
+    Mutation("noise-band-from-the-wrong-quantile", "moe_lab/analysis/noise.py",
              "np.quantile(xs, QUANTILE)), len(xs)", "np.quantile(xs, 1 - QUANTILE)), len(xs)",
              (T_BITES + "test_the_devices_band_is_the_noisiest_pairs_95th_percentile",),
              "a band from the wrong quantile: the 0.05 quantile of |ln B/A|, not the 0.95"),
-    Mutation("noise-band-from-the-quietest-pair", "moe_lab/noise.py",
+    Mutation("noise-band-from-the-quietest-pair", "moe_lab/analysis/noise.py",
              "            v = max(q for q, _ in qs)\n", "            v = min(q for q, _ in qs)\n",
              (T_BITES + "test_the_devices_band_is_the_noisiest_pairs_95th_percentile",),
              "the device's band from its quietest A/A' pair, not its noisiest"),

@@ -6,7 +6,7 @@ import pytest
 
 import moe_lab as ml
 from moe_lab.cli import main
-from moe_lab.compare import compare, ratio_interval, verdict
+from moe_lab.analysis.compare import compare, ratio_interval, verdict
 from moe_lab.store import RunStore, open_run
 
 RNG = np.random.default_rng(7)

@@ -1,4 +1,4 @@
-"""The noise model behind compare's verdicts (moe_lab.noise, issue 26): a calibration from
+"""The noise model behind compare's verdicts (moe_lab.analysis.noise, issue 26): a calibration from
 two runs of a real CPU sweep (an A/A' pair), a change planted above the calibrated noise is
 found and one below it is not, compare without a calibration says so, a run against
 itself is no change anywhere; the committed H200 calibration and the verdict counts it
@@ -14,8 +14,8 @@ import pytest
 
 import moe_lab as ml
 from moe_lab.cli import main
-from moe_lab.compare import calibrate, compare, summary, verdict
-from moe_lab.noise import QUANTILE, Calibration, load, read, slug
+from moe_lab.analysis.compare import calibrate, compare, summary, verdict
+from moe_lab.analysis.noise import QUANTILE, Calibration, load, read, slug
 from moe_lab.store import open_run
 
 SWEEP = dict(models="custom:H=64,I=32,E=4,k=2", tokens=[1, 4, 16],

@@ -232,3 +232,18 @@ def test_readme_has_no_date_and_no_dated_status():
     text = README.read_text()
     assert not re.findall(r"\b20\d\d-\d\d-\d\d\b", text)
     assert "docs/findings.md" in text and "moe-lab findings" in text
+
+
+def test_the_numbers_the_readme_keeps_are_the_codes():
+    """The README states no measured number (those are in the generated findings); the
+    few it keeps are constants of the code, checked here: the correctness limits and the
+    tune search's token keys."""
+    from moe_lab.correctness import THRESHOLDS
+    from moe_lab.tuning import TUNE_TOKENS
+    text = " ".join(README.read_text().split())
+    m = re.search(r"under (\S+) bf16, (\S+) fp16, (\S+) fp32, (\S+) fp8", text)
+    assert m, "the correctness limits sentence"
+    assert [float(x) for x in m.groups()] == [THRESHOLDS[d] for d in
+                                              ("bf16", "fp16", "fp32", "fp8-block128")]
+    m = re.search(r"at the (\d+) token keys", text)
+    assert m and int(m[1]) == len(TUNE_TOKENS)

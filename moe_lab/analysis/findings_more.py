@@ -55,7 +55,7 @@ def compile_section(runs) -> list[str]:
 
 
 def noise_section(runs) -> list[str]:
-    from .. import noise
+    from . import noise
     by_id = {r.run_id: r for r in runs}
     out = []
     for dev in sorted({r.device for r in runs}):
@@ -134,7 +134,12 @@ def imported_section(runs) -> list[str]:
                 f"Runs: `{r.run_id}` (imported {when}) · commits {', '.join(r.commits())}; "
                 f"the times are AMD's tuner's", "",
                 "Rows per device and status of AMD aiter's own tuned fused-MoE table "
-                "(AMD's tuner's times, not moe-lab's).", "",
+                "(AMD's tuner's times, not moe-lab's). Its `median_us` is the table's two "
+                "stages, each kernel timed alone by the tuner, without routing, sorting or "
+                "the input's quantisation, on the tuner's own routing: compare it with "
+                "moe-lab's graph times only with that in mind. An `incorrect` row is one whose "
+                "error the table records above moe-lab's limit (`--max-err`); its time is "
+                "kept.", "",
                 *md_table(by.reset_index()), ""]
     return out
 

@@ -33,7 +33,7 @@ def configure(p):
 
 
 def _calibrate(args) -> int:
-    from ..compare import calibrate
+    from ..analysis.compare import calibrate
     from ..store import open_run
     if args.run_b is None or args.by or args.values or args.mode:
         raise UsageError("--calibrate takes two runs of one commit, A A', and no --by, "
@@ -53,7 +53,7 @@ def _calibrate(args) -> int:
 
 
 def run(args) -> int:
-    from ..compare import bands_line, check_args, compare, summary
+    from ..analysis.compare import bands_line, check_args, compare, summary
     from ..store import open_run
     if args.calibrate:
         return _calibrate(args)

@@ -131,7 +131,7 @@ def _split_section(run: Run) -> Section | None:
 
 
 def _compare_section(a: Run, b: Run, by=None, values=None, mode=None) -> Section:
-    from ..compare import bands_line, compare, summary
+    from ..analysis.compare import bands_line, compare, summary
     from .compare import fig_ratio
     t = compare(a, b, by, values)
     if mode:
@@ -183,7 +183,7 @@ def build(runs: list[Run], by: str | None = None, values=None, mode: str | None 
     """The sections of a review of `runs` (see the module doc)."""
     out = []
     if len(runs) == 2 or by:
-        from ..compare import check_args
+        from ..analysis.compare import check_args
         check_args(runs[0], runs[-1], by, values, mode)  # bad input: one line, exit 2
         out.append(_guarded("Compare", _compare_section, runs[0], runs[-1], by, values, mode))
     for run in {str(r.path): r for r in runs}.values():  # a run compared with itself once

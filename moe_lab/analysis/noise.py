@@ -42,28 +42,28 @@ from pathlib import Path
 
 import numpy as np
 
-from .core.atomic import atomic_write_json
-from .core.errors import UsageError
+from ..core.atomic import atomic_write_json
+from ..core.errors import UsageError
 
 QUANTILE = 0.95
-CHECKOUT_NOISE = Path(__file__).resolve().parent.parent / "data" / "noise"
+CHECKOUT_NOISE = Path(__file__).resolve().parents[2] / "data" / "noise"
 WHAT = ("between-process noise of this device per mode, from A/A' pairs (two runs of one "
         "commit, the same sweep, two processes): a pair's noise = the 0.95 quantile of "
         "|ln(median_B / median_A)| over its matching ok points; the mode's noise = the largest "
         "pair's (the noisiest session seen); compare calls "
         "a change only when its bootstrap 95% interval lies wholly outside "
         "[exp(-noise), exp(noise)]. Calibrating on a pair and then comparing that pair is "
-        "circular. Written by `moe-lab compare --calibrate A A'` (moe_lab/noise.py).")
+        "circular. Written by `moe-lab compare --calibrate A A'` (moe_lab/analysis/noise.py).")
 
 
 def slug(device: str) -> str:
-    from .core.devices import device_slug
+    from ..core.devices import device_slug
     return device_slug(str(device)) or "unknown"
 
 
 def noise_dirs() -> list[Path]:
     """Where calibrations are looked for: <data folder>/noise, then the checkout's."""
-    from .store import data_dir
+    from ..store import data_dir
     dirs = [data_dir().parent / "noise", CHECKOUT_NOISE]
     return list(dict.fromkeys(p.resolve() for p in dirs))
 
@@ -167,7 +167,7 @@ def load(device: str, where=None) -> Calibration | None:
 
 
 def _label(row: dict) -> str:
-    from .core.problems import sharding_name
+    from ..core.problems import sharding_name
     try:
         shard = sharding_name(int(row["tp"]), int(row["ep"]))
     except (TypeError, ValueError):

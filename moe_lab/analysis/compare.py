@@ -1,7 +1,7 @@
 """Compare two runs, or one run split by a column, point by point: the ratio of medians
 (B over A; below 1 means B is faster) with a bootstrap 95% interval from the kept per-call
 samples (scipy.stats.bootstrap), and a verdict that needs the change to clear both that
-interval and the device's between-process noise in that mode (moe_lab.noise).
+interval and the device's between-process noise in that mode (moe_lab.analysis.noise).
 
     table = compare(open_run("a"), open_run("b"))                   # two runs
     table = compare(run, run, by="config", values=("default", "tuned"))   # one run, split
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from . import noise as noise_model
-from .core.errors import UsageError
+from ..core.errors import UsageError
 
 KEY = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "wrapped", "config",
        "tokens", "routing")
