@@ -13,6 +13,16 @@ from .core.problems import Problem
 
 # --- which configuration a sweep or check uses ---------------------------------------
 
+class ConfigTables(dict):
+    """{stage: {M: config}} read from files, with `files` {stage: path}: the file each
+    stage's table came from, so a backend whose own project looks its files up by name
+    (vLLM's VLLM_TUNED_CONFIG_FOLDER) can hand it the file instead of the table."""
+
+    def __init__(self, tables: dict, files: dict):
+        super().__init__(tables)
+        self.files = {k: Path(v) for k, v in files.items()}
+
+
 def load_tuned(backend: str, problem: Problem, dev_name: str, configs_dir) -> dict | None:
     """{stage: {M: config}} from the tuned files for this shard, None when there are none."""
     be = backends.backend_class(backend)
@@ -22,11 +32,12 @@ def load_tuned(backend: str, problem: Problem, dev_name: str, configs_dir) -> di
     folder = Path(configs_dir) / backend
     if not (folder / names["gemm1"]).exists():
         return None
-    tables = {}
+    tables, files = {}, {}
     for stage, name in names.items():
         p = folder / name
         tables[stage] = read_table(p) if p.exists() else tables["gemm1"]
-    return tables
+        files[stage] = p if p.exists() else files["gemm1"]
+    return ConfigTables(tables, files)
 
 
 def configs_dir_for(dev_name: str) -> Path:
@@ -44,7 +55,9 @@ def read_config_path(backend: str, path) -> dict:
         raise ValueError(f"config file {p} does not exist")
     t1 = read_table(p)
     down = p.with_name(p.stem + "_down.json")
-    return {"gemm1": t1, "gemm2": read_table(down) if down.is_file() else t1}
+    if down.is_file():
+        return ConfigTables({"gemm1": t1, "gemm2": read_table(down)}, {"gemm1": p, "gemm2": down})
+    return ConfigTables({"gemm1": t1, "gemm2": t1}, {"gemm1": p, "gemm2": p})
 
 
 def config_for(backend: str, config: str, problem: Problem, dev_name: str):

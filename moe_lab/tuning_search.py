@@ -309,7 +309,9 @@ class StageSearch:
                 rounds = -(-len(warm) // self.compile_workers)
                 limit = WARM_S + WARM_PER_CONFIG_S * rounds
                 left = self.deadline - self.clock()
+                warm_tokens = getattr(self.backend, "warm_tokens", None)
                 self.precompiler.warm(sh.first, list(warm.values()),
+                                      warm_tokens(sh.first, sh.keys) if warm_tokens else
                                       _specialization_reps(sh.keys, sh.first.topk),
                                       timeout_s=min(limit, left), budget_cut=left < limit)
             for cand, full, Ts in chunk:

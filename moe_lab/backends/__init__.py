@@ -51,6 +51,10 @@ Tunable backends (moe_lab.tuning) also implement
     prepare(problem, weights, config={stage: config}) uses that configuration
     config_files(problem, device_name) -> {stage: file name}   in the format the kernel's
                                                  own project reads (vLLM/aiter JSON by M)
+and may declare coarse_config / fine_keys (the search's coarse pass and fine steps) and
+    warm_tokens(problem, keys) -> token counts whose calls compile every kernel
+                                  specialisation (moe_lab.tuning_compile; default: by
+                                  num_valid_tokens alone)
 """
 from __future__ import annotations
 

@@ -25,10 +25,32 @@ the power-of-two (UE8M0) rounding of block-fp8 activation scales
 Blackwell); `prepare` turns it off (VLLM_USE_DEEP_GEMM_E8M0=0), so the scales are the
 Triton path's own.
 
-Configuration: vLLM's own lookup for the device (`get_config_file_name`: the user's
-VLLM_TUNED_CONFIG_FOLDER first, then the files vLLM ships, else `get_default_config`);
-`fn.row_facts` names the file it found, or `default`, and the vLLM version, and the sweep
-puts both on the row (`config_file`, `backend_version`).
+Configuration: vLLM's own lookup for the device (`get_moe_configs`: the file named by
+`get_config_file_name` in VLLM_TUNED_CONFIG_FOLDER first, then among the files vLLM ships,
+else `get_default_config`; the entry of the token count nearest M). vLLM 0.26 takes one
+configuration for both GEMMs of a call (`fused_experts_impl` hands the same `config` to
+both launches) and reads no `_down` file, so a configuration here is one stage, `gemm1`.
+  config=None (`--config default`): vLLM as shipped: the lookup without a user folder
+      (a VLLM_TUNED_CONFIG_FOLDER of the caller's is set aside while the call runs).
+  config from files whose name is the one vLLM looks up (`--config tuned`: moe-lab tune's
+      files under data/configs/<device>/vllm/): VLLM_TUNED_CONFIG_FOLDER is their folder
+      while the call runs, and vLLM finds, reads and picks from them itself.
+  a configuration or a table without such a file (moe-lab tune's candidates, `--config
+      FILE` of another name): vLLM's `override_config`, the hook its own tuning script
+      (benchmarks/kernels/benchmark_moe.py) times candidates with; a table gives the entry
+      nearest the call's token count, vLLM's rule.
+`get_moe_configs` is cached per shape (lru_cache): the cache is cleared when a call needs
+another folder than the last one (never in between, so an eager call reads no file).
+`fn.row_facts` names the file vLLM used (the user folder's as a path under the checkout),
+or `default`, and the vLLM version; the sweep puts both on the row (`config_file`,
+`backend_version`).
+
+Tuning (`moe-lab tune --backend vllm`): moe_lab.tuning's search over the space of
+moe_lab.backends._triton_configs (aiter-triton's), one stage; the default it times is
+vLLM's own choice for the key (shipped file or get_default_config); the winners are written
+as `E=<local experts>,N=<I per rank>,device_name=NVIDIA_H200[,dtype=fp8_w8a8]
+[,block_shape=[128,128]].json`, vLLM's name and format (vLLM names every H200 of the family
+NVIDIA_H200). vLLM's name does not tell fp8-tensor from fp8-channel: one file serves both.
 
 Schemes, through vLLM's quant config (`fp8_w8a8_moe_quant_config`), with moe-lab's scales
 (moe_lab.core.quant) as vLLM lays them out:
@@ -47,20 +69,25 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+from pathlib import Path
 
 import torch
 
 from . import Backend, Weights, register
+from ._triton_configs import FINE_KEYS, file_stem, gemm_space, is_coarse, nearest
 
 CHECKED = "0.26.0"  # the release read and tested; also the oldest supported
 OLDEST = CHECKED
 BLOCK_SHAPE = [128, 128]
 FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
+FUSED_MOE_PKG = "vllm.model_executor.layers.fused_moe"  # override_config lives here
 QUANT_CONFIG = "vllm.model_executor.layers.fused_moe.config"
 # vLLM's names for the dtype part of its config files (`_get_config_dtype_str`)
 CONFIG_DTYPE = {"bf16": None, "fp16": None, "fp32": "float32", "fp8-tensor": "fp8_w8a8",
                 "fp8-channel": "fp8_w8a8", "fp8-block128": "fp8_w8a8"}
 PINNED_ENV = {"VLLM_USE_DEEP_GEMM_E8M0": "0"}
+TUNED_FOLDER = "VLLM_TUNED_CONFIG_FOLDER"
+STAGE = "gemm1"  # one configuration for both GEMMs (module doc)
 
 
 def _version_tuple(v: str) -> tuple:
@@ -147,6 +174,45 @@ def config_choice(problem, fm=None) -> str:
     return "default"
 
 
+def vllm_device_name(device_name: str) -> str:
+    """The device part of vLLM's config file names (`get_config_file_name`): spaces as _,
+    and any H200 of the family (H200 NVL, ...) NVIDIA_H200."""
+    name = str(device_name).replace(" ", "_")
+    return "NVIDIA_H200" if "H200" in name.split("_") else name
+
+
+def config_file_name(problem, device_name: str) -> str:
+    """The file vLLM's lookup reads for this problem on that device."""
+    return file_stem(problem.local_experts, problem.inter, vllm_device_name(device_name),
+                     problem.dtype) + ".json"
+
+
+_LOOKUP = [object()]  # the user folder vLLM's (cached) lookup was last cleared for
+
+
+def use_lookup(fm, folder) -> None:
+    """VLLM_TUNED_CONFIG_FOLDER = folder (None: unset, vLLM as shipped) for the calls that
+    follow; get_moe_configs' cache cleared when that is not what it was last read with."""
+    want = None if folder is None else str(folder)
+    if os.environ.get(TUNED_FOLDER) != want or _LOOKUP[0] != want:
+        if want is None:
+            os.environ.pop(TUNED_FOLDER, None)
+        else:
+            os.environ[TUNED_FOLDER] = want
+        fm.get_moe_configs.cache_clear()
+        _LOOKUP[0] = want
+
+
+def _shown(path) -> str:
+    """A path as a row names it: under the checkout, relative to it (a row must not carry
+    the measuring machine's folders)."""
+    from ..core.environment import REPO_ROOT
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT.resolve()))
+    except ValueError:
+        return str(path)
+
+
 def pin_env() -> None:
     """Turn off the DeepGEMM UE8M0 rounding of the Triton path's activation scales (module
     doc), including a decision vLLM cached before."""
@@ -225,7 +291,49 @@ class VllmBackend(Backend):
         return {"vllm": vllm_version(), "vllm_path": "fused_experts (Triton), pinned",
                 "vllm_pinned_env": dict(PINNED_ENV)}
 
-    def prepare(self, problem, weights: Weights):
+    # --- configurations (moe-lab tune; module doc) --------------------------------------
+    tunable = True
+    coarse_config = staticmethod(is_coarse)
+    fine_keys = FINE_KEYS
+
+    def default_config(self, problem) -> dict:
+        """What vLLM as shipped runs at the problem's token count: its shipped file's entry
+        nearest M, else get_default_config (vLLM's try_get_optimal_moe_config, no user
+        folder)."""
+        fm = importlib.import_module(FUSED_MOE)
+        use_lookup(fm, None)
+        H, inter, E = problem.hidden, problem.inter, problem.local_experts
+        cfg = fm.try_get_optimal_moe_config(
+            (E, 2 * inter, H), (E, H, inter), problem.topk, config_dtype(problem),
+            problem.tokens, block_shape=list(BLOCK_SHAPE) if problem.dtype == "fp8-block128"
+            else None)
+        return {STAGE: dict(cfg)}
+
+    def config_space(self, problem) -> dict:
+        """aiter-triton's space (moe_lab.backends._triton_configs: shared memory with the fp8
+        schemes' 1-byte operands, registers, the 128-column scale block of fp8-block128,
+        BLOCK_SIZE_M by the token count): one stage, both GEMMs."""
+        return {STAGE: gemm_space(problem.tokens, elem_bytes=1 if problem.is_fp8 else 2,
+                                  block_quant=problem.dtype == "fp8-block128")}
+
+    def config_files(self, problem, device_name: str) -> dict:
+        return {STAGE: config_file_name(problem, device_name)}
+
+    def warm_tokens(self, problem, keys) -> list[int]:
+        """Token counts whose calls compile every specialisation of vLLM's kernel the keys
+        reach (moe_lab.tuning_compile): the smallest key per (naive block assignment: no
+        alignment where T*k*4 <= E without EP; num_valid_tokens 1; a multiple of 16)."""
+        out = {}
+        for T in sorted(keys):
+            n = T * problem.topk
+            naive = problem.ep == 1 and n * 4 <= problem.experts
+            out.setdefault((naive, n == 1, n % 16 == 0), T)
+        return sorted(out.values())
+
+    def prepare(self, problem, weights: Weights, config: dict | None = None):
+        """`config`: None, vLLM as shipped; else {"gemm1": a configuration or a table {M:
+        configuration}}, from files (moe_lab.configs.ConfigTables: vLLM's own lookup reads
+        them when their name is vLLM's) or not (vLLM's override_config); module doc."""
         fm = importlib.import_module(FUSED_MOE)
         pin_env()
         quant_config = None
@@ -241,12 +349,39 @@ class VllmBackend(Backend):
         kw = experts_kwargs(problem, weights.expert_map, quant_config)
         fused_experts = fm.fused_experts
         bind_call(fused_experts, (None,) * 5, kw)  # a call this vLLM does not take fails here
+        folder, override, table, shown = None, None, None, None
+        if config is not None:
+            c = config[STAGE]
+            path = (getattr(config, "files", None) or {}).get(STAGE)
+            block = list(BLOCK_SHAPE) if problem.dtype == "fp8-block128" else None
+            if path is not None and Path(path).name == fm.get_config_file_name(
+                    problem.local_experts, problem.inter, config_dtype(problem), block):
+                folder = Path(path).resolve().parent  # vLLM's own lookup finds it there
+            elif all(isinstance(m, int) for m in c):
+                table, shown = c, _shown(path) if path is not None else None
+            else:
+                override = dict(c)
+        override_config = importlib.import_module(FUSED_MOE_PKG).override_config
 
-        def fn(x, topk_weights, topk_ids):
-            return fused_experts(x, w1, w2, topk_weights, topk_ids, **kw)
-        fn.row_facts = dict(config_file=config_choice(problem, fm),
+        if folder is None and override is None and table is None:  # vLLM as shipped
+            def fn(x, topk_weights, topk_ids):
+                use_lookup(fm, None)
+                return fused_experts(x, w1, w2, topk_weights, topk_ids, **kw)
+        elif folder is not None:  # vLLM reads moe-lab's files from its tuned-config folder
+            def fn(x, topk_weights, topk_ids):
+                use_lookup(fm, folder)
+                return fused_experts(x, w1, w2, topk_weights, topk_ids, **kw)
+        else:
+            def fn(x, topk_weights, topk_ids):
+                with override_config(override or nearest(table, x.shape[0])):
+                    return fused_experts(x, w1, w2, topk_weights, topk_ids, **kw)
+        use_lookup(fm, folder)
+        used = config_choice(problem, fm)
+        fn.row_facts = dict(config_file=_shown(used) if folder is not None else
+                            shown if table is not None else None if override else used,
                             backend_version=f"vllm {vllm_version()}")
         fn.call_kwargs = kw  # what a test binds and inspects
+        fn.lookup_folder = folder
         return fn
 
 

@@ -1,0 +1,150 @@
+"""The comparison a reviewer asks for (issue 41): per shape, scheme and token count, the
+workbook's best own layer over vLLM's fused MoE as shipped. Frames in, frames out; the
+figure is moe_lab.plots.vllm_compare's.
+
+    best_over_vllm(results, ledger=None) -> per run and point: vllm_us (backend `vllm`,
+        config `default`: vLLM's Triton fused_experts with its shipped files), best_us and
+        best (the fastest ok row among OWN of the same run, point and mode), ratio =
+        best_us / vllm_us (< 1: ours faster), slower (ratio > BAND), and for a slower
+        point the ledger's answer: loses_in, the phase whose measured time exceeds vLLM's
+        the most, and loses_us, by how much (from the ledger frame of moe_lab.ledger when
+        given and holding both points' phases; else '' and NaN)
+    by_shape(table) -> per run, shape and scheme: points, geomean_ratio, worst_ratio and
+        its tokens, slower points, and met (every point within BAND and the geomean at or
+        below 1.00: issue 41's goal)
+    vllm_runs(runs=None) -> the runs holding ok `vllm` default rows (ids or folders given:
+        those), on the newest one's device, newest first; [] when none
+    frames(runs, mode="graph") -> (results, ledger) of those runs, each row with its
+        run_id (every run's own rows: a point two runs share is kept in both)
+
+OWN, the workbook's own layers: aiter-triton (aiter's shipped or moe-lab's tuned
+configurations), torch-grouped, the FP8 backends (torch-fp8, torch-fp8-grouped) and vLLM's
+own kernel with moe-lab's tuned files (`vllm` tuned). Only rows of the default glue
+(a deployment's) are compared; every point is compared within its run (one lease, one
+GPU), never across runs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .core.problems import sharding_name
+from .rows import ok_rows
+
+BASE = ("vllm", "default")
+OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("torch-grouped", "default"),
+       ("torch-fp8", "default"), ("torch-fp8-grouped", "default"), ("vllm", "tuned"))
+BAND = 1.03  # the run-to-run band of two measurements (h200-repeat-a/b)
+KEY = ["run_id", "model", "tp", "ep", "ep_rank", "dtype", "routing", "mode", "tokens"]
+COLUMNS = ["run_id", "model", "sharding", "tp", "ep", "dtype", "mode", "tokens", "vllm_us",
+           "vllm_config_file", "best_us", "best", "ratio", "slower", "loses_in", "loses_us",
+           "best_point_id", "vllm_point_id"]
+SHAPE = ["run_id", "model", "sharding", "dtype", "mode"]
+
+
+def _candidates(results: pd.DataFrame, mode: str | None) -> pd.DataFrame:
+    r = ok_rows(results)
+    if mode is not None:
+        r = r[r["mode"] == mode]
+    r = r.copy()
+    r["config"] = r["config"].fillna("default").astype(str) if "config" in r else "default"
+    if "glue" in r:  # the default glue only (a deployment's): '' or fused
+        r = r[r["glue"].fillna("").astype(str).isin(["", "fused"])]
+    if "run_id" not in r:
+        r["run_id"] = ""
+    for c in ("routing", "ep_rank"):
+        if c not in r:
+            r[c] = "uniform" if c == "routing" else 0
+    return r
+
+
+def best_over_vllm(results: pd.DataFrame, ledger: pd.DataFrame | None = None,
+                   mode: str | None = "graph", own=OWN, band: float = BAND) -> pd.DataFrame:
+    """Module doc. Points without an ok vLLM-default row or without an ok own row are left
+    out; empty (COLUMNS) when none has both."""
+    r = _candidates(results, mode)
+    pair = list(zip(r["backend"].astype(str), r["config"]))
+    base = r[[p == BASE for p in pair]]
+    mine = r[[p in set(own) for p in pair]]
+    if base.empty or mine.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    mine = mine.assign(best=mine["backend"] + " " + mine["config"])
+    best = mine.sort_values("median_us").groupby(KEY, sort=False).head(1)
+    base = base.sort_values("median_us").groupby(KEY, sort=False).head(1)
+    cols = ["median_us", "point_id"] + (["config_file"] if "config_file" in base else [])
+    t = base[KEY + cols].rename(columns={"median_us": "vllm_us", "point_id": "vllm_point_id",
+                                         "config_file": "vllm_config_file"}).merge(
+        best[KEY + ["median_us", "best", "point_id"]].rename(
+            columns={"median_us": "best_us", "point_id": "best_point_id"}), on=KEY)
+    if t.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    if "vllm_config_file" not in t:
+        t["vllm_config_file"] = ""
+    t["sharding"] = [sharding_name(int(a), int(b)) for a, b in zip(t["tp"], t["ep"])]
+    t["ratio"] = t["best_us"] / t["vllm_us"]
+    t["slower"] = t["ratio"] > band
+    t["loses_in"], t["loses_us"] = "", math.nan
+    if ledger is not None and len(ledger) and t["slower"].any():
+        led = ledger.copy()
+        led["point_id"] = led["point_id"].astype(str)
+        if "run_id" not in led:
+            led["run_id"] = ""
+        by = {k: g.groupby("phase")["measured_us"].sum()
+              for k, g in led.groupby(["run_id", "point_id"])}
+        for i in t.index[t["slower"]]:
+            a = by.get((t.at[i, "run_id"], str(t.at[i, "best_point_id"])))
+            b = by.get((t.at[i, "run_id"], str(t.at[i, "vllm_point_id"])))
+            if a is None or b is None:
+                continue
+            d = a.sub(b, fill_value=0.0)
+            if len(d) and d.max() > 0:
+                t.at[i, "loses_in"], t.at[i, "loses_us"] = str(d.idxmax()), float(d.max())
+    return t[COLUMNS].sort_values(["run_id", "model", "tp", "ep", "dtype", "mode", "tokens"]) \
+        .reset_index(drop=True)
+
+
+def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
+    """Module doc; empty when the table is."""
+    cols = SHAPE + ["points", "geomean_ratio", "worst_ratio", "worst_tokens", "slower", "met"]
+    rows = []
+    for k, g in table.groupby(SHAPE, sort=True):
+        worst = g.loc[g["ratio"].idxmax()]
+        gm = float(np.exp(np.log(g["ratio"].astype(float)).mean()))
+        rows.append(dict(zip(SHAPE, k), points=len(g), geomean_ratio=gm,
+                         worst_ratio=float(worst["ratio"]), worst_tokens=int(worst["tokens"]),
+                         slower=int(g["slower"].sum()),
+                         met=bool(not g["slower"].any() and gm <= 1.0)))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def vllm_runs(runs=None) -> list:
+    """Module doc."""
+    from .store import find_runs, open_run
+    if runs is not None:
+        return [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
+    found = []
+    for r in find_runs(defaults=True):
+        res = r.results
+        if not len(res) or "backend" not in res:
+            continue
+        ok = ok_rows(res)
+        cfg = ok["config"].fillna("default") if "config" in ok else "default"
+        if ((ok["backend"] == BASE[0]) & (cfg == BASE[1])).any():
+            found.append(r)
+    return [r for r in found if r.device == found[0].device] if found else []
+
+
+def frames(runs, mode: str | None = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Module doc."""
+    from .ledger import ledger
+    res, led = [], []
+    for r in runs:
+        rows = r.results if mode is None else r.results[r.results["mode"] == mode]
+        res.append(rows.assign(run_id=r.run_id))
+        led.append(ledger(rows, r.kernels, r.phases).assign(run_id=r.run_id))
+    res = [x for x in res if len(x)]
+    led = [x for x in led if len(x)]
+    return (pd.concat(res, ignore_index=True) if res else pd.DataFrame(),
+            pd.concat(led, ignore_index=True) if led else pd.DataFrame())

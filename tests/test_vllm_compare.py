@@ -1,0 +1,153 @@
+"""moe_lab.vllm_compare (the workbook's best own layer over vLLM as shipped, issue 41) and
+its figure, on frames built here: which rows may be the best, the ratio, the band, the
+geometric mean per shape and the ledger's answer for a slower point."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from moe_lab import vllm_compare as vc
+from moe_lab.plots.vllm_compare import fig_best_over_vllm
+
+PT = dict(model="deepseek-r1", tp=8, ep=1, ep_rank=0, dtype="bf16", routing="uniform")
+
+
+def _row(run, tokens, backend, config, us, mode="graph", status="ok", glue="fused", **pt):
+    p = dict(PT, **pt)
+    pid = f"{run}/{p['model']}/{p['ep']}/{p['dtype']}/{tokens}/{backend}/{config}/{mode}/{glue}"
+    return dict(p, run_id=run, tokens=tokens, backend=backend, config=config, mode=mode,
+                status=status, glue=glue, median_us=us, point_id=pid,
+                config_file="E=256,N=256,device_name=NVIDIA_H200.json" if backend == "vllm" else None,
+                device="NVIDIA H200", git_commit="abc1234")
+
+
+def _results():
+    rows = []
+    # run a, 1 token: ours 8 (aiter-triton tuned) vs vllm 10 -> 0.8
+    rows += [_row("a", 1, "vllm", "default", 10.0), _row("a", 1, "aiter-triton", "tuned", 8.0),
+             _row("a", 1, "aiter-triton", "default", 9.0), _row("a", 1, "torch-grouped", "default", 30.0),
+             # never the best: another glue, incorrect, eager, a backend not ours
+             _row("a", 1, "aiter-triton", "default", 1.0, glue="naive"),
+             _row("a", 1, "torch-grouped", "default", 1.0, status="incorrect"),
+             _row("a", 1, "torch-grouped", "default", 1.0, mode="eager"),
+             _row("a", 1, "torch", "default", 1.0)]
+    # run a, 64 tokens: vllm tuned is ours: 9 vs 10 -> 0.9
+    rows += [_row("a", 64, "vllm", "default", 10.0), _row("a", 64, "vllm", "tuned", 9.0),
+             _row("a", 64, "aiter-triton", "default", 11.0)]
+    # run a, 4096 tokens: ours 110 vs 100 -> 1.1, slower
+    rows += [_row("a", 4096, "vllm", "default", 100.0),
+             _row("a", 4096, "torch-grouped", "default", 110.0),
+             _row("a", 4096, "aiter-triton", "default", 120.0)]
+    # run a, 8192: no vLLM row -> not compared; run b: the same point, its own vllm
+    rows += [_row("a", 8192, "aiter-triton", "default", 10.0)]
+    rows += [_row("b", 1, "vllm", "default", 5.0), _row("b", 1, "aiter-triton", "tuned", 5.1)]
+    # run a, fp8-block128 TP8: 1.02 (inside the band) and 0.9
+    rows += [_row("a", 1, "vllm", "default", 100.0, dtype="fp8-block128"),
+             _row("a", 1, "torch-fp8", "default", 102.0, dtype="fp8-block128"),
+             _row("a", 16, "vllm", "default", 100.0, dtype="fp8-block128"),
+             _row("a", 16, "aiter-triton", "tuned", 90.0, dtype="fp8-block128")]
+    return pd.DataFrame(rows)
+
+
+def _ledger(res):
+    """Phases of run a's 4096-token points: ours loses 12 us in gemm2, gains 2 in act."""
+    def ph(pid, **us):
+        return [dict(run_id="a", point_id=pid, phase=k, measured_us=v) for k, v in us.items()]
+    pid = {b: res[(res.run_id == "a") & (res.tokens == 4096) & (res.backend == b)
+                  & (res["mode"] == "graph")]["point_id"].iloc[0] for b in ("vllm", "torch-grouped")}
+    return pd.DataFrame(ph(pid["vllm"], gemm1=50, gemm2=30, act=12, align=8)
+                        + ph(pid["torch-grouped"], gemm1=50, gemm2=42, act=10, align=8))
+
+
+def test_the_best_own_layer_over_vllm_as_shipped():
+    res = _results()
+    t = vc.best_over_vllm(res, _ledger(res))
+    bf = t[(t.dtype == "bf16") & (t.run_id == "a")].set_index("tokens")
+    assert list(bf.index) == [1, 64, 4096]  # 8192: no vLLM row
+    assert bf.at[1, "best"] == "aiter-triton tuned" and bf.at[1, "ratio"] == pytest.approx(0.8)
+    assert bf.at[64, "best"] == "vllm tuned" and bf.at[64, "ratio"] == pytest.approx(0.9)
+    assert bf.at[4096, "best"] == "torch-grouped default"
+    assert bf.at[4096, "ratio"] == pytest.approx(1.1) and bf.at[4096, "slower"]
+    assert not bf.at[1, "slower"] and not bf.at[64, "slower"]
+    assert bf.at[1, "vllm_config_file"].startswith("E=256")
+    # the ledger's answer for the slower point: gemm2, by 12 us; none for the others
+    assert bf.at[4096, "loses_in"] == "gemm2" and bf.at[4096, "loses_us"] == pytest.approx(12)
+    assert bf.at[1, "loses_in"] == "" and math.isnan(bf.at[1, "loses_us"])
+    # run b's point against run b's vLLM, never run a's
+    b = t[t.run_id == "b"].iloc[0]
+    assert b["ratio"] == pytest.approx(5.1 / 5.0) and not b["slower"]  # inside the band
+    fp8 = t[t.dtype == "fp8-block128"].set_index("tokens")
+    assert fp8.at[1, "ratio"] == pytest.approx(1.02) and not fp8.at[1, "slower"]
+    assert fp8.at[16, "best"] == "aiter-triton tuned"
+
+
+def test_without_a_ledger_or_phases_a_slower_point_says_nothing_of_phases():
+    t = vc.best_over_vllm(_results())
+    slow = t[t.slower]
+    assert len(slow) == 1 and slow["loses_in"].iloc[0] == "" and slow["loses_us"].isna().all()
+
+
+def test_per_shape_geomean_and_the_goal():
+    s = vc.by_shape(vc.best_over_vllm(_results())).set_index(["run_id", "dtype"])
+    a = s.loc[("a", "bf16")]
+    assert a["points"] == 3 and a["geomean_ratio"] == pytest.approx((0.8 * 0.9 * 1.1) ** (1 / 3))
+    assert a["worst_ratio"] == pytest.approx(1.1) and a["worst_tokens"] == 4096
+    assert a["slower"] == 1 and not a["met"]  # geomean 0.93, but one point out of the band
+    f = s.loc[("a", "fp8-block128")]
+    assert f["geomean_ratio"] == pytest.approx(np.sqrt(1.02 * 0.9)) and f["met"]
+    b = s.loc[("b", "bf16")]
+    assert not b["met"] and b["slower"] == 0  # within the band, geomean 1.02 > 1.00
+
+
+def test_nothing_to_compare_is_an_empty_frame():
+    res = _results()
+    assert vc.best_over_vllm(res[res.backend != "vllm"]).empty
+    assert list(vc.best_over_vllm(res[res.backend == "vllm"]).columns) == vc.COLUMNS
+    assert vc.by_shape(vc.best_over_vllm(res[res.backend != "vllm"])).empty
+
+
+def test_the_figure_has_a_panel_per_shape_and_names_its_runs():
+    res = _results()
+    t = vc.best_over_vllm(res)
+    fig = fig_best_over_vllm(t, None, res)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == 3  # (a, bf16), (a, fp8-block128), (b, bf16)
+    titles = " ".join(ax.get_title() for ax in shown)
+    assert "geomean 0.93x (a)" in titles and "deepseek-r1 TP8 fp8-block128" in titles
+    ys = sorted(float(y) for ax in shown for c in ax.collections for _, y in c.get_offsets())
+    assert ys == pytest.approx(sorted(t["ratio"]))  # every point drawn at its ratio
+    empty = fig_best_over_vllm(t.iloc[:0], None, res)
+    assert "no point" in " ".join(x.get_text() for x in empty.texts + empty.axes[0].texts)
+
+
+def test_vllm_runs_are_those_with_vllm_as_shipped(monkeypatch):
+    class R:
+        def __init__(self, name, res, device="NVIDIA H200"):
+            self.run_id, self.results, self.device = name, res, device
+    res = _results()
+    runs = [R("new-cpu", res, "cpu"), R("x", res[res.backend != "vllm"]), R("a", res),
+            R("b", res[(res.backend == "vllm") & (res.status == "ok")])]
+    monkeypatch.setattr("moe_lab.store.find_runs", lambda defaults=False: runs[1:])
+    assert [r.run_id for r in vc.vllm_runs()] == ["a", "b"]
+    monkeypatch.setattr("moe_lab.store.find_runs", lambda defaults=False: runs)
+    assert [r.run_id for r in vc.vllm_runs()] == ["new-cpu"]  # the newest one's device
+    monkeypatch.setattr("moe_lab.store.find_runs", lambda defaults=False: runs[1:2])
+    assert vc.vllm_runs() == []
+
+
+def test_frames_keep_each_runs_rows_and_phases(tmp_path):
+    """Two measured runs of the same points (a CPU sweep twice): both kept, each with its
+    run_id and its own ledger rows."""
+    import moe_lab as ml
+    for run in ("r1", "r2"):
+        ml.measure("custom:H=64,I=32,E=8,k=2", tokens=[1, 4], backends="torch,torch-grouped",
+                   tp=1, dtype="fp32", device="cpu", run=tmp_path / run, rep_ms=2, warmup_ms=1)
+    runs = [ml.open_run(tmp_path / r) for r in ("r1", "r2")]
+    res, led = vc.frames(runs, mode=None)
+    assert sorted(set(res["run_id"])) == ["r1", "r2"] and len(res) == 8
+    assert set(led["run_id"]) == {"r1", "r2"}
+    for r in ("r1", "r2"):
+        assert set(led[led.run_id == r]["point_id"]) == set(res[res.run_id == r]["point_id"])
