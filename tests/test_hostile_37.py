@@ -543,7 +543,7 @@ def test_one_corrupt_run_does_not_block_the_default_run(data, capsys):
 
 def test_one_corrupt_calibration_file_is_said_and_compare_goes_on(data, tmp_path, capsys,
                                                                   monkeypatch):
-    from moe_lab import noise
+    from moe_lab.analysis import noise
     folder = tmp_path / "noise"
     folder.mkdir()
     device = ml.open_run(data / "base").device

@@ -259,7 +259,7 @@ class Bands:
                 try:
                     cal = load(device)
                 except UsageError as exc:
-                    from .store import _warn_once
+                    from ..store import _warn_once
                     _warn_once(f"moe-lab: warning: {exc}; {device} compared without a band")
                     cal = None
                 if cal is not None and cal.device not in (None, device):
