@@ -14,7 +14,7 @@
 # winners are adopted into data/configs/nvidia-h200 only once its manifest says complete).
 # BUDGET: seconds of searching for the whole command (each `moe-lab tune` gets what is
 # left, less a margin for its last writes). Everything lands in $OUT/bundle.tar.gz; adopt a
-# run folder with `git add -f data/runs/<run>` (data/runs/.gitignore keeps users' runs out).
+# run folder with `git add -f data/runs/<run>` (.gitignore keeps users' runs out of data/runs).
 source "$(dirname "$0")/device_env.sh"
 BUDGET=${BUDGET:-540}
 SHAPES=${SHAPES:?give SHAPES=\"backend:model:tp:ep:dtype ...\"}

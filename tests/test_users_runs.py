@@ -58,17 +58,18 @@ def test_the_checkout_ignores_new_runs_and_keeps_committed_ones():
     assert ignored("data/runs/cpu-0123abcd/results.parquet")  # main.sh's sweep
     assert ignored("data/runs/mine/manifest.json")  # ml.measure(run="mine")
     assert not any(ignored(p) for p in tracked[:5])
-    assert not ignored("data/runs/.gitignore")
+    assert not (ROOT / "data" / "runs" / ".gitignore").exists()  # no file there without a run
+    assert ignored("data/runs/a-new-run")
 
 
 @git
 def test_a_sweep_beside_committed_runs_leaves_git_status_clean(tmp_path, monkeypatch):
-    """A repository with data/runs/.gitignore and one committed run: a CPU sweep into
+    """A repository with the checkout's .gitignore and one committed run: a CPU sweep into
     its data folder (as main.sh's) shows nothing new; the committed run stays tracked."""
     repo = tmp_path / "repo"
     runs = repo / "data" / "runs"
     runs.mkdir(parents=True)
-    shutil.copy(ROOT / "data" / "runs" / ".gitignore", runs / ".gitignore")
+    shutil.copy(ROOT / ".gitignore", repo / ".gitignore")
     env = dict(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@t", HOME=str(tmp_path))
     sh = lambda *a: subprocess.run(["git", *a], cwd=repo, capture_output=True, text=True,
@@ -76,7 +77,7 @@ def test_a_sweep_beside_committed_runs_leaves_git_status_clean(tmp_path, monkeyp
     sh("init", "-q")
     monkeypatch.setenv("MOE_LAB_DATA", str(runs))
     _measure("committed")
-    sh("add", "-f", "data/runs")
+    sh("add", "-f", "data/runs", ".gitignore")
     sh("commit", "-qm", "a committed run")
     assert "data/runs/committed/results.parquet" in sh("ls-files")
     subprocess.run([__import__("sys").executable, "-m", "moe_lab", "sweep", "--models", MODEL,
