@@ -25,7 +25,7 @@ from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
 from .correctness import (THRESHOLDS, check_backend, classify_exception, make_inputs,
                           make_weights, one_line, point_seed, quant_facts, reference)
 from .core.environment import capture_environment, device_name
-from .core.errors import (PointTimeout, Terminated, UsageError, disk_full, has_timeout,
+from .core.errors import (PointTimeout, Terminated, UsageError, disk_full,
                           reraise_if_terminated, terminate_gracefully, time_limit)
 from .modes import Mode
 from .core.problems import Problem, make_problem
@@ -314,8 +314,8 @@ class Sweep:
                                                       (getattr(g, "notes", None) or {}).items())
         except Exception as exc:
             reraise_if_terminated(exc)
-            chk = dict(status="timeout" if has_timeout(exc) else  # wrapped or not
-                       classify_exception(exc), error=one_line(exc), max_rel_err=float("nan"))
+            chk = dict(status=classify_exception(exc),  # timeout, wrapped or not
+                       error=one_line(exc), max_rel_err=float("nan"))
         base = dict(facts, max_rel_err=chk["max_rel_err"],
                     **{k: chk[k] for k in ("glue_used", "glue_notes", "config_file",
                                            "backend_version") if k in chk})
@@ -364,8 +364,7 @@ class Sweep:
                 row.update(status="timeout", error=str(exc))
             except Exception as exc:
                 reraise_if_terminated(exc)
-                row.update(status="timeout" if has_timeout(exc) else classify_exception(exc),
-                           error=one_line(exc))
+                row.update(status=classify_exception(exc), error=one_line(exc))
             if self.device.startswith("cuda") and row["status"] in ("failed", "oom"):
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
