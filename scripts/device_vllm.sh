@@ -8,8 +8,10 @@
 #
 # Before the first call, here: bash scripts/fetch-device-wheels.sh && bash
 # scripts/fetch-device-wheels.sh vllm (prints the part names; with vllm 0.26.0's wheel and
-# the pinned deps the archive is always vllm-07a891b0, in 3 parts while the tree is under
-# ~19 MiB). The run calls, in order (timeout_s 600 each; <sha>: git rev-parse --short HEAD):
+# the pinned deps the archive is always vllm-07a891b0: 3 parts of 34.8 MiB when cut beside
+# a tree under ~19 MiB, and they travel (tree + part + 38 KB aiter cut < 64 MiB) until the
+# tree reaches ~29 MiB). The run calls, in order (timeout_s 600 each; <sha>: git rev-parse
+# --short HEAD of the commit whose tree travels):
 #
 #   1. command "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh sweep"
 #      carry [".whl/aiter-cut.tar.gz", ".whl/vllm/parts/vllm-07a891b0-0-of-3"]
