@@ -1,8 +1,18 @@
-# Sourced by the device scripts (scripts/h200_*.sh): the amd-aiter wheel from .whl/ into
-# /tmp/site (no index on the device machine), the working tree on the path, the bundle
-# folders under $OUT, and the lease's STAMP (the first lease's YYYYMMDD, for resuming).
+# Sourced by the device scripts (scripts/h200_*.sh, device_tune.sh, device_vllm.sh): amd-aiter
+# into /tmp/site (no index on the device machine): the cut of scripts/fetch-device-wheels.sh
+# when carried (.whl/aiter-cut.tar.gz), and any wheels carried in .whl/; the working tree on
+# the path, then /tmp/site, then vLLM where scripts/device_vllm.sh unpacked it
+# (/tmp/vllm-site, its stand-ins in /tmp/vllm-standins); the bundle folders under $OUT, and
+# the lease's STAMP (the first lease's YYYYMMDD, for resuming).
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
+SITE=${AITER_SITE:-/tmp/site}; mkdir -p $SITE
+if [ -f .whl/aiter-cut.tar.gz ]; then tar xzf .whl/aiter-cut.tar.gz -C $SITE || exit 1; fi
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .whl/*.whl || exit 1
+fi
+[ -d $SITE/aiter ] || echo "device_env: no amd-aiter here (carry .whl/aiter-cut.tar.gz): aiter-triton points will be unavailable rows"
+export PYTHONPATH=$PWD:$SITE PYTHONUNBUFFERED=1
+VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}; VLLM_STANDINS=${VLLM_STANDINS:-/tmp/vllm-standins}
+[ -f "$VLLM_SITE/BUNDLE" ] && export PYTHONPATH=$PYTHONPATH:$VLLM_SITE:$VLLM_STANDINS
 B=$OUT/bundle; mkdir -p $B/runs $B/logs $B/checks
 STAMP=${STAMP:-$(date -u +%Y%m%d)}

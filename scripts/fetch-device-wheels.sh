@@ -1,86 +1,69 @@
 #!/usr/bin/env bash
-# Put the Python wheels a GPU machine without network lacks (amd-aiter, pure Python) into
-# .whl/ at the repo root (ignored by git), to carry with a device command. Run from the
-# repo root; extra NAME==VERSION arguments add more wheels.
+# Put what a GPU machine without network lacks into .whl/ at the repo root (ignored by git),
+# cut to size for device commands, which carry at most 64 MiB each, the working tree
+# included (scripts/device_bundle.py does the cutting). Run from the repo root.
 #
-#   bash scripts/fetch-device-wheels.sh            # amd-aiter (+ NAME==VERSION ...)
-#   bash scripts/fetch-device-wheels.sh vllm       # vLLM's fused MoE, in parts (below)
+#   bash scripts/fetch-device-wheels.sh            # amd-aiter: .whl/aiter-cut.tar.gz (+ NAME==VERSION ...)
+#   bash scripts/fetch-device-wheels.sh vllm       # vLLM's fused MoE: .whl/vllm/parts/vllm-<id>-K-of-N
 #
-# `vllm`: the vllm 0.26.0 wheel (304 MB: torch 2.11, CUDA 13) is downloaded once to
-# .whl/vllm/ and only what its Triton fused MoE needs is kept: its Python files and JSON
-# configs, vllm/third_party/ without its DeepGEMM/FMHA builds (pynvml.py is how vLLM finds
-# CUDA), the dist-info, and the two compiled libraries `_C_stable_libtorch.abi3.so` and
-# `_moe_C_stable_libtorch.abi3.so` (no flash-attention, DeepGEMM or other .so). That is one
-# tar.gz split into 45 MiB parts (.whl/vllm/parts/) plus the pure-Python packages
-# vLLM imports on the way (.whl/vllm/deps/*.whl), since a device command carries at most
-# 64 MiB: one part per command, gathered on the device (the script prints how).
+# amd-aiter: the wheel (40 MB; .whl/amd_aiter-*.whl, downloaded once) cut to the files the
+# aiter-triton backends import (aiter's Triton MoE, align, activation and quant modules,
+# what they import, its MoE config JSONs, its METADATA): .whl/aiter-cut.tar.gz, about
+# 40 KB. A device command carries it (carry .whl/aiter-cut.tar.gz) and scripts/device_env.sh
+# unpacks it into /tmp/site. Older device scripts that carry all of .whl/ still install the
+# wheels there.
+#
+# vllm: the vllm 0.26.0 wheel (304 MB: torch 2.11, CUDA 13; found in .whl/vllm/,
+# .vllm-wheel/ or $MOE_LAB_VLLM_WHEEL, else downloaded) cut to what its Triton fused MoE
+# needs: its Python files and JSON configs, vllm/third_party/ without DeepGEMM/FMHA builds
+# (pynvml.py is how vLLM finds CUDA), the dist-info and the two compiled libraries
+# `_C_stable_libtorch.abi3.so` and `_moe_C_stable_libtorch.abi3.so` (no flash-attention,
+# no DeepGEMM, no vllm-rs binary), with the cp312 wheels of the pure-Python packages vLLM
+# imports that the H200 image lacks (DEPS: the image has transformers, tokenizers,
+# safetensors, huggingface-hub, aiohttp and regex). One archive (the same inputs give the
+# same bytes), split into the fewest equal parts that fit beside today's working tree and
+# the aiter cut. scripts/device_vllm.sh gathers them on the device, one part per call.
 set -eu
 EXCLUDE=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
 mkdir -p "$(dirname "$EXCLUDE")"
 grep -qx '/.whl/' "$EXCLUDE" 2>/dev/null || echo '/.whl/' >> "$EXCLUDE"
 mkdir -p .whl
 if [ "${1:-}" != vllm ]; then
-  python3 -m pip download -q --no-deps -d .whl amd-aiter "$@"
-  ls -la .whl
+  ls .whl/amd_aiter-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps -d .whl amd-aiter
+  [ $# -gt 0 ] && python3 -m pip download -q --no-deps -d .whl "$@"
+  python3 scripts/device_bundle.py aiter-cut "$(ls .whl/amd_aiter-*.whl | tail -1)" .whl/aiter-cut.tar.gz
   cat <<'TXT'
-On the GPU machine, from the repo root, start the command with:
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site
-(importing `aiter` itself fails off ROCm; moe-lab loads aiter's Triton modules without it)
+A device command carries .whl/aiter-cut.tar.gz (carry) and sources scripts/device_env.sh,
+which unpacks it into /tmp/site (importing `aiter` itself fails off ROCm; moe-lab loads
+aiter's Triton modules without it).
 TXT
   exit 0
 fi
 VLLM=0.26.0
-# vLLM's import dependencies a CUDA torch image may lack (pure Python, or small wheels for
-# the device's Python: cp312 on the H200 image)
 DEPS="pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
-      msgspec==0.23.0 cbor2==6.3.0 pyzmq blake3==1.0.11 cachetools==8.0.2 pybase64==1.5.1
-      regex==2026.11.19"
+      msgspec==0.23.0 cbor2==6.3.0 pyzmq==27.3.0 blake3==1.0.11 cachetools==8.0.2 pybase64==1.5.1"
 PYV=${DEVICE_PYTHON:-3.12}
 D=.whl/vllm
 mkdir -p $D/deps $D/parts
-ls $D/vllm-$VLLM-*.whl >/dev/null 2>&1 ||
+WHEEL=
+for w in "${MOE_LAB_VLLM_WHEEL:-}" $D/vllm-$VLLM-*.whl .vllm-wheel/vllm-$VLLM-*.whl; do
+  [ -n "$w" ] && [ -f "$w" ] && { WHEEL=$w; break; }
+done
+if [ -z "$WHEEL" ]; then
   python3 -m pip download -q --no-deps --only-binary=:all: -d $D "vllm==$VLLM" \
     --python-version $PYV --implementation cp --platform manylinux_2_28_x86_64 \
     --platform manylinux_2_31_x86_64 --platform manylinux_2_35_x86_64 --platform manylinux2014_x86_64
+  WHEEL=$(ls $D/vllm-$VLLM-*.whl | tail -1)
+fi
 # shellcheck disable=SC2086
 python3 -m pip download -q --no-deps --only-binary=:all: -d $D/deps $DEPS \
   --python-version $PYV --implementation cp --platform manylinux_2_28_x86_64 \
-  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any
-python3 - "$D" "$VLLM" <<'PY'
-import glob, io, os, sys, tarfile, zipfile
-d, ver = sys.argv[1], sys.argv[2]
-SKIP = ("vllm/vllm_flash_attn/", "vllm/third_party/deep_gemm/", "vllm/third_party/fmha_sm100/",
-        "vllm/third_party/tml_fa4/")
-SO = ("vllm/_C_stable_libtorch.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so")
-whl = sorted(glob.glob(os.path.join(d, f"vllm-{ver}-*.whl")))[0]
-z = zipfile.ZipFile(whl)
-keep = [i for i in z.infolist() if not i.is_dir() and (
-    i.filename in SO or i.filename.startswith(f"vllm-{ver}.dist-info/")
-    or (i.filename.startswith("vllm/") and not i.filename.startswith(SKIP)
-        and not i.filename.endswith(".so")))]
-tar_path = os.path.join(d, f"vllm-{ver}-fused-moe.tar.gz")
-with tarfile.open(tar_path + ".tmp", "w:gz") as t:
-    for i in keep:
-        info = tarfile.TarInfo(i.filename)
-        info.size, info.mode = i.file_size, 0o644
-        t.addfile(info, io.BytesIO(z.read(i)))
-os.replace(tar_path + ".tmp", tar_path)
-for so in SO:
-    print(f"  {so}: {z.getinfo(so).file_size / 2**20:.1f} MiB")
-print(f"  {len(keep)} files, {sum(i.file_size for i in keep) / 2**20:.1f} MiB unpacked, "
-      f"{os.path.getsize(tar_path) / 2**20:.1f} MiB packed")
-PY
-rm -f $D/parts/part-*
-split -b 45M -d "$D/vllm-$VLLM-fused-moe.tar.gz" $D/parts/part-
-rm "$D/vllm-$VLLM-fused-moe.tar.gz"
-ls -la $D/parts $D/deps
-cat <<TXT
-On the GPU machine, one part per device command (each carries at most 64 MiB), gathered
-in /tmp (kept while the machine stays warm), then unpacked once into /tmp/vllm-site:
-  carry .whl/vllm/parts/part-00:  mkdir -p /tmp/vllm-stage && cp .whl/vllm/parts/part-00 /tmp/vllm-stage/
-  carry .whl/vllm/parts/part-01:  cp .whl/vllm/parts/part-01 /tmp/vllm-stage/   (and so on)
-  carry .whl/vllm/deps:           mkdir -p /tmp/vllm-site && cat /tmp/vllm-stage/part-* | tar xz -C /tmp/vllm-site &&
-     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vllm-site .whl/vllm/deps/*.whl
-Later commands: export PYTHONPATH=\$PWD:/tmp/site:/tmp/vllm-site; \`moe-lab backends\` says
-whether vllm can run here, and what is missing where not.
-TXT
+  --platform manylinux_2_26_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64 --platform any
+rm -f $D/deps/regex-*.whl  # the image has regex: one version only
+# what travels with every call: the tracked and the untracked-not-ignored files
+TREE=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 -r stat -c %s 2>/dev/null \
+        | awk '{s += $1} END {print s + 0}')
+[ -f .whl/aiter-cut.tar.gz ] || bash "$0"
+python3 scripts/device_bundle.py vllm-parts "$WHEEL" $D/deps $D/parts "$TREE" .whl/aiter-cut.tar.gz
+echo "Next: the run calls at the top of scripts/device_vllm.sh, with these part names."

@@ -1,0 +1,340 @@
+"""What a GPU machine without network needs of amd-aiter and vLLM, cut to size for device
+commands that carry at most 64 MiB each (the working tree included), and put together
+again on the machine. Standard library only (it also runs on the device's python3).
+
+Here (scripts/fetch-device-wheels.sh calls these):
+  aiter-cut WHEEL_OR_SITE OUT.tar.gz
+      the amd-aiter files moe-lab's aiter-triton backends import (AITER_KEEP: aiter's
+      Triton MoE, align, activation and quant modules, what they import, aiter's MoE
+      config JSONs) and its METADATA (for its version), from the wheel or an installed
+      site folder; a few hundred KB instead of 40 MB.
+  vllm-parts WHEEL DEPS_DIR OUT_DIR TREE_BYTES
+      vLLM's fused-MoE files (VLLM_SKIP: no flash-attention, DeepGEMM, FMHA, no vllm-rs
+      binary, no .so but the two VLLM_SO) and the wheels of DEPS_DIR under _wheels/, one
+      tar.gz with a fixed order and times (the same inputs give the same bytes), split
+      into N equal parts `vllm-<id>-K-of-N` (id: the first 8 hex digits of the whole
+      archive's sha256), N the fewest that keep tree + aiter cut + one part under the
+      limit with MARGIN to spare. Prints the parts.
+On the device (scripts/device_vllm.sh):
+  stage PARTS_DIR STAGE_DIR SITE_DIR
+      copies the parts found in PARTS_DIR into STAGE_DIR (kept while the machine stays
+      warm), says which are there and which are missing (exit 3: call again with the
+      next), and once all N are there joins them, checks the sha256 against the id,
+      unpacks into SITE_DIR and installs the _wheels/ whose distribution python3 lacks
+      (exit 0). SITE_DIR/BUNDLE holds the id: a later call finds it ready.
+  standins DIR NAME...
+      for each NAME python3 cannot import, a stand-in package under DIR (version 0.0.0):
+      vLLM imports openai and openai_harmony on its way to the fused MoE (and the issue's
+      exploration saw mistral_common) and runs nothing of them there; any attribute of a
+      stand-in is another stand-in, and a library that checks its version finds it too
+      old to use (transformers probes mistral_common so).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+MIB = 1 << 20
+LIMIT = 64 * MIB  # what one device command carries, the working tree included
+MARGIN = 10 * MIB  # left for the tree to grow (runs committed between calls)
+MIN_PART = 4 * MIB  # smaller parts would take too many calls: refused, the tree must shrink
+AITER_KEEP = re.compile(
+    r"^aiter/(__init__\.py|ops/__init__\.py|ops/triton/(__init__|moe_op|moe_op_silu_fused"
+    r"|moe_align_block_size|activation|fused_fp8_quant|quant)\.py"
+    r"|ops/triton/_triton_kernels/(__init__|moe_op|moe_op_silu_fused|moe_align_block_size"
+    r"|activation|fused_fp8_quant|quant)\.py|ops/triton/utils/.*\.py"
+    r"|ops/triton/configs/moe/[^/]+\.json)$"
+    r"|^amd_aiter-[^/]+\.dist-info/(METADATA|top_level\.txt)$")
+VLLM_SO = ("vllm/_C_stable_libtorch.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so")
+VLLM_SKIP = ("vllm/vllm_flash_attn/", "vllm/third_party/deep_gemm/",
+             "vllm/third_party/fmha_sm100/", "vllm/third_party/tml_fa4/", "vllm/vllm-rs")
+PART = re.compile(r"^vllm-([0-9a-f]{8})-(\d+)-of-(\d+)$")
+
+
+def _members(src: str):
+    """(name, bytes) of a wheel's files, or of an installed site folder's."""
+    if os.path.isfile(src):
+        with zipfile.ZipFile(src) as z:
+            for i in sorted(z.infolist(), key=lambda i: i.filename):
+                if not i.is_dir():
+                    yield i.filename, (lambda i=i: z.read(i))
+        return
+    for root, _, files in os.walk(src):
+        for f in sorted(files):
+            p = os.path.join(root, f)
+            yield os.path.relpath(p, src).replace(os.sep, "/"), (lambda p=p: open(p, "rb").read())
+
+
+def _tar(out: str, items) -> None:
+    """A tar.gz of (name, bytes) in the order given, every time and owner fixed: the same
+    files give the same archive. Written whole or not at all."""
+    tmp = out + ".tmp"
+    with open(tmp, "wb") as raw:
+        import gzip
+        with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz, \
+                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as t:
+            for name, data in items:
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), 0o755 if name.endswith(".so") else 0o644, 0
+                t.addfile(info, io.BytesIO(data))
+    os.replace(tmp, out)
+
+
+def aiter_cut(src: str, out: str) -> list[str]:
+    if not os.path.isfile(src):  # a site folder: its amd_aiter dist-info sits beside aiter/
+        src = os.path.dirname(os.path.abspath(src)) if os.path.basename(
+            os.path.normpath(src)) == "aiter" else src
+    items = sorted((n, read()) for n, read in _members(src) if AITER_KEEP.match(n))
+    names = [n for n, _ in items]
+    if not any(n.endswith("ops/triton/moe_op.py") for n in names):
+        raise SystemExit(f"{src}: no aiter/ops/triton/moe_op.py in it (not amd-aiter?)")
+    _tar(out, items)
+    return names
+
+
+def parts_needed(total: int, tree_bytes: int, cut_bytes: int) -> int:
+    room = LIMIT - tree_bytes - cut_bytes - MARGIN
+    if room < MIN_PART:
+        raise SystemExit(f"the working tree ({tree_bytes / MIB:.1f} MiB) leaves no room for a "
+                         f"part under the {LIMIT // MIB} MiB a device command carries")
+    return -(-total // room)
+
+
+def vllm_parts(wheel: str, deps: str, out_dir: str, tree_bytes: int, cut_bytes: int = 0):
+    def keep(n):
+        return (n in VLLM_SO or re.match(r"^vllm-[^/]+\.dist-info/", n) and not n.endswith("RECORD")
+                or n.startswith("vllm/") and not n.startswith(VLLM_SKIP) and not n.endswith(".so"))
+    items = [(n, read()) for n, read in _members(wheel) if keep(n)]
+    for w in sorted(glob.glob(os.path.join(deps, "*.whl"))):
+        items.append((f"_wheels/{os.path.basename(w)}", open(w, "rb").read()))
+    os.makedirs(out_dir, exist_ok=True)
+    whole = os.path.join(out_dir, "vllm-bundle.tar.gz")
+    _tar(whole, items)
+    data = open(whole, "rb").read()
+    os.remove(whole)
+    bid = hashlib.sha256(data).hexdigest()[:8]
+    n = parts_needed(len(data), tree_bytes, cut_bytes)
+    for old in glob.glob(os.path.join(out_dir, "vllm-*-of-*")):
+        os.remove(old)
+    size = -(-len(data) // n)
+    names = []
+    for k in range(n):
+        name = os.path.join(out_dir, f"vllm-{bid}-{k}-of-{n}")
+        with open(name, "wb") as f:
+            f.write(data[k * size:(k + 1) * size])
+        names.append(name)
+    return names, len(data), len(items)
+
+
+# --- on the device ---------------------------------------------------------------------
+
+def _parts(folder: str) -> dict[str, dict]:
+    """{id: {"n": N, "have": {K: path}}} of the parts in a folder."""
+    out: dict[str, dict] = {}
+    for p in sorted(glob.glob(os.path.join(folder, "vllm-*-of-*"))):
+        m = PART.match(os.path.basename(p))
+        if m:
+            d = out.setdefault(m[1], dict(n=int(m[3]), have={}))
+            d["have"][int(m[2])] = p
+    return out
+
+
+def stage(parts_dir: str, stage_dir: str, site: str) -> int:
+    os.makedirs(stage_dir, exist_ok=True)
+    carried = _parts(parts_dir)
+    for bid, d in carried.items():
+        for k, p in d["have"].items():
+            dest = os.path.join(stage_dir, os.path.basename(p))
+            if not (os.path.exists(dest) and os.path.getsize(dest) == os.path.getsize(p)):
+                shutil.copyfile(p, dest + ".tmp")
+                os.replace(dest + ".tmp", dest)
+            print(f"stage: {os.path.basename(p)} carried in, kept in {stage_dir}")
+    ready = open(os.path.join(site, "BUNDLE")).read().strip() \
+        if os.path.isfile(os.path.join(site, "BUNDLE")) else None
+    staged = _parts(stage_dir)
+    want = next(iter(carried), None) or (ready if ready else next(iter(staged), None))
+    if want is not None and want == ready:
+        print(f"stage: vLLM bundle {ready} is unpacked in {site}")
+        return 0
+    if want is None:
+        print(f"stage: no vLLM part carried in and none staged in {stage_dir}: carry "
+              f".whl/vllm/parts/vllm-<id>-0-of-<N> (scripts/fetch-device-wheels.sh vllm)")
+        return 3
+    d = staged[want]
+    missing = [k for k in range(d["n"]) if k not in d["have"]]
+    for other in set(staged) - {want}:  # another build's parts: never joined with these
+        print(f"stage: parts of another bundle ({other}) in {stage_dir} set aside")
+        for p in staged[other]["have"].values():
+            os.remove(p)
+    if missing:
+        print(f"stage: bundle {want}: {len(d['have'])} of {d['n']} parts here; missing: "
+              + ", ".join(f".whl/vllm/parts/vllm-{want}-{k}-of-{d['n']}" for k in missing)
+              + " (call again at once, carrying the next: the machine keeps /tmp for 30 s)")
+        return 3
+    h, tmp = hashlib.sha256(), site + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    joined = os.path.join(stage_dir, f"vllm-{want}.tar.gz")
+    with open(joined, "wb") as out:
+        for k in range(d["n"]):
+            data = open(d["have"][k], "rb").read()
+            h.update(data)
+            out.write(data)
+    if not h.hexdigest().startswith(want):
+        for p in d["have"].values():
+            os.remove(p)
+        os.remove(joined)
+        print(f"stage: the {d['n']} parts of {want} do not join into it (sha256 "
+              f"{h.hexdigest()[:8]}): removed; carry them again from part 0")
+        return 1
+    with tarfile.open(joined) as t:
+        try:
+            t.extractall(tmp, filter="data")
+        except TypeError:  # a Python without extraction filters
+            t.extractall(tmp)
+    os.remove(joined)
+    wheels = sorted(glob.glob(os.path.join(tmp, "_wheels", "*.whl")))
+    need = [w for w in wheels if not _installed(os.path.basename(w).split("-")[0])]
+    if need:
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index",
+                            "--no-deps", "--no-compile", "--target", tmp, *need])
+        if r.returncode:
+            shutil.rmtree(tmp, ignore_errors=True)
+            print(f"stage: pip could not install {', '.join(_dist(w) for w in need)} here "
+                  f"(wheels for Python 3.12: DEVICE_PYTHON of scripts/fetch-device-wheels.sh)")
+            return 1
+    print(f"stage: {len(need)} wheels installed ({', '.join(_dist(w) for w in need)}); "
+          f"already here: {', '.join(_dist(w) for w in wheels if w not in need) or 'none'}")
+    shutil.rmtree(os.path.join(tmp, "_wheels"), ignore_errors=True)
+    with open(os.path.join(tmp, "BUNDLE"), "w") as f:
+        f.write(want + "\n")
+    shutil.rmtree(site, ignore_errors=True)
+    os.replace(tmp, site)
+    print(f"stage: vLLM bundle {want} unpacked in {site}")
+    return 0
+
+
+def _dist(wheel: str) -> str:
+    return "-".join(os.path.basename(wheel).split("-")[:2])
+
+
+def _installed(dist: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, distribution
+    try:
+        distribution(dist.replace("_", "-"))
+        return True
+    except PackageNotFoundError:
+        return False
+
+
+STANDIN = '''"""A stand-in written by scripts/device_bundle.py: vLLM imports this package on its way
+to its fused MoE and runs nothing of it there. Any attribute is another stand-in."""
+import importlib.abc, importlib.machinery, sys, types
+
+
+class _Any(type):
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Any(name, (), {})
+
+    def __call__(cls, *a, **k):
+        return cls
+
+    def __getitem__(cls, key):
+        return cls
+
+    def __or__(cls, other):
+        return cls
+
+    __ror__ = __or__
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return _Any(name, (), {})
+
+
+class _Sub(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Any(name, (), {})
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name.startswith(__name__ + "."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        m = _Sub(spec.name)
+        m.__path__ = []
+        return m
+
+    def exec_module(self, module):
+        pass
+
+
+sys.meta_path.append(_Finder())
+'''
+
+
+def standins(folder: str, names: list[str]) -> list[str]:
+    import importlib.util
+    made = []
+    for name in names:
+        if importlib.util.find_spec(name) is not None:
+            continue
+        os.makedirs(os.path.join(folder, name), exist_ok=True)
+        with open(os.path.join(folder, name, "__init__.py"), "w") as f:
+            f.write(STANDIN)
+        # version 0.0.0: a library that checks the version (transformers does for
+        # mistral_common) takes it for one too old to use, never for a working one
+        info = os.path.join(folder, f"{name}-0.0.0.dist-info")
+        os.makedirs(info, exist_ok=True)
+        with open(os.path.join(info, "METADATA"), "w") as f:
+            f.write(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: 0.0.0\n"
+                    "Summary: a stand-in of scripts/device_bundle.py, nothing of it runs\n")
+        made.append(name)
+    print(f"standins: {', '.join(made) or 'none needed'} in {folder}")
+    return made
+
+
+def main(argv: list[str]) -> int:
+    cmd, args = argv[0], argv[1:]
+    if cmd == "aiter-cut":
+        names = aiter_cut(args[0], args[1])
+        print(f"{args[1]}: {len(names)} files, {os.path.getsize(args[1]) / MIB:.2f} MiB")
+        return 0
+    if cmd == "vllm-parts":
+        cut = os.path.getsize(args[4]) if len(args) > 4 and os.path.isfile(args[4]) else 0
+        names, total, files = vllm_parts(args[0], args[1], args[2], int(args[3]), cut)
+        print(f"vLLM bundle: {files} files, {total / MIB:.1f} MiB packed, in {len(names)} parts "
+              f"of {os.path.getsize(names[0]) / MIB:.1f} MiB (tree {int(args[3]) / MIB:.1f} MiB"
+              f" + aiter cut {cut / MIB:.1f} MiB + a part stays under {LIMIT // MIB} MiB "
+              f"with {MARGIN // MIB} MiB to spare)")
+        for n in names:
+            print(f"  {n}")
+        return 0
+    if cmd == "stage":
+        return stage(*args[:3])
+    if cmd == "standins":
+        standins(args[0], args[1:])
+        return 0
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

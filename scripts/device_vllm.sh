@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Issue 41 on the GPU machine: vLLM 0.26.0 brought there in parts, then vLLM's fused MoE
+# measured beside moe-lab's backends at the seed shapes (sweep), vLLM's own kernel tuned by
+# moe-lab (tune), and vLLM with moe-lab's tuned files measured (tuned). Resumable, any GPU
+# count (the jobs dealt to the GPUs in turn), each call under 10 minutes (BUDGET, 540 s).
+#
+#   MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh sweep|tune|tuned|stage
+#
+# Before the first call, here: bash scripts/fetch-device-wheels.sh && bash
+# scripts/fetch-device-wheels.sh vllm (prints the part names; with vllm 0.26.0's wheel and
+# the pinned deps the archive is always vllm-07a891b0: 3 parts of 34.8 MiB when cut beside
+# a tree under ~19 MiB, and they travel (tree + part + 38 KB aiter cut < 64 MiB) until the
+# tree reaches ~29 MiB). The run calls, in order (timeout_s 600 each; <sha>: git rev-parse
+# --short HEAD of the commit whose tree travels):
+#
+#   1. command "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh sweep"
+#      carry [".whl/aiter-cut.tar.gz", ".whl/vllm/parts/vllm-07a891b0-0-of-3"]
+#      ~2-3 min (the machine's start, 50 MiB sent): part 0 staged, nothing measured
+#   2. the same command, carry [".whl/aiter-cut.tar.gz", ".whl/vllm/parts/vllm-07a891b0-1-of-3"]
+#      ~1 min: part 1 staged. Make each next call AT ONCE: the machine keeps /tmp only 30 s
+#      after a call returns; a call that says a part staged before is missing found a fresh
+#      machine: start again from part 0.
+#   3. the same command, carry [".whl/aiter-cut.tar.gz", ".whl/vllm/parts/vllm-07a891b0-2-of-3"]
+#      ~10 min: vLLM unpacked into /tmp/vllm-site (checked: `vllm` available), then the sweep
+#   4. the same command, carry [".whl/aiter-cut.tar.gz"]: ~10 min, the sweep goes on; again
+#      until it prints "sweep: every job complete" (one GPU: about 2 calls in all; x2: 1)
+#   5. command "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh tune",
+#      carry [".whl/aiter-cut.tar.gz"]: ~10 min each, the 8 searches of SHAPES (about 9 min
+#      of one GPU each, as aiter-triton's 19-key searches took): ~8 calls on one GPU, ~2 on
+#      four. Resumes from /tmp on a warm machine, else from the committed runs.
+#   6. after adopting the complete searches' files (bundle configs/vllm/ ->
+#      data/configs/nvidia-h200/vllm/, with provenance.json): command
+#      "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh tuned", carry
+#      [".whl/aiter-cut.tar.gz"]: ~4 min, `vllm --config tuned` into the same run folders.
+# Calls 4-6 need vLLM on the machine: a fresh one says so (nothing measured) and needs
+# calls 1-3 again (with call 3's command). Every call's results come back in
+# $OUT/bundle.tar.gz (runs/, logs/, configs/): extract it and commit data/runs/h200-vllm-*
+# (and h200-tune-vllm-*) after each call, so a fresh machine resumes from them.
+#
+# sweep: JOBS (dtype:ep:models, TP8), tokens TOKENS, graph mode, checked against the
+# reference, profiled (the phases the ledger reads), one run folder per job,
+# data/runs/h200-vllm-<dtype>-<tp8|tp8ep8>: first every backend of the job with
+# --config default (vllm as shipped beside aiter-triton, torch-grouped and the FP8
+# backends), then aiter-triton --config tuned. No seed model ships fp8-tensor (DeepSeek-R1
+# and Qwen3-FP8: 128x128 blocks; Llama-4 Maverick FP8: per channel), so it is not swept;
+# Qwen3-235B fp8-block128 at TP8 has no whole 128 blocks (refused at the gate).
+# tune: scripts/device_tune.sh with SHAPES (vllm, 19 keys), its winners in the bundle's
+# configs/vllm/. tuned: vllm --config tuned, the models of each job with a tuned file.
+# stage: only gather the parts. VLLM_PARTS, VLLM_STAGE, VLLM_SITE, VLLM_STANDINS move the
+# folders (tests).
+set -uo pipefail
+MODE=${1:-sweep}
+case $MODE in stage|sweep|tune|tuned) ;;
+  *) echo "usage: bash scripts/device_vllm.sh sweep|tune|tuned|stage"; exit 2 ;; esac
+t0=$(date +%s)
+BUDGET=${BUDGET:-540}
+left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
+export VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site} VLLM_STANDINS=${VLLM_STANDINS:-/tmp/vllm-standins}
+python3 scripts/device_bundle.py stage "${VLLM_PARTS:-.whl/vllm/parts}" \
+  "${VLLM_STAGE:-/tmp/vllm-stage}" "$VLLM_SITE"
+rc=$?
+if [ $rc = 3 ]; then
+  echo "device_vllm: vLLM is not complete on this machine yet: nothing measured; call again with the next part"
+  exit 0
+fi
+[ $rc = 0 ] || { echo "device_vllm: staging vLLM failed (rc=$rc)"; exit 1; }
+python3 scripts/device_bundle.py standins "$VLLM_STANDINS" openai openai_harmony mistral_common
+[ "$MODE" = stage ] && exit 0
+
+source "$(dirname "$0")/device_env.sh"
+pack() { tar czf $OUT/bundle.tar.gz -C $OUT bundle && rm -rf $B; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > $B/logs/gpus.txt 2>&1
+python3 -m moe_lab backends > $B/logs/backends.txt 2>&1
+if ! python3 -c "from moe_lab.backends import get; ok, why = get('vllm').available(); print('vllm:', 'available' if ok else why); raise SystemExit(0 if ok else 1)" 2>&1 | tee -a $B/logs/backends.txt; then
+  echo "device_vllm: vllm cannot run here (above; logs/backends.txt): nothing measured"; pack; exit 1
+fi
+if [ "$MODE" = tune ]; then  # device_tune.sh packs $B (these logs too) when it ends
+  export SHAPES=${SHAPES:-"vllm:llama4-scout-16e:8:1:bf16 vllm:llama4-maverick-128e:8:1:bf16 vllm:qwen3-235b-a22b:8:1:bf16 vllm:deepseek-r1:8:8:bf16 vllm:deepseek-r1:8:1:fp8-block128 vllm:deepseek-r1:8:8:fp8-block128 vllm:llama4-scout-16e:8:1:fp8-channel vllm:llama4-maverick-128e:8:1:fp8-channel"}
+  export BUDGET=$(left)
+  exec bash "$(dirname "$0")/device_tune.sh"
+fi
+trap pack EXIT
+
+TOKENS=${TOKENS:-1,16,64,256,1024,2048,4096,8192}
+JOBS=${JOBS:-"bf16:1:llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b bf16:8:deepseek-r1 fp8-block128:1:deepseek-r1 fp8-block128:8:deepseek-r1 fp8-channel:1:llama4-scout-16e,llama4-maverick-128e"}
+RUNSTAGE=/tmp/moe_lab_vllm_runs; mkdir -p $RUNSTAGE  # a warm machine: the next call resumes here
+NGPU=$(python3 -c "import torch; print(max(torch.cuda.device_count(), 1))")
+
+backends_for() {  # dtype: vLLM as shipped beside the workbook's own layers of that scheme
+  case $1 in
+    bf16) echo vllm,aiter-triton,torch-grouped ;;
+    fp8-block128) echo vllm,aiter-triton,torch-fp8 ;;
+    fp8-channel) echo vllm,torch-fp8-grouped,torch-fp8 ;;
+    *) echo vllm ;;
+  esac
+}
+run_id() { local s=tp8; [ "$2" != 1 ] && s=tp8ep8; echo "h200-vllm-$1-$s"; }
+
+sweep() {  # gpu run dtype ep models backends config
+  local s; s=$(( $(left) - 20 ))
+  [ "$s" -lt 40 ] && { echo "$2 $6 $7: no time left"; return; }
+  CUDA_VISIBLE_DEVICES=$1 timeout -s TERM -k 20 $s python3 -m moe_lab sweep --models "$5" \
+    --tp 8 --ep "$4" --tokens "$TOKENS" --dtype "$3" --backends "$6" --config "$7" \
+    --modes graph --data-dir $B/runs --run-id "$2" --no-progress >> $B/logs/$2.log 2>&1
+  echo "$2 $6 --config $7: rc=$? ($(( $(date +%s) - t0 )) s): $(tail -1 $B/logs/$2.log)"
+}
+
+with_tuned_files() {  # jobs -> each job as dtype:ep:models with a tuned vllm file (H200)
+  python3 - "$@" <<'PY'
+import sys
+from moe_lab.configs import load_tuned
+from moe_lab.core.problems import make_problem
+for job in sys.argv[1:]:
+    dtype, ep, models = job.split(":")
+    print(f"{dtype}:{ep}:" + ",".join(
+        m for m in models.split(",") if load_tuned("vllm", make_problem(m, 1, dtype, 8, int(ep)),
+                                                   "NVIDIA H200", "data/configs/nvidia-h200")))
+PY
+}
+
+job() {  # gpu dtype:ep:models
+  local g=$1 dtype ep models run
+  IFS=: read -r dtype ep models <<< "$2"
+  run=$(run_id "$dtype" "$ep")
+  if [ -d $RUNSTAGE/$run ]; then cp -r $RUNSTAGE/$run $B/runs/$run
+  elif [ -d data/runs/$run ]; then cp -r data/runs/$run $B/runs/$run; fi
+  if [ "$MODE" = sweep ]; then
+    sweep "$g" "$run" "$dtype" "$ep" "$models" "$(backends_for "$dtype")" default
+    [ "$dtype" != fp8-channel ] && sweep "$g" "$run" "$dtype" "$ep" "$models" aiter-triton tuned
+  else
+    local tuned; tuned=$(grep "^$dtype:$ep:" <<< "$TUNED" | cut -d: -f3)
+    if [ -n "$tuned" ]; then sweep "$g" "$run" "$dtype" "$ep" "$tuned" vllm tuned
+    else echo "$run: no tuned vllm file in data/configs/nvidia-h200/vllm for $models"; fi
+  fi
+  [ -d $B/runs/$run ] && rm -rf $RUNSTAGE/$run.tmp && cp -r $B/runs/$run $RUNSTAGE/$run.tmp &&
+    rm -rf $RUNSTAGE/$run && mv $RUNSTAGE/$run.tmp $RUNSTAGE/$run
+}
+
+lane() { local g=$1; shift; for j in "$@"; do job "$g" "$j"; done; }
+read -r -a all <<< "$JOBS"
+TUNED=; [ "$MODE" = tuned ] && TUNED=$(with_tuned_files "${all[@]}")
+for (( g = 0; g < NGPU; g++ )); do
+  mine=()
+  for (( i = g; i < ${#all[@]}; i += NGPU )); do mine+=("${all[$i]}"); done
+  [ ${#mine[@]} -gt 0 ] && lane "$g" "${mine[@]}" &
+done
+wait
+runs=(); for j in "${all[@]}"; do IFS=: read -r d e _ <<< "$j"; runs+=("$(run_id "$d" "$e")"); done
+python3 - $B/runs "$MODE" "${runs[@]}" <<'PY'
+import json, os, sys
+import pandas as pd
+root, mode, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+done = True
+for run in runs:  # every job's run, started or not
+    try:
+        man = json.load(open(os.path.join(root, run, "manifest.json")))
+        res = pd.read_parquet(os.path.join(root, run, "results.parquet"))
+    except OSError:
+        print(f"{run}: not started")
+        done = False
+        continue
+    n = res.groupby(["backend", "config", "status"]).size()
+    print(f"{run}: {man.get('status')}; " + ", ".join(f"{b} {c} {s} {k}" for (b, c, s), k in n.items()))
+    done &= man.get("status") == "complete"
+print(f"{mode}: every job complete" if done else f"{mode}: not complete: call again")
+PY
+echo "device_vllm $MODE: $(( $(date +%s) - t0 )) s"

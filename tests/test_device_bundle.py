@@ -1,0 +1,319 @@
+"""What a GPU machine without network gets of amd-aiter and vLLM (scripts/device_bundle.py,
+scripts/fetch-device-wheels.sh, scripts/device_vllm.sh), checked on the CPU: the aiter cut
+is enough for moe-lab's aiter-triton modules on its own; vLLM's archive leaves out what
+its fused MoE never loads, is the same bytes from the same inputs and splits into parts
+that fit beside the tree; and the device script gathers the parts one call at a time,
+says which are missing, refuses parts that do not join, and unpacks once (fake parts of a
+small archive here, through the script itself)."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import device_bundle as db  # noqa: E402
+
+
+def _tar_names(path) -> list[str]:
+    with tarfile.open(path) as t:
+        return t.getnames()
+
+
+# --- amd-aiter ------------------------------------------------------------------------------
+
+def test_the_aiter_cut_alone_serves_the_aiter_triton_backends(tmp_path):
+    spec = importlib.util.find_spec("aiter")
+    if spec is None:
+        pytest.skip("amd-aiter is not installed here")
+    src = list(spec.submodule_search_locations)[0]
+    out = tmp_path / "aiter-cut.tar.gz"
+    names = db.aiter_cut(src, str(out))
+    assert out.stat().st_size < 1 << 20  # the 40 MB wheel's few hundred KB that matter
+    assert not any(n.startswith("aiter_meta") or n.endswith(".so") for n in names)
+    site = tmp_path / "site"
+    with tarfile.open(out) as t:
+        t.extractall(site)
+    code = ("import sys\n"
+            "from moe_lab.core.aiter_import import aiter_root, aiter_version, load_aiter_glue, "
+            "load_aiter_triton, load_silu_fused\n"
+            "from moe_lab.backends.aiter_triton import aiter_moe_configs\n"
+            "load_aiter_triton(); load_aiter_glue(); load_silu_fused()\n"
+            "assert aiter_moe_configs() and aiter_moe_configs(fp8=True)\n"
+            "outside = [m.__name__ for m in list(sys.modules.values()) if m.__name__.startswith"
+            "('aiter') and getattr(m, '__file__', None) and not m.__file__.startswith(sys.argv[1])]\n"
+            "print(aiter_root(), aiter_version(), outside)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{ROOT}"), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    root, version, outside = r.stdout.split(" ", 2)
+    assert root == str(site / "aiter") and outside.strip() == "[]"
+    assert version != "not installed"  # its METADATA travels: rows name the version
+    again = tmp_path / "again.tar.gz"
+    db.aiter_cut(src, str(again))
+    assert again.read_bytes() == out.read_bytes()  # the same files, the same bytes
+
+
+# --- vLLM's parts ---------------------------------------------------------------------------
+
+def _fake_wheel(path: Path, so_mib: float = 1.0) -> Path:
+    rnd = lambda n: os.urandom(int(n))  # noqa: E731 (compiled code does not compress)
+    files = {"vllm/__init__.py": b"__version__ = '0.26.0'\n",
+             "vllm/model_executor/layers/fused_moe/fused_moe.py": b"# the fused MoE\n",
+             "vllm/model_executor/layers/fused_moe/configs/E=8,N=64,device_name=NVIDIA_H200.json": b"{}",
+             "vllm/third_party/__init__.py": b"", "vllm/third_party/pynvml.py": b"# nvml\n",
+             "vllm/third_party/deep_gemm/__init__.py": b"", "vllm/vllm_flash_attn/__init__.py": b"",
+             "vllm/_C_stable_libtorch.abi3.so": rnd(so_mib * 2 ** 20),
+             "vllm/_moe_C_stable_libtorch.abi3.so": rnd(so_mib * 2 ** 20),
+             "vllm/_flashmla_C.abi3.so": rnd(2 ** 16), "vllm/vllm-rs": rnd(2 ** 18),
+             "vllm-0.26.0.dist-info/METADATA": b"Name: vllm\nVersion: 0.26.0\n",
+             "vllm-0.26.0.dist-info/RECORD": b""}
+    with zipfile.ZipFile(path, "w") as z:
+        for n, d in files.items():
+            z.writestr(n, d)
+    return path
+
+
+def _fake_dep(folder: Path, name="moelabfake") -> Path:
+    """A minimal pure-Python wheel pip installs offline."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-1.0-py3-none-any.whl"
+    files = {f"{name}/__init__.py": b"X = 1\n",
+             f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+             f"{name}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{n},,\n" for n in files) + f"{name}-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, d in files.items():
+            z.writestr(n, d)
+        z.writestr(f"{name}-1.0.dist-info/RECORD", record)
+    return path
+
+
+def _parts(tmp_path, monkeypatch, n_wanted=3, tag="a") -> list[Path]:
+    """Parts of a fake vLLM archive, sized so that there are n_wanted of them."""
+    wheel = _fake_wheel(tmp_path / f"vllm-0.26.0-{tag}.whl")
+    deps = tmp_path / f"deps-{tag}"
+    _fake_dep(deps)
+    monkeypatch.setattr(db, "LIMIT", 8 << 20)
+    monkeypatch.setattr(db, "MARGIN", 1 << 20)
+    monkeypatch.setattr(db, "MIN_PART", 1 << 18)
+    room = (2.2 * 2 ** 20) / n_wanted  # the archive is ~2.1 MiB (the two .so)
+    names, total, _ = db.vllm_parts(str(wheel), str(deps), str(tmp_path / f"parts-{tag}"),
+                                    int(7 * 2 ** 20 - room), 0)
+    assert len(names) == n_wanted
+    return [Path(n) for n in names]
+
+
+def test_the_vllm_archive_keeps_the_fused_moe_and_fits_each_part_beside_the_tree(tmp_path, monkeypatch):
+    parts = _parts(tmp_path, monkeypatch)
+    bid = parts[0].name.split("-")[1]
+    data = b"".join(p.read_bytes() for p in parts)
+    assert hashlib.sha256(data).hexdigest().startswith(bid)
+    assert [p.name for p in parts] == [f"vllm-{bid}-{k}-of-3" for k in range(3)]
+    sizes = [p.stat().st_size for p in parts]
+    assert sizes[0] == sizes[1] >= sizes[2]
+    names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
+    assert {"vllm/_C_stable_libtorch.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so",
+            "vllm/third_party/pynvml.py", "vllm-0.26.0.dist-info/METADATA",
+            "_wheels/moelabfake-1.0-py3-none-any.whl"} <= set(names)
+    for gone in ("vllm/vllm-rs", "vllm/_flashmla_C.abi3.so", "vllm/vllm_flash_attn/__init__.py",
+                 "vllm/third_party/deep_gemm/__init__.py", "vllm-0.26.0.dist-info/RECORD"):
+        assert gone not in names
+    # a tree too large for any part is refused, not split into parts that cannot travel
+    with pytest.raises(SystemExit, match="no room"):
+        db.parts_needed(10, 7 << 20, 0)
+
+
+def test_the_same_inputs_give_the_same_parts(tmp_path, monkeypatch):
+    a = _parts(tmp_path, monkeypatch, tag="a")
+    wheel, deps = tmp_path / "vllm-0.26.0-a.whl", tmp_path / "deps-a"
+    names, _, _ = db.vllm_parts(str(wheel), str(deps), str(tmp_path / "again"),
+                                int(7 * 2 ** 20 - 2.2 * 2 ** 20 / 3), 0)
+    assert [Path(n).name for n in names] == [p.name for p in a]
+    assert all(Path(n).read_bytes() == p.read_bytes() for n, p in zip(names, a))
+
+
+# --- the device script gathers them ---------------------------------------------------------
+
+def _call(tmp_path, carried: list[Path], site="site", mode="stage"):
+    """One device call of scripts/device_vllm.sh, carrying `carried` parts."""
+    call = tmp_path / "call"
+    if call.exists():
+        for p in call.iterdir():
+            p.unlink()
+    call.mkdir(exist_ok=True)
+    for p in carried:
+        (call / p.name).write_bytes(p.read_bytes())
+    env = dict(os.environ, VLLM_PARTS=str(call), VLLM_STAGE=str(tmp_path / "stage"),
+               VLLM_SITE=str(tmp_path / site), VLLM_STANDINS=str(tmp_path / "standins"),
+               OUT=str(tmp_path / "out"))
+    r = subprocess.run(["bash", "scripts/device_vllm.sh", mode], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_the_device_script_gathers_the_parts_one_call_at_a_time(tmp_path, monkeypatch):
+    parts = _parts(tmp_path, monkeypatch)
+    bid = parts[0].name.split("-")[1]
+    rc, out = _call(tmp_path, [])
+    assert rc == 0 and "no vLLM part carried in and none staged" in out
+    assert "nothing measured" in out
+    rc, out = _call(tmp_path, [parts[0]])
+    assert rc == 0 and "1 of 3 parts here" in out
+    assert f"missing: .whl/vllm/parts/vllm-{bid}-1-of-3, .whl/vllm/parts/vllm-{bid}-2-of-3" in out
+    assert not (tmp_path / "site").exists()
+    rc, out = _call(tmp_path, [parts[2]])  # any order
+    assert rc == 0 and f"missing: .whl/vllm/parts/vllm-{bid}-1-of-3 " in out
+    rc, out = _call(tmp_path, [parts[1]])
+    assert rc == 0 and f"vLLM bundle {bid} unpacked" in out, out
+    site = tmp_path / "site"
+    assert (site / "BUNDLE").read_text().strip() == bid
+    assert (site / "vllm" / "_moe_C_stable_libtorch.abi3.so").is_file()
+    assert (site / "moelabfake" / "__init__.py").is_file()  # its import deps installed
+    assert not (site / "_wheels").exists()
+    for name in ("openai", "openai_harmony"):  # stand-ins for what the image lacks
+        if importlib.util.find_spec(name) is None:
+            assert (tmp_path / "standins" / name / "__init__.py").is_file()
+    rc, out = _call(tmp_path, [])  # a later call on the warm machine: ready
+    assert rc == 0 and f"vLLM bundle {bid} is unpacked" in out
+
+
+def test_parts_that_do_not_join_are_refused_and_another_builds_set_aside(tmp_path, monkeypatch):
+    parts = _parts(tmp_path, monkeypatch)
+    bad = tmp_path / "bad" / parts[1].name
+    bad.parent.mkdir()
+    data = bytearray(parts[1].read_bytes())
+    data[100] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    _call(tmp_path, [parts[0]])
+    _call(tmp_path, [bad])
+    rc, out = _call(tmp_path, [parts[2]])
+    assert rc == 1 and "do not join" in out and "carry them again from part 0" in out
+    assert not any((tmp_path / "stage").glob("vllm-*")) and not (tmp_path / "site").exists()
+    # a part of another build (the tree grew, the parts were cut again) is never joined
+    other = _parts(tmp_path, monkeypatch, n_wanted=2, tag="b")
+    _call(tmp_path, [parts[0]])
+    rc, out = _call(tmp_path, [other[0]])
+    assert rc == 0 and "parts of another bundle" in out and "1 of 2 parts here" in out
+    assert sorted(p.name for p in (tmp_path / "stage").glob("vllm-*")) == [other[0].name]
+
+
+def test_the_script_header_names_the_parts_fetch_makes():
+    """The run calls at the top of scripts/device_vllm.sh carry the parts by the names
+    scripts/fetch-device-wheels.sh gives them (db.PART) and the aiter cut."""
+    text = (ROOT / "scripts" / "device_vllm.sh").read_text()
+    import re
+    named = set(re.findall(r"\.whl/vllm/parts/(vllm-[0-9a-f]{8}-\d+-of-\d+)", text))
+    assert named and all(db.PART.match(n) for n in named)
+    n = {int(db.PART.match(x)[3]) for x in named}
+    assert len(n) == 1 and {int(db.PART.match(x)[2]) for x in named} == set(range(n.pop()))
+    assert text.count('".whl/aiter-cut.tar.gz"') >= 5
+
+
+FAKE_PY = r'''#!/bin/sh
+# python3 of a dry run: moe-lab's sweep and tune recorded (a sweep leaves a complete run
+# folder), the vllm check says available, `backends` and the GPU count answered; the
+# rest is the real python
+if [ "$1" = -m ] && [ "$2" = moe_lab ] && { [ "$3" = sweep ] || [ "$3" = tune ]; }; then
+  echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES $*" >> "$DRY_LOG"
+  [ "$3" = tune ] && exit 0
+  exec "$REAL_PY" -c '
+import json, os, sys
+import pandas as pd
+a = sys.argv[1:]
+d = os.path.join(a[a.index("--data-dir") + 1], a[a.index("--run-id") + 1])
+os.makedirs(d, exist_ok=True)
+json.dump({"status": "complete"}, open(os.path.join(d, "manifest.json"), "w"))
+p = os.path.join(d, "results.parquet")
+old = pd.read_parquet(p) if os.path.exists(p) else pd.DataFrame()
+cfg = a[a.index("--config") + 1]
+new = pd.DataFrame([dict(backend=b, config=cfg, status="ok") for b in a[a.index("--backends") + 1].split(",")])
+pd.concat([old, new]).to_parquet(p)
+print("done")' "$@"
+fi
+[ "$1" = -m ] && [ "$2" = moe_lab ] && [ "$3" = backends ] && { echo "(backends)"; exit 0; }
+case "$2" in
+  *"get('vllm').available()"*) echo "vllm: available"; exit 0 ;;
+  *"device_count()"*) echo "${DRY_NGPU:-1}"; exit 0 ;;
+esac
+exec "$REAL_PY" "$@"
+'''
+
+
+def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
+    """The script's jobs end to end with moe-lab's sweep and tune recorded instead of run
+    (no GPU here): one run folder per job, vLLM as shipped beside the scheme's own
+    backends, aiter-triton tuned after, the summary, the bundle; tune hands the 8 vllm
+    shapes to device_tune.sh; tuned finds no vllm file committed yet and says so."""
+    import shutil
+    parts = _parts(tmp_path, monkeypatch)
+    for p in parts:
+        _call(tmp_path, [p])
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(FAKE_PY)
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho NVIDIA H200\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    log = tmp_path / "dry.log"
+    repo = tmp_path / "repo"  # what travels, without this checkout's .whl/ or runs
+    for sub in ("scripts", "moe_lab", "data/configs"):
+        shutil.copytree(ROOT / sub, repo / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, AITER_SITE=str(tmp_path / "aiter-site"), PATH=f"{fake}{os.pathsep}{os.environ['PATH']}", DRY_LOG=str(log),
+               REAL_PY=sys.executable, VLLM_PARTS=str(tmp_path / "none"),
+               VLLM_STAGE=str(tmp_path / "stage"), VLLM_SITE=str(tmp_path / "site"),
+               VLLM_STANDINS=str(tmp_path / "standins"), MOE_LAB_GIT_COMMIT="abc1234")
+
+    def call(mode):
+        out = tmp_path / f"out-{mode}"
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir()
+        r = subprocess.run(["bash", "scripts/device_vllm.sh", mode], cwd=repo, timeout=600,
+                           env=dict(env, OUT=str(out)), capture_output=True, text=True)
+        return r.returncode, r.stdout + r.stderr, out
+    rc, out, where = call("sweep")
+    assert rc == 0, out[-3000:]
+    calls = log.read_text().splitlines()
+    sweeps = [c for c in calls if " sweep " in c]
+    assert len(sweeps) == 5 + 4  # every job with --config default, then aiter-triton tuned
+    want = {"h200-vllm-bf16-tp8": "vllm,aiter-triton,torch-grouped",
+            "h200-vllm-bf16-tp8ep8": "vllm,aiter-triton,torch-grouped",
+            "h200-vllm-fp8-block128-tp8": "vllm,aiter-triton,torch-fp8",
+            "h200-vllm-fp8-block128-tp8ep8": "vllm,aiter-triton,torch-fp8",
+            "h200-vllm-fp8-channel-tp8": "vllm,torch-fp8-grouped,torch-fp8"}
+    for run, backends in want.items():
+        mine = [c for c in sweeps if f"--run-id {run} " in c]
+        assert f"--backends {backends} --config default" in mine[0]
+        assert "--tokens 1,16,64,256,1024,2048,4096,8192" in mine[0]
+        assert "--modes graph" in mine[0] and "--tp 8" in mine[0]
+        assert ("--ep 8" in mine[0]) == run.endswith("ep8")
+        if "fp8-channel" not in run:
+            assert "--backends aiter-triton --config tuned" in mine[1]
+    assert "--models llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b" in sweeps[0]
+    assert "sweep: every job complete" in out
+    with tarfile.open(where / "bundle.tar.gz") as t:
+        names = t.getnames()
+    assert all(f"bundle/runs/{r}/results.parquet" in names for r in want)
+    assert "bundle/logs/backends.txt" in names
+    # tune: device_tune.sh with the 8 vllm shapes
+    log.write_text("")
+    rc, out, where = call("tune")
+    tunes = [c for c in log.read_text().splitlines() if " tune " in c]
+    assert rc == 0 and len(tunes) == 8, out[-3000:]
+    assert all("--backend vllm" in c for c in tunes)
+    assert {c.split("--dtype ")[1].split()[0] for c in tunes} == {"bf16", "fp8-block128",
+                                                                   "fp8-channel"}
+    # tuned: nothing committed under data/configs/nvidia-h200/vllm yet
+    log.write_text("")
+    rc, out, where = call("tuned")
+    assert rc == 0 and "no tuned vllm file" in out and not log.read_text().strip()
