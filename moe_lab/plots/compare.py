@@ -10,7 +10,7 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..noise import band_text
+from ..analysis.noise import band_text
 from ..core.problems import sharding_name
 from . import style
 
@@ -80,7 +80,7 @@ def fig_ratio(table: pd.DataFrame, a, b, by=None, values=None) -> Figure:
             f"A = {a.run_id}, B = {b.run_id}")
     bare = int((t["verdict"] == "no samples").sum())
     nb = (f"; {bare} points without samples: ratio only, no interval" if bare else "")
-    from ..compare import bands_line
+    from ..analysis.compare import bands_line
     return style.finish(fig, a, None, f"{what}; bars: bootstrap 95% intervals; shaded: the "
                         "device's between-process noise band in the mode, calibrated from "
                         "A/A' pairs (a verdict needs the whole bar outside it); below 1: B "
