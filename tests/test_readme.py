@@ -247,3 +247,17 @@ def test_the_numbers_the_readme_keeps_are_the_codes():
                                               ("bf16", "fp16", "fp32", "fp8-block128")]
     m = re.search(r"at the (\d+) token keys", text)
     assert m and int(m[1]) == len(TUNE_TOKENS)
+
+
+def test_the_gpu_and_versions_the_readme_names_are_the_manifests():
+    """'all GPU numbers so far are from one NVIDIA H200 (torch T, triton R, amd-aiter A ...)':
+    every committed run measured on a GPU names that device and those versions."""
+    text = " ".join(README.read_text().split())
+    m = re.search(r"all GPU numbers so far are from one (NVIDIA \w+) \(torch (\S+), triton (\S+), "
+                  r"amd-aiter (\S+) ", text)
+    assert m, "the sentence naming the GPU and versions"
+    gpu = [json.loads(p.read_text()).get("environment") or {} for p in RUNS.glob("*/manifest.json")]
+    gpu = [e for e in gpu if e.get("device_name") and e["device_name"] not in ("cpu", "x86_64")]
+    assert gpu and {e["device_name"] for e in gpu} == {m[1]}
+    assert {e["torch"] for e in gpu} == {m[2].replace("2.11+", "2.11.0+")}
+    assert all(e["triton"].startswith(m[3]) for e in gpu) and {e["aiter"] for e in gpu} == {m[4]}

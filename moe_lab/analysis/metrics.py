@@ -111,7 +111,7 @@ def promise_metrics(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def prediction_metrics(pts: pd.DataFrame) -> pd.DataFrame:
-    """|predicted / measured - 1| per distributed point (distributed.analysis.points),
+    """|predicted / measured - 1| per distributed point (analysis.expert_parallel.points),
     backend labelled with its parallel variant and mode."""
     if not len(pts):
         return pd.DataFrame(columns=METRIC_COLUMNS)
