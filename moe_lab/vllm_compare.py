@@ -16,6 +16,13 @@ figure is moe_lab.plots.vllm_compare's.
         those), on the newest one's device, newest first; [] when none
     frames(runs, mode="graph") -> (results, ledger) of those runs, each row with its
         run_id (every run's own rows: a point two runs share is kept in both)
+    fp8_over_bf16(results) -> per model, sharding, FP8 scheme and token count: the fastest
+        ok bf16 and FP8 layers (any backend, any run of the frame; the default glue),
+        speedup = bf16_us / fp8_us, and the same with vLLM left out of both sides
+        (speedup_own: the workbook's own kernels only), so a statement about FP8 says
+        whether it holds for the kernels or only for the kernel list
+    fp8_summary(table) -> per model, sharding and scheme: points, FP8 faster at how many
+        (with vLLM and own only), the speedup's range and its best FP8 backends
 
 OWN, the workbook's own layers: aiter-triton (aiter's shipped or moe-lab's tuned
 configurations), torch-grouped, the FP8 backends (torch-fp8, torch-fp8-grouped) and vLLM's
@@ -148,3 +155,62 @@ def frames(runs, mode: str | None = "graph") -> tuple[pd.DataFrame, pd.DataFrame
     led = [x for x in led if len(x)]
     return (pd.concat(res, ignore_index=True) if res else pd.DataFrame(),
             pd.concat(led, ignore_index=True) if led else pd.DataFrame())
+
+
+FP8_KEY = ["model", "tp", "ep", "ep_rank", "routing", "mode", "tokens"]
+
+
+def _fastest(r: pd.DataFrame) -> pd.DataFrame:
+    r = r.assign(kernel=r["backend"].astype(str) + " " + r["config"].astype(str))
+    return r.sort_values("median_us").groupby(FP8_KEY + ["dtype"], sort=False).head(1)
+
+
+def fp8_over_bf16(results: pd.DataFrame, mode: str | None = "graph") -> pd.DataFrame:
+    """Module doc; empty when no point has both a bf16 and an FP8 ok row."""
+    cols = ["model", "sharding", "dtype", "tokens", "bf16_us", "bf16_best", "fp8_us",
+            "fp8_best", "speedup", "bf16_own_us", "fp8_own_us", "fp8_own_best", "speedup_own"]
+    r = _candidates(results, mode)
+    if r.empty or "dtype" not in r:
+        return pd.DataFrame(columns=cols)
+    own = r[r["backend"] != BASE[0]]
+    out = []
+    for frame, tag in ((r, ""), (own, "_own")):
+        best = _fastest(frame)
+        b = best[best["dtype"] == "bf16"][FP8_KEY + ["median_us", "kernel"]].rename(
+            columns={"median_us": f"bf16{tag}_us", "kernel": f"bf16{tag}_best"})
+        f = best[best["dtype"].astype(str).str.startswith("fp8")][
+            FP8_KEY + ["dtype", "median_us", "kernel"]].rename(
+            columns={"median_us": f"fp8{tag}_us", "kernel": f"fp8{tag}_best"})
+        out.append(f.merge(b, on=FP8_KEY))
+    t = out[0].merge(out[1], on=FP8_KEY + ["dtype"], how="left")
+    if t.empty:
+        return pd.DataFrame(columns=cols)
+    t["sharding"] = [sharding_name(int(a), int(b)) for a, b in zip(t["tp"], t["ep"])]
+    t["speedup"] = t["bf16_us"] / t["fp8_us"]
+    t["speedup_own"] = t["bf16_own_us"] / t["fp8_own_us"]
+    return t[cols].sort_values(["model", "sharding", "dtype", "tokens"]).reset_index(drop=True)
+
+
+def _span(v) -> str:
+    v = pd.to_numeric(pd.Series(list(v), dtype=float), errors="coerce").dropna()
+    if not len(v):
+        return "n/a"
+    lo, hi = f"{v.min():.2f}", f"{v.max():.2f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def fp8_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Module doc; empty when the table is."""
+    cols = ["model", "sharding", "dtype", "points", "fp8_faster", "speedup", "fp8_best",
+            "own_points", "fp8_faster_own", "speedup_own", "fp8_own_best"]
+    rows = []
+    for (m, s, d), g in table.groupby(["model", "sharding", "dtype"], sort=True):
+        o = g.dropna(subset=["speedup_own"])
+        rows.append(dict(model=m, sharding=s, dtype=d, points=len(g),
+                         fp8_faster=int((g["speedup"] > 1).sum()), speedup=_span(g["speedup"]),
+                         fp8_best=", ".join(sorted(set(g["fp8_best"]))), own_points=len(o),
+                         fp8_faster_own=int((o["speedup_own"] > 1).sum()),
+                         speedup_own=_span(o["speedup_own"]),
+                         fp8_own_best=", ".join(sorted(set(o["fp8_own_best"].astype(str))))))
+    return pd.DataFrame(rows, columns=cols)
+

@@ -151,3 +151,30 @@ def test_frames_keep_each_runs_rows_and_phases(tmp_path):
     assert set(led["run_id"]) == {"r1", "r2"}
     for r in ("r1", "r2"):
         assert set(led[led.run_id == r]["point_id"]) == set(res[res.run_id == r]["point_id"])
+
+
+def test_fp8_over_bf16_says_whether_the_verdict_needs_vllms_kernel():
+    """FP8 against bf16 per point: the fastest of each dtype (every kernel), and with vLLM
+    left out of both sides; the summary counts the points FP8 wins either way."""
+    rows = [  # 16 tokens: bf16 best is ours (100); FP8: vllm 60, ours 120
+        _row("a", 16, "aiter-triton", "tuned", 100.0), _row("a", 16, "vllm", "default", 105.0),
+        _row("a", 16, "vllm", "default", 60.0, dtype="fp8-channel"),
+        _row("a", 16, "torch-fp8-grouped", "default", 120.0, dtype="fp8-channel"),
+        # 64 tokens: bf16 best is vllm (80; ours 90); FP8 ours 70, vllm 75
+        _row("a", 64, "aiter-triton", "tuned", 90.0), _row("a", 64, "vllm", "default", 80.0),
+        _row("a", 64, "vllm", "default", 75.0, dtype="fp8-channel"),
+        _row("a", 64, "torch-fp8-grouped", "default", 70.0, dtype="fp8-channel"),
+        # never counted: an incorrect FP8 row, a point with no bf16 row
+        _row("a", 64, "torch-fp8", "default", 1.0, dtype="fp8-channel", status="incorrect"),
+        _row("a", 256, "vllm", "default", 50.0, dtype="fp8-channel")]
+    t = vc.fp8_over_bf16(pd.DataFrame(rows))
+    assert list(t["tokens"]) == [16, 64]
+    r16, r64 = t.iloc[0], t.iloc[1]
+    assert r16["speedup"] == pytest.approx(100 / 60) and r16["fp8_best"] == "vllm default"
+    assert r16["speedup_own"] == pytest.approx(100 / 120)
+    assert r64["speedup"] == pytest.approx(80 / 70) and r64["bf16_best"] == "vllm default"
+    assert r64["speedup_own"] == pytest.approx(90 / 70)
+    s = vc.fp8_summary(t).iloc[0]
+    assert (s["points"], s["fp8_faster"], s["fp8_faster_own"]) == (2, 2, 1)
+    assert s["speedup"] == "1.14-1.67" and s["speedup_own"] == "0.83-1.29"
+    assert vc.fp8_over_bf16(pd.DataFrame(rows[:2])).empty  # no FP8 row: nothing to say

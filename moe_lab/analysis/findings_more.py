@@ -144,9 +144,68 @@ def imported_section(runs) -> list[str]:
     return out
 
 
+def _fp8_sentence(row) -> str:
+    """One generated sentence per model, sharding and scheme: FP8 against bf16 with vLLM's
+    kernel in the set and with the workbook's own kernels only."""
+    return (f"- {row.model} {row.sharding} {row.dtype}: FP8 faster than bf16 at "
+            f"{row.fp8_faster} of {row.points} token counts ({row.speedup}x; FP8's best: "
+            f"{row.fp8_best}); with the workbook's own kernels only, at {row.fp8_faster_own} "
+            f"of {row.own_points} ({row.speedup_own}x; {row.fp8_own_best})"
+            + (": the verdict depends on the kernel list, not on FP8"
+               if (row.fp8_faster > row.points / 2) != (row.fp8_faster_own > row.own_points / 2)
+               else ""))
+
+
+def vllm_section(runs) -> list[str]:
+    from .. import vllm_compare as vc
+    vruns = vc.vllm_runs()
+    if not vruns:
+        return []
+    res, led = vc.frames(vruns)
+    t = vc.best_over_vllm(res, led)
+    if t.empty:
+        return []
+    shapes = vc.by_shape(t)
+    versions = sorted(set(res.loc[res["backend"] == vc.BASE[0], "backend_version"]
+                          .dropna().astype(str))) if "backend_version" in res else []
+    show = shapes.assign(geomean_ratio=shapes["geomean_ratio"].map("{:.3f}".format),
+                         worst_ratio=shapes["worst_ratio"].map("{:.3f}".format),
+                         met=shapes["met"].map({True: "yes", False: "no"}))
+    slow = t[t["slower"]].assign(ratio=lambda d: d["ratio"].map("{:.3f}".format),
+                                 vllm_us=lambda d: d["vllm_us"].map("{:.1f}".format),
+                                 best_us=lambda d: d["best_us"].map("{:.1f}".format),
+                                 loses_us=lambda d: d["loses_us"].map("{:.1f}".format))
+    out = ["## vLLM's fused MoE as shipped against the workbook's own layers", "",
+           provenance(vruns, t.assign(point_id=t["vllm_point_id"])), "",
+           f"vLLM ({', '.join(versions) or 'version not recorded'}): its Triton `fused_experts` "
+           "with its own configuration files (`--config default`), checked against the "
+           "reference and timed in the same runs as the workbook's own layers (aiter-triton "
+           "default and tuned, torch-grouped, the FP8 backends). Per shape and scheme: the "
+           f"best own layer over vLLM per token count, its geometric mean, the worst point, "
+           f"the points slower than the run-to-run band ({vc.BAND:.2f}x), and whether the goal "
+           "(no point above the band, geomean at or below 1.00) is met "
+           f"({int(shapes['met'].sum())} of {len(shapes)} shapes).", "",
+           *md_table(show[["model", "sharding", "dtype", "points", "geomean_ratio",
+                           "worst_ratio", "worst_tokens", "slower", "met", "run_id"]])]
+    if len(slow):
+        out += ["", "The slower points, with the phase that loses the most time against "
+                "vLLM's (the ledger's phases of both points) and by how much (us):", "",
+                *md_table(slow[["model", "sharding", "dtype", "tokens", "vllm_us", "best_us",
+                                "best", "ratio", "loses_in", "loses_us"]])]
+    f8 = vc.fp8_summary(vc.fp8_over_bf16(res))
+    if len(f8):
+        out += ["", "### FP8 against bf16, with vLLM's kernel and without it", "",
+                "Per model, sharding and FP8 scheme measured beside bf16 in these runs: the "
+                "fastest FP8 layer against the fastest bf16 layer per token count (bf16 us / "
+                "FP8 us), once with every kernel and once with the workbook's own kernels "
+                "only (vLLM left out on both sides).", "",
+                *[_fp8_sentence(r) for r in f8.itertuples(index=False)]]
+    return out
+
+
 def lines(runs) -> list[str]:
     out = []
-    for f in (fp8_gemm_section, compile_section, noise_section, ceilings_section,
+    for f in (vllm_section, fp8_gemm_section, compile_section, noise_section, ceilings_section,
               expert_parallel_section, imported_section):
         part = f(runs)
         if part:
