@@ -194,8 +194,10 @@ def vllm_section(runs) -> list[str]:
                                 "best", "ratio", "loses_in", "loses_us"]])]
     f8 = vc.fp8_summary(vc.fp8_over_bf16(res))
     if len(f8):
+        used = [r for r in vruns if set(r.results["dtype"].astype(str)) & set(f8["dtype"])
+                or r.run_id in set(res.loc[res["dtype"] == "bf16", "run_id"])]
         out += ["", "### FP8 against bf16, with vLLM's kernel and without it", "",
-                "Per model, sharding and FP8 scheme measured beside bf16 in these runs: the "
+                runs_line(used), "", "Per model, sharding and FP8 scheme measured beside bf16 in these runs: the "
                 "fastest FP8 layer against the fastest bf16 layer per token count (bf16 us / "
                 "FP8 us), once with every kernel and once with the workbook's own kernels "
                 "only (vLLM left out on both sides).", "",
