@@ -1,6 +1,8 @@
 """The align glue step: (token, slot) pairs sorted by expert, each expert padded to BLOCK_M,
 in aiter's layout, twice: ours (`align_fused`, three Triton kernels of
-moe_lab.glue_kernels) and aiter's moe_align_block_size_triton (`align_aiter`). moe_lab.glue
+moe_lab.glue_kernels) and aiter's moe_align_block_size_triton (`align_aiter`). Where few
+pairs meet many experts (`is_sparse`: no EP map, pairs * SPARSE_FACTOR <= experts), ours
+sorts nothing (`align_sparse`, one kernel): a block per pair, its expert the pair's. moe_lab.glue
 says which variant runs which, and what each costs on an H200.
 """
 from __future__ import annotations
@@ -94,3 +96,27 @@ def align_fused(topk_ids, n_exp, block_m, expert_map=None, with_starts=False):
                            SENTINEL_REMOTE=has_map, CHUNK=chunk, E_PAD=e_pad,
                            BLOCK_M=block_m, BB=bb, num_warps=4)
     return (sorted_ids, expert_ids, npp, starts) if with_starts else (sorted_ids, expert_ids, npp)
+
+
+SPARSE_FACTOR = 4  # pairs * 4 <= experts: most experts get no pair (vLLM's threshold)
+
+
+def is_sparse(numel: int, n_exp: int, expert_map=None) -> bool:
+    """Whether align_sparse serves: no EP map (remote pairs must sort last) and
+    numel * SPARSE_FACTOR <= n_exp."""
+    return expert_map is None and 0 < numel and numel * SPARSE_FACTOR <= n_exp
+
+
+def align_sparse(topk_ids, block_m):
+    """One kernel of ours: block b holds pair b (its first slot; the rest numel) and
+    expert_ids is the pairs' experts (topk_ids as int32, no copy when it is one). The
+    GEMMs read the same rows with the same experts as from align_fused's sort, in another
+    block order; each output row is computed alone, so the layer's output is the same."""
+    numel = topk_ids.numel()
+    device = topk_ids.device
+    sorted_ids = torch.empty(numel * block_m, dtype=torch.int32, device=device)
+    npp = torch.empty(1, dtype=torch.int32, device=device)
+    with torch.profiler.record_function("moe_lab.align"):
+        KERNELS["align_small"][(numel,)](sorted_ids, npp, numel, BLOCK_M=block_m, num_warps=1)
+    return sorted_ids, topk_ids.reshape(-1).to(torch.int32), npp
+

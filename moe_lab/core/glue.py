@@ -25,7 +25,8 @@ slots of each token). Two variants, `GLUES`:
     combine               _moe_lab_moe_sum_kernel (ours): [T, k, H] read once, fp32  combine
                           sums in registers, [T, H] written once
     align                 _moe_lab_moe_align_block_size_{count,scan,place}_kernel   align
-                          (ours: the EP map inside, no serial walk), or aiter's
+                          (ours: the EP map inside, no serial walk; where few pairs meet
+                          many experts, _small_kernel: a block per pair, no sort), or aiter's
                           moe_align_block_size_triton (glue aiter and naive)
 
 The align exists twice too, with the same output bit for bit (tests/test_align.py).
@@ -113,7 +114,7 @@ def check(glue: str) -> str:
 
 
 from .glue_kernels import KERNELS  # noqa: E402 (our kernels, by step)
-from .align import AITER_ALIGN_KERNELS, align_aiter, align_fused  # noqa: E402,F401
+from .align import AITER_ALIGN_KERNELS, align_aiter, align_fused, align_sparse, is_sparse  # noqa: E402,F401
 from .combine_rows import combine_rows_fused, combine_rows_naive  # noqa: E402
 
 if KERNELS:
@@ -443,8 +444,10 @@ class Glue:
         return (combine_rows_fused if fused else combine_rows_naive)(y, pos, weights, pad)
 
     def align(self, topk_ids, n_exp, block_m, expert_map=None, aiter=None):
-        """(sorted_token_ids, expert_ids, num_tokens_post_padded): align_fused where ours
-        runs, else align_aiter (`aiter`: the module holding aiter's, as the backend loaded it)."""
+        """(sorted_token_ids, expert_ids, num_tokens_post_padded): ours where it runs
+        (align_sparse when is_sparse, else align_fused), else align_aiter (`aiter`: the module holding aiter's, as the backend loaded it)."""
         if self.kernels["align"][0].startswith("_moe_lab"):
+            if is_sparse(topk_ids.numel(), n_exp, expert_map):
+                return align_sparse(topk_ids, block_m)
             return align_fused(topk_ids, n_exp, block_m, expert_map)
         return align_aiter(topk_ids, n_exp, block_m, expert_map, kernel=aiter)

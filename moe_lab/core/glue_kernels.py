@@ -181,6 +181,21 @@ if triton is not None:
             s = (b * BLOCK_M)[:, None] + tl.arange(0, BLOCK_M)[None, :]
             tl.store(sorted_ptr + s, numel, mask=in_range[:, None] & (s >= real_end[:, None]))
 
+    # The sparse case (no EP map, pairs * 4 <= experts: few pairs, most experts idle): no
+    # sort at all. Block b holds pair b alone, padded with numel, and its expert is that
+    # pair's (expert_ids is topk_ids itself): one launch instead of three, and the GEMMs
+    # run the same number of blocks a sort would give when every pair's expert differs.
+    # vLLM's Triton path does the same for this case (inside its GEMM kernel, which aiter's
+    # cannot); one program per pair, program 0 writing the padded count.
+    @triton.jit
+    def _moe_lab_moe_align_block_size_small_kernel(sorted_ptr, npp_ptr, numel,
+                                                   BLOCK_M: tl.constexpr):
+        p = tl.program_id(0)
+        j = tl.arange(0, BLOCK_M)
+        tl.store(sorted_ptr + p * BLOCK_M + j, tl.where(j == 0, p, numel))
+        if p == 0:
+            tl.store(npp_ptr, numel * BLOCK_M)
+
     @triton.jit
     def _moe_lab_moe_sum_rows_kernel(y_ptr, pos_ptr, w_ptr, out_ptr, hidden, pad,
                                      stride_yr, stride_yh, stride_or, stride_oh,
@@ -211,6 +226,7 @@ if triton is not None:
                "act_quant": _moe_lab_act_mul_and_group_quant_kernel,
                "align": (_moe_lab_moe_align_block_size_count_kernel,
                          _moe_lab_moe_align_block_size_scan_kernel,
-                         _moe_lab_moe_align_block_size_place_kernel)}
+                         _moe_lab_moe_align_block_size_place_kernel),
+               "align_small": _moe_lab_moe_align_block_size_small_kernel}
 else:
     KERNELS = {}
