@@ -16,3 +16,13 @@ VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}; VLLM_STANDINS=${VLLM_STANDINS:-/tmp/vllm
 [ -f "$VLLM_SITE/BUNDLE" ] && export PYTHONPATH=$PYTHONPATH:$VLLM_SITE:$VLLM_STANDINS
 B=$OUT/bundle; mkdir -p $B/runs $B/logs $B/checks
 STAMP=${STAMP:-$(date -u +%Y%m%d)}
+NGPU=$(python3 -c "import torch; print(max(torch.cuda.device_count(), 1))")
+deal() {  # fn items...: the items dealt to the GPUs in turn, `fn gpu item` one after another
+  local fn=$1 g i; shift; local all=("$@")  # on each GPU, the GPUs side by side; waits
+  for (( g = 0; g < NGPU; g++ )); do
+    local mine=()
+    for (( i = g; i < ${#all[@]}; i += NGPU )); do mine+=("${all[$i]}"); done
+    [ ${#mine[@]} -gt 0 ] && (for x in "${mine[@]}"; do "$fn" "$g" "$x"; done) &
+  done
+  wait
+}

@@ -18,7 +18,6 @@
 source "$(dirname "$0")/device_env.sh"
 BUDGET=${BUDGET:-540}
 SHAPES=${SHAPES:?give SHAPES=\"backend:model:tp:ep:dtype ...\"}
-NGPU=$(python3 -c "import torch; print(max(torch.cuda.device_count(), 1))")
 CORES=$(nproc)
 t0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
@@ -52,16 +51,6 @@ tune_one() {  # gpu shape
   echo "$run rc=$rc ($(( $(date +%s) - t0 )) s): $(grep -E '^done|^left' $B/logs/$run.log | tr '\n' ' ')"
 }
 
-lane() {  # gpu shapes...
-  local g=$1; shift
-  for shape in "$@"; do tune_one "$g" "$shape"; done
-}
-
 read -r -a all <<< "$SHAPES"
-for (( g = 0; g < NGPU; g++ )); do
-  mine=()
-  for (( i = g; i < ${#all[@]}; i += NGPU )); do mine+=("${all[$i]}"); done
-  [ ${#mine[@]} -gt 0 ] && lane "$g" "${mine[@]}" &
-done
-wait
+deal tune_one "${all[@]}"
 echo "device_tune: $(( $(date +%s) - t0 )) s"

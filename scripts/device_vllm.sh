@@ -84,7 +84,6 @@ trap pack EXIT
 TOKENS=${TOKENS:-1,16,64,256,1024,2048,4096,8192}
 JOBS=${JOBS:-"bf16:1:llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b bf16:8:deepseek-r1 fp8-block128:1:deepseek-r1 fp8-block128:8:deepseek-r1 fp8-channel:1:llama4-scout-16e,llama4-maverick-128e"}
 RUNSTAGE=/tmp/moe_lab_vllm_runs; mkdir -p $RUNSTAGE  # a warm machine: the next call resumes here
-NGPU=$(python3 -c "import torch; print(max(torch.cuda.device_count(), 1))")
 
 backends_for() {  # dtype: vLLM as shipped beside the workbook's own layers of that scheme
   case $1 in
@@ -136,15 +135,9 @@ job() {  # gpu dtype:ep:models
     rm -rf $RUNSTAGE/$run && mv $RUNSTAGE/$run.tmp $RUNSTAGE/$run
 }
 
-lane() { local g=$1; shift; for j in "$@"; do job "$g" "$j"; done; }
 read -r -a all <<< "$JOBS"
 TUNED=; [ "$MODE" = tuned ] && TUNED=$(with_tuned_files "${all[@]}")
-for (( g = 0; g < NGPU; g++ )); do
-  mine=()
-  for (( i = g; i < ${#all[@]}; i += NGPU )); do mine+=("${all[$i]}"); done
-  [ ${#mine[@]} -gt 0 ] && lane "$g" "${mine[@]}" &
-done
-wait
+deal job "${all[@]}"
 runs=(); for j in "${all[@]}"; do IFS=: read -r d e _ <<< "$j"; runs+=("$(run_id "$d" "$e")"); done
 python3 - $B/runs "$MODE" "${runs[@]}" <<'PY'
 import json, os, sys

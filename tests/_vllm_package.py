@@ -15,19 +15,17 @@ works (no network and no copy) the tests skip, saying so.
 
 Imported like this, vLLM detects no GPU platform (UnspecifiedPlatform) and its compiled
 ops are absent; modules it imports on the way that no MoE code runs (its OpenAI server,
-Mistral's tokenizer, aiohttp) are empty stand-ins when not installed (STUBBED)."""
+Mistral's tokenizer, aiohttp) are empty stand-ins when not installed (STUBBED): the
+ones scripts/device_bundle.py writes for the GPU machine (version 0.0.0), in the cache."""
 from __future__ import annotations
 
 import fcntl
 import glob
-import importlib.abc
-import importlib.machinery
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import types
 import zipfile
 
 VERSION = "0.26.0"
@@ -126,52 +124,6 @@ def vllm_site() -> tuple[str | None, str]:
                                             f"set MOE_LAB_VLLM_WHEEL to a downloaded wheel")
 
 
-class _Anything(type):
-    """A stand-in class: any attribute is another stand-in (what `from x import Y` and
-    annotations need of a module nothing on the MoE path calls)."""
-
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Anything(name, (), {})
-
-    def __call__(cls, *a, **k):
-        return cls
-
-    def __getitem__(cls, key):
-        return cls
-
-    def __or__(cls, other):
-        return cls
-
-    __ror__ = __or__
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Anything(name, (), {})
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, names):
-        self.names = set(names)
-
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in self.names:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        m = _StubModule(spec.name)
-        m.__path__ = []
-        return m
-
-    def exec_module(self, module):
-        pass
-
-
 def import_vllm():
     """Put the cached vLLM on sys.path (its deps after the environment's own packages) and
     import its fused-MoE modules: (fused_moe module, config module), or raise
@@ -186,8 +138,15 @@ def import_vllm():
         sys.path.append(deps)
     import importlib.util
     missing = [n for n in STUBBED if n not in sys.modules and importlib.util.find_spec(n) is None]
-    finder = _StubFinder(missing)
-    sys.meta_path.insert(0, finder)
+    # the stand-ins scripts/device_bundle.py writes on the GPU machine, the same files here
+    spec = importlib.util.spec_from_file_location(
+        "_moe_lab_device_bundle", os.path.join(ROOT, "scripts", "device_bundle.py"))
+    bundle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bundle)
+    standins = os.path.join(folder, "standins")
+    bundle.standins(standins, missing)
+    if standins not in sys.path:
+        sys.path.append(standins)
     # vLLM disables Triton where it finds no active driver unless CUDA_VISIBLE_DEVICES is
     # set and empty (its distributed-start leniency): keep triton.jit real for the tests
     old = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -196,7 +155,6 @@ def import_vllm():
         import vllm.model_executor.layers.fused_moe.config as qc
         import vllm.model_executor.layers.fused_moe.fused_moe as fm
     finally:
-        sys.meta_path.remove(finder)
         if old is None:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:
