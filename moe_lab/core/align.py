@@ -64,9 +64,10 @@ ALIGN_MIN_CHUNK = 256  # pairs per program at least (a power of two; tests under
 
 
 def align_fused(topk_ids, n_exp, block_m, expert_map=None, with_starts=False):
-    """Three kernels of ours (moe_lab.glue_kernels): count, scan, place; the EP map applied
-    inside. The same sorted_token_ids, expert_ids and count as align_aiter, bit for bit
-    up to num_tokens_post_padded. `with_starts`: also each expert's padded start, int32
+    """Three kernels of ours (moe_lab.glue_kernels): count, scan, place, the EP map applied
+    inside; one launch of the three in one program where the pairs fit one chunk. The same
+    sorted_token_ids, expert_ids and count as align_aiter, bit for bit up to
+    num_tokens_post_padded. `with_starts`: also each expert's padded start, int32
     [E_PAD] (start[e] for e >= n_exp: the padded total), a grouped GEMM's offsets."""
     count, scan, place = KERNELS["align"]
     numel = topk_ids.numel()
@@ -87,14 +88,20 @@ def align_fused(topk_ids, n_exp, block_m, expert_map=None, with_starts=False):
     per_prog = triton.cdiv(n_blocks, n_chunks)
     bb = min(64, triton.next_power_of_2(per_prog))
     with torch.profiler.record_function("moe_lab.align"):
-        count[(n_chunks,)](ids, emap, counts, numel, sentinel, HAS_MAP=has_map, CHUNK=chunk,
-                           E_PAD=e_pad, num_warps=4)
-        scan[(1,)](counts, adj, starts, ends, npp, n_chunks, n_exp, block_m,
-                   P_PAD=triton.next_power_of_2(n_chunks), E_PAD=e_pad, num_warps=8)
-        place[(n_chunks,)](ids, emap, adj, starts, ends, npp, sorted_ids, expert_ids, numel,
-                           sentinel, n_exp, n_blocks, per_prog, HAS_MAP=has_map,
-                           SENTINEL_REMOTE=has_map, CHUNK=chunk, E_PAD=e_pad,
-                           BLOCK_M=block_m, BB=bb, num_warps=4)
+        if n_chunks == 1:  # one launch: count, scan and place in one program
+            KERNELS["align_one"][(1,)](
+                ids, emap, counts, adj, starts, ends, npp, sorted_ids, expert_ids, numel,
+                sentinel, n_exp, n_blocks, block_m, HAS_MAP=has_map, SENTINEL_REMOTE=has_map,
+                CHUNK=chunk, E_PAD=e_pad, BLOCK_M=block_m, BB=bb, num_warps=8)
+        else:
+            count[(n_chunks,)](ids, emap, counts, numel, sentinel, HAS_MAP=has_map, CHUNK=chunk,
+                               E_PAD=e_pad, num_warps=4)
+            scan[(1,)](counts, adj, starts, ends, npp, n_chunks, n_exp, block_m,
+                       P_PAD=triton.next_power_of_2(n_chunks), E_PAD=e_pad, num_warps=8)
+            place[(n_chunks,)](ids, emap, adj, starts, ends, npp, sorted_ids, expert_ids, numel,
+                               sentinel, n_exp, n_blocks, per_prog, HAS_MAP=has_map,
+                               SENTINEL_REMOTE=has_map, CHUNK=chunk, E_PAD=e_pad,
+                               BLOCK_M=block_m, BB=bb, num_warps=4)
     return (sorted_ids, expert_ids, npp, starts) if with_starts else (sorted_ids, expert_ids, npp)
 
 

@@ -104,10 +104,8 @@ if triton is not None:
     # The order inside an expert is the pairs' order (chunk, then index in the chunk), as a
     # stable sort gives and as aiter's kernels give: the same sorted_token_ids, bit for bit.
     @triton.jit
-    def _moe_lab_moe_align_block_size_count_kernel(
-            ids_ptr, emap_ptr, counts_ptr, numel, sentinel, HAS_MAP: tl.constexpr,
-            CHUNK: tl.constexpr, E_PAD: tl.constexpr):
-        p = tl.program_id(0)
+    def _align_count(ids_ptr, emap_ptr, counts_ptr, p, numel, sentinel, HAS_MAP: tl.constexpr,
+                     CHUNK: tl.constexpr, E_PAD: tl.constexpr):
         offs = p * CHUNK + tl.arange(0, CHUNK)
         m = offs < numel
         e = tl.load(ids_ptr + offs, mask=m, other=0).to(tl.int32)
@@ -118,9 +116,8 @@ if triton is not None:
         tl.store(counts_ptr + p * E_PAD + tl.arange(0, E_PAD), tl.histogram(e, E_PAD))
 
     @triton.jit
-    def _moe_lab_moe_align_block_size_scan_kernel(
-            counts_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, n_chunks, n_exp, block_m,
-            P_PAD: tl.constexpr, E_PAD: tl.constexpr):
+    def _align_scan(counts_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, n_chunks, n_exp, block_m,
+                    P_PAD: tl.constexpr, E_PAD: tl.constexpr):
         pr = tl.arange(0, P_PAD)[:, None]
         er = tl.arange(0, E_PAD)[None, :]
         m = (pr < n_chunks) & (er < n_exp)
@@ -139,12 +136,10 @@ if triton is not None:
         tl.store(npp_ptr, tl.sum(padded, axis=0))
 
     @triton.jit
-    def _moe_lab_moe_align_block_size_place_kernel(
-            ids_ptr, emap_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, sorted_ptr, eids_ptr,
-            numel, sentinel, n_exp, n_blocks, blocks_per_prog, HAS_MAP: tl.constexpr,
-            SENTINEL_REMOTE: tl.constexpr, CHUNK: tl.constexpr, E_PAD: tl.constexpr,
-            BLOCK_M: tl.constexpr, BB: tl.constexpr):
-        p = tl.program_id(0)
+    def _align_place(ids_ptr, emap_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, sorted_ptr,
+                     eids_ptr, p, numel, sentinel, n_exp, n_blocks, blocks_per_prog,
+                     HAS_MAP: tl.constexpr, SENTINEL_REMOTE: tl.constexpr, CHUNK: tl.constexpr,
+                     E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BB: tl.constexpr):
         j = tl.arange(0, CHUNK)
         offs = p * CHUNK + j
         m = offs < numel
@@ -180,6 +175,48 @@ if triton is not None:
             real_end = tl.load(end_ptr + x, mask=in_range, other=0)
             s = (b * BLOCK_M)[:, None] + tl.arange(0, BLOCK_M)[None, :]
             tl.store(sorted_ptr + s, numel, mask=in_range[:, None] & (s >= real_end[:, None]))
+
+    @triton.jit
+    def _moe_lab_moe_align_block_size_count_kernel(
+            ids_ptr, emap_ptr, counts_ptr, numel, sentinel, HAS_MAP: tl.constexpr,
+            CHUNK: tl.constexpr, E_PAD: tl.constexpr):
+        _align_count(ids_ptr, emap_ptr, counts_ptr, tl.program_id(0), numel, sentinel, HAS_MAP,
+                     CHUNK, E_PAD)
+
+    @triton.jit
+    def _moe_lab_moe_align_block_size_scan_kernel(
+            counts_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, n_chunks, n_exp, block_m,
+            P_PAD: tl.constexpr, E_PAD: tl.constexpr):
+        _align_scan(counts_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, n_chunks, n_exp, block_m,
+                    P_PAD, E_PAD)
+
+    @triton.jit
+    def _moe_lab_moe_align_block_size_place_kernel(
+            ids_ptr, emap_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, sorted_ptr, eids_ptr,
+            numel, sentinel, n_exp, n_blocks, blocks_per_prog, HAS_MAP: tl.constexpr,
+            SENTINEL_REMOTE: tl.constexpr, CHUNK: tl.constexpr, E_PAD: tl.constexpr,
+            BLOCK_M: tl.constexpr, BB: tl.constexpr):
+        _align_place(ids_ptr, emap_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, sorted_ptr,
+                     eids_ptr, tl.program_id(0), numel, sentinel, n_exp, n_blocks,
+                     blocks_per_prog, HAS_MAP, SENTINEL_REMOTE, CHUNK, E_PAD, BLOCK_M, BB)
+
+    # One chunk (few pairs): the three steps in one program, one launch instead of three;
+    # each step reads what the one before wrote to global memory, after a barrier of the
+    # program's threads.
+    @triton.jit
+    def _moe_lab_moe_align_block_size_one_kernel(
+            ids_ptr, emap_ptr, counts_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, sorted_ptr,
+            eids_ptr, numel, sentinel, n_exp, n_blocks, block_m, HAS_MAP: tl.constexpr,
+            SENTINEL_REMOTE: tl.constexpr, CHUNK: tl.constexpr, E_PAD: tl.constexpr,
+            BLOCK_M: tl.constexpr, BB: tl.constexpr):
+        _align_count(ids_ptr, emap_ptr, counts_ptr, 0, numel, sentinel, HAS_MAP, CHUNK, E_PAD)
+        tl.debug_barrier()
+        _align_scan(counts_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, 1, n_exp, block_m, 1,
+                    E_PAD)
+        tl.debug_barrier()
+        _align_place(ids_ptr, emap_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, sorted_ptr,
+                     eids_ptr, 0, numel, sentinel, n_exp, n_blocks, n_blocks, HAS_MAP,
+                     SENTINEL_REMOTE, CHUNK, E_PAD, BLOCK_M, BB)
 
     # The sparse case (no EP map, pairs * 4 <= experts: few pairs, most experts idle): no
     # sort at all. Block b holds pair b alone, padded with numel, and its expert is that
@@ -227,6 +264,7 @@ if triton is not None:
                "align": (_moe_lab_moe_align_block_size_count_kernel,
                          _moe_lab_moe_align_block_size_scan_kernel,
                          _moe_lab_moe_align_block_size_place_kernel),
+               "align_one": _moe_lab_moe_align_block_size_one_kernel,
                "align_small": _moe_lab_moe_align_block_size_small_kernel}
 else:
     KERNELS = {}
