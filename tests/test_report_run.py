@@ -119,7 +119,9 @@ def test_the_h200_run_every_notebook_shows_it_or_says_why_not(reports):
     assert "KeyError" not in page(folder, "06_expert_parallel")
     index = (folder / "index.html").read_text()
     assert all(f"href='{nb}.html'" in index for nb in NOTEBOOKS)
-    assert len(list((folder / "figures").glob("01_kernel_time_*.png"))) == 5
+    # time, phases, launch overhead, AMD beside this run; FP8 left out: the run has none
+    assert len(list((folder / "figures").glob("01_kernel_time_*.png"))) == 4
+    assert f"FP8 against bf16: left out (run {SEED} has no FP8 rows" in p01
 
 
 def test_each_notebook_on_an_h200_run_of_its_kind(reports):
@@ -159,7 +161,8 @@ def _descriptions(reports) -> list[tuple[str, str, dict]]:
 
 def test_no_two_legend_entries_look_alike(reports):
     descs = _descriptions(reports)
-    assert len(descs) >= 30  # every exported figure has its description
+    pngs = [p for _, (_, _, folder, _) in reports.items() for p in (folder / "figures").glob("*.png")]
+    assert len(descs) == len(pngs) >= 15  # every exported figure has its description
     bad = [(run, name, c) for run, name, d in descs for c in legend_clashes(d)]
     assert not bad, bad
     crowded = [(run, name, len(leg["entries"])) for run, name, d in descs

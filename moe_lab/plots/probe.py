@@ -26,7 +26,12 @@ def _colour(c):
 
 
 def _entry(handle, label: str) -> dict:
-    d = {"label": label, "kind": type(handle).__name__}
+    kind = type(handle).__name__
+    if kind == "ErrorbarContainer" and len(handle) and handle[0] is not None:
+        handle = handle[0]  # its data line: the marker and colour the entry shows
+    elif kind == "BarContainer" and len(handle.patches):
+        handle = handle.patches[0]
+    d = {"label": label, "kind": kind}
     if hasattr(handle, "get_linestyle") and hasattr(handle, "get_marker"):  # a Line2D
         d.update(color=_colour(handle.get_color()), linestyle=str(handle.get_linestyle()),
                  marker=str(handle.get_marker()), fill=_colour(handle.get_markerfacecolor()),
