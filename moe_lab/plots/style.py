@@ -232,9 +232,12 @@ def _summarised(text: str, width: int) -> str:
         return wrap(text)
 
     def short(m):
-        head, items = m.group(1), [x.strip() for x in m.group(2).split(",")]
-        return head + (", ".join(items[:3]) + f" and {len(items) - 3} more (list in the probe)"
-                       if len(items) > 3 else m.group(2))
+        head, body = m.group(1), m.group(2)
+        items = [x.strip() for x in body.split(",") if x.strip()]
+        if len(items) <= 2:
+            return m.group(0)
+        tail = " " if body.endswith(" ") else ""
+        return f"{head}{items[0]} and {len(items) - 1} more (all in the probe){tail}"
     text = re.sub(r"((?:runs|commits|rows from) )([^|;]+)", short, text)
     out = wrap(text).split("\n")
     if len(out) > FOOTER_LINES:
