@@ -10,10 +10,11 @@ from ..analysis.devices import (  # noqa: F401 (the tables)
     H200_SERIES, claim_shapes, floors_against_aiter, imported_runs, richest_run, rows_for, summary)
 
 
-def fig_side_by_side(rows: pd.DataFrame, runs=()) -> Figure:
+def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> Figure:
     """A row of panels per model: time per call against tokens, and % of each device's
     roof, one line per device x backend (x configuration). `runs`: the Runs drawn, the
-    first one named first in the footer."""
+    first one named first in the footer; `title`: the figure's (e.g. which runs are
+    context beside the one a page is about)."""
     if rows.empty:
         return style.note_figure("no rows of these shapes in the runs given")
     models = list(dict.fromkeys(rows["model"]))
@@ -49,6 +50,8 @@ def fig_side_by_side(rows: pd.DataFrame, runs=()) -> Figure:
             ax.grid(True, which="both", alpha=0.3)
         axes[i][0].set_yscale("log")
     style.shared_legend(fig, loc="outside lower center")
+    if title:
+        fig.suptitle(title, fontsize=10)
     run = runs[0] if runs else None  # a Run: its id and commits head the footer
     return style.finish(fig, run, rows, "solid: measured by moe-lab on the H200 (graph); "
                         "dashed: aiter's tuner on AMD GPUs, imported from amd-aiter's "
