@@ -289,7 +289,7 @@ def test_the_figure_of_a_cpu_run_and_of_nothing(cpu_run):
 def test_the_default_ledger_runs_are_the_newest_device_and_the_newest_point(tmp_path, monkeypatch):
     """runs_with_phases(None): every run with stored phases on the newest run's device,
     across days, newest first, so of_runs takes a point two leases measured from the later
-    one; a newer run on another device (a CPU sweep) replaces them all, never mixes in."""
+    one; a newer CPU sweep does not replace them (GPU runs answer first), never mixes in."""
     import shutil
     from moe_lab.cli import main
     new, old = "h200-rows-bf16-qwen3-tp8ep8-20261202", "h200-align-bf16-tp8ep8-20261201"
@@ -313,4 +313,10 @@ def test_the_default_ledger_runs_are_the_newest_device_and_the_newest_point(tmp_
                  "--backends", "torch-grouped", "--modes", "graph", "--data-dir", str(tmp_path),
                  "--no-progress", "--device", "cpu", "--run-id", "cpu-now", "--warmup-ms", "1",
                  "--rep-ms", "5"]) == 0
-    assert [r.run_id for r in runs_with_phases(None)] == ["cpu-now"]
+    # a newer CPU sweep (main.sh's) beside them: the ledger still reads the GPU runs
+    # (analysis.runs.choose: GPU runs answer first), never mixing in the CPU run
+    assert [r.run_id for r in runs_with_phases(None)] == [new, old]
+    import shutil as sh
+    for r in (old, new):
+        sh.rmtree(tmp_path / r)
+    assert [r.run_id for r in runs_with_phases(None)] == ["cpu-now"]  # the only one left

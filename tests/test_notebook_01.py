@@ -86,4 +86,6 @@ def test_a_run_measured_on_cpu_by_ml_measure(tmp_path):
     assert shown(text) == ("cpu-run", len(rows), int((rows["status"] == "ok").sum()))
     assert shown(text)[1] == 4
     assert coverage_shown(text) == (0, 0)  # no graph mode on a CPU
-    assert len(pngs(outputs)) >= 3
+    assert len(pngs(outputs)) >= 2  # time vs tokens, phases
+    # launch overhead needs eager and graph: a line on the page, not an empty canvas
+    assert "no figure: no point has both an eager and a graph time" in text

@@ -90,3 +90,29 @@ def test_a_sweep_beside_committed_runs_leaves_git_status_clean(tmp_path, monkeyp
     assert sh("status", "--porcelain") == ""
     _measure("committed", (1, 2))  # a committed run resumed: its changed files show
     assert "data/runs/committed/results.parquet" in sh("status", "--porcelain")
+
+
+def test_one_rule_reads_the_gpu_runs_before_a_newer_cpu_run(tmp_path, monkeypatch):
+    """analysis.runs.choose: a user's CPU run (newer than every committed one) answers the
+    CPU question only; the GPU questions read the committed H200 run and say they passed
+    over it; a run given is read as given."""
+    from conftest import RUNS_DIR
+    from moe_lab.analysis import runs as choice
+    gpu = "h200-rows-silu-deepseek-tp8-b-20261202"  # 4 points, phases stored
+    shutil.copytree(Path(RUNS_DIR) / gpu, tmp_path / gpu)
+    monkeypatch.setenv("MOE_LAB_DATA", str(tmp_path))
+    assert choice.choose("cpu", required=False).run is None
+    _measure("mine")  # newer than the copied run
+    kt = choice.choose("kernel_time")
+    assert kt.run.run_id == gpu and not kt.given
+    assert "on a GPU" in kt.why and "passed over newer runs: mine (CPU runs" in kt.why
+    assert "\n" not in kt.why
+    cpu = choice.choose("cpu")
+    assert cpu.run.run_id == "mine" and "on the CPU" in cpu.why
+    assert [r.run_id for r in choice.runs_with_phases(None)] == [gpu]
+    given = choice.choose("kernel_time", "mine")
+    assert given.given and given.run.run_id == "mine" and "the run given" in given.why
+    shutil.rmtree(tmp_path / gpu)  # no GPU run left: the CPU run answers, and says so
+    assert "no GPU run has any" in choice.choose("kernel_time").why
+    with pytest.raises(ml.UsageError):
+        choice.choose("compile")

@@ -1,6 +1,17 @@
 """Which run a question reads: the one module that chooses runs (every default a notebook,
 the findings or report takes), and the line that says which run a notebook shows.
 
+The rule (choose): of the runs under the data folder not marked running or failed, the
+ones that can answer the question; runs measured on a GPU before runs measured on the
+CPU (the committed GPU data answers a GPU question; a user's CPU sweep from
+`bash scripts/main.sh` is read where only a CPU run answers, notebook 01's CPU panel);
+then the question's preference (the newest, unless it ranks runs by a count). A run given
+is read as given, refused in one line when it cannot answer.
+
+    choose(question, run=None)    Choice(run, why, given): `why` is the one line a notebook
+                                  prints (which run, why, which newer runs it passed over)
+    QUESTIONS                     the questions: kernel_time, cpu, roofline, compile, tuning,
+                                  seed_shapes, ledger, distributed
     describe(run)                 'run R: N points (K ok) on DEVICE, commits C (path)'
     open_tuned_run(run=None)      notebook 05: the run with the most points both tuned and default
     runs_with_phases(runs=None)   the ledger's runs: every run with stored phases on the newest
@@ -12,6 +23,9 @@ the findings or report takes), and the line that says which run a notebook shows
 The FP8 comparison's choice (the FP8 run, bf16 beside it) is analysis.fp8.comparison_rows.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 import pandas as pd
 
@@ -31,6 +45,119 @@ def describe(run: Run) -> str:
             f"{', '.join(run.commits()) or 'unknown'} ({run.path})")
 
 
+def on_gpu(run: Run) -> bool:
+    """Whether the run's rows were measured on a GPU (its device is no CPU)."""
+    return "cpu" not in str(run.device).lower() and run.device != "?"
+
+
+def _has_roof(run: Run) -> bool:
+    from ..core.devices import ceilings_for
+    try:
+        ceilings_for(run.device)
+    except UsageError:
+        return False
+    return True
+
+
+def _seed_points(r, models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, mode="graph") -> int:
+    res = ok_rows(r.results)
+    return int(((res["mode"] == mode) & res["model"].isin(list(models))
+                & (res["tp"] == tp) & (res["ep"] == ep)).sum())
+
+
+@dataclass(frozen=True)
+class Question:
+    what: str                         # 'ok rows measured by moe-lab': what answers it
+    answers: Callable[[Run], object]  # truthy when the run can answer
+    rank: Callable[[Run], int] | None = None  # prefer the most of this (None: the newest)
+    has: str | None = None            # a run given is opened with open_run(run, has=...)
+    cpu_only: bool = False            # only runs on the CPU answer (notebook 01's CPU panel)
+    scope: str | None = None          # the runs looked at: find_runs(has=scope)
+
+
+QUESTIONS = {
+    "kernel_time": Question("ok rows measured by moe-lab",
+                            lambda r: r.has("ok") and not _imported(r), has="ok"),
+    "cpu": Question("ok rows measured on the CPU",
+                    lambda r: r.has("ok") and not _imported(r) and not on_gpu(r), has="ok",
+                    cpu_only=True),
+    "roofline": Question("ok rows on a device with ceilings or a spec",
+                         lambda r: r.has("ok") and not _imported(r) and _has_roof(r), has="ok"),
+    "compile": Question("compile rows", lambda r: r.has("compile"), has="compile"),
+    "tuning": Question("ok points of a backend both tuned and default",
+                       lambda r: _tuned_and_default(r), rank=lambda r: _tuned_and_default(r)),
+    "seed_shapes": Question("graph points of DeepSeek-R1 and Qwen3-235B at TP8",
+                            lambda r: r.has("graph") and _seed_points(r),
+                            rank=lambda r: _seed_points(r)),
+    "ledger": Question("stored phases (phases.parquet)", lambda r: len(r.phases) > 0),
+    "distributed": Question("ok distributed rows", lambda r: r.has("distributed"),
+                            has="distributed", scope="distributed"),
+}
+
+
+@dataclass(frozen=True)
+class Choice:
+    run: Run | None
+    why: str      # one line: which run is read, and why
+    given: bool   # the run was given (`run = ID`): figures about other runs are left out
+
+
+def _names(runs: list, n: int = 3) -> str:
+    names = [r.run_id for r in runs]
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def _order(question: str, runs: list) -> list:
+    """The rule: the runs that answer, GPU runs first, then the question's preference
+    (sorts are stable: among equals find_runs' newest-first order stays)."""
+    q = QUESTIONS[question]
+    found = [r for r in runs if q.answers(r)]
+    if q.rank is not None:
+        found.sort(key=q.rank, reverse=True)
+    return sorted(found, key=lambda r: not on_gpu(r))
+
+
+def choose(question: str, run=None, required: bool = True) -> Choice:
+    """The run `question` (a QUESTIONS key) reads: `run` (an id, a folder or a Run) as given,
+    or the first by the rule (module docs). Its `why` is one line for the notebook to print.
+    UsageError when the run given cannot answer, or (required) when no run can; a Choice
+    with run None otherwise."""
+    q = QUESTIONS[question]
+    if run is not None:
+        if question == "tuning":
+            r = open_tuned_run(run)
+        elif question == "cpu":
+            r = open_run(run, has="ok")
+        else:  # as given: a notebook says what it cannot show of it (03: no roof)
+            r = open_run(run, has=q.has)
+        return Choice(r, f"reads run {r.run_id}: the run given (run = {run!r})", True)
+    runs = find_runs(has=q.scope, defaults=True)
+    found = _order(question, runs)
+    if not found:
+        if required:
+            raise UsageError(f"no run under {data_dir()} has {q.what} (and is not marked "
+                             "running or failed)" + ("" if q.cpu_only else
+                                                     ": run `moe-lab sweep` first"))
+        return Choice(None, f"no run under {data_dir()} has {q.what}", False)
+    r = found[0]
+    pref = (f"the run with the most {q.what}" if q.rank is not None
+            else f"the newest run with {q.what}")
+    where = "" if q.cpu_only else ", on a GPU" if on_gpu(r) else ", on the CPU (no GPU run has any)"
+    newer = runs[:next(i for i, x in enumerate(runs) if x.run_id == r.run_id)]
+    skipped = []
+    cpu = [x for x in newer if q.answers(x) and not on_gpu(x) and on_gpu(r)]
+    if cpu:
+        skipped.append(f"{_names(cpu)} (CPU runs: GPU runs answer first)")
+    fewer = [x for x in newer if q.rank is not None and x not in cpu and q.answers(x)]
+    if fewer:
+        skipped.append(f"{_names(fewer)} (fewer such points)")
+    lacking = [x for x in newer if not q.answers(x)]
+    if lacking:
+        skipped.append(f"{len(lacking)} without {q.what}")
+    tail = f"; passed over newer runs: {'; '.join(skipped)}" if skipped else ""
+    return Choice(r, f"reads run {r.run_id}: {pref}{where}{tail}", False)
+
+
 def _tuned_and_default(r) -> int:
     """How many ok points a run has of a backend measured both 'tuned' and 'default' (what
     the notebook compares; a run of tuned rows alone has nothing to put them against)."""
@@ -46,6 +173,11 @@ def open_tuned_run(run=None):
     """`run`, or None: of the runs (find_runs) with ok rows of one backend both 'tuned' and
     'default', the one with the most such points (the fullest picture; ties: the newest);
     UsageError when the run given, or every run, has none."""
+    if run is None:
+        try:
+            return choose("tuning").run
+        except UsageError:
+            pass  # said below, with what to run
     runs = [open_run(run)] if run is not None else find_runs(defaults=True)
     found = sorted((r for r in runs if _tuned_and_default(r)), key=_tuned_and_default,
                    reverse=True)  # stable: among equals find_runs' newest-first order stays
@@ -58,21 +190,34 @@ def open_tuned_run(run=None):
 
 def runs_with_phases(runs=None) -> list:
     """`runs` (ids or folders) opened, or None: every run that stored its phases
-    (phases.parquet: measured with the glue timed now) on the device of the newest such
-    run, newest first, so of_runs takes a point measured more than once from its latest
-    run. UsageError when there is none."""
+    (phases.parquet: measured with the glue timed now) on the device of the run the rule
+    chooses for the ledger (choose('ledger'): GPU runs first, then the newest), newest
+    first, so of_runs takes a point measured more than once from its latest run.
+    UsageError when there is none."""
+    return ledger_choice(runs)[0]
+
+
+def ledger_choice(runs=None) -> tuple[list, str]:
+    """(runs_with_phases(runs), the one line saying which runs and why)."""
     if runs is not None:
-        return [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
-    found = [r for r in find_runs(defaults=True) if len(r.phases)]
-    if not found:
-        raise UsageError(f"no run under {data_dir()} has stored phases (phases.parquet): "
-                         "run `moe-lab sweep` on a GPU first")
-    return [r for r in found if r.device == found[0].device]
+        opened = [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
+        return opened, "the ledger reads the runs given (ledger_runs)"
+    first = choose("ledger")
+    found = [r for r in _order("ledger", find_runs(defaults=True))
+             if r.device == first.run.device]
+    found.sort(key=lambda r: (_started_of(r), r.run_id), reverse=True)
+    return found, (f"the ledger reads the {len(found)} runs with stored phases on "
+                   f"{first.run.device}, a point from its newest run (the device of "
+                   f"{first.why.removeprefix('reads ')})")
+
+
+def _started_of(r: Run) -> str:
+    return str(r.manifest.get("started", ""))
 
 
 def distributed_run(run=None) -> Run:
-    """`run` opened, or the newest run holding distributed rows (the store's rule)."""
-    return open_run(run, has="distributed")
+    """`run` opened, or the run choose('distributed') reads."""
+    return choose("distributed", run).run
 
 
 def spread_pair() -> tuple[Run, Run] | None:
@@ -112,18 +257,12 @@ def _imported(run) -> bool:
     return run.manifest.get("kind") == "import" or "aiter-tuner" in set(run.results.get("mode", []))
 
 
-def richest_run(models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, mode="graph") -> str | None:
-    """The measured run with the most ok rows of these shapes in `mode` (the newest on a
-    tie): what to put beside AMD's tables, rather than the newest run, which may be a
-    follow-up of a few points."""
-    best, n_best = None, 0
-    for r in find_runs(has=mode, defaults=True):  # newest first
-        res = ok_rows(r.results)
-        n = int(((res["mode"] == mode) & res["model"].isin(list(models))
-                 & (res["tp"] == tp) & (res["ep"] == ep)).sum())
-        if n > n_best:
-            best, n_best = r.run_id, n
-    return best
+def richest_run() -> str | None:
+    """The measured run with the most ok graph rows of DeepSeek-R1 and Qwen3-235B at TP8
+    (choose('seed_shapes'); the newest on a tie): what to put beside AMD's tables, rather
+    than the newest run, which may be a follow-up of a few points."""
+    r = choose("seed_shapes", required=False).run
+    return None if r is None else r.run_id
 
 
 def imported_runs() -> list[str]:

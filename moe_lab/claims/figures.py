@@ -53,46 +53,84 @@ def plot_config(reg: dict, checks, config: str, metrics: list[str] | None = None
 
 
 def plot_accuracy(reg: dict):
-    """GSM8K scores with 2-se error bars per configuration and filter."""
+    """GSM8K scores with 2-se error bars: a panel per few-shot setting (5-shot gsm8k and
+    8-shot gsm8k_cot are not one scale), a row per configuration with the pairs a claim
+    compares (same model, dtype and engine, with and without aiter) next to each other,
+    a colour and marker per filter (flexible-extract, strict-match)."""
     import matplotlib.pyplot as plt
     acc = [c for c in reg["claims"] if c["kind"] == "accuracy"]
-    fig, ax = plt.subplots(figsize=(9, 0.32 * len(acc) + 1.4))
-    ys = range(len(acc))
-    ax.errorbar([c["value"] for c in acc], list(ys), xerr=[2 * (c["stderr"] or 0) for c in acc],
-                fmt="o", ms=4, capsize=3)
-    ax.set_yticks(list(ys), [f"{c['config']} {c['metric'].split('/')[1]}" for c in acc], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("exact match (± 2 stderr)")
+    cfgs = reg["configs"]
+    shots = sorted({cfgs[c["config"]].get("num_fewshot") for c in acc}, key=lambda v: v or 0)
+    per = {n: sorted({c["config"] for c in acc if cfgs[c["config"]].get("num_fewshot") == n},
+                     key=lambda k: (cfgs[k].get("preset", ""), cfgs[k].get("dtype", ""),
+                                    cfgs[k].get("engine", ""), bool(cfgs[k].get("aiter"))))
+           for n in shots}
+    fig, axes = plt.subplots(len(shots), 1, squeeze=False, figsize=(9, 0.42 * sum(
+        len(v) for v in per.values()) + 1.2 * len(shots) + 0.8))
+    styles = {"flexible-extract": ("o", "tab:blue"), "strict-match": ("s", "tab:orange")}
+    for ax, n in zip(axes[:, 0], shots):
+        names = per[n]
+        for j, (filt, (marker, colour)) in enumerate(styles.items()):
+            pts = [(names.index(c["config"]), c) for c in acc
+                   if c["config"] in names and c["metric"].split("/")[1] == filt]
+            ax.errorbar([c["value"] for _, c in pts], [i + (j - 0.5) * 0.25 for i, _ in pts],
+                        xerr=[2 * (c["stderr"] or 0) for _, c in pts], fmt=marker, ms=4,
+                        capsize=3, color=colour, label=filt)
+        ax.set_yticks(range(len(names)), [
+            f"{k} ({'aiter' if cfgs[k].get('aiter') else 'no aiter'})" for k in names], fontsize=7)
+        for i in range(1, len(names)):  # a rule between models: the pairs stay together
+            if cfgs[names[i]].get("preset") != cfgs[names[i - 1]].get("preset"):
+                ax.axhline(i - 0.5, color="0.8", lw=0.8)
+        ax.invert_yaxis()
+        task = sorted({c["metric"].split("/")[0] for c in acc if c["config"] in names})
+        ax.set_title(f"{', '.join(task)}, {n}-shot", fontsize=9)
+        ax.set_xlabel("exact match (± 2 stderr)")
+    axes[0, 0].legend(fontsize=7, title="filter", title_fontsize=7)
     srcs = sorted({c["source"] for c in acc})
     fig.text(0.01, 0.005, "source: " + ", ".join(f"data/claims/sources/{s}" for s in srcs)
-             + "; lm_eval gsm8k (5-shot, seed 000) and gsm8k_cot (8-shot, seed 002), TP8",
-             fontsize=7, va="bottom")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+             + "; lm_eval, TP8", fontsize=7, va="bottom")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 
 
 def plot_implications(reg: dict, imp):
-    """Per MoE layer: implied saving, roofline floor and measured time (where any)."""
+    """Per MoE layer: the implied saving (the better estimate: ITL-based where TPOT and ITL
+    disagree, implications.better_saving), the roofline floor (its GPU on the axis, marked
+    assumed where the PR names none) and the measured time (where any; no empty series)."""
     import matplotlib.pyplot as plt
     import numpy as np
-    fig, ax = plt.subplots(figsize=(9, 3.8))
+
+    from .implications import better_saving
+    fig, ax = plt.subplots(figsize=(9, 4.2))
     x = np.arange(len(imp))
     w = 0.27
-    ax.bar(x - w, imp["saved_per_layer_us"], w, label="implied saving per MoE layer (TPOT)")
-    ax.bar(x, imp["floor_us"], w, label="roofline floor of the layer")
-    ax.bar(x + w, imp["measured_us"].fillna(0), w, label="measured (ours, best backend)")
+    best = better_saving(imp)
+    ax.bar(x - w, best["saved_us"], w, color="tab:blue",
+           label="implied saving per MoE layer (ITL-based where TPOT and ITL disagree)")
+    for xi, v, basis in zip(x, best["saved_us"], best["basis"]):
+        if v == v:
+            ax.text(xi - w, v, basis, ha="center", va="bottom", fontsize=7)
+    ax.bar(x, imp["floor_us"], w, color="tab:orange", label="roofline floor of the layer "
+           "(on the GPU under each bar's label)")
+    have = imp["measured_us"].notna()
+    if have.any():
+        devs = ", ".join(sorted({str(d) for d in imp.loc[have, "measured_device"] if d})) or "?"
+        ax.bar(x[have.values] + w, imp.loc[have, "measured_us"], w, color="tab:green",
+               label=f"measured on {devs} (ours, best backend)")
     for xi, v in zip(x, imp["measured_us"]):
         if v != v:  # NaN
             ax.text(xi + w, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+    assumed = {c for c, cfg in reg["configs"].items() if cfg.get("gpu_note")}
     ax.set_xticks(x, [f"{r.config}\nT={r.tokens} TP{r.tp}" + (f" EP{r.ep}" if r.ep > 1 else "")
-                      for r in imp.itertuples()], fontsize=7)
+                      + f"\nfloor: {r.gpu}" + (" (assumed)" if r.config in assumed else "")
+                      for r in imp.itertuples()], fontsize=8)
     ax.set_ylabel("µs per MoE layer per decode step")
     ax.legend(fontsize=7)
     gpus = ", ".join(sorted(set(imp["gpu"])))
     fig.text(0.01, 0.005, "sources: " + ", ".join(sorted(set(imp["source"])))
-             + f"\nfloors on {gpus} (assumed GPU of the claims) from moe_lab.roofline; "
-             "saving = (mean TPOT baseline - new) / MoE layers\n" + measured_provenance(imp),
-             fontsize=7, va="bottom")
+             + f"\nfloors on {gpus} from moe_lab.roofline ((assumed): the PR names no GPU); "
+             "saving = (mean TPOT baseline - new) / MoE layers, or mean ITL's\n"
+             + measured_provenance(imp), fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, 0.13, 1, 1))
     return fig
 

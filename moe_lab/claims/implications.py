@@ -212,7 +212,7 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
         saved_ms = tb - tn
         per_layer = saved_ms * 1000 / L
         per_layer_itl = (ib - inn) * 1000 / L if not math.isnan(ib) else math.nan
-        if not math.isnan(ib) and abs(tb / ib - 1) > 0.2:
+        if itl_is_better(tb, ib):
             notes.append(f"mean TPOT ({tb} ms) and mean ITL ({ib} ms) disagree by "
                          f"{(tb / ib - 1) * 100:+.0f}%: per-request TPOT is skewed by short "
                          "requests; the ITL-based saving is the better per-step estimate")
@@ -248,6 +248,25 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
             measured_us=m_us, measured_backend=m_backend, measured_device=m_dev,
             measured_run=m_run, note="; ".join(notes)))
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+ITL_TPOT_DISAGREE = 0.2  # past this, per-request TPOT is skewed by short requests
+
+
+def itl_is_better(tpot_ms: float, itl_ms: float) -> bool:
+    """Whether the ITL-based saving is the better per-step estimate: mean TPOT and mean ITL
+    disagree by more than ITL_TPOT_DISAGREE (the note implications writes)."""
+    return not math.isnan(itl_ms) and abs(tpot_ms / itl_ms - 1) > ITL_TPOT_DISAGREE
+
+
+def better_saving(imp):
+    """Per row of implications(): the better saving per layer (`saved_us`) and its basis
+    (`ITL` where itl_is_better, else `TPOT`)."""
+    import pandas as pd
+    itl = [itl_is_better(t, i) for t, i in zip(imp["tpot_base_ms"], imp["itl_base_ms"])]
+    return pd.DataFrame({"saved_us": [a if b else c for a, b, c in zip(
+        imp["saved_per_layer_itl_us"], itl, imp["saved_per_layer_us"])],
+        "basis": ["ITL" if b else "TPOT" for b in itl]}, index=imp.index)
 
 
 AVV_COLUMNS = ["run_id", "model", "tp", "ep", "dtype", "mode", "tokens", "aiter_us", "vllm_us",

@@ -34,6 +34,19 @@ def _panels(fig_rows: pd.DataFrame, ylabel: str):
     return fig, panels
 
 
+def _note_early(ax, ends: dict) -> None:
+    """Say on the panel which lines stop before its last token count (no ok row past
+    that point: a failure, a timeout or a point not measured; the status table says)."""
+    if not ends:
+        return
+    last = max(ends.values())
+    early = [f"{lab.removeprefix('_')} at {t}" for lab, t in sorted(ends.items()) if t < last]
+    if early:
+        ax.text(0.02, 0.02, "ends early (no ok row past): " + "; ".join(early[:4])
+                + (f"; +{len(early) - 4}" if len(early) > 4 else ""), transform=ax.transAxes,
+                fontsize=6.5, color="0.3", va="bottom", wrap=True)
+
+
 def _rows(run, point_ids) -> pd.DataFrame:
     res = run.results
     return res[res["point_id"].isin(set(point_ids))]
@@ -47,7 +60,10 @@ def fig_time_vs_tokens(run) -> Figure:
     if df.empty:
         return style.note_figure("no ok point in this run", run)
     fig, panels = _panels(df, "time per call, us (median, p10-p90)")
+    fig.suptitle("time per call against tokens, per backend (colour: mode; dotted: [op])",
+                 fontsize=10)
     for ax, sub in panels:
+        ends = {}
         for (mode, wrapped), g in sub.groupby(["mode", "wrapped"]):
             g = g.groupby("tokens", as_index=False)[["median_us", "p10_us", "p90_us"]].median()
             m = style.mode_of(mode, wrapped)
@@ -58,6 +74,8 @@ def fig_time_vs_tokens(run) -> Figure:
                     label=label, color=style.mode_color(m))
             ax.fill_between(g["tokens"], g["p10_us"], g["p90_us"], alpha=0.12,
                             color=style.mode_color(m), linewidth=0)
+            ends[m.label] = int(g["tokens"].max())
+        _note_early(ax, ends)
     fig = style.finish(fig, run, _rows(run, df["point_id"]), legend=False)
     _legend_with_op(fig, df, style.mode_labels_in_order(" (experts only)"))
     return fig
@@ -94,23 +112,31 @@ def fig_gap(run) -> Figure:
               else "compiled / eager") + " (<1: compile faster)"
     fig, panels = _panels(gap, ylabel)
     for ax, sub in panels:
+        ends = {}
         for (mode, wrapped), g in sub.groupby(["mode", "wrapped"]):
             g = g.groupby("tokens", as_index=False)["ratio"].median()
             m = style.mode_of(mode, wrapped)
+            # one entry per mode (its colour); the custom op's dotted lines share one entry
             ax.plot(g["tokens"], g["ratio"], style.mode_style(m), marker="o", ms=3,
-                    label=m.label, color=style.mode_color(m))
+                    label="_op" if m.wrapped else m.label, color=style.mode_color(m))
+            ends[m.label] = int(g["tokens"].max())
+        _note_early(ax, ends)
         ax.axhline(1.0, color="k", lw=0.8)
     if experts_only:  # the ratio then flatters eager by the router's cost: say so
         fig.suptitle(f"baseline: the sweep's eager rows (experts only, no router) for "
                      f"{experts_only} of {len(gap)} points, as this run has no compile:off "
                      "rows; the compiled layer includes the router", fontsize=9, color="C3")
+    else:
+        fig.suptitle("compiled over uncompiled, per backend (colour: mode; dotted: [op])",
+                     fontsize=10)
     # the rows drawn: the compiled ones and the baselines they were divided by
     rows = _rows(run, gap["point_id"])
     base = _ok(run.results[run.results["mode"].isin([BASELINE_MODE, "eager"])])
     rows = pd.concat([rows, base[base["backend"].isin(gap["backend"])
                                  & base["tokens"].isin(gap["tokens"])]])
-    return style.finish(fig, run, rows, legend_title="mode",
-                        legend_order=style.mode_labels_in_order())
+    fig = style.finish(fig, run, rows, legend=False)
+    _legend_with_op(fig, gap, style.mode_labels_in_order())
+    return fig
 
 
 def fig_payback(run) -> Figure:

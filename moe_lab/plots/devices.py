@@ -10,26 +10,39 @@ from ..analysis.devices import (  # noqa: F401 (the tables)
     H200_SERIES, claim_shapes, floors_against_aiter, imported_runs, richest_run, rows_for, summary)
 
 
-def fig_side_by_side(rows: pd.DataFrame, runs=()) -> Figure:
+def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> Figure:
     """A row of panels per model: time per call against tokens, and % of each device's
     roof, one line per device x backend (x configuration). `runs`: the Runs drawn, the
-    first one named first in the footer."""
+    first one named first in the footer; `title`: the figure's (e.g. which runs are
+    context beside the one a page is about)."""
     if rows.empty:
         return style.note_figure("no rows of these shapes in the runs given")
     models = list(dict.fromkeys(rows["model"]))
     fig, axes = style.new_figure(len(models), 2, squeeze=False,
                                  figsize=(11, 3.6 * len(models) + 0.6))
+    colour = {s: style.CYCLE[k % len(style.CYCLE)] for k, s in enumerate(sorted(set(rows["series"])))}
     for i, m in enumerate(models):
         sub = rows[rows["model"] == m]
+        no_roof = []
         for s, g in sub.groupby("series"):
             g = g.sort_values("tokens")
             dash = "--" if "imported" in s else "-"
             if g["tokens"].duplicated().any():  # never join two points of one x
                 g = g.drop_duplicates("tokens")
-            axes[i][0].plot(g["tokens"], g["median_us"], dash, marker=".", label=s)
-            axes[i][1].plot(g["tokens"], g["pct_of_roof"], dash, marker=".", label=s)
+            axes[i][0].plot(g["tokens"], g["median_us"], dash, marker=".", label=s,
+                            color=colour[s])
+            if g["pct_of_roof"].notna().any():
+                axes[i][1].plot(g["tokens"], g["pct_of_roof"], dash, marker=".", label=s,
+                                color=colour[s])
+            else:
+                no_roof.append(s)
+        if no_roof:  # said on the panel, not a series silently missing
+            axes[i][1].text(0.02, 0.98, "no % of roof (no spec for the GPU): "
+                            + "; ".join(no_roof), transform=axes[i][1].transAxes, fontsize=7,
+                            va="top", wrap=True, color="0.3")
         shard = sharding_name(int(sub["tp"].iloc[0]), int(sub["ep"].iloc[0]))
-        for ax, ylab in zip(axes[i], ("time per MoE call (us)", "% of the device's roof")):
+        for ax, ylab in zip(axes[i], ("us per MoE call\n(H200: graph replay; AMD: aiter's "
+                                      "tuner)", "% of the device's roof")):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("tokens")
             ax.set_ylabel(ylab)
@@ -37,6 +50,8 @@ def fig_side_by_side(rows: pd.DataFrame, runs=()) -> Figure:
             ax.grid(True, which="both", alpha=0.3)
         axes[i][0].set_yscale("log")
     style.shared_legend(fig, loc="outside lower center")
+    if title:
+        fig.suptitle(title, fontsize=10)
     run = runs[0] if runs else None  # a Run: its id and commits head the footer
     return style.finish(fig, run, rows, "solid: measured by moe-lab on the H200 (graph); "
                         "dashed: aiter's tuner on AMD GPUs, imported from amd-aiter's "

@@ -23,8 +23,9 @@ def _main_rows(pts: pd.DataFrame, backend=None, mode=None) -> pd.DataFrame:
 
 
 def fig_rank_times(run, model=None, routing=None, backend=None, mode=None) -> Figure:
-    """A panel per variant: per token count one bar per rank, its expert time with its
-    collective time stacked on top; the line is the measured layer (end to end)."""
+    """A panel per variant: per token count two bars per rank, its expert time and its
+    collective time side by side (the axis is log: stacked bars would mislead); the tick
+    is the measured layer (end to end)."""
     r = analysis.per_rank(run.results)
     if r.empty:
         return style.note_figure("no ok distributed point in this run", run, r)
@@ -39,12 +40,12 @@ def fig_rank_times(run, model=None, routing=None, backend=None, mode=None) -> Fi
         g = r[r["parallel"] == v]
         toks = sorted(g["tokens"].unique())
         ranks = sorted(g["rank"].unique())
-        width = 0.8 / len(ranks)
+        width = 0.8 / (2 * len(ranks))  # side by side, not stacked: the axis is log
         for j, rk in enumerate(ranks):
             gr = g[g["rank"] == rk].set_index("tokens").reindex(toks)
-            xs = [i + (j - (len(ranks) - 1) / 2) * width for i in range(len(toks))]
+            xs = [i + (2 * j - (2 * len(ranks) - 1) / 2) * width for i in range(len(toks))]
             ax.bar(xs, gr["expert_us"], width, color=f"C{j}", label=f"rank {rk} experts")
-            ax.bar(xs, gr["collective_us"], width, bottom=gr["expert_us"], color=f"C{j}",
+            ax.bar([x + width for x in xs], gr["collective_us"], width, color=f"C{j}",
                    alpha=0.4, hatch="//", label=f"rank {rk} collective")
         layer = g.groupby("tokens")["layer_us"].first().reindex(toks)
         ax.plot(range(len(toks)), layer, "k_", markersize=18, mew=2, label="layer (measured)")
@@ -103,6 +104,12 @@ def fig_collective_share(run, backend=None, mode=None) -> Figure:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens")
     ax.set_ylabel("slowest rank's collective / layer (%)")
+    ax.axhline(100, color="0.5", lw=0.8)
+    over = int((pts["collective_share"] > 1).sum())
+    ax.set_title("the collective timed alone (barrier, then the call) over the layer timed end "
+                 "to end" + (f":\n{over} point(s) above 100% (the line), where the collective "
+                             "alone took longer than the whole layer" if over else ""),
+                 fontsize=8)
     ax.grid(True, alpha=0.3)
     return style.finish(fig, run, analysis.distributed_rows(run.results))
 

@@ -14,9 +14,9 @@ from . import style
 
 
 def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | None = None):
-    """Speedup of the best FP8 point over the best bf16 point vs tokens, a line per scheme
-    and mode (left axis); % of roof of each (right axis, where the run has a roof). Says
-    so plainly when there is nothing to compare."""
+    """Speedup of the best FP8 point over the best bf16 point vs tokens, a line (and a
+    colour) per scheme and mode, one y-axis (each one's % of roof is in the table,
+    analysis.fp8.fp8_vs_bf16). Says so plainly when there is nothing to compare."""
     have = cmp[cmp["speedup"].notna()] if len(cmp) else cmp
     if run is None or not len(have):
         why = NONE_YET if run is None else (
@@ -30,7 +30,9 @@ def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | Non
     shards = sorted({(int(t), int(e)) for t, e in zip(have["tp"], have["ep"])})
     models = sorted(set(have["model"]))
     fig, cells = style.panel_grid(models, shards)
-    colors = dict(zip(sorted(set(have["dtype"])), style.CYCLE))
+    # one colour per legend entry (scheme and mode), the same in every panel
+    series = sorted({(str(a), str(b)) for a, b in zip(have["dtype"], have["mode"])})
+    colors = {k: style.CYCLE[i % len(style.CYCLE)] for i, k in enumerate(series)}
     for ax, model, (tp, ep) in cells:
         d = have[(have["model"] == model) & (have["tp"] == tp) & (have["ep"] == ep)]
         if not len(d):  # say so, rather than draw an empty panel
@@ -40,19 +42,12 @@ def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | Non
             ax.set_yticks([])
             ax.set_title(f"{model} {sharding_name(tp, ep)}", fontsize=8)
             continue
-        twin = ax.twinx() if d["fp8_pct_of_roof"].notna().any() else None
+        # one quantity on this axis (the speedup); % of roof is in the table beside the figure
         for (scheme, mode), g in d.groupby(["dtype", "mode"]):
             g = g.sort_values("tokens")
             ls = style.MODE_STYLE.get(str(mode).split(":")[0], "-.")
-            ax.plot(g["tokens"], g["speedup"], ls, marker="o", ms=3, color=colors[scheme],
-                    label=f"{scheme} {mode}: bf16 / fp8")
-            if twin is not None:
-                twin.plot(g["tokens"], g["fp8_pct_of_roof"], ls, color=colors[scheme], alpha=0.4,
-                          lw=1, label=f"{scheme} {mode}: % of fp8 roof")
-        if twin is not None:
-            twin.plot(d["tokens"], d["bf16_pct_of_roof"], "x", color="0.4", ms=3,
-                      label="bf16: % of bf16 roof")
-            twin.set_ylabel("% of roof", fontsize=7)
+            ax.plot(g["tokens"], g["speedup"], ls, marker="o", ms=3,
+                    color=colors[(str(scheme), str(mode))], label=f"{scheme} {mode}: bf16 / fp8")
         ax.axhline(1.0, color="0.6", lw=0.8)
         ax.axhline(tg.by_name("fp8 >= 1.5x bf16, 4096+ tokens").limit, color="0.6", lw=0.8,
                    ls=":")
@@ -61,7 +56,7 @@ def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | Non
         ax.set_xlabel("tokens")
         ax.set_ylabel("speedup over best bf16")
     runs = sorted(set(have["fp8_run"]) | set(have.get("bf16_run", pd.Series(dtype=str)).dropna()))
-    note = f"rows from {', '.join(runs)}"
+    note = f"dotted: the 1.5x target; rows from {', '.join(runs)}"
     if len(devices) > 1:
         note += f"; {devices.index[0]} shown, {len(devices) - 1} other device(s) in the table"
     drawn = rows[rows["device"] == devices.index[0]] if rows is not None else None

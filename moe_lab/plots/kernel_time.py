@@ -86,6 +86,7 @@ def fig_phases(run, table: pd.DataFrame) -> Figure:
     if table.empty:
         return style.note_figure("no profiled point at these token counts", run, rows)
     groups = list(dict.fromkeys(zip(table["model"], table["sharding"])))
+    cpu = "cpu" in str(run.device).lower()
     fig, axes = style.new_figure(len(groups), 1, squeeze=False,
                                  figsize=(13, 2.6 * len(groups) + 0.5))
     axes = axes[:, 0]
@@ -100,13 +101,17 @@ def fig_phases(run, table: pd.DataFrame) -> Figure:
             ax.bar(x, share[p].fillna(0), bottom=bottom, color=style.PHASE_COLOR[p], label=p)
             bottom += share[p].fillna(0).values
         for xi, us in zip(x, sub["kernel_us"]):
-            ax.text(xi, 101, f"{us:.0f}us", ha="center", va="bottom", fontsize=6)
-        ax.set_xticks(x, labels, fontsize=6)
+            ax.text(xi, 101, f"{us:.0f}us", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(x, labels, fontsize=7)
         ax.set_ylim(0, 112)
         ax.set_ylabel("% of kernel time")
-        ax.set_title(f"{m} {s}: device time per phase (profiler, "
+        what = "CPU op time" if cpu else "device time"
+        ax.set_title(f"{m} {s}: {what} per phase (profiler, "
                      f"{', '.join(sorted(sub['mode'].unique()))})", fontsize=10)
-    return style.finish(fig, run, rows, "labels: total kernel us per call", legend_title="phase")
+    note = ("labels: total kernel us per call" if not cpu else
+            "labels: total op us per call, summed over the profiler's CPU ops (nested and "
+            "threaded ops overlap: the sum can exceed the timed median)")
+    return style.finish(fig, run, rows, note, legend_title="phase")
 
 
 def fig_launch_overhead(run, table: pd.DataFrame) -> Figure:

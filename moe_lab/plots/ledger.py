@@ -102,7 +102,7 @@ def fig_ledger(ledger_df: pd.DataFrame, run=None, run_id: str | None = None,
                            label="layer roof (one fused kernel)")
         if any(labels):  # a tick per bar: its token count and what sets it apart
             ax.set_xticks(xs, [f"{t}\n" + "\n".join(lab.split()) for t, lab in
-                               zip(g["tokens"], labels)], fontsize=5.5)
+                               zip(g["tokens"], labels)], fontsize=6.5)
         else:
             ax.set_xticks(range(len(toks)), [str(t) for t in toks])
         ax.set(title=f"{m} {s}", xlabel="tokens", ylabel="us per call")

@@ -26,7 +26,12 @@ def _colour(c):
 
 
 def _entry(handle, label: str) -> dict:
-    d = {"label": label, "kind": type(handle).__name__}
+    kind = type(handle).__name__
+    if kind == "ErrorbarContainer" and len(handle) and handle[0] is not None:
+        handle = handle[0]  # its data line: the marker and colour the entry shows
+    elif kind == "BarContainer" and len(handle.patches):
+        handle = handle.patches[0]
+    d = {"label": label, "kind": kind}
     if hasattr(handle, "get_linestyle") and hasattr(handle, "get_marker"):  # a Line2D
         d.update(color=_colour(handle.get_color()), linestyle=str(handle.get_linestyle()),
                  marker=str(handle.get_marker()), fill=_colour(handle.get_markerfacecolor()),
@@ -59,7 +64,50 @@ def describe_figure(fig) -> dict:
     if getattr(fig, "_suptitle", None) is not None:
         texts.append(fig._suptitle.get_text())
     return {"texts": texts, "legends": out,
-            "titles": [ax.get_title() for ax in fig.axes if ax.get_visible()]}
+            "titles": [ax.get_title() for ax in fig.axes if ax.get_visible()],
+            "provenance": getattr(fig, "_moe_lab_provenance", None),  # the footer's whole text
+            "size_in": [float(x) for x in fig.get_size_inches()],
+            "axes": [_axes(ax) for ax in fig.axes if ax.get_visible()]}
+
+
+def _ymax(ax):
+    """The largest y value drawn (lines' data, bars' tops), None when nothing is."""
+    import math
+    ys = [float(y) for ln in ax.lines for y in ln.get_ydata() if _num(y)]
+    ys += [float(p.get_y() + p.get_height()) for c in ax.containers
+           for p in getattr(c, "patches", []) if _num(p.get_height())]
+    ys = [y for y in ys if math.isfinite(y)]
+    return max(ys) if ys else None
+
+
+def _num(v) -> bool:
+    try:
+        float(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _axes(ax) -> dict:
+    """What a reviewer checks on one panel: its labels, scales, whether anything is drawn
+    on it, whether it is a twin (shares x with another panel, its own y), its bars
+    (stacked: a bar starting above zero), and the smallest tick label font."""
+    twins = [o for o in ax.get_shared_x_axes().get_siblings(ax) if o is not ax
+             and o.bbox.bounds == ax.bbox.bounds]
+    bars = [p for c in ax.containers for p in getattr(c, "patches", [])]
+    fonts = [t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()
+             if t.get_text()] + [ax.xaxis.label.get_fontsize(), ax.yaxis.label.get_fontsize()]
+    drawn = len(ax.lines) + len(ax.collections) + len(ax.patches) + len(ax.images) + \
+        len(ax.containers)
+    return {"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+            "xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
+            "axis_on": bool(ax.axison), "drawn": drawn, "twin": bool(twins),
+            "texts": [t.get_text() for t in ax.texts],
+            "ymax_data": _ymax(ax),
+            "stacked_bars": sum(1 for p in bars if abs(p.get_y()) > 0 and p.get_height() > 0
+                                and p.get_width() > 0),
+            "min_font": min(fonts) if fonts else None,
+            "ylim": [float(v) for v in ax.get_ylim()]}
 
 
 def swatch(entry: dict) -> tuple:

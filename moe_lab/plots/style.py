@@ -219,13 +219,43 @@ def footer_text(run: Run | None, rows: pd.DataFrame | None = None, extra: str = 
     return " | ".join(parts)
 
 
+FOOTER_LINES = 3  # at most: the rest of the provenance is in the figure's probe (PROVENANCE)
+PROVENANCE = "_moe_lab_provenance"  # the figure attribute holding the footer's whole text
+
+
+def _summarised(text: str, width: int) -> str:
+    """`text` within FOOTER_LINES lines of `width`: comma lists of runs and commits past
+    three counted ('runs A, B, C and 24 more'), then the tail cut ('...')."""
+    import re
+    wrap = lambda t: textwrap.fill(t, width=width, break_long_words=False, break_on_hyphens=False)
+    if wrap(text).count("\n") < FOOTER_LINES:
+        return wrap(text)
+
+    def short(m):
+        head, body = m.group(1), m.group(2)
+        items = [x.strip() for x in body.split(",") if x.strip()]
+        if len(items) <= 2:
+            return m.group(0)
+        tail = " " if body.endswith(" ") else ""
+        return f"{head}{items[0]} and {len(items) - 1} more (all in the probe){tail}"
+    text = re.sub(r"((?:runs|commits|rows from) )([^|;]+)", short, text)
+    out = wrap(text).split("\n")
+    if len(out) > FOOTER_LINES:
+        out = out[:FOOTER_LINES]
+        out[-1] = out[-1][: max(width - 30, 10)] + " ... (whole text in the probe)"
+    return "\n".join(out)
+
+
 def footer(fig: Figure, run: Run | None, rows: pd.DataFrame | None = None, extra: str = "",
            device: str | None = None) -> str:
     """Write the provenance footer (footer_text) as the figure's last text, wrapped to its
-    width, and keep room for it below the panels. Returns the text."""
+    width and bounded to FOOTER_LINES lines (long lists of runs and commits counted; the
+    whole text kept on the figure, PROVENANCE, which the probe reports), and keep room for
+    it below the panels. Returns the whole text."""
     text = footer_text(run, rows, extra, device)
     width = max(int(fig.get_figwidth() * 72 / (FOOTER_FONTSIZE * 0.62)), 40)
-    wrapped = textwrap.fill(text, width=width, break_long_words=False, break_on_hyphens=False)
+    wrapped = _summarised(text, width)
+    setattr(fig, PROVENANCE, text)
     nlines = wrapped.count("\n") + 1
     room = (nlines * FOOTER_FONTSIZE * 1.25 + 4) / (fig.get_figheight() * 72)
     engine = fig.get_layout_engine()
@@ -246,10 +276,22 @@ def finish(fig: Figure, run: Run | None, rows: pd.DataFrame | None, extra: str =
     return fig
 
 
+class NoteFigure(Figure):
+    """A figure that only says why there is nothing to draw. A notebook shows its line, not
+    an image (no empty canvas is exported); as a Figure it still draws where it is saved."""
+    note = ""
+
+    def _ipython_display_(self):
+        print(f"no figure: {self.note} ({getattr(self, PROVENANCE, '') or 'no rows'})")
+
+
 def note_figure(text: str, run: Run | None = None, rows: pd.DataFrame | None = None,
                 extra: str = "") -> Figure:
-    """A figure that only says why there is nothing to draw (with its footer)."""
-    fig, ax = new_figure(figsize=(8, 1.6))
+    """A figure that only says why there is nothing to draw (with its footer); in a
+    notebook, one printed line instead (NoteFigure)."""
+    fig = NoteFigure(figsize=(8, 1.6), layout="constrained")
+    fig.note = text
+    ax = fig.subplots()
     ax.axis("off")
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
     return finish(fig, run, rows, extra, legend=False)
