@@ -89,6 +89,46 @@ def _notebook_cache(tmp_path_factory):
     _NB_CACHE = None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kernel_server(tmp_path_factory):
+    """Notebook kernels forked from one process per test process that imported ipykernel,
+    IPython, numpy, pandas and torch once (tests/_kernel_zygote.py): the tests' `python3`
+    kernelspec (first on JUPYTER_PATH) launches tests/_kernel_client.py, which asks that
+    server for a fresh kernel with its own environment, folder and streams. Each notebook
+    still gets a new, empty kernel process; only the import of those libraries is shared.
+    MOE_LAB_TEST_FRESH_KERNELS=1 turns it off (kernels started the usual way)."""
+    import json
+    import subprocess
+    import tempfile
+    if os.environ.get("MOE_LAB_TEST_FRESH_KERNELS"):
+        yield
+        return
+    base = tmp_path_factory.mktemp("jupyter")
+    spec = base / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    from ipykernel.kernelspec import get_kernel_dict
+    kernel = get_kernel_dict()  # ipykernel's own (its metadata: debugger, encryption)
+    kernel["argv"] = [sys.executable, os.path.join(ROOT, "tests", "_kernel_client.py"), "-f",
+                      "{connection_file}"]
+    (spec / "kernel.json").write_text(json.dumps(kernel))
+    sock = os.path.join(tempfile.mkdtemp(prefix="moe-lab-k-"), "s")  # short: AF_UNIX limit
+    server = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "_kernel_zygote.py"),
+                               sock], cwd=ROOT, stdin=subprocess.DEVNULL)
+    old = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "PYTEST_KERNEL_ZYGOTE")}
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in (str(base), old["JUPYTER_PATH"]) if p)
+    os.environ["PYTEST_KERNEL_ZYGOTE"] = sock
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def execute_cached(path: str, timeout: int = 900, edit=None, params: dict | None = None):
     """moe_lab.report.execute_notebook, once per session for each notebook text and
     environment (file-locked: a second worker asking for it waits for the first). A
