@@ -253,11 +253,12 @@ from moe_lab.cli import entry
 for m in pkgutil.iter_modules(moe_lab.commands.__path__):
     importlib.import_module("moe_lab.commands." + m.name)
 codes = []
-for argv, cwd, out, err in json.loads(sys.stdin.read()):
+for argv, cwd, out, err, extra in json.loads(sys.stdin.read()):
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
+            os.environ.update(extra)
             os.chdir(cwd)
             for fd, path in ((1, out), (2, err)):
                 os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
@@ -283,15 +284,17 @@ print(json.dumps(codes))
 
 
 def cli_processes(cases, env=None, timeout=600):
-    """Run `python -m moe_lab *argv` for each (argv, cwd) in `cases`, each in a process of
-    its own (forked from one that imported moe_lab once); returns a CompletedProcess per
-    case (returncode, stdout, stderr), in order."""
+    """Run `python -m moe_lab *argv` for each (argv, cwd) or (argv, cwd, {VAR: value} added
+    to its environment) in `cases`, one after the other, each in a process of its own
+    (forked from one that imported moe_lab once); returns a CompletedProcess per case
+    (returncode, stdout, stderr), in order."""
     import json
     import subprocess
     import tempfile
     with tempfile.TemporaryDirectory(prefix="moe-lab-cli-") as d:
-        jobs = [[list(map(str, argv)), str(cwd), os.path.join(d, f"{i}.out"),
-                 os.path.join(d, f"{i}.err")] for i, (argv, cwd) in enumerate(cases)]
+        jobs = [[list(map(str, argv)), str(case[1]), os.path.join(d, f"{i}.out"),
+                 os.path.join(d, f"{i}.err"), dict(case[2] if len(case) > 2 else {})]
+                for i, case in enumerate(cases) for argv in [case[0]]]
         env = dict(os.environ if env is None else env)
         env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         p = subprocess.run([sys.executable, "-c", _CLI_SERVER], input=json.dumps(jobs), cwd=ROOT,
@@ -300,4 +303,4 @@ def cli_processes(cases, env=None, timeout=600):
         codes = json.loads(p.stdout.strip().splitlines()[-1])
         return [subprocess.CompletedProcess(["moe-lab", *argv], rc, open(out).read(),
                                             open(err).read())
-                for (argv, _, out, err), rc in zip(jobs, codes)]
+                for (argv, _, out, err, _), rc in zip(jobs, codes)]
