@@ -3,6 +3,7 @@ kernel server (tests/_kernel_zygote.py, at $PYTEST_KERNEL_ZYGOTE) for a kernel f
 with this process's argv, environment, folder, sys.path and standard streams, forwards
 the signals jupyter_client sends, and exits with the kernel's status. Without a server
 it becomes the usual `python -m ipykernel_launcher`."""
+import importlib.util
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import time
 def main() -> int:
     path = os.environ.get("PYTEST_KERNEL_ZYGOTE")
     argv = ["ipykernel_launcher", *sys.argv[1:]]
+    launcher = importlib.util.find_spec("ipykernel_launcher")
     s, connected = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), False
     for _ in range(50 if path else 0):  # the server binds at once; 5 s for a slow start
         try:
@@ -27,7 +29,7 @@ def main() -> int:
     if not connected:
         os.execv(sys.executable, [sys.executable, "-m", *argv])
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_KERNEL_ZYGOTE"}
-    req = dict(argv=argv, cwd=os.getcwd(), env=env, client=os.getpid(),
+    req = dict(argv=[launcher.origin if launcher else argv[0], *argv[1:]], cwd=os.getcwd(), env=env, client=os.getpid(),
                path=sys.path[1:])  # as ipykernel_launcher leaves it
     socket.send_fds(s, [json.dumps(req).encode() + b"\n"], [0, 1, 2])
     f = s.makefile("r")
