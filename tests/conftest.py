@@ -89,6 +89,46 @@ def _notebook_cache(tmp_path_factory):
     _NB_CACHE = None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kernel_server(tmp_path_factory):
+    """Notebook kernels forked from one process per test process that imported ipykernel,
+    IPython, numpy, pandas and torch once (tests/_kernel_zygote.py): the tests' `python3`
+    kernelspec (first on JUPYTER_PATH) launches tests/_kernel_client.py, which asks that
+    server for a fresh kernel with its own environment, folder and streams. Each notebook
+    still gets a new, empty kernel process; only the import of those libraries is shared.
+    MOE_LAB_TEST_FRESH_KERNELS=1 turns it off (kernels started the usual way)."""
+    import json
+    import subprocess
+    import tempfile
+    if os.environ.get("MOE_LAB_TEST_FRESH_KERNELS"):
+        yield
+        return
+    base = tmp_path_factory.mktemp("jupyter")
+    spec = base / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    from ipykernel.kernelspec import get_kernel_dict
+    kernel = get_kernel_dict()  # ipykernel's own (its metadata: debugger, encryption)
+    kernel["argv"] = [sys.executable, os.path.join(ROOT, "tests", "_kernel_client.py"), "-f",
+                      "{connection_file}"]
+    (spec / "kernel.json").write_text(json.dumps(kernel))
+    sock = os.path.join(tempfile.mkdtemp(prefix="moe-lab-k-"), "s")  # short: AF_UNIX limit
+    server = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "_kernel_zygote.py"),
+                               sock], cwd=ROOT, stdin=subprocess.DEVNULL)
+    old = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "PYTEST_KERNEL_ZYGOTE")}
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in (str(base), old["JUPYTER_PATH"]) if p)
+    os.environ["PYTEST_KERNEL_ZYGOTE"] = sock
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def execute_cached(path: str, timeout: int = 900, edit=None, params: dict | None = None):
     """moe_lab.report.execute_notebook, once per session for each notebook text and
     environment (file-locked: a second worker asking for it waits for the first). A
@@ -213,11 +253,12 @@ from moe_lab.cli import entry
 for m in pkgutil.iter_modules(moe_lab.commands.__path__):
     importlib.import_module("moe_lab.commands." + m.name)
 codes = []
-for argv, cwd, out, err in json.loads(sys.stdin.read()):
+for argv, cwd, out, err, extra in json.loads(sys.stdin.read()):
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
+            os.environ.update(extra)
             os.chdir(cwd)
             for fd, path in ((1, out), (2, err)):
                 os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
@@ -243,15 +284,17 @@ print(json.dumps(codes))
 
 
 def cli_processes(cases, env=None, timeout=600):
-    """Run `python -m moe_lab *argv` for each (argv, cwd) in `cases`, each in a process of
-    its own (forked from one that imported moe_lab once); returns a CompletedProcess per
-    case (returncode, stdout, stderr), in order."""
+    """Run `python -m moe_lab *argv` for each (argv, cwd) or (argv, cwd, {VAR: value} added
+    to its environment) in `cases`, one after the other, each in a process of its own
+    (forked from one that imported moe_lab once); returns a CompletedProcess per case
+    (returncode, stdout, stderr), in order."""
     import json
     import subprocess
     import tempfile
     with tempfile.TemporaryDirectory(prefix="moe-lab-cli-") as d:
-        jobs = [[list(map(str, argv)), str(cwd), os.path.join(d, f"{i}.out"),
-                 os.path.join(d, f"{i}.err")] for i, (argv, cwd) in enumerate(cases)]
+        jobs = [[list(map(str, argv)), str(case[1]), os.path.join(d, f"{i}.out"),
+                 os.path.join(d, f"{i}.err"), dict(case[2] if len(case) > 2 else {})]
+                for i, case in enumerate(cases) for argv in [case[0]]]
         env = dict(os.environ if env is None else env)
         env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         p = subprocess.run([sys.executable, "-c", _CLI_SERVER], input=json.dumps(jobs), cwd=ROOT,
@@ -260,4 +303,4 @@ def cli_processes(cases, env=None, timeout=600):
         codes = json.loads(p.stdout.strip().splitlines()[-1])
         return [subprocess.CompletedProcess(["moe-lab", *argv], rc, open(out).read(),
                                             open(err).read())
-                for (argv, _, out, err), rc in zip(jobs, codes)]
+                for (argv, _, out, err, _), rc in zip(jobs, codes)]

@@ -10,9 +10,10 @@ import textwrap
 import time
 
 import pandas as pd
+import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, cli_processes
 from moe_lab.cli import main
 from moe_lab.correctness import make_inputs, reference, rel_err
 from moe_lab.distributed import VARIANTS, shards
@@ -66,16 +67,45 @@ def ranks(script, args, n=2, timeout=120):
     assert [p.wait(timeout=timeout) for p in procs] == [0] * n
 
 
+def sweep_argv(tmp_path, *extra, run_id="r", nproc=2) -> list:
+    return ["sweep", "--nproc", str(nproc), "--models", MODEL, "--dtype", "fp32", "--backends",
+            "torch", "--data-dir", str(tmp_path), "--run-id", run_id, "--dist-reps", "3",
+            "--rep-ms", "2", "--warmup-ms", "1", "--device", "cpu", *extra]
+
+
+def rows(tmp_path, run_id="r"):
+    path = tmp_path / run_id / "results.parquet"
+    return pd.read_parquet(path) if path.exists() else None
+
+
 def sweep(tmp_path, *extra, run_id="r", nproc=2, env=None, timeout=240):
-    cmd = [sys.executable, "-m", "moe_lab", "sweep", "--nproc", str(nproc), "--models", MODEL,
-           "--dtype", "fp32", "--backends", "torch", "--data-dir", str(tmp_path), "--run-id",
-           run_id, "--dist-reps", "3", "--rep-ms", "2", "--warmup-ms", "1", "--device", "cpu",
-           *extra]
+    cmd = [sys.executable, "-m", "moe_lab", *sweep_argv(tmp_path, *extra, run_id=run_id,
+                                                        nproc=nproc)]
     t0 = time.time()
     p = subprocess.run(cmd, cwd=ROOT, env=dict(ENV, **(env or {})), capture_output=True,
                        text=True, timeout=timeout)
-    path = tmp_path / run_id / "results.parquet"
-    return p, (pd.read_parquet(path) if path.exists() else None), time.time() - t0
+    return p, rows(tmp_path, run_id), time.time() - t0
+
+
+# The sweeps with a fault injected (MOE_LAB_DIST_FAULT): a rank that raises in its check, one
+# that raises inside the timed collectives, one that dies.
+FAULTY = {"check": (("--tokens", "1,4,8"), "1:check:4"),
+          "time": (("--tokens", "2,4", "--parallel", "ep-allreduce", "--dist-timeout", "3"),
+                   "1:time:2"),
+          "exit": (("--tokens", "2,4", "--parallel", "ep-allreduce", "--dist-timeout", "2"),
+                   "1:exit:2")}
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory) -> dict:
+    """Each FAULTY sweep as its own `python -m moe_lab sweep --nproc 2` process (its ranks
+    spawned by it as always), the three forked from one process that imported moe_lab once
+    (conftest.cli_processes); name -> (CompletedProcess, its rows or None, its data folder).
+    A hang is the timeout (TimeoutExpired), not a wall-clock verdict."""
+    dirs = {k: tmp_path_factory.mktemp(f"dist-{k}") for k in FAULTY}
+    procs = cli_processes([(sweep_argv(dirs[k], *extra), ROOT, {"MOE_LAB_DIST_FAULT": fault})
+                           for k, (extra, fault) in FAULTY.items()], timeout=720)
+    return {k: (p, rows(dirs[k]), dirs[k]) for k, p in zip(FAULTY, procs)}
 
 
 def test_every_variant_combined_equals_the_single_process_reference(tmp_path):
@@ -107,10 +137,10 @@ def test_every_variant_combined_equals_the_single_process_reference(tmp_path):
     assert len(outs[0]) == 3 * 7
 
 
-def test_a_rank_that_raises_gives_rows_with_the_reason_on_every_rank_and_the_sweep_goes_on(tmp_path):
+def test_a_rank_that_raises_gives_rows_with_the_reason_on_every_rank_and_the_sweep_goes_on(faulty):
     # rank 1 raises in the check of the 4-token points: every rank's row says so, the
     # 1- and 8-token points are measured; every (point, rank) is one row
-    p, res, _ = sweep(tmp_path, "--tokens", "1,4,8", env={"MOE_LAB_DIST_FAULT": "1:check:4"})
+    p, res, tmp_path = faulty["check"]
     assert p.returncode == 0, p.stderr[-2000:]
     assert len(res) == 3 * 3 * 2 and res["point_id"].is_unique
     assert set(res["world_size"]) == {2} and set(res["rank"]) == {0, 1}
@@ -138,11 +168,10 @@ def test_a_rank_that_raises_gives_rows_with_the_reason_on_every_rank_and_the_swe
     assert sorted(res2.loc[res2["tokens"] != 4, "measured_at"]) == sorted(good["measured_at"])
 
 
-def test_a_rank_that_raises_inside_the_timed_collectives_does_not_hang(tmp_path):
+def test_a_rank_that_raises_inside_the_timed_collectives_does_not_hang(faulty):
     # rank 1 raises before the barrier-synchronised loops: rank 0 waits in a collective
     # until the timeout (3 s), both report, and the next point runs on a fresh group
-    p, res, _ = sweep(tmp_path, "--tokens", "2,4", "--parallel", "ep-allreduce",
-                         "--dist-timeout", "3", env={"MOE_LAB_DIST_FAULT": "1:time:2"})
+    p, res, _ = faulty["time"]
     assert p.returncode == 0, p.stderr[-2000:]
     bad = res[res["tokens"] == 2]
     assert (bad["status"] == "failed").all() and len(bad) == 2
@@ -152,9 +181,8 @@ def test_a_rank_that_raises_inside_the_timed_collectives_does_not_hang(tmp_path)
     # a hang is the subprocess's timeout (TimeoutExpired), not a wall-clock verdict
 
 
-def test_a_rank_that_dies_is_named_on_every_row_and_the_sweep_ends_without_a_hang(tmp_path):
-    p, res, _ = sweep(tmp_path, "--tokens", "2,4", "--parallel", "ep-allreduce",
-                         "--dist-timeout", "2", env={"MOE_LAB_DIST_FAULT": "1:exit:2"})
+def test_a_rank_that_dies_is_named_on_every_row_and_the_sweep_ends_without_a_hang(faulty):
+    p, res, _ = faulty["exit"]
     assert p.returncode != 0  # a hang would be the subprocess's timeout
     assert len(res) == 2 and (res["status"] == "failed").all()
     assert res["error"].str.contains("rank 1 did not report").all()
