@@ -750,7 +750,7 @@ MUTATIONS = (
              (T_BITES + "test_align_under_ep_maps_the_experts_and_marks_the_remote_blocks",),
              "the EP map not applied: Glue.align does not pass it on to our align"),
     Mutation("align-remote-blocks-not-marked", "moe_lab/core/align.py",
-             "SENTINEL_REMOTE=has_map, CHUNK=chunk", "SENTINEL_REMOTE=False, CHUNK=chunk",
+             "    remote = has_map  #", "    remote = False  #",
              (T_BITES + "test_align_under_ep_maps_the_experts_and_marks_the_remote_blocks",),
              "under EP the sentinel's blocks keep its expert id, not -1: the GEMMs compute "
              "the remote pairs"),

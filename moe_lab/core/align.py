@@ -84,6 +84,7 @@ def align_fused(topk_ids, n_exp, block_m, expert_map=None, with_starts=False):
     has_map = expert_map is not None
     emap = expert_map if has_map else ids
     sentinel = n_exp - 1
+    remote = has_map  # the sentinel's blocks get expert id -1 (the GEMMs skip them)
     n_blocks = expert_ids.numel()
     per_prog = triton.cdiv(n_blocks, n_chunks)
     bb = min(64, triton.next_power_of_2(per_prog))
@@ -91,7 +92,7 @@ def align_fused(topk_ids, n_exp, block_m, expert_map=None, with_starts=False):
         if n_chunks == 1:  # one launch: count, scan and place in one program
             KERNELS["align_one"][(1,)](
                 ids, emap, counts, adj, starts, ends, npp, sorted_ids, expert_ids, numel,
-                sentinel, n_exp, n_blocks, block_m, HAS_MAP=has_map, SENTINEL_REMOTE=has_map,
+                sentinel, n_exp, n_blocks, block_m, HAS_MAP=has_map, SENTINEL_REMOTE=remote,
                 CHUNK=chunk, E_PAD=e_pad, BLOCK_M=block_m, BB=bb, num_warps=8)
         else:
             count[(n_chunks,)](ids, emap, counts, numel, sentinel, HAS_MAP=has_map, CHUNK=chunk,
@@ -100,7 +101,7 @@ def align_fused(topk_ids, n_exp, block_m, expert_map=None, with_starts=False):
                        P_PAD=triton.next_power_of_2(n_chunks), E_PAD=e_pad, num_warps=8)
             place[(n_chunks,)](ids, emap, adj, starts, ends, npp, sorted_ids, expert_ids, numel,
                                sentinel, n_exp, n_blocks, per_prog, HAS_MAP=has_map,
-                               SENTINEL_REMOTE=has_map, CHUNK=chunk, E_PAD=e_pad,
+                               SENTINEL_REMOTE=remote, CHUNK=chunk, E_PAD=e_pad,
                                BLOCK_M=block_m, BB=bb, num_warps=4)
     return (sorted_ids, expert_ids, npp, starts) if with_starts else (sorted_ids, expert_ids, npp)
 

@@ -25,26 +25,21 @@ slots of each token). Two variants, `GLUES`:
     combine               _moe_lab_moe_sum_kernel (ours): [T, k, H] read once, fp32  combine
                           sums in registers, [T, H] written once
     align                 _moe_lab_moe_align_block_size_{count,scan,place}_kernel   align
-                          (ours: the EP map inside, no serial walk; where few pairs meet
-                          many experts, _small_kernel: a block per pair, no sort), or aiter's
+                          (ours, EP map inside; few pairs: _one_kernel, or _small_kernel,
+                          a block per pair, when sparse), or aiter's
                           moe_align_block_size_triton (glue aiter and naive)
 
 The align exists twice too, with the same output bit for bit (tests/test_align.py).
-aiter's runs one program per expert, each walking numel / E ids in a serial loop: under
-EP8 (E_local + 1 = 33 experts) about a thousand ids per program. On an H200 (run
-h200-align-ab-bf16-*-20261201, aiter-triton tuned, graph) ours takes 9.9 us against 176.6
-at DeepSeek-R1 TP8+EP8, 4096 tokens (the layer 1345 us against 1526), 5.9 against 225.0
-at Llama-4-Scout TP8+EP8 4096, 15.7 against 60.2 at DeepSeek-R1 TP8 4096, and is the
-faster at every point measured (64, 1024, 4096 tokens, four models, both shardings).
+aiter's runs one program per expert, each walking numel / E ids in a serial loop (under
+EP8, E_local + 1 = 33 experts, about a thousand ids per program); ours is the faster at
+every point of the H200 A/B runs (h200-align-ab-*: notebook 05 and the findings' glue
+section give the times).
 
 The 1x128 group quantisers (fp8-block128) exist twice, aiter's and ours, and give the same
 bits (scale = amax / fp8 max per 128 columns, values scaled, clamped, rounded to nearest).
-On an H200 ours is the faster (GROUP_QUANT = "moe_lab", the default): aiter's launch one
-128-element program per (row, group), ours a tile of 2-8 rows x 2-8 groups, so at
-DeepSeek-R1 TP8+EP8, 4096 tokens, x [4096, 7168] takes 143 us (aiter) against 29 us
-(ours; 21 us to move its bytes at 4.28 TB/s) and SiLU*mul + quant of [32768, 2x2048]
-322 us against 89 us (79 us floor). GROUP_QUANT = "aiter" (or Glue(group_quant="aiter"))
-runs aiter's, for the A/B.
+aiter's launch one 128-element program per (row, group), ours a tile of 2-8 rows x 2-8
+groups; ours was the faster on the H200 (GROUP_QUANT = "moe_lab", the default; "aiter", or
+Glue(group_quant="aiter"), runs aiter's for the A/B).
 
 Each fused step runs inside `torch.profiler.record_function("moe_lab.<phase>")`, so the
 profiler puts its kernel in that phase (moe_lab.profiling.PHASE_RANGES); the kernel names
@@ -114,7 +109,8 @@ def check(glue: str) -> str:
 
 
 from .glue_kernels import KERNELS  # noqa: E402 (our kernels, by step)
-from .align import AITER_ALIGN_KERNELS, align_aiter, align_fused, align_sparse, is_sparse  # noqa: E402,F401
+from .align import (AITER_ALIGN_KERNELS, align_aiter, align_fused, align_sparse,  # noqa: E402,F401
+                    is_sparse)
 from .combine_rows import combine_rows_fused, combine_rows_naive  # noqa: E402
 
 if KERNELS:
@@ -444,8 +440,7 @@ class Glue:
         return (combine_rows_fused if fused else combine_rows_naive)(y, pos, weights, pad)
 
     def align(self, topk_ids, n_exp, block_m, expert_map=None, aiter=None):
-        """(sorted_token_ids, expert_ids, num_tokens_post_padded): ours where it runs
-        (align_sparse when is_sparse, else align_fused), else align_aiter (`aiter`: the module holding aiter's, as the backend loaded it)."""
+        """(sorted_token_ids, expert_ids, num_tokens_post_padded): ours, else aiter's."""
         if self.kernels["align"][0].startswith("_moe_lab"):
             if is_sparse(topk_ids.numel(), n_exp, expert_map):
                 return align_sparse(topk_ids, block_m)
