@@ -27,7 +27,7 @@ SCRIPT = r"""
 import json, sys
 import moe_lab.backends as registry
 from moe_lab.core.problems import make_problem
-from moe_lab.correctness import make_weights, make_inputs, reference
+from moe_lab.measuring.correctness import make_weights, make_inputs, reference
 cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1,
        "num_warps": 4, "num_stages": 1}
 out = []

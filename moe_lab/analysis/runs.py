@@ -16,8 +16,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ..core.errors import UsageError
-from ..rows import ok_rows
-from ..store import Run, data_dir, find_runs, open_run
+from ..storage.rows import ok_rows
+from ..storage.store import Run, data_dir, find_runs, open_run
 from . import expert_parallel as analysis
 
 TUNED = "tuned"

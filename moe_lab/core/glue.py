@@ -46,7 +46,7 @@ DeepSeek-R1 TP8+EP8, 4096 tokens, x [4096, 7168] takes 143 us (aiter) against 29
 runs aiter's, for the A/B.
 
 Each fused step runs inside `torch.profiler.record_function("moe_lab.<phase>")`, so the
-profiler puts its kernel in that phase (moe_lab.profiling.PHASE_RANGES); the kernel names
+profiler puts its kernel in that phase (moe_lab.measuring.profiling.PHASE_RANGES); the kernel names
 classify into the same phases without it. No step syncs with the host: every one can be
 captured in a CUDA graph.
 
