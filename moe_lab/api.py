@@ -16,11 +16,11 @@ from pathlib import Path
 import pandas as pd
 
 from . import backends as registry
-from .correctness import check_problem, resolve_device
+from .measuring.correctness import check_problem, resolve_device
 from .core.errors import UsageError  # noqa: F401  (ml.UsageError)
-from .modes import Mode, parse_mode
+from .measuring.modes import Mode, parse_mode
 from .core.problems import make_problem, split_models
-from .store import Run, find_runs, open_run  # noqa: F401  (part of the API)
+from .storage.store import Run, find_runs, open_run  # noqa: F401  (part of the API)
 
 
 def _list(v, parse=str) -> list:
@@ -60,7 +60,7 @@ def _point(tp, ep, ep_rank, dtype, routing, device, seed, one: bool = True) -> s
     `one`: a single tp, ep and routing (check, profile), else lists too (measure).
     Returns the device."""
     from .core import validate
-    from .correctness import THRESHOLDS
+    from .measuring.correctness import THRESHOLDS
     if one:
         for key, v in (("tp", tp), ("ep", ep)):
             validate.limit(v, key, key)
@@ -178,7 +178,7 @@ def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int 
     point_timeout_s, traces). Every value is checked as the CLI checks it, before
     anything is written (UsageError, one line)."""
     from .core import validate as opts
-    from .sweep import Grid, Sweep
+    from .measuring.sweep import Grid, Sweep
     unknown = sorted(set(options) - set(SWEEP_OPTIONS))
     if unknown:
         raise UsageError(f"measure() got an unknown option {unknown[0]!r}; it takes "
@@ -229,7 +229,7 @@ def _run_folder(run) -> Path:
     (from notebooks/, run='mine' once wrote notebooks/mine, which nothing reads); a Path,
     or a str with a separator, is the folder it names."""
     import os
-    from .store import data_dir
+    from .storage.store import data_dir
     seps = [s for s in (os.sep, os.altsep, "/") if s]
     if isinstance(run, str) and not any(s in run for s in seps) and run not in (".", ".."):
         from .core.validate import run_id
@@ -256,9 +256,9 @@ def _budget(v) -> dict:
 
 def _resume_settings(path: Path, options: dict) -> None:
     """A resumed run keeps its timing budget: warmup_ms and rep_ms not given are the
-    folder's (a resume with other values is refused, moe_lab.resume)."""
+    folder's (a resume with other values is refused, moe_lab.storage.resume)."""
     from .core.errors import CorruptFile
-    from .store import MANIFEST, read_json
+    from .storage.store import MANIFEST, read_json
     try:
         config = read_json(path / MANIFEST).get("config")
     except CorruptFile:  # the sweep refuses it (or sets it aside) in its own words
@@ -277,10 +277,6 @@ def profile(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: in
     """One point under the profiler, after a check: (per-kernel table with phases, path of
     the Chrome trace, which opens in Perfetto). UsageError when the backend cannot run
     the point here or fails its check."""
-    import os
-
-    from .correctness import checked_point
-    from .profiling import export_trace, profile_kernels
     from .core import validate
     validate.text(model, "model", "a model name, e.g. 'qwen3-30b-a3b'")
     tokens = validate.count(tokens, "tokens", 1)
@@ -290,16 +286,6 @@ def profile(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: in
     validate.text(backend, "backend", "one backend name, e.g. 'torch'")
     if trace is not None:
         trace = validate.writable_file(trace, "trace")
-    device = resolve_device(device)
-    prob, fn, inp, chk = checked_point(model, tokens, backend, tp, ep, ep_rank, dtype, routing,
-                                       device, seed)
-    from .progress import native_log_filter
-    with native_log_filter():
-        df = profile_kernels(fn, inp.args(), iters=iters, device=device)
-    df.attrs.update(check=chk, point=prob.describe())
-    trace = trace or os.path.join("out", "traces", f"{prob.model.name}_{prob.sharding}_"
-                                  f"T{prob.tokens}_{backend}.json.gz")
-    os.makedirs(os.path.dirname(os.path.abspath(trace)), exist_ok=True)
-    with native_log_filter():
-        export_trace(fn, inp.args(), trace, device=device)
-    return df, trace
+    from .measuring.profiling import profile_point
+    return profile_point(model, tokens, backend, tp, ep, ep_rank, dtype, routing,
+                         resolve_device(device), iters, trace, seed)

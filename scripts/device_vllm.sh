@@ -107,7 +107,7 @@ sweep() {  # gpu run dtype ep models backends config
 with_tuned_files() {  # jobs -> each job as dtype:ep:models with a tuned vllm file (H200)
   python3 - "$@" <<'PY'
 import sys
-from moe_lab.configs import load_tuned
+from moe_lab.storage.configs import load_tuned
 from moe_lab.core.problems import make_problem
 for job in sys.argv[1:]:
     dtype, ep, models = job.split(":")

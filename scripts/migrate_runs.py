@@ -26,7 +26,7 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from moe_lab.store import (RunStore, _kernels_frame, _results_frame, atomic_write_parquet,  # noqa: E402
+from moe_lab.storage.store import (RunStore, _kernels_frame, _results_frame, atomic_write_parquet,  # noqa: E402
                            point_id)
 
 SUFFIX = ":custom-op"

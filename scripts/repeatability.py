@@ -16,10 +16,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from moe_lab import backends  # noqa: E402
-from moe_lab.correctness import check_backend, make_inputs, make_weights, reference  # noqa: E402
+from moe_lab.measuring.correctness import check_backend, make_inputs, make_weights, reference  # noqa: E402
 from moe_lab.core.problems import make_problem  # noqa: E402
 from moe_lab.core.environment import capture_environment  # noqa: E402
-from moe_lab.timing import EAGER_MIN_REPS, time_eager, time_graph  # noqa: E402
+from moe_lab.measuring.timing import EAGER_MIN_REPS, time_eager, time_graph  # noqa: E402
 
 WARMUP_MS, REP_MS = 10.0, 50.0  # moe-lab sweep's defaults (--warmup-ms, --rep-ms)
 POINTS = [  # (model, tokens, tp, ep, backend): GPU-bound, and two host-bound points

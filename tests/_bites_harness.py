@@ -1,7 +1,7 @@
 """The mutation harness of tests/test_bites.py: a plausible one-line bug applied to a copy
 of the checkout, and the tests named to catch it run there in their own pytest process.
 
-    m = Mutation("ledger-rows-drop-k", "moe_lab/ledger.py", "    rows = T * k\\n",
+    m = Mutation("ledger-rows-drop-k", "moe_lab/cost/ledger.py", "    rows = T * k\\n",
                  "    rows = T\\n", ("tests/test_ledger.py::test_bf16_floors_are_the_hand_count",),
                  "the act and align floors count T rows, not T*k")
     m.occurrences()                     # the old text must occur exactly once in the file

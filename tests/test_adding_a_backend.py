@@ -15,7 +15,7 @@ SCRIPT = textwrap.dedent("""
     import moe_lab as ml
     from moe_lab.cli import main
     from moe_lab.plots import kernel_time
-    from moe_lab.roofline import add_roofline_columns
+    from moe_lab.cost.roofline import add_roofline_columns
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["backends"]) == 0

@@ -20,7 +20,7 @@ from moe_lab.backends import aiter_triton as at
 from moe_lab.backends.aiter_triton import (FUSED_MOE_PER_CALL, AiterTritonBackend, FusedMoeCall,
                                            aiter_root, bind_fused_moe, fused_moe_calls,
                                            load_aiter_triton)
-from moe_lab.correctness import make_inputs, make_weights
+from moe_lab.measuring.correctness import make_inputs, make_weights
 from moe_lab.core.problems import SEED_MODELS, make_problem
 
 ROOT = aiter_root()
@@ -433,7 +433,7 @@ def _real_torch_moe():
 def test_sentinel_mask_gives_aiters_reference_our_reference(ep_rank):
     """aiter's torch_moe maps ids through the mask's prefix sum the way its sorting kernel
     does: with the E+1 mask (what prepare passes) it equals the E mask and our reference."""
-    from moe_lab.correctness import reference
+    from moe_lab.measuring.correctness import reference
     prob = make_problem("custom:H=64,I=32,E=16,k=4", 6, "bf16", 4, 4, ep_rank)
     w = make_weights(prob, "cpu", 0)
     inp = make_inputs(prob, "cpu", 2)

@@ -17,7 +17,7 @@ from moe_lab.core import quant
 from moe_lab.backends import _aiter_fp8 as af
 from moe_lab.backends.aiter_triton import aiter_root, fused_moe_calls, load_aiter_triton
 from moe_lab.backends.torch_fp8 import fp8_reference
-from moe_lab.correctness import THRESHOLDS, make_inputs, make_weights, rel_err
+from moe_lab.measuring.correctness import THRESHOLDS, make_inputs, make_weights, rel_err
 from moe_lab.core.devices import DEVICE_SPECS
 from moe_lab.core.problems import make_problem
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from moe_lab import aiter_tables as at
+from moe_lab.importers import aiter_tables as at
 from moe_lab.cli import main
 from moe_lab.commands.import_aiter import write_run
 from moe_lab.core.devices import DEVICE_SPECS
 from moe_lab.core.errors import UsageError
 from moe_lab.core.problems import PRESETS, make_problem
-from moe_lab.roofline import cost, expected_experts_hit, floor_us
-from moe_lab.store import open_run
+from moe_lab.cost.roofline import cost, expected_experts_hit, floor_us
+from moe_lab.storage.store import open_run
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = dict(cu_num=304, token=64, model_dim=7168, inter_dim=256, expert=256, topk=8,

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("triton")
 from moe_lab.backends.aiter_triton import aiter_root  # noqa: E402
-from moe_lab.correctness import THRESHOLDS  # noqa: E402
+from moe_lab.measuring.correctness import THRESHOLDS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(aiter_root() is None, reason="amd-aiter is not installed")
@@ -31,7 +31,7 @@ import moe_lab.backends as registry
 from moe_lab.core import quant
 from moe_lab.backends.aiter_triton import load_aiter_triton
 from moe_lab.core.problems import make_problem
-from moe_lab.correctness import make_weights, make_inputs, reference, rel_err
+from moe_lab.measuring.correctness import make_weights, make_inputs, reference, rel_err
 moe_op, _ = load_aiter_triton()
 moe_op.moe_set_quant_func(lambda out, A, s: quant.quantize_act(A, "fp8-tensor", "e4m3fn"))
 cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,

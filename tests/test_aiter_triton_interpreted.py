@@ -27,7 +27,7 @@ SCRIPT = r"""
 import json, sys
 import moe_lab.backends as registry
 from moe_lab.core.problems import make_problem
-from moe_lab.correctness import make_weights, make_inputs, reference
+from moe_lab.measuring.correctness import make_weights, make_inputs, reference
 from moe_lab.core import glue
 sparse = []  # the points whose align took the sparse path (a block per pair, no sort)
 _sparse = glue.align_sparse

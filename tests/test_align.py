@@ -136,7 +136,7 @@ def test_align_is_a_glue_step_with_its_variants():
 ROWS = r"""
 import json, torch
 from moe_lab.core.problems import make_problem
-from moe_lab.correctness import make_weights, make_inputs
+from moe_lab.measuring.correctness import make_weights, make_inputs
 from moe_lab.backends.torch_fp8_grouped import grouped_fp8_fn
 
 from stand_ins import scaled_grouped_mm as mm  # torch._scaled_grouped_mm per group

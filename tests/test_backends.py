@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from moe_lab import backends
 from moe_lab.backends.torch_ref import torch_moe
-from moe_lab.correctness import check_problem, make_inputs, make_weights, rel_err, reference
+from moe_lab.measuring.correctness import check_problem, make_inputs, make_weights, rel_err, reference
 from moe_lab.core.problems import make_problem
 from moe_lab.core.routing import make_routing
 

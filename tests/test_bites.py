@@ -58,7 +58,7 @@ same tests on an unmutated copy, where they pass). Tests of this file unless nam
                   points-p10-p90-swapped -> test_points::test_finish_copies_every_timer_number...
 
 Found on the way: a tune's candidate rows said routing `uniform` (the column's default)
-whatever routing the tune timed (fixed in moe_lab/tuning.py;
+whatever routing the tune timed (fixed in moe_lab/measuring/tuning.py;
 test_a_tune_candidates_row_says_the_routing_it_was_timed_with); the fp8 and tuning target
 summaries and the ledger's were checked on data whose median is its mean, or not at all.
 """
@@ -115,7 +115,7 @@ def planted():
 
 @pytest.mark.parametrize("scale", [1.05, 1.07, 1.10])
 def test_a_bf16_backend_a_few_percent_off_is_incorrect(planted, scale):
-    from moe_lab.correctness import check_problem
+    from moe_lab.measuring.correctness import check_problem
     from moe_lab.core.problems import make_problem
     prob = make_problem(SMALL, 8, "bf16", 1, 1)
     row, = check_problem(prob, [planted(scale)], "cpu", seed=0)
@@ -127,7 +127,7 @@ def test_a_bf16_backend_a_few_percent_off_is_incorrect(planted, scale):
 def test_the_same_backend_unscaled_passes_in_bf16(planted):
     """The control: the planted wrapper itself (x1.0) is correct, so the failures above
     are the 5-10% and nothing else."""
-    from moe_lab.correctness import check_problem
+    from moe_lab.measuring.correctness import check_problem
     from moe_lab.core.problems import make_problem
     for tokens in (1, 8):
         row, = check_problem(make_problem(SMALL, tokens, "bf16", 1, 1), [planted(1.0)],
@@ -161,7 +161,7 @@ def chunked():
 
 def test_a_second_sweep_with_a_config_file_measures_the_new_points(tmp_path, chunked,
                                                                    monkeypatch):
-    from moe_lab.configs import write_table
+    from moe_lab.storage.configs import write_table
     monkeypatch.setenv("MOE_LAB_DATA", str(tmp_path / "runs"))
     cfg = write_table(tmp_path / "cfg" / "chunk16.json", {1: {"CHUNK": 16}})
     base = ["sweep", "--models", TUNABLE, "--tp", "1", "--tokens", "4,16", "--dtype", "fp32",
@@ -216,7 +216,7 @@ def test_compare_calls_a_one_percent_graph_change_no_detectable_change(tmp_path)
     """The band through compare(): B 1% faster with a tight interval, in graph mode."""
     from moe_lab.analysis.compare import compare
     from moe_lab.analysis.noise import Calibration
-    from moe_lab.store import RunStore, open_run
+    from moe_lab.storage.store import RunStore, open_run
     rng = np.random.default_rng(3)
     runs = []
     for name, median in (("a", 100.0), ("b", 99.0), ("c", 90.0)):
@@ -258,7 +258,7 @@ def test_a_value_with_a_unicode_minus_parses_like_an_ascii_minus():
 
 @pytest.mark.parametrize("keys", [(16, 64), (64, 16)])
 def test_nearest_breaks_a_tie_to_the_smaller_key_in_any_order(keys):
-    from moe_lab.configs import nearest
+    from moe_lab.storage.configs import nearest
     table = {k: {"BLOCK_SIZE_M": k} for k in keys}
     assert nearest(table, 40) == {"BLOCK_SIZE_M": 16}  # 24 from each: the smaller
     assert nearest(table, 41) == {"BLOCK_SIZE_M": 64}  # not a tie: the nearer
@@ -352,7 +352,7 @@ def test_kernel_time_figure_does_not_draw_an_incorrect_row(run_with_an_incorrect
 def test_roofline_figures_do_not_draw_an_incorrect_row(run_with_an_incorrect_row):
     from matplotlib import pyplot as plt
     from moe_lab.plots import roofline
-    from moe_lab.roofline import add_roofline_columns
+    from moe_lab.cost.roofline import add_roofline_columns
     run = run_with_an_incorrect_row
     # notebook 03's path: measured() then the figures
     df, ceil = roofline.measured(run, "NVIDIA H200")
@@ -378,7 +378,7 @@ def test_roofline_figures_do_not_draw_an_incorrect_row(run_with_an_incorrect_row
 
 def test_summarize_reports_the_median_not_the_mean():
     """1..100 (the quantile test's data) has mean == median; one slow call does not."""
-    from moe_lab.timing import summarize
+    from moe_lab.measuring.timing import summarize
     t = summarize([10.0, 11.0, 12.0, 13.0, 1000.0])
     assert t.median_us == 12.0  # the mean is 209.2
     t = summarize([5.0, 1.0, 2.0, 100.0])  # even count: the middle two's midpoint
@@ -388,7 +388,7 @@ def test_summarize_reports_the_median_not_the_mean():
 def test_one_slow_call_does_not_throw_out_its_block():
     """The steady rule compares block medians: one outlier call (a GC pause, an interrupt)
     leaves its block steady; a block whose typical call is slow is dropped."""
-    from moe_lab.timing import steady_summary
+    from moe_lab.measuring.timing import steady_summary
     blocks = [[100.0] * 9 + [10_000.0], [100.0] * 10, [101.0] * 10]
     t = steady_summary(blocks)
     assert t.steady_frac == 1.0 and t.median_us == 100.0
@@ -556,7 +556,7 @@ def test_the_devices_band_is_the_noisiest_pairs_95th_percentile():
 
 FIRST_WRITER = """
 import sys
-from moe_lab.runlock import acquire
+from moe_lab.storage.runlock import acquire
 acquire(sys.argv[1], "moe-lab sweep (the first writer)")
 print("held", flush=True)
 sys.stdin.read()
@@ -565,7 +565,7 @@ sys.stdin.read()
 
 @pytest.fixture
 def first_writer(tmp_path):
-    """A moe-lab writer in another process holding tmp_path/r's lock (moe_lab.runlock),
+    """A moe-lab writer in another process holding tmp_path/r's lock (moe_lab.storage.runlock),
     until its stdin closes."""
     import os
     import subprocess
@@ -584,7 +584,7 @@ def first_writer(tmp_path):
 
 def test_a_second_moe_lab_writer_is_refused_while_the_first_holds_the_folder(first_writer):
     from moe_lab.core.errors import RunLocked
-    from moe_lab.runlock import acquire, busy, holder, release
+    from moe_lab.storage.runlock import acquire, busy, holder, release
     run, p = first_writer
     with pytest.raises(RunLocked) as exc:
         acquire(run, "moe-lab sweep (the second writer)")
@@ -619,7 +619,7 @@ def _folder(manifest):
 @pytest.mark.parametrize("setting", sorted(SWEEP_SETTINGS))
 def test_a_resume_with_any_setting_that_changes_what_a_row_means_is_refused(setting):
     from moe_lab.core.errors import UsageError
-    from moe_lab.resume import SWEEP_FLAGS, SWEEP_MEANING, refuse_other_settings
+    from moe_lab.storage.resume import SWEEP_FLAGS, SWEEP_MEANING, refuse_other_settings
     folder = _folder(dict(kind="sweep", config=dict(SWEEP_SETTINGS, tokens=[1, 2])))
     now = dict(SWEEP_SETTINGS, tokens=[1, 2, 4])  # more points: a resume may add them
     refuse_other_settings(folder, "sweep", now, SWEEP_MEANING, SWEEP_FLAGS)
@@ -631,7 +631,7 @@ def test_a_resume_with_any_setting_that_changes_what_a_row_means_is_refused(sett
 
 def test_a_sweep_does_not_resume_another_kind_of_run():
     from moe_lab.core.errors import UsageError
-    from moe_lab.resume import SWEEP_FLAGS, SWEEP_MEANING, refuse_other_settings
+    from moe_lab.storage.resume import SWEEP_FLAGS, SWEEP_MEANING, refuse_other_settings
     for kind in ("tune", "import"):
         with pytest.raises(UsageError, match=f"holds a {kind} run, not a sweep run"):
             refuse_other_settings(_folder(dict(kind=kind, config=dict(SWEEP_SETTINGS))),
@@ -652,8 +652,9 @@ def test_a_row_that_leaves_an_optional_id_field_unset_has_its_default_and_id():
     imported table, a tune candidate) gets the declared defaults, and the point id of the
     same key written before those columns existed (rows.py: ids stay what they were); one
     that sets no status is ok."""
-    from moe_lab import points, rows
-    from moe_lab.store import point_id
+    from moe_lab.measuring import points
+    from moe_lab.storage import rows
+    from moe_lab.storage.store import point_id
     row = points.new_row(dict(KEY))
     assert (row["glue"], row["config"], row["wrapped"]) == ("", "default", False)
     # what the sweep relies on: a timed row it sets no status on (nothing failed) is ok
@@ -669,8 +670,8 @@ def test_finish_gives_the_roof_share_of_the_median_and_computes_a_gpu_rows_roof_
     """pct_of_roof = 100 * roof_us / median_us, of the median (12 us here; the mean is
     15.2). A GPU row's roof is computed by finish when the row has none (its default is
     NaN), and kept when the writer gave one."""
-    from moe_lab import points
-    from moe_lab.timing import summarize
+    from moe_lab.measuring import points
+    from moe_lab.measuring.timing import summarize
     t = summarize([10.0, 11.0, 12.0, 13.0, 30.0])
     row = points.finish(points.new_row(dict(KEY), roof_us=3.0), timing=t)
     assert row["pct_of_roof"] == pytest.approx(25.0)
@@ -694,7 +695,7 @@ def test_a_tune_candidates_row_says_the_routing_it_was_timed_with(tmp_path, chun
     """A candidate of a zipf tune was timed on zipf routing (tuning: make_inputs with the
     tune's routing); its row must not say `uniform`, the column's default."""
     from moe_lab.core.problems import make_problem
-    from moe_lab.tuning import Tuner
+    from moe_lab.measuring.tuning import Tuner
     shards = [[make_problem(TUNABLE, 16, "fp32", 1, 1)]]
     Tuner("torch-chunked", "cpu", tmp_path / "t", tmp_path / "configs", routing="zipf:1.2",
           rep_ms=2, warmup_ms=1, progress=False).run(shards)
@@ -714,11 +715,11 @@ T_TARGETS = "tests/test_targets.py::"
 
 MUTATIONS = (
     # the ledger's floors
-    Mutation("ledger-rows-drop-k", "moe_lab/ledger.py",
+    Mutation("ledger-rows-drop-k", "moe_lab/cost/ledger.py",
              "    rows = T * k\n", "    rows = T\n",
              (T_LEDGER + "test_bf16_floors_are_the_hand_count",),
              "a byte count that drops k: the act and align floors count T rows, not T*k"),
-    Mutation("ledger-rows-local-pairs", "moe_lab/ledger.py",
+    Mutation("ledger-rows-local-pairs", "moe_lab/cost/ledger.py",
              "    rows = T * k\n", "    rows = pairs\n",
              (T_LEDGER + "test_ep_counts_local_pairs_and_experts_but_glue_sees_every_row",),
              "under EP the glue floors count the local pairs, not every (token, slot) row "
@@ -788,55 +789,55 @@ MUTATIONS = (
              (T_BITES + "test_the_devices_band_is_the_noisiest_pairs_95th_percentile",),
              "the device's band from its quietest A/A' pair, not its noisiest"),
     # the run lock
-    Mutation("runlock-shared-not-exclusive", "moe_lab/runlock.py",
+    Mutation("runlock-shared-not-exclusive", "moe_lab/storage/runlock.py",
              "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
              "fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)",
              (T_BITES + "test_a_second_moe_lab_writer_is_refused_while_the_first_holds_the_"
               "folder",),
              "a lock that excludes no one: writers take it shared, so two hold it at once"),
-    Mutation("runlock-live-holder-taken-as-stale", "moe_lab/runlock.py",
+    Mutation("runlock-live-holder-taken-as-stale", "moe_lab/storage/runlock.py",
              "            if _stale(info):  # held by", "            if info:  # held by",
              ("tests/test_hostile_writers.py::"
               "test_a_live_holder_refuses_another_writer_and_names_itself",),
              "a lock that is not checked: any named holder is taken for a dead one and its "
              "lock replaced"),
     # resume's settings check
-    Mutation("resume-seed-not-checked", "moe_lab/resume.py",
+    Mutation("resume-seed-not-checked", "moe_lab/storage/resume.py",
              'SWEEP_MEANING = ("device", "dtype", "seed", ', 'SWEEP_MEANING = ("device", "dtype", ',
              (T_BITES + "test_a_resume_with_any_setting_that_changes_what_a_row_means_is_"
               "refused[seed]",),
              "a setting left out of the resume check: a resume with another --seed adds rows "
              "of other inputs"),
-    Mutation("resume-kind-not-checked", "moe_lab/resume.py",
+    Mutation("resume-kind-not-checked", "moe_lab/storage/resume.py",
              "if theirs is not None and theirs != kind:", "if theirs is None and theirs != kind:",
              (T_BITES + "test_a_sweep_does_not_resume_another_kind_of_run",),
              "a sweep resumes into a tune or import run's folder"),
     # the row schema
-    Mutation("rows-glue-default-fused", "moe_lab/rows.py",
+    Mutation("rows-glue-default-fused", "moe_lab/storage/rows.py",
              '_c("glue", "str", "", core=True,', '_c("glue", "str", "fused", core=True,',
              (T_BITES + "test_a_row_that_leaves_an_optional_id_field_unset_has_its_default_"
               "and_id",),
              "a column's default changed: glue defaults to 'fused' (glue.DEFAULT), so a row "
              "of a backend with no glue choice says fused and gets another point id"),
-    Mutation("rows-status-default-none", "moe_lab/rows.py",
+    Mutation("rows-status-default-none", "moe_lab/storage/rows.py",
              '_c("status", "str", "ok", core=True,', '_c("status", "str", None, core=True,',
              (T_BITES + "test_a_row_that_leaves_an_optional_id_field_unset_has_its_default_"
               "and_id",),
              "a column's default changed: status None until set, so every timed row (the "
              "sweep sets no status when nothing failed) is not ok"),
     # the point path
-    Mutation("points-roof-share-inverted", "moe_lab/points.py",
+    Mutation("points-roof-share-inverted", "moe_lab/measuring/points.py",
              '        row["pct_of_roof"] = 100.0 * roof / med\n',
              '        row["pct_of_roof"] = 100.0 * med / roof\n',
              (T_BITES + "test_finish_gives_the_roof_share_of_the_median_and_computes_a_gpu_"
               "rows_roof_once",),
              "pct_of_roof upside down: median / roof"),
-    Mutation("points-gpu-roof-never-computed", "moe_lab/points.py",
+    Mutation("points-gpu-roof-never-computed", "moe_lab/measuring/points.py",
              '"roof_us" not in _set(row)', '"roof_us" not in row',
              (T_BITES + "test_finish_gives_the_roof_share_of_the_median_and_computes_a_gpu_"
               "rows_roof_once",),
              "the column's NaN default taken for a value: a GPU row's roof is never computed"),
-    Mutation("points-p10-p90-swapped", "moe_lab/points.py",
+    Mutation("points-p10-p90-swapped", "moe_lab/measuring/points.py",
              "p10_us=t.p10_us, p90_us=t.p90_us,", "p10_us=t.p90_us, p90_us=t.p10_us,",
              ("tests/test_points.py::"
               "test_finish_copies_every_timer_number_and_gives_the_id_of_the_key",),

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from moe_lab.ceilings import write_ceilings
+from moe_lab.measuring.ceilings import write_ceilings
 from moe_lab.core.devices import (CEILINGS_SCHEMA, OPTIONAL_GROUPS, SCHEMA_ID, Ceilings, ceilings_for,
                              device_slug, validate_ceilings)
-from moe_lab.roofline import bound, cost, floor_us, memory_us, roof_basis
+from moe_lab.cost.roofline import bound, cost, floor_us, memory_us, roof_basis
 from moe_lab.core.problems import make_problem
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def test_ceilings_for_uses_measured_file_when_present(tmp_path):
     assert c.tflops_fp8 == 1978.9 and "fp8 from vendor" in c.note  # not measured here
     # measured ceilings are lower than the vendor's, so the floor rises
     from moe_lab.core.problems import make_problem
-    from moe_lab.roofline import cost
+    from moe_lab.cost.roofline import cost
     cst = cost(make_problem("mixtral-8x7b", 1, "bf16", 2))
     assert floor_us(cst, c) > floor_us(cst, ceilings_for("NVIDIA H200", tmp_path / "none"))
 
@@ -242,7 +242,7 @@ def test_ceilings_built_by_hand():
 
 
 def test_summary_lines_show_the_read_bandwidth_when_measured():
-    from moe_lab.ceilings import summary_lines
+    from moe_lab.measuring.ceilings import summary_lines
     lines = summary_lines(with_read(4.9))
     assert any(line.startswith("copy    4.10 TB/s (85% of vendor 4.8)") for line in lines)
     assert any(line.startswith("read    4.90 TB/s (102% of vendor 4.8)") for line in lines)

@@ -31,7 +31,7 @@ def test_per_layer_savings_without_runs(reg, tmp_path):
 
 
 def test_roofline_floor_present(reg, tmp_path):
-    pytest.importorskip("moe_lab.roofline")
+    pytest.importorskip("moe_lab.cost.roofline")
     df = implications(reg, runs_dir=tmp_path)
     assert (df["floor_us"] > 0).all()
     assert (df["min_baseline_layer_us"] > df["saved_per_layer_us"]).all()

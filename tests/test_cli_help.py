@@ -51,9 +51,10 @@ def test_help_still_lists_every_verb_and_each_verbs_options():
 
 def test_help_constants_are_the_owners_values():
     """The torch-free copies configure reads are the values the measuring code uses."""
-    from moe_lab import aiter_tables, correctness, tuning
+    from moe_lab.importers import aiter_tables
+    from moe_lab.measuring import correctness, tuning
     from moe_lab.core import constants, problems
-    from moe_lab.tuning_search import SearchPlan
+    from moe_lab.measuring.tuning_search import SearchPlan
     assert sorted(constants.DTYPE_NAMES) == sorted(correctness.THRESHOLDS) == sorted(problems.DTYPES)
     assert tuning.TUNE_TOKENS == constants.TUNE_TOKENS and len(tuning.TUNE_TOKENS) == 19
     assert SearchPlan().rungs == constants.SEARCH_RUNGS == (1 / 16, 1 / 4, 1.0)

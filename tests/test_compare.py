@@ -7,7 +7,7 @@ import pytest
 import moe_lab as ml
 from moe_lab.cli import main
 from moe_lab.analysis.compare import compare, ratio_interval, verdict
-from moe_lab.store import RunStore, open_run
+from moe_lab.storage.store import RunStore, open_run
 
 RNG = np.random.default_rng(7)
 
@@ -51,7 +51,7 @@ def _run(tmp_path, name, rows_samples):
     rows, smp = [], {}
     for kw, x in rows_samples:
         r = dict(base, **kw, median_us=float(np.median(x)))
-        from moe_lab.store import point_id
+        from moe_lab.storage.store import point_id
         r["point_id"] = point_id(r)
         rows.append(r)
         smp[r["point_id"]] = list(x)

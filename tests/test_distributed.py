@@ -15,7 +15,7 @@ import torch
 
 from conftest import ROOT, cli_processes
 from moe_lab.cli import main
-from moe_lab.correctness import make_inputs, reference, rel_err
+from moe_lab.measuring.correctness import make_inputs, reference, rel_err
 from moe_lab.distributed import VARIANTS, shards
 from moe_lab.distributed.launch import free_port
 from moe_lab.core.problems import parse_model
@@ -26,7 +26,7 @@ ENV = dict(os.environ, PYTHONPATH=ROOT)
 LAYERS = textwrap.dedent("""
     import datetime, os, sys, torch, torch.distributed as dist
     from moe_lab import backends
-    from moe_lab.correctness import make_inputs
+    from moe_lab.measuring.correctness import make_inputs
     from moe_lab.distributed import layers, shards
     from moe_lab.distributed.control import open_store
     from moe_lab.core.problems import parse_model
@@ -237,7 +237,7 @@ def test_gpus_runs_one_part_per_gpu_and_merges_them_into_the_whole_sweep(tmp_pat
     import json
     from moe_lab.analysis import expert_parallel as analysis
     from moe_lab.distributed import launch
-    from moe_lab.store import find_runs
+    from moe_lab.storage.store import find_runs
     monkeypatch.setattr(launch, "gpu_count", lambda text: 2)
     base = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2,4", "--backends",
             "torch,torch-grouped", "--dtype", "fp32", "--device", "cpu", "--no-progress",

@@ -1,4 +1,4 @@
-"""Where eager time goes (moe_lab.eager_split): the parts of a call add up to its window, the
+"""Where eager time goes (moe_lab.measuring.eager_split): the parts of a call add up to its window, the
 host's Python lands in the host part, and on the committed H200 traces every point either
 adds up to its timed eager median within 10% or says why."""
 import math
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from moe_lab import eager_split as es
+from moe_lab.measuring import eager_split as es
 from moe_lab.cli import main
 
 from conftest import RUNS_DIR
@@ -41,9 +41,9 @@ def test_a_cpu_call_split_from_a_real_profile(tmp_path):
     import torch
 
     from moe_lab import backends
-    from moe_lab.correctness import make_inputs, make_weights
+    from moe_lab.measuring.correctness import make_inputs, make_weights
     from moe_lab.core.problems import make_problem
-    from moe_lab.profiling import export_trace
+    from moe_lab.measuring.profiling import export_trace
     prob = make_problem("custom:H=64,I=32,E=4,k=2", 4, "bf16", 1, 1, 0)
     fn = backends.get("torch").prepare(prob, make_weights(prob, "cpu", 0))
     args = make_inputs(prob, "cpu", 1, "uniform").args()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from moe_lab.plots import fp8_gemm as fg
-from moe_lab.store import open_run
+from moe_lab.storage.store import open_run
 
 RUNS = ["h200-align-fp8-block128-tp8ep8-20261201", "h200-align-bf16-base-tp8ep8-20261201",
         "h200-align-sgmm-fp8-channel-tp8ep8-20261201"]

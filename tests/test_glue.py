@@ -28,9 +28,9 @@ import torch
 
 from moe_lab import backends
 from moe_lab.core import glue
-from moe_lab.correctness import THRESHOLDS, make_inputs, make_weights, reference, rel_err
+from moe_lab.measuring.correctness import THRESHOLDS, make_inputs, make_weights, reference, rel_err
 from moe_lab.core.problems import make_problem
-from moe_lab.profiling import PHASE_RANGES, classify, classify_sequence
+from moe_lab.measuring.profiling import PHASE_RANGES, classify, classify_sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 triton_missing = pytest.mark.skipif(glue.triton is None, reason="triton is not installed")
@@ -154,9 +154,9 @@ import torch.nn.functional as F
 import moe_lab.backends as registry
 from moe_lab.core import glue, quant
 from moe_lab.core.problems import make_problem
-from moe_lab.correctness import make_weights, make_inputs, reference, rel_err, unquantized_reference
+from moe_lab.measuring.correctness import make_weights, make_inputs, reference, rel_err, unquantized_reference
 from moe_lab.backends.torch_fp8_grouped import grouped_fp8_fn
-from moe_lab.profiling import profile_kernels
+from moe_lab.measuring.profiling import profile_kernels
 
 # The interpreter's cost is per program and per step, not per element: tiles as wide as
 # the shapes (fewer GEMM programs), and our align's chunk sort at 16 pairs, not 256 (its

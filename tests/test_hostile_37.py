@@ -505,7 +505,7 @@ def test_a_full_disk_leaves_no_review_figures_without_their_page(data, tmp_path,
 
 
 def test_a_full_disk_leaves_no_empty_lock_file(tmp_path, capsys, monkeypatch):
-    from moe_lab import runlock
+    from moe_lab.storage import runlock
     real = os.write
 
     def full(fd, data):

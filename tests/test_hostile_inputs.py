@@ -253,7 +253,7 @@ def chunked():
 
 def test_a_tune_resume_with_other_settings_or_into_a_sweep_run_is_refused(tmp_path, chunked, run):
     from moe_lab.core.problems import make_problem
-    from moe_lab.tuning import Tuner
+    from moe_lab.measuring.tuning import Tuner
     shards = [[make_problem(MODEL, 16, "fp32", 1, 1)]]
 
     def tune(folder, **kw):

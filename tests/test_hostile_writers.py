@@ -27,7 +27,7 @@ import pytest
 
 from moe_lab.cli import main
 from moe_lab.core.errors import RunLocked
-from moe_lab.runlock import LOCK_NAME, acquire, holder, run_lock
+from moe_lab.storage.runlock import LOCK_NAME, acquire, holder, run_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "custom:H=64,I=32,E=8,k=2"
@@ -243,7 +243,7 @@ def test_tune_is_refused_while_another_writer_holds_its_run(tmp_path, hold):
     import importlib.util
     from moe_lab import backends
     from moe_lab.core.problems import make_problem
-    from moe_lab.tuning import Tuner
+    from moe_lab.measuring.tuning import Tuner
     name = "moe_lab.backends.torch_chunked"
     spec = importlib.util.spec_from_file_location(
         name, ROOT / "tests" / "data" / "plugin" / "torch_chunked.py")

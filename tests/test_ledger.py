@@ -1,4 +1,4 @@
-"""The ledger (moe_lab.ledger): each phase's floor against a hand count, a real CPU run's
+"""The ledger (moe_lab.cost.ledger): each phase's floor against a hand count, a real CPU run's
 ledger adding up to its measured layer time, the ledger of a committed H200 run, issue
 23's targets on a hand-made frame, and the ledger figure."""
 import json
@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from conftest import ROOT, RUNS_DIR
-from moe_lab import ledger as lg
+from moe_lab.cost import ledger as lg
 from moe_lab.analysis import metrics, targets as tg
 from moe_lab.analysis.runs import runs_with_phases
 from moe_lab.core.devices import Ceilings
 from moe_lab.core.problems import make_problem
-from moe_lab.roofline import cost
+from moe_lab.cost.roofline import cost
 
 MODEL = "custom:H=256,I=128,E=8,k=2"
 # read 2 TB/s (above the copy's 1: the roof uses it), 100 / 200 TFLOP/s bf16 / fp8
@@ -133,7 +133,7 @@ def test_a_stored_run_gets_the_rows_in_its_align_and_combine_floors():
     """Committed torch-grouped phases stored the ids-only align floor and the [T, k, H]
     combine; the ledger puts the gathered rows in from the row's own counts, times
     untouched; aiter-triton's stay."""
-    from moe_lab.store import open_run
+    from moe_lab.storage.store import open_run
     run = open_run(Path(RUNS_DIR) / "h200-rows-bf16-tp8ep8-20261201")
     led = lg.ledger(run.results, run.kernels, run.phases)
     al = led[led["phase"] == "align"].set_index("point_id")
@@ -186,7 +186,7 @@ def test_phase_rows_add_the_gaps_to_the_median():
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
     from moe_lab.cli import main
-    from moe_lab.store import open_run
+    from moe_lab.storage.store import open_run
     d = tmp_path_factory.mktemp("data")
     rc = main(["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--ep", "1",
                "--tokens", "4,16", "--backends", "torch,torch-grouped", "--modes", "eager",
@@ -224,7 +224,7 @@ def test_the_ledger_of_a_cpu_run_adds_up_to_the_layer_time(cpu_run):
 
 @pytest.fixture(scope="module")
 def h200():
-    from moe_lab.store import open_run
+    from moe_lab.storage.store import open_run
     run = open_run(Path(RUNS_DIR) / "h200-tuned-20261130")
     return run, lg.ledger(run.results, run.kernels)
 
@@ -242,7 +242,7 @@ def test_the_ledger_of_a_committed_h200_run(h200):
     assert led.loc[led["phase"].isin(lg.FLOOR_PHASES), "floor_us"].notna().all()
     # DeepSeek-R1 TP8+EP8, 4096 tokens, aiter-triton with both GEMMs tuned (the tail run),
     # graph: act (SiLU and mul as two kernels over every row) holds the most
-    from moe_lab.store import open_run
+    from moe_lab.storage.store import open_run
     tail = open_run(Path(RUNS_DIR) / "h200-tuned-deepseek-ep8-tail-20261130")
     led = lg.ledger(tail.results, tail.kernels)
     pt = led[(led["tokens"] == 4096) & (led["backend"] == "aiter-triton")

@@ -16,7 +16,7 @@ import moe_lab as ml
 from moe_lab.cli import main
 from moe_lab.analysis.compare import calibrate, compare, summary, verdict
 from moe_lab.analysis.noise import QUANTILE, Calibration, load, read, slug
-from moe_lab.store import open_run
+from moe_lab.storage.store import open_run
 
 SWEEP = dict(models="custom:H=64,I=32,E=4,k=2", tokens=[1, 4, 16],
              backends="torch,torch-grouped", modes="eager,graph", tp=1, dtype="fp32",

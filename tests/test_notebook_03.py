@@ -1,6 +1,6 @@
 """notebooks/03_roofline.ipynb executes headless on the CPU: it prints the run it shows, the
 ceilings it uses and the point closest to its roof; the tests recompute that pct_of_roof
-from the rows' FLOPs and bytes and the ceilings, independently of moe_lab.roofline."""
+from the rows' FLOPs and bytes and the ceilings, independently of moe_lab.cost.roofline."""
 import json
 import re
 from pathlib import Path

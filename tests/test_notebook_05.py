@@ -1,7 +1,7 @@
 """notebooks/05_tuning.ipynb executes headless on the CPU: it prints the run it shows (the
 newest committed run with ok 'tuned' rows), where tuned beats default and by how much, and
 per target how many points meet it and the worst miss. The tests recompute each number
-from the parquet files and the ceilings JSON (not through moe_lab.plots or moe_lab.roofline),
+from the parquet files and the ceilings JSON (not through moe_lab.plots or moe_lab.cost.roofline),
 so the notebook showing another run, another roof or a wrong count fails them."""
 import json
 import re

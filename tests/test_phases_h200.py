@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from moe_lab.profiling import classify, classify_sequence
+from moe_lab.measuring.profiling import classify, classify_sequence
 
 DATA = json.load(open(os.path.join(os.path.dirname(__file__), "data",
                                    "kernel_names_h200_captured.json")))

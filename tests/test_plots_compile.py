@@ -5,7 +5,7 @@ import pytest
 
 import moe_lab as ml
 from moe_lab.plots import compile as pc
-from moe_lab.store import Run
+from moe_lab.storage.store import Run
 
 
 @pytest.fixture(scope="module")

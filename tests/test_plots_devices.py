@@ -9,8 +9,8 @@ from conftest import RUNS_DIR, printed, run_notebook, with_params
 from moe_lab.core.devices import DEVICE_SPECS
 from moe_lab.plots import devices as dv
 from moe_lab.core.problems import make_problem
-from moe_lab.roofline import cost, floor_us
-from moe_lab.store import open_run
+from moe_lab.cost.roofline import cost, floor_us
+from moe_lab.storage.store import open_run
 
 H200, AMD = "h200-tuned-20261130", "aiter-tuned-fmoe-0-1-7-post2-dev18"
 MODELS = ("deepseek-r1", "qwen3-235b-a22b")

@@ -3,10 +3,10 @@ plain message when no run has FP8 rows."""
 import pandas as pd
 import pytest
 
-from moe_lab.modes import Mode
+from moe_lab.measuring.modes import Mode
 from moe_lab.plots import fp8
-from moe_lab.store import find_runs, open_run
-from moe_lab.sweep import Grid, Sweep
+from moe_lab.storage.store import find_runs, open_run
+from moe_lab.measuring.sweep import Grid, Sweep
 
 MODEL = "custom:H=256,I=256,E=4,k=2"
 

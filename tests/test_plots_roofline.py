@@ -1,11 +1,11 @@
-"""moe_lab.roofline.predicted_floors (moved from the plots): the same table as before, and
+"""moe_lab.cost.roofline.predicted_floors (moved from the plots): the same table as before, and
 the slowest EP rank is the MAX over the ranks; its figure has one legend and a footer that
 names no run or commit (predictions)."""
 import pytest
 
 from moe_lab.core.devices import DEVICE_SPECS
 from moe_lab.core.problems import make_problem
-from moe_lab.roofline import cost, floor_us, predicted_floors
+from moe_lab.cost.roofline import cost, floor_us, predicted_floors
 from moe_lab.core.routing import make_routing
 
 COLUMNS = ["model", "sharding", "tp", "ep", "tokens", "device", "experts_hit", "flops", "bytes",

@@ -8,7 +8,7 @@ import moe_lab as ml
 from moe_lab import backends as registry
 from moe_lab.core.environment import git_commit
 from moe_lab.plots import kernel_time, style
-from moe_lab.store import Run
+from moe_lab.storage.store import Run
 
 SMALL, LARGER = "custom:H=64,I=32,E=4,k=2", "custom:H=64,I=32,E=8,k=2"
 COMMIT_A, COMMIT_B = "aaaaaaa1111111111111", "bbbbbbb2222222222222"

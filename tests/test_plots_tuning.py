@@ -12,7 +12,7 @@ import pytest
 from moe_lab.core.devices import Ceilings
 from moe_lab.core.errors import UsageError
 from moe_lab.plots import tuning as tu
-from moe_lab.store import Run, RunStore
+from moe_lab.storage.store import Run, RunStore
 
 CEIL = Ceilings("test GPU", 700.0, None, 4.0, "measured")
 

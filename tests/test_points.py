@@ -1,5 +1,5 @@
 """One point, one row: a contributor adds a per-point metric the way the docs say (a
-Column in moe_lab/rows.py, one line in points.fill_metrics) and it appears in the rows
+Column in moe_lab/storage/rows.py, one line in points.fill_metrics) and it appears in the rows
 of every path that measures: a CPU sweep, a compile sweep, a 2-process gloo sweep and a
 tune run. The edit is made to a copy of the package, as a contributor's checkout would
 hold it, and every verb runs in its own process from that copy."""
@@ -14,9 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from moe_lab import points, rows
-from moe_lab.store import point_id
-from moe_lab.timing import summarize
+from moe_lab.measuring import points
+from moe_lab.storage import rows
+from moe_lab.storage.store import point_id
+from moe_lab.measuring.timing import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "custom:H=64,I=32,E=8,k=2"
@@ -32,12 +33,12 @@ def _contributor_checkout(tmp: Path) -> Path:
     # the test's tunable CPU backend, found by discovery like any backend file
     shutil.copy(ROOT / "tests" / "data" / "plugin" / "torch_chunked.py",
                 src / "moe_lab" / "backends" / "torch_chunked.py")
-    r = src / "moe_lab" / "rows.py"
+    r = src / "moe_lab" / "storage" / "rows.py"
     text = r.read_text()
     anchor = '    _c("sharding", "str", doc="TP8, TP8+EP8, ..."),\n'
     assert anchor in text
     r.write_text(text.replace(anchor, anchor + '    _c("spread_ratio", "float", doc="p90 / p10"),\n'))
-    p = src / "moe_lab" / "points.py"
+    p = src / "moe_lab" / "measuring" / "points.py"
     text = p.read_text()
     anchor = "        row.update(timing_fields(m.timing))\n"
     assert anchor in text
@@ -238,7 +239,7 @@ def test_a_backends_config_file_and_version_reach_its_row():
     from moe_lab import backends
     from moe_lab.backends.torch_ref import TorchBackend as TorchRefBackend
     from moe_lab.core.problems import make_problem
-    from moe_lab.correctness import check_backend, make_inputs, make_weights, reference
+    from moe_lab.measuring.correctness import check_backend, make_inputs, make_weights, reference
     p = make_problem(MODEL, 4, "fp32", 1, 1)
     w, inp = make_weights(p, "cpu", 0), make_inputs(p, "cpu", 1)
 

@@ -8,11 +8,11 @@ import torch
 
 from moe_lab.core import quant
 from moe_lab.backends import get
-from moe_lab.correctness import (THRESHOLDS, check_backend, make_inputs, make_weights,
+from moe_lab.measuring.correctness import (THRESHOLDS, check_backend, make_inputs, make_weights,
                                  quant_facts, reference)
 from moe_lab.core.devices import DEVICE_SPECS, fp8_format_for
 from moe_lab.core.problems import make_problem
-from moe_lab.roofline import cost
+from moe_lab.cost.roofline import cost
 
 SCHEMES = quant.SCHEMES
 # a shape with partial 128-blocks in both dimensions
@@ -174,7 +174,7 @@ def test_fp8_roofline_bytes_and_peak():
     H, I = 7168, 256
     per_expert = 3 * H * I + 4 * ((2 * I // 128) * (H // 128) + (H // 128) * (I // 128))
     assert f8.weight_bytes == pytest.approx(f8.experts_hit * per_expert)
-    from moe_lab.roofline import peak_tflops, roof_basis
+    from moe_lab.cost.roofline import peak_tflops, roof_basis
     spec = DEVICE_SPECS["h200-sxm"]
     assert peak_tflops(spec, "fp8-channel") == spec.fp8_tflops
     assert "fp8 1979" in roof_basis(spec, "fp8-tensor")
@@ -206,7 +206,7 @@ def test_bad_dtype_is_one_line_exit_2():
 def test_profile_of_an_fp8_call_has_quant_and_both_gemms():
     """torch-fp8 runs every gemm1 before any gemm2 and quantises in PyTorch: its
     moe_lab.<phase> ranges give the phases (kernels inside them on a GPU get the prefix)."""
-    from moe_lab.profiling import classify_sequence, phase_table, profile_kernels
+    from moe_lab.measuring.profiling import classify_sequence, phase_table, profile_kernels
     p = make_problem("custom:H=256,I=256,E=4,k=2", 8, "fp8-channel", 1, 1)
     w, inp = make_weights(p, "cpu", 1), make_inputs(p, "cpu", 3)
     df = profile_kernels(get("torch-fp8").prepare(p, w), inp.args(), iters=1, device="cpu")

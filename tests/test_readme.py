@@ -119,7 +119,7 @@ def test_readme_keeps_the_two_commands_and_the_setup_they_need():
 def test_package_table_lists_every_module_and_only_modules():
     listed = _modules_in_table(README.read_text())
     on_disk = _modules_on_disk()
-    assert len(on_disk) > 50 and "store.py" in listed  # the walk and the parse both saw something
+    assert len(on_disk) > 50 and "storage/store.py" in listed  # the walk and the parse both saw something
     doubled = sorted({m for m in listed if listed.count(m) > 1})
     assert not doubled, f"listed twice: {doubled}"
     missing = sorted(on_disk - set(listed))
@@ -131,8 +131,8 @@ def test_package_table_lists_every_module_and_only_modules():
 def test_the_module_check_would_catch_a_missing_row():
     """Not vacuous: a table without one row, or with a made-up one, fails the comparison."""
     readme = README.read_text()
-    row = next(ln for ln in readme.splitlines() if ln.startswith("| `store.py`"))
-    assert "store.py" in _modules_on_disk() - set(_modules_in_table(readme.replace(row + "\n", "")))
+    row = next(ln for ln in readme.splitlines() if ln.startswith("| `storage/store.py`"))
+    assert "storage/store.py" in _modules_on_disk() - set(_modules_in_table(readme.replace(row + "\n", "")))
     fake = readme.replace(row, row + "\n| `no_such_module.py` | a module that is not there |")
     assert "no_such_module.py" in set(_modules_in_table(fake)) - _modules_on_disk() - EXPECTED_SOON
 
@@ -238,8 +238,8 @@ def test_the_numbers_the_readme_keeps_are_the_codes():
     """The README states no measured number (those are in the generated findings); the
     few it keeps are constants of the code, checked here: the correctness limits and the
     tune search's token keys."""
-    from moe_lab.correctness import THRESHOLDS
-    from moe_lab.tuning import TUNE_TOKENS
+    from moe_lab.measuring.correctness import THRESHOLDS
+    from moe_lab.measuring.tuning import TUNE_TOKENS
     text = " ".join(README.read_text().split())
     m = re.search(r"under (\S+) bf16, (\S+) fp16, (\S+) fp32, (\S+) fp8", text)
     assert m, "the correctness limits sentence"

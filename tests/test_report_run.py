@@ -174,7 +174,7 @@ def _expected_runs(run: str, given: str, name: str, d: dict, text: str) -> set[s
     """The runs a figure draws rows from, found from what it is (not from its footer)."""
     from moe_lab.plots import devices as dv
     from moe_lab.plots import fp8
-    from moe_lab.store import open_run
+    from moe_lab.storage.store import open_run
     texts = " ".join(" ".join(d["texts"]).split())  # a footer wraps where its length falls
     if "no run (predicted)" in texts:
         return set()  # predicted floors: no rows
@@ -215,7 +215,7 @@ def test_the_review_export_figures_too():
     """`report --runs` (the review page) on the committed pairs: the same two checks, each
     figure against the runs its section says it draws."""
     from moe_lab.plots.review import build
-    from moe_lab.store import open_run
+    from moe_lab.storage.store import open_run
     bad = []
     for runs, by, values in (([
             "h200-review-a-20261201", "h200-review-b-20261201"], None, None),
@@ -261,9 +261,9 @@ def test_noisy_points_are_ringed_with_one_legend_entry():
     """Notebook 01's figures: a point whose p10-p90 spread is above 10% of its median is
     drawn hollow-ringed, one grey legend entry says what the rings are, the footer counts
     them."""
-    from moe_lab import rows
+    from moe_lab.storage import rows
     from moe_lab.plots import kernel_time as kt
-    from moe_lab.store import open_run
+    from moe_lab.storage.store import open_run
     run = open_run("h200-repeat-a-20261130")
     ok = kt.ok_times(run.results)
     want = int(ok["noisy"].sum())
@@ -287,7 +287,7 @@ def test_a_run_marked_running_or_failed_is_never_a_default():
     from moe_lab.analysis.runs import runs_with_phases
     from moe_lab.plots import devices as dv
     from moe_lab.plots import tuning as tu
-    from moe_lab.store import find_runs, open_run
+    from moe_lab.storage.store import find_runs, open_run
     marked = {"h200-tuned-20261130", "h200-smoke-config-20261130"}
     everything = {r.run_id for r in find_runs()}
     assert marked <= everything

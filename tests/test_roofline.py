@@ -11,7 +11,7 @@ from moe_lab.cli import main
 from moe_lab.core.problems import PRESETS, make_problem
 from moe_lab import backends
 from moe_lab.core.devices import DEVICE_SPECS, DeviceSpec, ceilings_for, spec_for
-from moe_lab.roofline import (Cost, add_roofline_columns, bound, cost, expected_experts_hit,
+from moe_lab.cost.roofline import (Cost, add_roofline_columns, bound, cost, expected_experts_hit,
                               floor_us, intensity, ridge_intensity, roof_bandwidth, roof_basis)
 from moe_lab.core.routing import make_routing
 

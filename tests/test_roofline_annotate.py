@@ -2,7 +2,7 @@
 committed measured ceilings; the measurements themselves are untouched."""
 
 from moe_lab.cli import main
-from moe_lab.store import RunStore, open_run, point_id
+from moe_lab.storage.store import RunStore, open_run, point_id
 
 
 def test_annotate_uses_measured_ceilings_and_keeps_measurements(tmp_path):

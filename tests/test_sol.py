@@ -1,4 +1,4 @@
-"""moe_lab.sol.dense_gemm_us: two dense GEMMs with the MoE's rows and FLOPs, timed with
+"""moe_lab.measuring.sol.dense_gemm_us: two dense GEMMs with the MoE's rows and FLOPs, timed with
 the project's timer (time_cpu here); arithmetic checked with a timer that records what
 it was given."""
 import math
@@ -8,9 +8,9 @@ import torch
 
 from moe_lab.core.errors import UsageError
 from moe_lab.core.problems import make_problem
-from moe_lab.roofline import cost
-from moe_lab.sol import DenseGemm, dense_gemm_flops, dense_gemm_us
-from moe_lab.timing import Timing
+from moe_lab.cost.roofline import cost
+from moe_lab.measuring.sol import DenseGemm, dense_gemm_flops, dense_gemm_us
+from moe_lab.measuring.timing import Timing
 
 SMALL = "custom:H=64,I=32,E=4,k=2"
 

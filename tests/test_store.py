@@ -13,7 +13,7 @@ import pytest
 from moe_lab.core.errors import CorruptFile, UsageError
 
 from moe_lab.core.environment import capture_environment, git_state
-from moe_lab.store import (KERNEL_COLUMNS, RESULT_COLUMNS, STATUSES, RunStore, find_runs,
+from moe_lab.storage.store import (KERNEL_COLUMNS, RESULT_COLUMNS, STATUSES, RunStore, find_runs,
                            open_run, point_id)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,7 +44,7 @@ def test_point_id_is_stable_and_identifies_only_the_point():
     assert a != point_id(row(mode="graph"))
     assert len(a) == 16
     # stable across processes (no hash randomisation)
-    out = subprocess.run([sys.executable, "-c", "from moe_lab.store import point_id;"
+    out = subprocess.run([sys.executable, "-c", "from moe_lab.storage.store import point_id;"
                           f"print(point_id({row()!r}))"], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == a
 
@@ -130,7 +130,7 @@ def test_a_crash_between_the_two_writes_of_append_loses_nothing(tmp_path, monkey
     """append writes kernels, then results. Crash after the first write: the point is not
     done (so a resume re-measures it), and the re-measure leaves only its new kernel rows.
     Writing results first would mark the point done with its kernels missing."""
-    import moe_lab.store as st
+    import moe_lab.storage.store as st
     s = RunStore(tmp_path / "run")
     s.append([row(tokens=1)], [dict(kernel="old", phase="gemm1", calls=1, total_us=1.0)])
     real, calls = st.atomic_write_parquet, []
@@ -172,7 +172,7 @@ def test_a_corrupt_file_is_refused_with_one_line_and_can_be_set_aside(tmp_path, 
 CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from moe_lab.store import RunStore
+    from moe_lab.storage.store import RunStore
     s = RunStore({run!r})
     i = 0
     while True:  # new points, and re-appends of old ones, as fast as possible
@@ -258,7 +258,7 @@ def test_a_commit_placeholder_is_refused(monkeypatch):
 
 
 def test_merge_runs_keeps_every_row_and_refuses_a_point_twice(tmp_path):
-    from moe_lab.merging import merge_runs
+    from moe_lab.storage.merging import merge_runs
     a, b = RunStore(tmp_path / "a"), RunStore(tmp_path / "b")
     a.write_manifest({"started": "2026-01-02", "status": "complete"})
     b.write_manifest({"started": "2026-01-01", "status": "complete"})

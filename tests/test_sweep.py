@@ -1,4 +1,4 @@
-"""CPU tests for `moe-lab sweep` (moe_lab/sweep.py).
+"""CPU tests for `moe-lab sweep` (moe_lab/measuring/sweep.py).
 
 1. kill -9 mid-sweep, rerun: no duplicate / missing rows, readable files, earlier rows kept
 2. a backend that raises, OOMs, returns wrong numbers or fails to prepare is a row, the
@@ -26,9 +26,9 @@ import moe_lab.backends as registry
 from conftest import cli_processes
 from moe_lab.commands.sweep import default_run_id
 from moe_lab.cli import main
-from moe_lab.invocations import KILLED
+from moe_lab.storage.invocations import KILLED
 from moe_lab.core.atomic import read_parquet
-from moe_lab.store import STATUSES, point_id
+from moe_lab.storage.store import STATUSES, point_id
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "custom:H=64,I=32,E=8,k=2"
@@ -160,7 +160,7 @@ def test_sigterm_midway_records_the_interruption_then_rerun_completes(tmp_path):
     assert man["invocations"][-1]["points_measured"] == len(before)
     # the notebooks say which planned points the interrupted run never measured
     from moe_lab.plots.compile import coverage
-    from moe_lab.store import open_run
+    from moe_lab.storage.store import open_run
     summary, missing = coverage(open_run(run_dir))
     assert summary.startswith(f"{len(before)} of {total} planned points have a row")
     n_missing = sum(len(m.split(",")) for m in missing["missing_tokens"])
@@ -481,8 +481,8 @@ def test_manifest_command_in_process(tmp_path):
 def test_compile_rows_stream_into_the_store_as_they_finish(tmp_path, monkeypatch):
     """A compile sweep killed mid-grid keeps every point already compiled and timed:
     rows reach results.parquet one by one, not at the end of the token grid."""
-    from moe_lab import compile as C
-    from moe_lab.store import RunStore
+    from moe_lab.measuring import compile as C
+    from moe_lab.storage.store import RunStore
     seen_on_disk = []
     real = C.CompileBench.run
 
@@ -507,7 +507,7 @@ def test_resumed_compile_sweep_folds_into_one_compile_row(tmp_path):
     """A compile sweep resumed with more token counts (what a killed device command does on
     the next lease) keeps one compile row per backend x variant x wrapped, covering the
     whole grid: points add up and every graph of the second call is a recompile."""
-    from moe_lab.store import RunStore
+    from moe_lab.storage.store import RunStore
     base = ["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--ep", "1",
             "--backends", "torch", "--modes", "compile:default", "--dtype", "fp32",
             "--data-dir", str(tmp_path), "--run-id", "c", "--no-progress", "--device", "cpu",
@@ -537,7 +537,7 @@ def test_parse_budget_default_and_per_backend():
 def test_compile_resume_fills_the_custom_op_pass_a_kill_left(tmp_path, capsys):
     """Killed after the plain pass of a backend x variant and before its custom-op pass:
     the rerun measures the custom-op rows only (no duplicate plain rows)."""
-    from moe_lab.store import RunStore, atomic_write_parquet
+    from moe_lab.storage.store import RunStore, atomic_write_parquet
     argv = ["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--ep", "1",
             "--tokens", "1,2", "--backends", "torch", "--modes", "compile:off",
             "--dtype", "fp32", "--data-dir", str(tmp_path), "--run-id", "k", "--no-progress",
@@ -561,8 +561,8 @@ def test_compile_resume_fills_the_custom_op_pass_a_kill_left(tmp_path, capsys):
 def test_compile_rows_recounted_from_results_after_a_kill(tmp_path):
     """A compile row written by a resumed call covers only the token counts that call ran;
     recounting from the results makes it cover every point measured for that variant."""
-    from moe_lab.store import RunStore
-    from moe_lab.compile_table import refresh_compile_table
+    from moe_lab.storage.store import RunStore
+    from moe_lab.measuring.compile_table import refresh_compile_table
     argv = ["sweep", "--models", "custom:H=64,I=32,E=8,k=2", "--tp", "1", "--ep", "1",
             "--tokens", "1,2,4", "--backends", "torch", "--modes", "compile:default",
             "--dtype", "fp32", "--data-dir", str(tmp_path), "--run-id", "q", "--no-progress",

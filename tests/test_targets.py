@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import moe_lab
-from moe_lab import ledger as lg
+from moe_lab.cost import ledger as lg
 from moe_lab.analysis import metrics, targets as tg
 from moe_lab.core.devices import Ceilings
 
@@ -92,7 +92,7 @@ def test_the_summary_counts_and_names_the_worst_miss_and_the_median():
 
 
 def test_what_holds_a_point_back_is_the_ledgers_largest_excess_over_its_floor_or_the_gaps():
-    """held_back_by reads the ledger (moe_lab.ledger: the one cost model of a phase), so
+    """held_back_by reads the ledger (moe_lab.cost.ledger: the one cost model of a phase), so
     gemm1, the largest phase but only 50 us above its floor, gives way to act; a point
     whose kernels cover 45 of a 100 us replay is held back by its gaps."""
     res = pd.DataFrame([

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from moe_lab import timing
-from moe_lab.timing import CaptureError, Timing, capture_reason, summarize, time_cpu
+from moe_lab.measuring import timing
+from moe_lab.measuring.timing import CaptureError, Timing, capture_reason, summarize, time_cpu
 
 
 def test_summarize_quantiles_match_numpy_linear():

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from moe_lab.core import quant
 from moe_lab.backends import get
 from moe_lab.backends.torch_fp8 import ALIGN, scaled_mm_fn
-from moe_lab.correctness import THRESHOLDS, make_inputs, make_weights, reference, rel_err
+from moe_lab.measuring.correctness import THRESHOLDS, make_inputs, make_weights, reference, rel_err
 from moe_lab.core.problems import make_problem
 
 ST = F.ScalingType
@@ -149,7 +149,7 @@ def test_the_meta_checks_refuse_the_block_layouts_probed_before():
 
 def test_padding_is_in_the_kernel_table():
     """The padding runs inside the timed call, in moe_lab.align ranges: its own phase."""
-    from moe_lab.profiling import phase_table, profile_kernels
+    from moe_lab.measuring.profiling import phase_table, profile_kernels
     p = make_problem("custom:H=256,I=256,E=4,k=2", 7, "fp8-channel", 1, 1)
     w, inp = make_weights(p, "cpu", 1), make_inputs(p, "cpu", 3)
     df = profile_kernels(get("torch-fp8").prepare(p, w), inp.args(), iters=1, device="cpu")

@@ -7,7 +7,7 @@ import torch
 
 from moe_lab.backends import get
 from moe_lab.backends.torch_fp8_grouped import grouped_fp8_fn
-from moe_lab.correctness import THRESHOLDS, make_inputs, make_weights, reference, rel_err
+from moe_lab.measuring.correctness import THRESHOLDS, make_inputs, make_weights, reference, rel_err
 from moe_lab.core.problems import make_problem
 from stand_ins import scaled_grouped_mm  # noqa: E402
 

@@ -8,10 +8,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from moe_lab import backends
 from moe_lab.backends import torch_grouped as TG
 from moe_lab.backends.torch_ref import torch_moe
-from moe_lab.correctness import (THRESHOLDS, check_backend, make_inputs, make_weights,
+from moe_lab.measuring.correctness import (THRESHOLDS, check_backend, make_inputs, make_weights,
                                  reference, rel_err)
 from moe_lab.core.problems import make_problem
-from moe_lab.roofline import cost
+from moe_lab.cost.roofline import cost
 
 COMBINES = ["bag", "bmm"]
 PLAIN = "custom:H=48,I=40,E=8,k=2"
@@ -192,7 +192,7 @@ def test_unknown_combine_is_refused():
 
 
 def test_the_bmm_backend_passes_the_check():
-    from moe_lab.correctness import check_problem
+    from moe_lab.measuring.correctness import check_problem
     from moe_lab.core.problems import make_problem
     prob = make_problem("custom:H=64,I=32,E=8,k=2", 5, "bf16", tp=4, ep=4, ep_rank=1)
     rows = check_problem(prob, ["torch-grouped", "torch-grouped-bmm"], "cpu", 3)

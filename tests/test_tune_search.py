@@ -1,4 +1,4 @@
-"""The tuner's search (moe_lab.tuning) and the Triton launch space (backends._triton_configs),
+"""The tuner's search (moe_lab.measuring.tuning) and the Triton launch space (backends._triton_configs),
 on the CPU with stand-ins: a tunable backend whose every configuration computes the
 reference (one planted configuration computes zeros), and a timer whose times are fixed by
 the configuration and the token count (a landscape with a known best), so the winners are
@@ -14,12 +14,13 @@ import weakref
 import pandas as pd
 import pytest
 
-from moe_lab import backends, tuning
+from moe_lab import backends
+from moe_lab.measuring import tuning
 from moe_lab.backends import _triton_configs as tc
-from moe_lab.configs import read_table, write_table
+from moe_lab.storage.configs import read_table, write_table
 from moe_lab.core.problems import make_problem
-from moe_lab.timing import Timing
-from moe_lab.tuning import TUNE_TOKENS, Tuner
+from moe_lab.measuring.timing import Timing
+from moe_lab.measuring.tuning import TUNE_TOKENS, Tuner
 
 MODEL = "custom:H=32,I=16,E=4,k=2"
 GRID = dict(BLOCK_SIZE_M=(16, 32, 64), BLOCK_SIZE_N=(32, 64), BLOCK_SIZE_K=(64, 128),
@@ -106,7 +107,7 @@ class FakeTriton(backends.Backend):
         return tc.file_names(problem.local_experts, problem.inter, device_name, problem.dtype)
 
     def prepare(self, problem, weights, config=None):
-        from moe_lab.correctness import Inputs, unquantized_reference
+        from moe_lab.measuring.correctness import Inputs, unquantized_reference
         wrong = config is not None and config["gemm1"] == WRONG
 
         def fn(x, topk_weights, topk_ids):  # the reference, once per input tensor

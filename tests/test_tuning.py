@@ -9,10 +9,10 @@ from conftest import plugin_backend  # noqa: E402
 
 from moe_lab import backends
 from moe_lab.cli import main
-from moe_lab.configs import nearest, read_table, write_table
+from moe_lab.storage.configs import nearest, read_table, write_table
 from moe_lab.core.problems import make_problem
-from moe_lab.configs import config_for, load_tuned
-from moe_lab.tuning import Tuner
+from moe_lab.storage.configs import config_for, load_tuned
+from moe_lab.measuring.tuning import Tuner
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "custom:H=64,I=32,E=4,k=2"
@@ -96,7 +96,7 @@ def test_the_winners_are_written_and_read_back_for_sweeps(tmp_path, chunked):
 
 
 def test_a_killed_search_resumes_without_re_timing(tmp_path, chunked):
-    from moe_lab.timing import time_cpu
+    from moe_lab.measuring.timing import time_cpu
     calls = []
 
     def killed_after_four(fn, inp, *, config, problem, rep_ms):  # Ctrl-C after four timings
@@ -143,7 +143,7 @@ def test_sweep_default_and_tuned_are_separate_points(tmp_path, chunked, monkeypa
     assert tuned0["error"].str.contains("moe-lab tune").all()
     assert set(r0[r0["backend"] == "torch"]["config"]) == {"default"}  # not tunable: once
     dev = tmp_path / "runs"
-    from moe_lab.configs import configs_dir_for  # where `tuned` looks: the data dir's ../configs
+    from moe_lab.storage.configs import configs_dir_for  # where `tuned` looks: the data dir's ../configs
     from moe_lab.core.environment import device_name
     t = Tuner("torch-chunked", "cpu", dev / "tune", configs_dir_for(device_name("cpu")),
               rep_ms=5, warmup_ms=1, progress=False)

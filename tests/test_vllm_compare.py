@@ -1,4 +1,4 @@
-"""moe_lab.vllm_compare (the workbook's best own layer over vLLM as shipped, issue 41) and
+"""moe_lab.analysis.vllm_compare (the workbook's best own layer over vLLM as shipped, issue 41) and
 its figure, on frames built here: which rows may be the best, the ratio, the band, the
 geometric mean per shape and the ledger's answer for a slower point."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from moe_lab import vllm_compare as vc
+from moe_lab.analysis import vllm_compare as vc
 from moe_lab.plots.vllm_compare import fig_best_over_vllm
 
 PT = dict(model="deepseek-r1", tp=8, ep=1, ep_rank=0, dtype="bf16", routing="uniform")
@@ -130,11 +130,11 @@ def test_vllm_runs_are_those_with_vllm_as_shipped(monkeypatch):
     res = _results()
     runs = [R("new-cpu", res, "cpu"), R("x", res[res.backend != "vllm"]), R("a", res),
             R("b", res[(res.backend == "vllm") & (res.status == "ok")])]
-    monkeypatch.setattr("moe_lab.store.find_runs", lambda defaults=False: runs[1:])
+    monkeypatch.setattr("moe_lab.storage.store.find_runs", lambda defaults=False: runs[1:])
     assert [r.run_id for r in vc.vllm_runs()] == ["a", "b"]
-    monkeypatch.setattr("moe_lab.store.find_runs", lambda defaults=False: runs)
+    monkeypatch.setattr("moe_lab.storage.store.find_runs", lambda defaults=False: runs)
     assert [r.run_id for r in vc.vllm_runs()] == ["new-cpu"]  # the newest one's device
-    monkeypatch.setattr("moe_lab.store.find_runs", lambda defaults=False: runs[1:2])
+    monkeypatch.setattr("moe_lab.storage.store.find_runs", lambda defaults=False: runs[1:2])
     assert vc.vllm_runs() == []
 
 

@@ -16,10 +16,10 @@ import torch
 
 from moe_lab.backends import get
 from moe_lab.backends import vllm_fused as vb
-from moe_lab.configs import ConfigTables, config_for, load_tuned, read_config_path
+from moe_lab.storage.configs import ConfigTables, config_for, load_tuned, read_config_path
 from moe_lab.core.problems import SEED_MODELS, make_problem
-from moe_lab.timing import Timing
-from moe_lab.tuning import Tuner, read_provenance
+from moe_lab.measuring.timing import Timing
+from moe_lab.measuring.tuning import Tuner, read_provenance
 
 from test_vllm_api import (SCHEMES, Launches, _align, _inputs, _weights, h200,  # noqa: F401
                            vllm)
@@ -245,7 +245,7 @@ def test_sweep_tuned_makes_vllm_read_the_files_itself_and_default_is_as_shipped(
         ref = out if ref is None else ref
         assert torch.allclose(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
     # through the sweep's own resolution of --config tuned
-    monkeypatch.setattr("moe_lab.configs.configs_dir_for", lambda dev: tuner.configs_dir)
+    monkeypatch.setattr("moe_lab.storage.configs.configs_dir_for", lambda dev: tuner.configs_dir)
     t2, why = config_for("vllm", "tuned", p, "NVIDIA H200")
     assert why == "" and t2.files["gemm1"].name == name
     q = make_problem("custom:H=128,I=32,E=8,k=2", 20, "bf16", 1, 1)  # a shape never tuned

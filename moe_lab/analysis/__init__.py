@@ -5,13 +5,13 @@ to draw what it returns:
     runs              which run a question reads (the one module that chooses runs)
     targets, metrics  the workbook's targets (one record each), the one evaluation, and
                       the metric frames it is evaluated on
-    ledger            every phase against its floor (moe_lab.ledger)
+    ledger            every phase against its floor (moe_lab.cost.ledger)
     kernel_time (01), compile_tables (02), roofline_tables (03), fp8 (01, 03),
     fp8_gemm (03), devices (01, 03, 04), tuning (05), expert_parallel (06),
     eager_split_tables (the review export)
     findings          docs/findings.md, generated from the committed runs
 """
-from .. import ledger  # noqa: F401
+from ..cost import ledger  # noqa: F401
 from . import (  # noqa: F401
     compile_tables, devices, eager_split_tables, expert_parallel, fp8, fp8_gemm, kernel_time,
     metrics, roofline_tables, runs, targets, tuning)

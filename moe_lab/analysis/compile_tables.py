@@ -9,15 +9,15 @@ uncompiled, so compiled / off is like for like. Where a run has no `compile:off`
 the sweep's `eager` rows are used: they time the experts call only (no router), which
 flatters eager by the router's time; the `baseline` column says which was used.
 
-Every function takes a run (a moe_lab.store.Run, or what open_run accepts)."""
+Every function takes a run (a moe_lab.storage.store.Run, or what open_run accepts)."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from ..modes import parse_mode
-from ..rows import ok_rows
-from ..store import open_run
+from ..measuring.modes import parse_mode
+from ..storage.rows import ok_rows
+from ..storage.store import open_run
 
 
 KEY = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "backend", "tokens"]

@@ -4,9 +4,9 @@ of each device's own roof. Every series says where its numbers come from."""
 from __future__ import annotations
 import pandas as pd
 from ..core.devices import ceilings_for
-from ..roofline import add_roofline_columns
-from ..store import open_run
-from ..rows import ok_rows
+from ..cost.roofline import add_roofline_columns
+from ..storage.store import open_run
+from ..storage.rows import ok_rows
 from .runs import _imported, imported_runs, richest_run  # noqa: F401
 
 

@@ -32,7 +32,7 @@ measure is tracked in the issues."""
 def _data_dir(root):
     """Run the analysis functions that look runs up by id (find_runs' default folder) on
     `root` for the duration."""
-    from ..store import DATA_DIR_ENV
+    from ..storage.store import DATA_DIR_ENV
     old = os.environ.get(DATA_DIR_ENV)
     if root is not None:
         os.environ[DATA_DIR_ENV] = str(Path(root).resolve())
@@ -48,7 +48,7 @@ def _data_dir(root):
 
 def generate(root=None) -> str:
     """The findings document for the runs under `root` (default data_dir())."""
-    from ..store import find_runs
+    from ..storage.store import find_runs
     with _data_dir(root), pd.option_context("display.width", 200):
         runs = find_runs()
         parts = [TITLE, PREAMBLE]

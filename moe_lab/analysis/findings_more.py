@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import ledger as lg
+from ..cost import ledger as lg
 from .runs import runs_with_phases
 from ..core.errors import UsageError
 from .findings_sections import md_table, provenance, runs_line, span
@@ -101,7 +101,7 @@ def ceilings_section(runs) -> list[str]:
 
 
 def expert_parallel_section(runs) -> list[str]:
-    from ..store import open_run
+    from ..storage.store import open_run
     from . import expert_parallel as ep, targets as tg
     try:
         d = open_run(None, has="distributed")
@@ -157,7 +157,7 @@ def _fp8_sentence(row) -> str:
 
 
 def vllm_section(runs) -> list[str]:
-    from .. import vllm_compare as vc
+    from . import vllm_compare as vc
     vruns = vc.vllm_runs()
     if not vruns:
         return []

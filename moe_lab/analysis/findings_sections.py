@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from .. import ledger as lg
+from ..cost import ledger as lg
 from .runs import runs_with_phases
 from ..core.errors import UsageError
 from ..core.problems import sharding_name
-from ..rows import ok_rows
+from ..storage.rows import ok_rows
 from . import metrics, targets as tg
 
 
@@ -128,7 +128,7 @@ def target_inputs(runs):
     except UsageError:
         pass
     from . import expert_parallel as dist
-    from ..store import open_run
+    from ..storage.store import open_run
     try:
         d = open_run(None, has="distributed")
         pts = dist.points(d.results).assign(run_id=d.run_id)
@@ -190,7 +190,7 @@ def _keys(v) -> str:
 def tune_runs() -> list:
     """The tune run folders under data_dir() (candidates.parquet, no results: find_runs
     does not list them), newest first, as Runs with empty tables."""
-    from ..store import Run, data_dir, read_json
+    from ..storage.store import Run, data_dir, read_json
     out = []
     for p in sorted(data_dir().iterdir()):
         if (p / "candidates.parquet").is_file() and (p / "manifest.json").is_file():

@@ -13,8 +13,8 @@ import dataclasses
 import pandas as pd
 
 from ..core.problems import FP8_SCHEMES
-from ..store import Run, find_runs
-from ..rows import ok_rows
+from ..storage.store import Run, find_runs
+from ..storage.rows import ok_rows
 from . import metrics, targets as tg
 
 NONE_YET = ("No FP8 rows measured by moe-lab in any run yet: FP8 schemes are measured on a GPU by "

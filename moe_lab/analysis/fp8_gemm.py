@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import ledger
+from ..cost import ledger
 from . import targets as tg
 from .runs import runs_with_phases
 from ..core.devices import ceilings_for, spec_for
 from ..core.problems import FP8_SCHEMES, sharding_name
-from ..rows import ok_rows
+from ..storage.rows import ok_rows
 
 KEY = ["device", "model", "sharding", "tokens"]
 SOL_BACKEND = "torch-fp8-grouped"  # torch._scaled_grouped_mm, row-wise: CUTLASS's grouped GEMM
@@ -145,7 +145,7 @@ def sources(table: pd.DataFrame):
     """(the Run a figure of `table` names first: the first FP8 row's run; the rows of every
     run it draws, each with its run_id, of the table's models): what fig_gemm_sol's footer
     says, read here so that the figure opens nothing."""
-    from ..store import open_run
+    from ..storage.store import open_run
     if not len(table):
         return None, None
     runs = sorted(set(table["fp8_run"]) | set(table["bf16_run"]) | set(table["sol_run"].dropna()))

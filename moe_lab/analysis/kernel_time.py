@@ -2,16 +2,16 @@
 device time per phase, launch overhead (eager - graph), and whether the profiler sees the
 whole graph time.
 
-Every function takes a run (a moe_lab.store.Run, or what open_run accepts). Tables are
+Every function takes a run (a moe_lab.storage.store.Run, or what open_run accepts). Tables are
 DataFrames; figures are matplotlib Figures with one legend and the provenance footer of
 the rows they draw (moe_lab.plots.style)."""
 from __future__ import annotations
 import pandas as pd
-from .. import rows as row_schema
+from ..storage import rows as row_schema
 from ..core.problems import sharding_name
-from ..store import open_run
-from ..rows import ok_rows
-from ..profiling import PHASES
+from ..storage.store import open_run
+from ..storage.rows import ok_rows
+from ..measuring.profiling import PHASES
 
 
 COVERAGE_RANGE = (0.7, 1.05)  # profiler kernel sum / graph time accepted as complete

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import ledger as lg
+from ..cost import ledger as lg
 from ..core.problems import sharding_name
 from .targets import METRIC_COLUMNS, metric_rows
 

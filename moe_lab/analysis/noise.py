@@ -63,7 +63,7 @@ def slug(device: str) -> str:
 
 def noise_dirs() -> list[Path]:
     """Where calibrations are looked for: <data folder>/noise, then the checkout's."""
-    from ..store import data_dir
+    from ..storage.store import data_dir
     dirs = [data_dir().parent / "noise", CHECKOUT_NOISE]
     return list(dict.fromkeys(p.resolve() for p in dirs))
 
@@ -259,7 +259,7 @@ class Bands:
                 try:
                     cal = load(device)
                 except UsageError as exc:
-                    from ..store import _warn_once
+                    from ..storage.store import _warn_once
                     _warn_once(f"moe-lab: warning: {exc}; {device} compared without a band")
                     cal = None
                 if cal is not None and cal.device not in (None, device):

@@ -1,6 +1,6 @@
 """Roofline figures and tables, for notebooks/03_roofline.ipynb.
 
-The computation is moe_lab.roofline's (add_roofline_columns for measured rows,
+The computation is moe_lab.cost.roofline's (add_roofline_columns for measured rows,
 predicted_floors for predictions); this module draws it. Every figure has one legend and
 the provenance footer: device (and whether its ceilings were measured), dtype, models,
 run id and the commits of the rows drawn; predictions name no run and no commit."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import pandas as pd
 from ..core.devices import Ceilings, ceilings_for
 from ..core.problems import sharding_name
-from ..roofline import add_roofline_columns
-from ..store import open_run
-from ..rows import ok_rows
+from ..cost.roofline import add_roofline_columns
+from ..storage.store import open_run
+from ..storage.rows import ok_rows
 
 
 

@@ -30,8 +30,8 @@ from typing import Callable
 import pandas as pd
 
 from ..core.errors import UsageError
-from ..rows import ok_rows
-from ..store import Run, data_dir, find_runs, open_run
+from ..storage.rows import ok_rows
+from ..storage.store import Run, data_dir, find_runs, open_run
 from . import expert_parallel as analysis
 
 TUNED = "tuned"

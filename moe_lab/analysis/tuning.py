@@ -14,10 +14,10 @@ import pandas as pd
 from ..core.atomic import read_parquet
 from ..core.devices import Ceilings, ceilings_for
 from ..core.problems import sharding_name
-from ..profiling import PHASES
-from ..roofline import add_roofline_columns
-from ..rows import ok_rows
-from ..store import data_dir, open_run, read_json
+from ..measuring.profiling import PHASES
+from ..cost.roofline import add_roofline_columns
+from ..storage.rows import ok_rows
+from ..storage.store import data_dir, open_run, read_json
 from . import metrics
 from .runs import open_tuned_run  # noqa: F401 (the run notebook 05 reads)
 

@@ -23,7 +23,7 @@ on the class:
     quant_schemes     the fp8 schemes (moe_lab.quant.SCHEMES) it implements; () = none: a
                       point of another scheme is an `unsupported` row without asking it
     fp8_formats       the fp8 formats it takes (e4m3fn, e4m3fnuz): an fp8 point on a device
-                      whose checkpoints are in another (moe_lab.points.fp8_format_refusal)
+                      whose checkpoints are in another (moe_lab.measuring.points.fp8_format_refusal)
                       is `unsupported` without asking it
     fp8_only          runs fp8 schemes only: left out of the default backend list of a
                       bf16 (or fp16/fp32) check or sweep (named explicitly, it gives rows)
@@ -32,19 +32,19 @@ on the class:
     gathers_rows      copies the activation rows into expert order before gemm1 (an index
                       select of x); the ledger counts that copy in the align phase and its
                       floor, and gemm2's rows brought back to token order in the combine's
-                      (moe_lab.ledger)
+                      (moe_lab.cost.ledger)
     glues             the glue variants it offers (moe_lab.glue.GLUES, its default first);
                       () = no glue choice. One that offers them takes prepare(..., glue=)
     available() -> (bool, reason)             can it run on this machine at all?
     supports(problem, device) -> (bool, reason)   rules about itself only: the layouts no
                                               checkpoint has (fp8 blocks split by a rank,
                                               weight on input with k > 1) are refused for
-                                              every backend by moe_lab.points.gate
+                                              every backend by moe_lab.measuring.points.gate
     prepare(problem, weights) -> fn           layout conversion etc., outside timing;
                                               fn(x, topk_weights, topk_ids) -> out[T, H]
     info() -> dict                            versions / config for the manifest
 
-Tunable backends (moe_lab.tuning) also implement
+Tunable backends (moe_lab.measuring.tuning) also implement
     default_config(problem) -> {stage: config}   what the backend uses untuned
     config_space(problem) -> {stage: [config]}   candidates per stage (e.g. gemm1, gemm2),
                                                  pruned for the problem's token count
@@ -53,7 +53,7 @@ Tunable backends (moe_lab.tuning) also implement
                                                  own project reads (vLLM/aiter JSON by M)
 and may declare coarse_config / fine_keys (the search's coarse pass and fine steps) and
     warm_tokens(problem, keys) -> token counts whose calls compile every kernel
-                                  specialisation (moe_lab.tuning_compile; default: by
+                                  specialisation (moe_lab.measuring.tuning_compile; default: by
                                   num_valid_tokens alone)
 """
 from __future__ import annotations

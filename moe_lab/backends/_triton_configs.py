@@ -42,7 +42,7 @@ limit a combination breaks:
     blocks, each with only more padding rows computed (16 is the smallest tile tl.dot
     takes). So at T tokens BLOCK_SIZE_M <= block_m_limit(T).
 
-The search (moe_lab.tuning) times a coarse subset first (`is_coarse`: GROUP_SIZE_M and
+The search (moe_lab.measuring.tuning) times a coarse subset first (`is_coarse`: GROUP_SIZE_M and
 num_stages at COARSE_GROUP_M / COARSE_STAGES, every other value) and then walks from each
 token count's best to its neighbours (`neighbours`: one of FINE_KEYS changed), which
 reaches the other GROUP_SIZE_M and num_stages values.

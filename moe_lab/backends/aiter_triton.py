@@ -217,7 +217,7 @@ class AiterTritonBackend(Backend):
                            block_quant=problem.dtype == "fp8-block128")
         return {"gemm1": space, "gemm2": [dict(c) for c in space]}
 
-    # the search's coarse pass and the launch keys its fine pass changes (moe_lab.tuning)
+    # the search's coarse pass and the launch keys its fine pass changes (moe_lab.measuring.tuning)
     coarse_config = staticmethod(is_coarse)
     fine_keys = FINE_KEYS
 
@@ -332,7 +332,7 @@ class AiterTritonBackend(Backend):
                 gemm2(A=a, C=c2, **routing(cfg2))
             return G.combine(c2)
         fn.glue, fn.glue_used = G, G.glue_used
-        # on the row (moe_lab.rows): aiter's shipped file picked by token range, its version
+        # on the row (moe_lab.storage.rows): aiter's shipped file picked by token range, its version
         fn.row_facts = dict(backend_version=f"aiter {aiter_version()}",
                             config_file=(f"{config_device()}-MOE-"
                                          f"{'FP8_W8A8' if problem.is_fp8 else 'DEFAULT'}.json"

@@ -43,7 +43,7 @@ torch-fp8 on the GPU (what torch 2.11 / cuBLASLt take, and how the call meets it
     zero-padded to [E, N/128, L4] once in prepare (`block_scale_b`; [e].t() has strides
     (1, L4)), and scale_a a column-major [m, K/128] gathered per expert. H or I not a
     multiple of 128 is refused for every backend at the point gate (a layout no checkpoint
-    has: moe_lab.points.checkpoint_refusal). The v1 torch._scaled_mm infers
+    has: moe_lab.measuring.points.checkpoint_refusal). The v1 torch._scaled_mm infers
     blockwise scaling from shapes with scale_b exactly [K/128, N/128] strides (1, K/128)
     (get_joint_scaling: no L4 padding), so this backend calls F.scaled_mm.
 """

@@ -118,7 +118,7 @@ def grouped_moe_fn(problem, weights: Weights, combine: str | None = None,
 
     def inverse(order, first):
         # pos[pair] = its row in the sorted order (+ first). An index_put (its kernel,
-        # index_elementwise, is classified `align` by moe_lab.profiling; scatter_'s would
+        # index_elementwise, is classified `align` by moe_lab.measuring.profiling; scatter_'s would
         # be taken for the combine)
         pos = torch.empty_like(order)
         pos[order] = torch.arange(first, first + order.numel(), device=order.device)

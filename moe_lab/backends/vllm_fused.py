@@ -45,7 +45,7 @@ another folder than the last one (never in between, so an eager call reads no fi
 or `default`, and the vLLM version; the sweep puts both on the row (`config_file`,
 `backend_version`).
 
-Tuning (`moe-lab tune --backend vllm`): moe_lab.tuning's search over the space of
+Tuning (`moe-lab tune --backend vllm`): moe_lab.measuring.tuning's search over the space of
 moe_lab.backends._triton_configs (aiter-triton's), one stage; the default it times is
 vLLM's own choice for the key (shipped file or get_default_config); the winners are written
 as `E=<local experts>,N=<I per rank>,device_name=NVIDIA_H200[,dtype=fp8_w8a8]
@@ -321,7 +321,7 @@ class VllmBackend(Backend):
 
     def warm_tokens(self, problem, keys) -> list[int]:
         """Token counts whose calls compile every specialisation of vLLM's kernel the keys
-        reach (moe_lab.tuning_compile): the smallest key per (naive block assignment: no
+        reach (moe_lab.measuring.tuning_compile): the smallest key per (naive block assignment: no
         alignment where T*k*4 <= E without EP; num_valid_tokens 1; a multiple of 16)."""
         out = {}
         for T in sorted(keys):
@@ -332,7 +332,7 @@ class VllmBackend(Backend):
 
     def prepare(self, problem, weights: Weights, config: dict | None = None):
         """`config`: None, vLLM as shipped; else {"gemm1": a configuration or a table {M:
-        configuration}}, from files (moe_lab.configs.ConfigTables: vLLM's own lookup reads
+        configuration}}, from files (moe_lab.storage.configs.ConfigTables: vLLM's own lookup reads
         them when their name is vLLM's) or not (vLLM's override_config); module doc."""
         fm = importlib.import_module(FUSED_MOE)
         pin_env()

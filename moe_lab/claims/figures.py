@@ -128,7 +128,7 @@ def plot_implications(reg: dict, imp):
     ax.legend(fontsize=7)
     gpus = ", ".join(sorted(set(imp["gpu"])))
     fig.text(0.01, 0.005, "sources: " + ", ".join(sorted(set(imp["source"])))
-             + f"\nfloors on {gpus} from moe_lab.roofline ((assumed): the PR names no GPU); "
+             + f"\nfloors on {gpus} from moe_lab.cost.roofline ((assumed): the PR names no GPU); "
              "saving = (mean TPOT baseline - new) / MoE layers, or mean ITL's\n"
              + measured_provenance(imp), fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, 0.13, 1, 1))
@@ -141,7 +141,7 @@ def measured_provenance(imp) -> str:
     import json
     from pathlib import Path
 
-    from ..store import data_dir
+    from ..storage.store import data_dir
     m = imp[imp["measured_run"].fillna("").astype(str) != ""]
     if m.empty:
         return "measured: none (no run has the claims' shapes)"

@@ -58,7 +58,7 @@ def device_specs() -> dict | None:
         from ..core.devices import DEVICE_SPECS  # where the specs live since moe_lab.devices
     except ImportError:
         try:
-            from ..roofline import DEVICE_SPECS
+            from ..cost.roofline import DEVICE_SPECS
         except ImportError:
             return None
     return DEVICE_SPECS
@@ -72,9 +72,9 @@ def check_gpu(gpu: str) -> None:
 
 
 def roofline_floor(preset: str, tokens: int, tp: int, ep: int, dtype: str, gpu: str):
-    """(floor_us, bound, note) from moe_lab.roofline; NaN and a note if unavailable."""
+    """(floor_us, bound, note) from moe_lab.cost.roofline; NaN and a note if unavailable."""
     try:
-        from .. import roofline
+        from ..cost import roofline
     except ImportError as exc:
         return math.nan, "", f"roofline unavailable ({exc})"
     specs = device_specs()
@@ -102,8 +102,8 @@ def measured_folders(run: str | Path | None = None) -> tuple[str, list[Path]]:
     """(where, run folders) the measured times are read from. `run`: a run folder or a run
     id under the data folder (that run alone), a folder of run folders (every one), or
     None: every run of the data folder that may be a default (none marked running or
-    failed: moe_lab.store.Run.may_be_default)."""
-    from ..store import RESULTS, data_dir, find_runs, open_run
+    failed: moe_lab.storage.store.Run.may_be_default)."""
+    from ..storage.store import RESULTS, data_dir, find_runs, open_run
     if run is None:
         return str(data_dir()), sorted(r.path for r in find_runs(defaults=True))
     path = Path(run)
@@ -127,7 +127,7 @@ def load_measured(runs_dir: str | Path | None = None):
     silently."""
     import pandas as pd
 
-    from ..store import data_dir
+    from ..storage.store import data_dir
 
     from ..core.atomic import read_parquet
     if runs_dir is not None and Path(runs_dir).exists() and not Path(runs_dir).is_dir():

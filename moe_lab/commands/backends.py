@@ -10,7 +10,7 @@ def configure(p):
 
 def table(device: str | None = None) -> list[dict]:
     from .. import backends
-    from ..correctness import resolve_device
+    from ..measuring.correctness import resolve_device
     device = resolve_device(device)
     rows = []
     for b in backends.all_backends():

@@ -17,7 +17,7 @@ def configure(parser) -> None:
 def run(args) -> int:
     import torch
 
-    from ..ceilings import measure_ceilings, summary_lines, write_ceilings
+    from ..measuring.ceilings import measure_ceilings, summary_lines, write_ceilings
     if not torch.cuda.is_available():
         raise UsageError(f"no GPU here (torch {torch.__version__}, "
                          f"cuda={torch.version.cuda}, hip={torch.version.hip}): "

@@ -36,12 +36,12 @@ def _models_default(device: str) -> list[str]:
 
 def run(args) -> int:
     from .. import backends
-    from ..configs import validate_config_arg
+    from ..storage.configs import validate_config_arg
     from ..core import atomic
     from ..core.environment import capture_environment
     from ..core.problems import make_problem, parse_int_list, parse_tokens, split_models
     from ..core.routing import parse_routing
-    from ..correctness import resolve_device
+    from ..measuring.correctness import resolve_device
     device = resolve_device(args.device)
     parse_routing(args.routing)
     validate_config_arg(args.config)
@@ -102,7 +102,7 @@ def run(args) -> int:
 
 def _check_one(prob, names, device, seed, args, emit, mw, bw, passed) -> int:
     """One point's lines; how many of its backend-points fail."""
-    from ..correctness import check_problem, classify_exception, one_line
+    from ..measuring.correctness import check_problem, classify_exception, one_line
     try:
         rows = check_problem(prob, names, device, seed, args.routing, args.config)
     except Exception as exc:  # the reference itself could not run (e.g. OOM)

@@ -34,7 +34,7 @@ def configure(p):
 
 def _calibrate(args) -> int:
     from ..analysis.compare import calibrate
-    from ..store import open_run
+    from ..storage.store import open_run
     if args.run_b is None or args.by or args.values or args.mode:
         raise UsageError("--calibrate takes two runs of one commit, A A', and no --by, "
                          "--values or --mode")
@@ -54,7 +54,7 @@ def _calibrate(args) -> int:
 
 def run(args) -> int:
     from ..analysis.compare import bands_line, check_args, compare, summary
-    from ..store import open_run
+    from ..storage.store import open_run
     if args.calibrate:
         return _calibrate(args)
     # the arguments first, before any run is read: a refusal starts none of pyarrow's

@@ -3,7 +3,7 @@ here, or every trace of a run against its eager rows)."""
 from __future__ import annotations
 
 
-from ..eager_split import PART_LABELS, PARTS, run_split, split_point
+from ..measuring.eager_split import PART_LABELS, PARTS, run_split, split_point
 from ..core.errors import UsageError
 
 
@@ -12,7 +12,7 @@ def _parts(r) -> str:
 
 
 def print_point_split(args) -> int:
-    from ..correctness import resolve_device
+    from ..measuring.correctness import resolve_device
     device = resolve_device(args.device)
     r = split_point(args.model, args.tokens, args.backend, args.tp, args.ep, args.ep_rank,
                     args.dtype, args.routing, device, args.iters, args.seed, args.trace)

@@ -2,7 +2,7 @@
 
 Default: the installed amd-aiter wheel's `aiter/configs/tuned_fmoe.csv` into
 `data/runs/aiter-tuned-fmoe-<version>`; `--file` takes a table of your own tuning. The
-numbers are AMD's tuner's (moe_lab.aiter_tables says what it timed), never moe-lab's.
+numbers are AMD's tuner's (moe_lab.importers.aiter_tables says what it timed), never moe-lab's.
 A table that cannot be read prints one line, exits 2 and writes nothing.
 (Heavy imports live in run(): the CLI's --help must not load torch or pandas.)
 """
@@ -40,8 +40,8 @@ def _refuse_unless_replaceable(out: Path, force: bool) -> None:
     manifest.json moe-lab wrote for an import. A regular file, a folder that is not a
     run (a user's notes), a sweep's or tune's run are never replaced."""
     from ..core.errors import CorruptFile
-    from ..runlock import LOCK_NAME
-    from ..store import MANIFEST, read_json
+    from ..storage.runlock import LOCK_NAME
+    from ..storage.store import MANIFEST, read_json
     if not out.exists() and not out.is_symlink():
         return
     if not out.is_dir():
@@ -85,10 +85,10 @@ def write_run(out: Path, rows: list[dict], kernels: list[dict], manifest: dict,
               started: float | None = None) -> Path:
     """The folder written whole into a temporary sibling, then renamed into place (an
     existing one only with force, and only an earlier import: see
-    _refuse_unless_replaceable), holding the folder's lock (moe_lab.runlock) throughout:
+    _refuse_unless_replaceable), holding the folder's lock (moe_lab.storage.runlock) throughout:
     a failure leaves the old folder or none."""
-    from ..runlock import LOCK_NAME, run_lock
-    from ..store import RunStore
+    from ..storage.runlock import LOCK_NAME, run_lock
+    from ..storage.store import RunStore
     out = Path(out)
     _refuse_unless_replaceable(out, force)  # before the lock: a refusal touches nothing
     created = not out.exists()
@@ -116,8 +116,8 @@ def write_run(out: Path, rows: list[dict], kernels: list[dict], manifest: dict,
 
 
 def run(args) -> int:
-    from ..aiter_tables import prepare
-    from ..store import data_dir
+    from ..importers.aiter_tables import prepare
+    from ..storage.store import data_dir
     argv = list(getattr(args, "_argv", None) or ["import-aiter"])
     command = "moe-lab " + " ".join(shlex.quote(a) for a in argv)
     t0 = time.time()

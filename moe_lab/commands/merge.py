@@ -13,7 +13,7 @@ def configure(p):
 
 
 def run(args) -> int:
-    from ..merging import merge_runs
+    from ..storage.merging import merge_runs
     try:
         argv = getattr(args, "_argv", None)
         store = merge_runs(args.out, args.runs,

@@ -1,5 +1,5 @@
 """`moe-lab profile`: one point under the profiler -> per-kernel table + Perfetto trace,
-then the point's ledger: every phase against its own floor (moe_lab.ledger).
+then the point's ledger: every phase against its own floor (moe_lab.cost.ledger).
 (Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
 
@@ -66,17 +66,17 @@ def run(args) -> int:
     if args.split:
         from .eager_split import print_point_split
         return print_point_split(args)
-    from ..api import profile
+    from ..measuring.profiling import profile_point
     from ..core.problems import make_problem
-    from ..correctness import resolve_device
+    from ..measuring.correctness import resolve_device
     device = resolve_device(args.device)
     prob = make_problem(args.model, args.tokens, args.dtype, args.tp, args.ep,
                         args.ep_rank if args.ep > 1 else 0)
     table = config_table(args.backend, args.config, prob, device)
     if table is None:
-        df, trace = profile(args.model, args.tokens, args.backend, args.tp, args.ep,
-                            args.ep_rank, args.dtype, args.routing, device, args.iters,
-                            args.trace, args.seed)
+        df, trace = profile_point(args.model, args.tokens, args.backend, args.tp, args.ep,
+                                  args.ep_rank, args.dtype, args.routing,
+                                  device, args.iters, args.trace, args.seed)
     else:
         df, trace = profile_configured(prob, args, device, table)
     chk = df.attrs["check"]
@@ -99,7 +99,7 @@ def config_table(backend: str, config: str, prob, device: str):
     UsageError (one line, exit 2) for tuned without a tuned file for this shape, a file
     that is missing or malformed, or a configuration given to a backend that takes none."""
     from .. import backends
-    from ..configs import config_for, validate_config_arg
+    from ..storage.configs import config_for, validate_config_arg
     from ..core.environment import device_name
     if config == "default":
         return None
@@ -123,11 +123,11 @@ def profile_configured(prob, args, device: str, table):
     import os
 
     from .. import backends
-    from ..correctness import (check_backend, make_inputs, make_weights, point_seed,
+    from ..measuring.correctness import (check_backend, make_inputs, make_weights, point_seed,
                                reference)
-    from ..profiling import export_trace, profile_kernels
-    from ..progress import native_log_filter
-    from ..points import gate
+    from ..measuring.profiling import export_trace, profile_kernels
+    from ..measuring.progress import native_log_filter
+    from ..measuring.points import gate
     be = backends.get(args.backend)
     status, why = gate(be, prob, device)
     if status != "ok":
@@ -154,10 +154,10 @@ def print_ledger(prob, args, device: str, df) -> None:
     """The point's phases against their floors, recoverable us largest first."""
     import pandas as pd
 
-    from ..correctness import make_inputs, point_seed
+    from ..measuring.correctness import make_inputs, point_seed
     from ..core.devices import ceilings_for
     from ..core.environment import device_name
-    from ..ledger import gathers_rows, phase_rows
+    from ..cost.ledger import gathers_rows, phase_rows
     ids = make_inputs(prob, "cpu", point_seed(args.seed, args.tokens, args.routing),
                       args.routing).topk_ids  # the draw profile used: a pure function
     try:
@@ -168,7 +168,7 @@ def print_ledger(prob, args, device: str, df) -> None:
     led["over_us"] = (led["measured_us"] - led["floor_us"]).clip(lower=0)
     led["x_floor"] = led["measured_us"] / led["floor_us"].where(led["floor_us"] > 0)
     led = led.sort_values(["over_us", "measured_us"], ascending=False, na_position="last")
-    print("# ledger: each phase against its floor (moe_lab.ledger), recoverable first")
+    print("# ledger: each phase against its floor (moe_lab.cost.ledger), recoverable first")
     print(led[["phase", "measured_us", "floor_us", "x_floor", "over_us", "bound"]].rename(
         columns={"measured_us": "measured", "floor_us": "floor", "x_floor": "x floor",
                  "over_us": "recoverable"}).to_string(

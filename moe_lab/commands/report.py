@@ -43,7 +43,7 @@ def configure(p):
 
 def review(args) -> int:
     from ..plots.review import build, write
-    from ..store import open_run
+    from ..storage.store import open_run
     names = [r.strip() for r in args.runs.split(",") if r.strip()]
     if not names:
         raise UsageError("--runs needs at least one run folder or run id")
@@ -72,7 +72,7 @@ def _for_run(args, declared: dict[str, dict]) -> tuple[str, dict]:
     injects them), `-p run X` the same as `--run X` (both: the same run), --run's run
     opened (an unknown id refused in one line), its folder under --out."""
     from ..core import validate
-    from ..store import open_run
+    from ..storage.store import open_run
     params = {}
     for name, text in args.parameter:
         if name == "run":  # the run: as --run takes it (a folder or an id, a str)

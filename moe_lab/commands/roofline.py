@@ -32,7 +32,7 @@ def floor_rows(model: str, tokens: list[int], ceil: Ceilings, dtype: str = "bf16
                tp: int = 1, ep: int = 1, backend: str | None = None) -> list[dict]:
     """One dict per token count with the COLUMNS (expected routing, ep rank 0)."""
     from ..core.problems import make_problem
-    from ..roofline import bound, cost, floor_us, intensity
+    from ..cost.roofline import bound, cost, floor_us, intensity
     rows = []
     for t in tokens:
         p = make_problem(model, t, dtype, tp, ep)
@@ -68,8 +68,8 @@ def annotate_run(run_dir: str) -> dict:
     import os
     import time
 
-    from ..roofline import add_roofline_columns
-    from ..store import RunStore, atomic_write_parquet, open_run
+    from ..cost.roofline import add_roofline_columns
+    from ..storage.store import RunStore, atomic_write_parquet, open_run
     if not os.path.isfile(os.path.join(run_dir, "results.parquet")):
         raise UsageError(f"{run_dir!r} has no results.parquet")
     run = open_run(run_dir)  # CorruptFile (exit 2, one line) before anything is written
@@ -93,7 +93,7 @@ def annotate_run(run_dir: str) -> dict:
 def run(args) -> int:
     from .. import backends
     from ..core.problems import make_problem, parse_model, parse_tokens
-    from ..roofline import roof_basis
+    from ..cost.roofline import roof_basis
     if args.annotate:
         argv = getattr(args, "_argv", None) or []
         given = [f for f in ("--model", "--tokens", "--tp", "--ep", "--dtype", "--device-spec",

@@ -21,9 +21,9 @@ WARMUP_MS, REP_MS = 10.0, 50.0  # the timing budget of a new run (a resume keeps
 def resume_timing(args, run_dir: str | None) -> None:
     """--warmup-ms and --rep-ms not given: the run folder's own when it has them (a
     resume measures as its run did), else the defaults. Given and other than the run's:
-    the sweep refuses (moe_lab.resume)."""
+    the sweep refuses (moe_lab.storage.resume)."""
     from ..core.errors import CorruptFile
-    from ..store import MANIFEST, read_json
+    from ..storage.store import MANIFEST, read_json
     config = {}
     if run_dir and (args.warmup_ms is None or args.rep_ms is None):
         try:
@@ -121,13 +121,13 @@ def run(args) -> int:
     import torch
 
     from .. import backends as registry
-    from ..configs import validate_config_arg
+    from ..storage.configs import validate_config_arg
     from ..core.environment import device_name
     from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
     from ..core.routing import parse_routing
-    from ..correctness import resolve_device
-    from ..modes import parse_modes
-    from ..sweep import Grid, Sweep
+    from ..measuring.correctness import resolve_device
+    from ..measuring.modes import parse_modes
+    from ..measuring.sweep import Grid, Sweep
     args.data_dir = args.data_dir or default_data_dir_arg()
     options.timing(args.warmup_ms, args.rep_ms, args.point_timeout, args.traces, args.nproc)
     if args.run_id is not None:

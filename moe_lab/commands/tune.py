@@ -11,7 +11,7 @@ from ..core import constants
 from ..core.errors import UsageError
 from . import default_data_dir_arg, options
 
-TUNE_TOKENS = ",".join(map(str, constants.TUNE_TOKENS))  # the 19 keys, moe_lab.tuning's
+TUNE_TOKENS = ",".join(map(str, constants.TUNE_TOKENS))  # the 19 keys, moe_lab.measuring.tuning's
 
 
 def configure(p):
@@ -63,14 +63,14 @@ def configure(p):
 
 
 def run(args) -> int:
-    from .. import tuning
-    from ..configs import configs_dir_for
+    from ..measuring import tuning
+    from ..storage.configs import configs_dir_for
     from ..core.devices import device_slug
     from ..core.environment import device_name
     from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
     from ..core.routing import parse_routing
-    from ..correctness import resolve_device
-    from ..tuning import Tuner
+    from ..measuring.correctness import resolve_device
+    from ..measuring.tuning import Tuner
     args.data_dir = args.data_dir or default_data_dir_arg()
     options.timing(args.warmup_ms, args.rep_ms)
     if args.run_id is not None:

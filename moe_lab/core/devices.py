@@ -1,7 +1,7 @@
 """Devices: vendor specs, name matching, and the measured ceilings a roof is drawn with.
 
 A measured ceilings file is `data/ceilings/<device-slug>.json`, written by `moe-lab
-ceilings` (moe_lab/ceilings.py) and checked against CEILINGS_SCHEMA here. Where no file
+ceilings` (moe_lab/measuring/ceilings.py) and checked against CEILINGS_SCHEMA here. Where no file
 exists, the vendor's dense peaks stand in, and `Ceilings.source` says which was used.
 
 Bandwidth: a file holds a copy bandwidth (`memory`, read + written) and, since the read

@@ -147,4 +147,4 @@ def one_line(exc: BaseException) -> str:
 
 class RunLocked(UsageError):
     """Another writer (a sweep, tune, merge or import) holds the run folder's lock
-    (moe_lab.runlock): one line naming it; nothing was written."""
+    (moe_lab.storage.runlock): one line naming it; nothing was written."""

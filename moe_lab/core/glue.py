@@ -42,7 +42,7 @@ groups; ours was the faster on the H200 (GROUP_QUANT = "moe_lab", the default; "
 Glue(group_quant="aiter"), runs aiter's for the A/B).
 
 Each fused step runs inside `torch.profiler.record_function("moe_lab.<phase>")`, so the
-profiler puts its kernel in that phase (moe_lab.profiling.PHASE_RANGES); the kernel names
+profiler puts its kernel in that phase (moe_lab.measuring.profiling.PHASE_RANGES); the kernel names
 classify into the same phases without it. No step syncs with the host: every one can be
 captured in a CUDA graph.
 

@@ -232,7 +232,7 @@ def _close_invocation(run_dir: str, started: str, status: str, force: bool = Fal
     """The ranks are gone: an invocation of this launch that rank 0 could not close (it was
     killed mid-collective) is closed here with `status`; `force`: one rank 0 closed too
     (it only saw its peers stopped: `status` says why)."""
-    from ..store import RunStore
+    from ..storage.store import RunStore
     from ..core.errors import CorruptFile
     store = RunStore(run_dir, create=False)
     try:
@@ -307,7 +307,7 @@ def run_distributed(args, spec: dict) -> int:
     if os.environ.get(FAULT_ENV):
         spec = dict(spec, fault=os.environ[FAULT_ENV])
     from ..core.errors import RunLocked
-    from ..runlock import busy, run_lock
+    from ..storage.runlock import busy, run_lock
     who = busy(spec["run_dir"])
     if who:  # another writer: one line, before anything is printed or written
         raise RunLocked(who)
@@ -315,7 +315,7 @@ def run_distributed(args, spec: dict) -> int:
           f"{', '.join(spec['variants'])}", flush=True)
     with run_lock(spec["run_dir"], spec.get("command") or "moe-lab sweep --nproc"):
         rc = spawn(spec, n, spec["timeout_s"])  # the ranks die with this holder
-    from ..store import open_run
+    from ..storage.store import open_run
     res = open_run(spec["run_dir"]).results if os.path.exists(
         os.path.join(spec["run_dir"], "results.parquet")) else None
     counts = res["status"].value_counts().to_dict() if res is not None else {}
@@ -382,8 +382,8 @@ def run_spread(args, run_dir: str) -> int:
         codes.append(p.wait())
         log.close()
     wall = time.time() - t0
-    from ..merging import merge_runs
-    from ..store import RunStore
+    from ..storage.merging import merge_runs
+    from ..storage.store import RunStore
     before = RunStore(run_dir, create=False).read_manifest().get("spread") or {}
     parts = [str(parts_dir / f"part-{i}-of-{n}") for i in range(n)]
     tmp = run_dir.rstrip("/") + ".merging"

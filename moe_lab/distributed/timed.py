@@ -15,7 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..timing import capture_graphs, gc_paused
+from ..measuring.timing import capture_graphs, gc_paused
 
 
 def _sync(device: str):
@@ -24,7 +24,7 @@ def _sync(device: str):
 
 
 def capture(fn, device: str, group=None):
-    """fn captured in a CUDA/HIP graph (moe_lab.timing.capture_graphs: warm-up on a side
+    """fn captured in a CUDA/HIP graph (moe_lab.measuring.timing.capture_graphs: warm-up on a side
     stream, then capture; CaptureError with the reason). Every rank calls this together:
     the warm-up calls hold collectives."""
     dist.barrier(group=group)

@@ -9,7 +9,7 @@ by a status exchange through the store (moe_lab.distributed.control):
     setup   available / supports / prepare on this rank (no collective)
     check   the layer once, end to end; this rank's output against the single-process
             reference of the full layer (every rank computes it from the full weights)
-    time    per mode: this rank's expert work alone (moe_lab.timing: expert_us), then
+    time    per mode: this rank's expert work alone (moe_lab.measuring.timing: expert_us), then
             barrier-synchronised (timed.py) the expert work (expert_sync_us), the
             collective alone and the layer end to end; predicted_us = the slowest rank's
             expert_sync_us + the slowest rank's collective
@@ -32,14 +32,14 @@ import torch.distributed as dist
 
 from .. import backends as registry
 from ..backends import Weights
-from ..correctness import THRESHOLDS, classify_exception, make_inputs, one_line, point_seed, reference, rel_err
+from ..measuring.correctness import THRESHOLDS, classify_exception, make_inputs, one_line, point_seed, reference, rel_err
 from ..core.environment import capture_environment, device_name
 from ..core.errors import Terminated
-from ..invocations import begin_invocation, end_invocation
+from ..storage.invocations import begin_invocation, end_invocation
 from ..core.problems import DTYPES, parse_model
-from ..store import RunStore, point_id
-from ..points import finish, gate, new_row
-from ..timing import CaptureError, summarize, time_fn
+from ..storage.store import RunStore, point_id
+from ..measuring.points import finish, gate, new_row
+from ..measuring.timing import CaptureError, summarize, time_fn
 from . import layers, shards
 from .control import Control, RankLost, open_store
 from .timed import across_ranks, sync_loop
@@ -357,7 +357,7 @@ class Worker:
         timed = status == "ok" and all("e2e" in x for x in states)
         if timed:
             layer = across_ranks([x["e2e"] for x in states])
-            timing = summarize(layer)  # the one percentile rule (moe_lab.timing)
+            timing = summarize(layer)  # the one percentile rule (moe_lab.measuring.timing)
             exp = [_median(x["comp"]) for x in states]
             coll = [_median(x["coll"]) for x in states]
             pairs = [x["pairs"] for x in states]

@@ -1,13 +1,13 @@
 """The "why eager costs so much at decode" figure: each traced point's eager call split into
 Python and dispatch on the host, launch gaps on the device and kernel time, against tokens,
-with the timed eager and graph medians beside the bars (moe_lab.eager_split)."""
+with the timed eager and graph medians beside the bars (moe_lab.measuring.eager_split)."""
 from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from ..eager_split import PART_LABELS, PARTS
+from ..measuring.eager_split import PART_LABELS, PARTS
 from ..core.problems import sharding_name
 from . import style
 from ..analysis.eager_split_tables import (  # noqa: F401 (the tables)

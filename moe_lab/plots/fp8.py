@@ -9,7 +9,7 @@ from ..analysis.fp8 import (  # noqa: F401 (the tables, as notebooks 01 and 03 c
     KEY, NONE_YET, comparison_rows, dtype_table, fp8_vs_bf16, imported, is_fp8, summary,
     targets, with_dtype)
 from ..core.problems import sharding_name
-from ..store import Run
+from ..storage.store import Run
 from . import style
 
 

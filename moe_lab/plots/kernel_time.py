@@ -2,14 +2,14 @@
 device time per phase, launch overhead (eager - graph), and whether the profiler sees the
 whole graph time.
 
-Every figure takes a moe_lab.store.Run (the tables, moe_lab.analysis.kernel_time, also a run id). Tables are
+Every figure takes a moe_lab.storage.store.Run (the tables, moe_lab.analysis.kernel_time, also a run id). Tables are
 DataFrames; figures are matplotlib Figures with one legend and the provenance footer of
 the rows they draw (moe_lab.plots.style)."""
 from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from ..timing import NOISE_LIMIT
+from ..measuring.timing import NOISE_LIMIT
 from . import style
 from ..analysis.kernel_time import (  # noqa: F401 (the tables)
     COVERAGE_RANGE, PHASE_TOKENS, SPEEDUP_TOKENS, coverage_summary, coverage_table, default_mode, launch_overhead, ok_times, phase_table, speedup_table, status_table)

@@ -1,4 +1,4 @@
-"""The ledger figure (moe_lab.ledger): per point, the measured time of every phase stacked,
+"""The ledger figure (moe_lab.cost.ledger): per point, the measured time of every phase stacked,
 a tick at each phase's floor (the part of a segment above its tick is recoverable), the
 sum of the phase floors and the layer roof beside each bar; below, the recoverable us by
 phase per token count. Takes a ledger frame; loads nothing."""
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..ledger import GAPS, UNPROFILED
+from ..cost.ledger import GAPS, UNPROFILED
 from . import style
 
 ORDER = ("gemm1", "gemm2", "act", "align", "combine", "quant", "route", "other", GAPS,

@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..core.errors import UsageError
 from ..core.problems import sharding_name
-from ..store import Run
+from ..storage.store import Run
 
 PNG_DPI = 150       # files and embedded images (2x for sharp text at the displayed width)
 PAGE_PX = 900       # the width a pull request shows; wider figures are scaled down to it

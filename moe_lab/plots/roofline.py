@@ -1,6 +1,6 @@
 """Roofline figures and tables, for notebooks/03_roofline.ipynb.
 
-The computation is moe_lab.roofline's (add_roofline_columns for measured rows,
+The computation is moe_lab.cost.roofline's (add_roofline_columns for measured rows,
 predicted_floors for predictions); this module draws it. Every figure has one legend and
 the provenance footer: device (and whether its ceilings were measured), dtype, models,
 run id and the commits of the rows drawn; predictions name no run and no commit."""
@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from ..core.devices import DEVICE_SPECS, Ceilings, DeviceSpec
 from ..core.problems import sharding_name
-from ..roofline import peak_tflops
+from ..cost.roofline import peak_tflops
 from . import style
 from ..analysis.roofline_tables import (  # noqa: F401 (the tables)
     best_pct_of_roof, measured, ok_rows, pct_of_roof_table)
@@ -85,7 +85,7 @@ def fig_floor_vs_tokens(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
 
 
 def fig_predicted_floors(table: pd.DataFrame, dtype: str = "bf16") -> Figure:
-    """Predicted ideal floors (moe_lab.roofline.predicted_floors): a row of panels per
+    """Predicted ideal floors (moe_lab.cost.roofline.predicted_floors): a row of panels per
     model, a column per device spec, a line per sharding; memory-bound points hollow,
     compute-bound filled."""
     models = list(dict.fromkeys(table["model"]))

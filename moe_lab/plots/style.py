@@ -12,9 +12,9 @@ import textwrap
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..modes import Mode, parse_mode, row_mode
-from .. import rows as row_schema
-from ..store import Run
+from ..measuring.modes import Mode, parse_mode, row_mode
+from ..storage import rows as row_schema
+from ..storage.store import Run
 from ..analysis.runs import describe  # noqa: F401 (what a notebook prints first)
 
 # Colours handed to backends that declare none, or that are not registered here (a run

@@ -1,4 +1,4 @@
-"""The workbook's best own layer over vLLM as shipped (moe_lab.vllm_compare's frame), drawn:
+"""The workbook's best own layer over vLLM as shipped (moe_lab.analysis.vllm_compare's frame), drawn:
 a panel per shape and scheme, the ratio per token count, each marker coloured by the
 backend that was best there, the run-to-run band (1.03) and parity (1.00) as lines, the
 geometric mean in the panel's title. Draws the frame it is handed; opens nothing."""
@@ -9,13 +9,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..vllm_compare import BAND, SHAPE
+from ..analysis.vllm_compare import BAND, SHAPE
 from . import style
 
 
 def fig_best_over_vllm(table: pd.DataFrame, run=None, rows: pd.DataFrame | None = None,
                        band: float = BAND) -> Figure:
-    """`table`: moe_lab.vllm_compare.best_over_vllm; `run`, `rows`: the provenance footer's
+    """`table`: moe_lab.analysis.vllm_compare.best_over_vllm; `run`, `rows`: the provenance footer's
     (the first run and the compared rows, with their run_id)."""
     if table.empty:
         return style.note_figure("no point has both vLLM as shipped and a layer of ours", run,

@@ -37,7 +37,7 @@ class TorchChunkedBackend(Backend):
         return {"gemm1": f"{stem}.json", "gemm2": f"{stem}_down.json"}
 
     def prepare(self, problem, weights: Weights, config=None):
-        from moe_lab.configs import nearest
+        from moe_lab.storage.configs import nearest
         config = config or self.default_config(problem)
 
         def chunk(stage, T):

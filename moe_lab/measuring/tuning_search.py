@@ -1,4 +1,4 @@
-"""The search of one stage of `moe-lab tune` (moe_lab.tuning; its module doc says what the
+"""The search of one stage of `moe-lab tune` (moe_lab.measuring.tuning; its module doc says what the
 search does): the plan, the rows' ids, a shape's inputs, and `StageSearch`, the part of the
 Tuner that walks a stage (successive halving over the coarse candidates, then one-key steps
 from each key's best), times (candidate, key) pairs into rows and checks would-be winners."""
@@ -12,9 +12,9 @@ import random
 
 from .correctness import (check_backend, classify_exception, make_inputs, make_weights,
                           one_line, point_seed, reference)
-from .core.constants import SEARCH_RUNGS
-from .core.errors import PointTimeout, reraise_if_terminated, time_limit
-from .core.problems import Problem
+from ..core.constants import SEARCH_RUNGS
+from ..core.errors import PointTimeout, reraise_if_terminated, time_limit
+from ..core.problems import Problem
 from .points import finish, new_row
 from .tuning_compile import WARM_PER_CONFIG_S, WARM_S, _specialization_reps
 
@@ -157,7 +157,7 @@ def shape_name(prob: Problem) -> str:
 
 
 class StageSearch:
-    """The Tuner's search of one stage and its timing rows (a mixin of moe_lab.tuning.Tuner,
+    """The Tuner's search of one stage and its timing rows (a mixin of moe_lab.measuring.tuning.Tuner,
     whose attributes it uses: backend, plan, done, stages, clock, deadline, ...)."""
 
     def _stage(self, sh: _Shape, stage: str, incumbent: dict[int, _Best]) -> dict[int, _Best]:

@@ -5,7 +5,7 @@
 
 `wrap=False` calls the backend's prepared callable directly, so Dynamo traces into the
 backend's Python (and meets whatever it cannot trace). `wrap=True` calls it through the
-backend's `torch.library.custom_op` (`moe_lab.custom_ops`), which Dynamo treats as one
+backend's `torch.library.custom_op` (`moe_lab.measuring.custom_ops`), which Dynamo treats as one
 opaque node with a fake implementation: the fix for ROCm/aiter#244.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from . import custom_ops
-from .backends import Weights, get as get_backend
-from .core.problems import Problem
-from .core.routing import route
+from ..backends import Weights, get as get_backend
+from ..core.problems import Problem
+from ..core.routing import route
 
 
 class MoELayer(nn.Module):

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .core.errors import CorruptFile, UsageError
+from ..core.errors import CorruptFile, UsageError
 from .profiling import RANGE_NAME
 
 PARTS = ("host_us", "gap_us", "kernel_us")
@@ -231,7 +231,7 @@ def _timed_row(results: pd.DataFrame, pt: dict, mode: str) -> tuple[dict | None,
 def run_split(run) -> pd.DataFrame:
     """Every sweep trace of a run (traces/*.json.gz): the point, its split, the timed eager
     and graph medians, and the check (`adds_up`, `reason`)."""
-    from .store import open_run
+    from ..storage.store import open_run
     run = open_run(run)
     tdir = Path(run.path) / "traces"
     rows = []

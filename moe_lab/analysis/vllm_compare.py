@@ -7,7 +7,7 @@ figure is moe_lab.plots.vllm_compare's.
         best (the fastest ok row among OWN of the same run, point and mode), ratio =
         best_us / vllm_us (< 1: ours faster), slower (ratio > BAND), and for a slower
         point the ledger's answer: loses_in, the phase whose measured time exceeds vLLM's
-        the most, and loses_us, by how much (from the ledger frame of moe_lab.ledger when
+        the most, and loses_us, by how much (from the ledger frame of moe_lab.cost.ledger when
         given and holding both points' phases; else '' and NaN)
     by_shape(table) -> per run, shape and scheme: points, geomean_ratio, worst_ratio and
         its tokens, slower points, and met (every point within BAND and the geomean at or
@@ -37,8 +37,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from .core.problems import sharding_name
-from .rows import ok_rows
+from ..core.problems import sharding_name
+from ..storage.rows import ok_rows
 
 BASE = ("vllm", "default")
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("torch-grouped", "default"),
@@ -128,7 +128,7 @@ def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
 
 def vllm_runs(runs=None) -> list:
     """Module doc."""
-    from .store import find_runs, open_run
+    from ..storage.store import find_runs, open_run
     if runs is not None:
         return [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
     found = []
@@ -145,7 +145,7 @@ def vllm_runs(runs=None) -> list:
 
 def frames(runs, mode: str | None = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Module doc."""
-    from .ledger import ledger
+    from ..cost.ledger import ledger
     res, led = [], []
     for r in runs:
         rows = r.results if mode is None else r.results[r.results["mode"] == mode]

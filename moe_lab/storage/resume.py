@@ -2,7 +2,7 @@
 nothing (the folder stays byte-identical) and an accepted one never mixes rows measured
 differently:
 
-    with sweep_lock(sweep): ...              Sweep.run: check, lock (moe_lab.runlock),
+    with sweep_lock(sweep): ...              Sweep.run: check, lock (moe_lab.storage.runlock),
                                              check again under the lock, then measure
     check_run_files(store)                   every file readable and of its schema
     refuse_other_settings(store, kind, config, keys)
@@ -17,7 +17,7 @@ import contextlib
 import numbers
 import sys
 
-from .core.errors import CorruptFile, UsageError
+from ..core.errors import CorruptFile, UsageError
 from .rows import check_manifest, check_table  # noqa: F401 (the schema checks, re-exported)
 
 
@@ -113,11 +113,11 @@ SWEEP_FLAGS = dict(device="--device", dtype="--dtype", seed="--seed", warmup_ms=
 
 
 def check_sweep(sweep, locked: bool) -> None:
-    """Refuse (one line, nothing written) a folder `sweep` (moe_lab.sweep.Sweep) must not
+    """Refuse (one line, nothing written) a folder `sweep` (moe_lab.measuring.sweep.Sweep) must not
     write: another writer's now (before the lock), a file unreadable or not of its
     schema, another kind of run, other settings. Unreadable files with
     set_aside_corrupt: passed over before the lock, set aside under it."""
-    from .core.errors import RunLocked
+    from ..core.errors import RunLocked
     from .runlock import busy
     if not locked:
         who = busy(sweep.run_dir)

@@ -26,10 +26,10 @@ import platform
 import statistics
 from pathlib import Path
 
-from .core.atomic import atomic_write_json
-from .core.devices import SCHEMA_ID, device_slug, spec_for, spec_key, validate_ceilings
-from .core.environment import command_line, git_commit
-from .core.errors import UsageError
+from ..core.atomic import atomic_write_json
+from ..core.devices import SCHEMA_ID, device_slug, spec_for, spec_key, validate_ceilings
+from ..core.environment import command_line, git_commit
+from ..core.errors import UsageError
 
 # --- measuring -------------------------------------------------------------------------
 
@@ -52,8 +52,8 @@ def _time_calls(fn, calls: int, warmup: int) -> list[float]:
 def _fp8_dtype(device):
     """e4m3fnuz on MI300 (gfx94x), e4m3fn elsewhere (NVIDIA sm89+, MI350 gfx950)."""
     import torch
-    from .core.devices import fp8_format_of_arch
-    from .core.quant import FORMATS
+    from ..core.devices import fp8_format_of_arch
+    from ..core.quant import FORMATS
     arch = getattr(torch.cuda.get_device_properties(device), "gcnArchName", "") or ""
     return FORMATS[fp8_format_of_arch(arch) if torch.version.hip else "e4m3fn"]
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .core.constants import AITER_MAX_ERR
-from .core.errors import CorruptFile, UsageError
-from .core.problems import sharding_name
+from ..core.constants import AITER_MAX_ERR
+from ..core.errors import CorruptFile, UsageError
+from ..core.problems import sharding_name
 
 TABLE_COLUMNS = ("cu_num", "token", "model_dim", "inter_dim", "expert", "topk", "act_type",
                  "dtype", "q_dtype_a", "q_dtype_w", "q_type", "use_g1u1", "doweight_stage1",
@@ -67,7 +67,7 @@ def installed_table() -> tuple[Path, str]:
     when aiter is not installed. aiter itself is never imported (it needs ROCm)."""
     from importlib import metadata
 
-    from .backends.aiter_triton import aiter_root
+    from ..backends.aiter_triton import aiter_root
     root = aiter_root()
     if root is None:
         raise UsageError("aiter is not installed (pip install amd-aiter), so there is no "
@@ -128,7 +128,7 @@ def match_shape(hidden: int, inter: int, experts: int, topk: int) -> dict:
     holds all E experts with I/tp; with EP (ep == tp) E/ep experts with the full I.
     Exactly one (preset, tp, ep) that fits -> that; several -> none chosen (the note
     names them); none -> `custom:H=..,I=..,E=..,k=..` (the shape as the rank holds it)."""
-    from .core.problems import PRESETS
+    from ..core.problems import PRESETS
     fits, near = [], []
     for name, m in PRESETS.items():
         for dk in (0, 1):  # dk=1: a shared expert fused as one more routed expert
@@ -243,9 +243,9 @@ def _problems(r: dict, max_err: float) -> tuple[str | None, str, str | None]:
 
 def _roof(r: dict, spec_key: str | None, device: str) -> dict:
     """Roofline columns of the tuner's own problem on the device's vendor peaks."""
-    from .core.devices import DEVICE_SPECS
-    from .core.problems import make_problem
-    from .roofline import bound, cost, expected_experts_hit, floor_us, roof_basis
+    from ..core.devices import DEVICE_SPECS
+    from ..core.problems import make_problem
+    from ..cost.roofline import bound, cost, expected_experts_hit, floor_us, roof_basis
     nan = dict(experts_hit=math.nan, pairs=math.nan, flops=math.nan, bytes=math.nan,
                roof_us=math.nan, bound=None, roof_basis=None)
     if spec_key is None:
@@ -253,7 +253,7 @@ def _roof(r: dict, spec_key: str | None, device: str) -> dict:
     if r["use_g1u1"] != 1:
         return dict(nan, why="no roofline: the cost model has gate+up experts (g1u1) only")
     if r["weight_dtype"] is None or r["act_dtype"] not in ("bf16", "fp16"):
-        return dict(nan, why=f"no roofline: no {r['dtype']} peak or cost in moe_lab.roofline")
+        return dict(nan, why=f"no roofline: no {r['dtype']} peak or cost in moe_lab.cost.roofline")
     spec = DEVICE_SPECS[spec_key]
     T, E, k = r["tokens"], r["expert"], r["topk"]
     p = make_problem(f"custom:H={r['model_dim']},I={r['inter_dim']},E={E},k={k}", T,
@@ -272,7 +272,7 @@ def convert(df: pd.DataFrame, measured_at: str, git_commit: str | None,
     row is a results row or a skip {line, reason}: a row whose times are missing or
     inconsistent is `failed`, one whose err1/err2 >= max_err is `incorrect` (AMD's
     time kept); a row that is the same point as an earlier one is skipped."""
-    from .points import finish, new_row
+    from ..measuring.points import finish, new_row
     rows, kernels, skips, seen = [], [], [], {}
     for i, raw in enumerate(df.to_dict("records")):
         line = i + 2  # the header is line 1
@@ -343,7 +343,7 @@ def prepare(path=None, command: str = "moe-lab import-aiter",
             max_err: float = MAX_ERR) -> tuple[list[dict], list[dict], dict, str]:
     """(results rows, kernel rows, manifest, default run id) of a tuned_fmoe table (default:
     the installed wheel's). Nothing is written; a bad table raises UsageError/CorruptFile."""
-    from .core.environment import git_state, now_iso
+    from ..core.environment import git_state, now_iso
     try:
         wheel, version = installed_table()
     except UsageError:

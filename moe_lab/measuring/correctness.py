@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from . import backends
-from .backends.torch_ref import torch_moe
-from .core.problems import FP8_SCHEMES, Problem
-from .core.routing import make_routing
-from .core.errors import one_line  # noqa: F401 (re-exported: every verb imports it from here)
+from .. import backends
+from ..backends.torch_ref import torch_moe
+from ..core.problems import FP8_SCHEMES, Problem
+from ..core.routing import make_routing
+from ..core.errors import one_line  # noqa: F401 (re-exported: every verb imports it from here)
 
 # Pass/fail threshold on max|out-ref|/max|ref| per dtype. bf16 keeps 8 bits of mantissa:
 # rounding of the output alone is 2^-8 ~ 0.4% of an element, and the bf16 intermediate
@@ -45,10 +45,10 @@ def default_device() -> str:
 def resolve_device(device: str | None) -> str:
     """The device asked for (None: cuda when visible, else cpu); UsageError for cuda
     where torch sees no GPU."""
-    from .core.validate import device as valid_device
+    from ..core.validate import device as valid_device
     device = valid_device(device) or default_device()  # "tpu": one line, not torch's
     if device.startswith("cuda") and not torch.cuda.is_available():
-        from .core.errors import UsageError
+        from ..core.errors import UsageError
         raise UsageError("--device cuda but no GPU is visible to torch")
     return device
 
@@ -76,9 +76,9 @@ def make_weights(problem: Problem, device: str, seed: int) -> backends.Weights:
     w2 = _randn_cpu((E, H, I), g, dt, device, I ** -0.5)
     qw = None
     if problem.is_fp8:  # quantised once, with scales from these weights (moe_lab.quant)
-        from .core.devices import fp8_format_for
-        from .core.environment import device_name
-        from .core.quant import quantize_weights
+        from ..core.devices import fp8_format_for
+        from ..core.environment import device_name
+        from ..core.quant import quantize_weights
         qw = quantize_weights(w1, w2, problem.dtype, fp8_format_for(device_name(device)))
     return backends.Weights(w1, w2, problem.expert_map(device), qw)
 
@@ -120,7 +120,7 @@ def reference(problem: Problem, weights: backends.Weights, inp: Inputs) -> torch
     and activations (moe_lab.backends.torch_fp8.fp8_reference)."""
     cd = torch.float64 if inp.x.device.type == "cpu" else torch.float32
     if problem.is_fp8:
-        from .backends.torch_fp8 import fp8_reference
+        from ..backends.torch_fp8 import fp8_reference
         return fp8_reference(inp.x, weights.quant, inp.topk_weights, inp.topk_ids,
                              weights.expert_map, problem.weight_on_input, compute_dtype=cd)
     return unquantized_reference(problem, weights, inp)
@@ -158,7 +158,7 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 def classify_exception(exc: BaseException) -> str:
     """A failure's status: `timeout` when the point's time limit stopped it (anywhere in the
     chain: the check, the timing, a wrapped compile), `oom`, else `failed`."""
-    from .core.errors import has_timeout
+    from ..core.errors import has_timeout
     if has_timeout(exc):
         return "timeout"
     if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
@@ -194,9 +194,9 @@ def check_backend(backend: backends.Backend, problem: Problem, weights: backends
 def check_problem(problem: Problem, backend_names: list[str], device: str, seed: int,
                   routing: str = "uniform", config: str = "default") -> list[dict]:
     """Each backend against the reference on fresh inputs; `config` (default, tuned or a
-    file) is used by the tunable backends (moe_lab.tuning.config_for)."""
-    from .core.environment import device_name
-    from .configs import config_for
+    file) is used by the tunable backends (moe_lab.measuring.tuning.config_for)."""
+    from ..core.environment import device_name
+    from ..storage.configs import config_for
     weights = make_weights(problem, device, seed)
     inp = make_inputs(problem, device, seed + 7, routing)
     ref = reference(problem, weights, inp)
@@ -226,8 +226,8 @@ def checked_point(model: str, tokens: int, backend: str, tp: int, ep: int, ep_ra
                   dtype: str, routing: str, device: str, seed: int):
     """One point made ready to measure, correct before fast: (problem, prepared fn, inputs,
     check row). UsageError when the backend cannot run it here or fails its check."""
-    from .core.errors import UsageError
-    from .core.problems import make_problem
+    from ..core.errors import UsageError
+    from ..core.problems import make_problem
     prob = make_problem(model, tokens, dtype, tp, ep, ep_rank)
     be = backends.get(backend)
     from .points import gate

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import backends
-from .core.config_files import check_config, nearest, read_table, write_table  # noqa: F401
-from .core.errors import UsageError
-from .core.problems import Problem
+from .. import backends
+from ..core.config_files import check_config, nearest, read_table, write_table  # noqa: F401
+from ..core.errors import UsageError
+from ..core.problems import Problem
 
 
 # --- which configuration a sweep or check uses ---------------------------------------
@@ -42,7 +42,7 @@ def load_tuned(backend: str, problem: Problem, dev_name: str, configs_dir) -> di
 
 def configs_dir_for(dev_name: str) -> Path:
     """data/configs/<device-slug>: where tuned files for this device live."""
-    from .core.devices import device_slug
+    from ..core.devices import device_slug
     from .store import data_dir
     return data_dir().parent / "configs" / device_slug(dev_name)
 
@@ -100,7 +100,7 @@ def validate_config_arg(text: str) -> list[str]:
 def _shown(path: Path) -> str:
     """A path as a row's error names it: relative to the checkout when under it (a row
     must not carry the measuring machine's folders), else as it is."""
-    from .core.environment import REPO_ROOT
+    from ..core.environment import REPO_ROOT
     try:
         return str(Path(path).resolve().relative_to(REPO_ROOT.resolve()))
     except ValueError:

@@ -57,12 +57,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import rows as row_schema
-from .core.devices import Ceilings, DeviceSpec, ceilings_for
-from .core.errors import UsageError
-from .core.problems import Problem, make_problem
-from .core.quant import BLOCK, scale_bytes
-from .core.problems import sharding_name
+from ..storage import rows as row_schema
+from ..core.devices import Ceilings, DeviceSpec, ceilings_for
+from ..core.errors import UsageError
+from ..core.problems import Problem, make_problem
+from ..core.quant import BLOCK, scale_bytes
+from ..core.problems import sharding_name
 from .roofline import _ELEM_BYTES, cost, peak_tflops, roof_bandwidth
 
 GLUE = ("quant", "act", "align", "combine")
@@ -91,7 +91,7 @@ def act_scale_bytes(scheme: str, m: float, k: int) -> float:
 def gathers_rows(backend) -> bool:
     """Whether `backend` (a name) copies x's rows into expert order (Backend.gathers_rows);
     False for a name no backend has (an imported table's rows)."""
-    from .backends import backend_class, names
+    from ..backends import backend_class, names
     return isinstance(backend, str) and backend in names() and \
         bool(backend_class(backend).gathers_rows)
 

@@ -28,8 +28,8 @@ from typing import Callable
 
 import torch
 
-from .backends import Weights, get as get_backend
-from .core.problems import ModelSpec, Problem
+from ..backends import Weights, get as get_backend
+from ..core.problems import ModelSpec, Problem
 
 _OPS: dict[str, object] = {}
 

@@ -43,8 +43,8 @@ project reads (`Backend.config_files`), every key of the shape in them, with
 `provenance.json` beside them; `winners.parquet` also holds the search's spread per point
 (the best, median and worst candidate of the first rung).
 
-The stage search and its rows are moe_lab.tuning_search (StageSearch, a base of Tuner);
-compiling ahead is moe_lab.tuning_compile.
+The stage search and its rows are moe_lab.measuring.tuning_search (StageSearch, a base of Tuner);
+compiling ahead is moe_lab.measuring.tuning_compile.
 
 `verify=True` (moe-lab tune --verify): the same search with another candidate order and
 twice the survivors and fine steps (SearchPlan.doubled), into its own run folder, the
@@ -52,7 +52,7 @@ committed winner (the tuned files under `configs_dir`) timed beside it; every co
 candidate faster than the committed winner by more than VERIFY_MARGIN is reported in
 `verify.parquet`. It writes no config files.
 
-The timer is `timer(fn, inputs, *, config, problem, rep_ms) -> moe_lab.timing.Timing`,
+The timer is `timer(fn, inputs, *, config, problem, rep_ms) -> moe_lab.measuring.timing.Timing`,
 by default the sweep's (graph replay on a GPU, `time_fn`); the tests pass stand-ins.
 On a GPU, `compile_workers` processes compile the next batch of candidates into Triton's
 on-disk cache before they are timed (Precompiler).
@@ -68,14 +68,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import backends
-from .core.atomic import atomic_write_json
-from .core.environment import capture_environment, device_name, now_iso
-from .core.errors import terminate_gracefully
-from .core.problems import Problem
-from .invocations import begin_invocation, end_invocation
+from .. import backends
+from ..core.atomic import atomic_write_json
+from ..core.environment import capture_environment, device_name, now_iso
+from ..core.errors import terminate_gracefully
+from ..core.problems import Problem
+from ..storage.invocations import begin_invocation, end_invocation
 from .progress import progress_bar
-from .store import RunStore
+from ..storage.store import RunStore
 from .timing import time_fn
 from .tuning_compile import (Precompiler, _specialization_reps, _warm_config,  # noqa: F401
                              default_compile_workers)
@@ -84,7 +84,7 @@ from .tuning_search import (CANDIDATE_KEY, FLUSH_ROWS, FLUSH_S, SearchPlan,  # n
                             _Shape, candidate_id, neighbours, shape_name)
 
 # the token counts a tuned file holds by default (core.constants: the CLI's --help reads it)
-from .core.constants import TUNE_TOKENS, VERIFY_MARGIN  # noqa: E402
+from ..core.constants import TUNE_TOKENS, VERIFY_MARGIN  # noqa: E402
 
 WINNER_KEY = ("model", "tp", "ep", "ep_rank", "dtype", "tokens", "backend")
 VERIFY_KEY = WINNER_KEY
@@ -111,7 +111,7 @@ class Tuner(StageSearch):
         self.backend_name = backends.parse_names(backend)[0]
         self.backend = backends.get(self.backend_name)
         if not self.backend.tunable:
-            from .core.errors import UsageError
+            from ..core.errors import UsageError
             raise UsageError(f"backend {backend!r} has no tunable configurations; tunable: "
                              + ", ".join(n for n in backends.names() if backends.backend_class(n).tunable))
         self.device, self.seed, self.routing = device, seed, routing
@@ -138,10 +138,10 @@ class Tuner(StageSearch):
     # --- the run ----------------------------------------------------------------------
     def run(self, shards: list[list[Problem]]) -> pd.DataFrame:
         """Tune every shard (shape) at its token counts; returns the winners found by this
-        call (one row per point). Holds the run folder's lock (moe_lab.runlock)
+        call (one row per point). Holds the run folder's lock (moe_lab.storage.runlock)
         throughout; a folder that is unreadable, not a tune run, or tuned with other
         settings (MEANING) is refused before anything is written."""
-        from .runlock import run_lock
+        from ..storage.runlock import run_lock
         self.check()
         with run_lock(self.run_dir, self.command or "moe-lab tune"):
             self._check_folder()
@@ -158,15 +158,15 @@ class Tuner(StageSearch):
     def check(self) -> None:
         """UsageError (one line, nothing touched) when `run` would be refused now: the
         folder is another writer's at the moment, unreadable, or tuned otherwise."""
-        from .runlock import busy
+        from ..storage.runlock import busy
         who = busy(self.run_dir)
         if who:
-            from .core.errors import RunLocked
+            from ..core.errors import RunLocked
             raise RunLocked(who)
         self._check_folder()
 
     def _check_folder(self) -> None:
-        from .resume import check_run_files, refuse_other_settings
+        from ..storage.resume import check_run_files, refuse_other_settings
         store = RunStore(self.run_dir, create=False)
         if not store.dir.exists():
             return
@@ -324,7 +324,7 @@ class Tuner(StageSearch):
         """Time the committed winner of every key beside this search's candidates, and
         report the correct candidates faster than it by more than VERIFY_MARGIN (checked
         fastest first, at most VERIFY_SHOWN of them; `timed_faster` counts them all)."""
-        from .configs import load_tuned, nearest
+        from ..storage.configs import load_tuned, nearest
         committed = load_tuned(self.backend_name, sh.first, self.device_name, self.configs_dir)
         self._at(sh, "verify", "committed winners", sh.keys)
         rows = []
@@ -377,7 +377,7 @@ class Tuner(StageSearch):
     def write_files(self, winners: pd.DataFrame) -> list[Path]:
         """One file per stage and shard: {tokens: config}, every winner tuned so far, and
         each file's provenance (run, commit, budget, candidates timed)."""
-        from .configs import write_table
+        from ..storage.configs import write_table
         folder = self.configs_dir / self.backend_name
         written, shard_of = [], {}
         for _, g in winners.groupby(["model", "tp", "ep", "ep_rank", "dtype"]):
@@ -412,12 +412,12 @@ class Tuner(StageSearch):
 
 
 def read_provenance(folder: Path) -> dict:
-    from .store import read_json
+    from ..storage.store import read_json
     return read_json(folder / "provenance.json")
 
 
 def _problem_of(row) -> Problem:
-    from .core.problems import make_problem
+    from ..core.problems import make_problem
     return make_problem(row["model"], int(row["tokens"]), row["dtype"], int(row["tp"]),
                         int(row["ep"]), int(row["ep_rank"]))
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .core.atomic import atomic_write_json, atomic_write_parquet, read_parquet  # noqa: F401 (re-exported)
-from .core.errors import CorruptFile, UsageError
+from ..core.atomic import atomic_write_json, atomic_write_parquet, read_parquet  # noqa: F401 (re-exported)
+from ..core.errors import CorruptFile, UsageError
 
 from .rows import (BOOL_COLUMNS, FLOAT_COLUMNS, ID_DEFAULTS as DEFAULTS, ID_FIELDS,  # noqa: F401
                    INT_COLUMNS, KERNEL_COLUMNS, OPTIONAL_ID_FIELDS, PROVENANCE as PROVENANCE_COLUMNS,
@@ -160,7 +160,7 @@ def read_json(path: Path) -> dict:
 
 class RunStore:
     """One run folder. Not safe for several writer processes at once: the writers (sweep,
-    tune, merge, import-aiter) hold the folder's lock (moe_lab.runlock) while they write."""
+    tune, merge, import-aiter) hold the folder's lock (moe_lab.storage.runlock) while they write."""
 
     def __init__(self, run_dir: str | os.PathLike, create: bool = True):
         self.dir = Path(run_dir)
@@ -306,7 +306,7 @@ class RunStore:
 def data_dir() -> Path:
     """Where run folders live: $MOE_LAB_DATA, else the checkout's data/runs."""
     env = os.environ.get(DATA_DIR_ENV)
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "data" / "runs"
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "data" / "runs"
 
 
 @dataclass
@@ -325,7 +325,7 @@ class Run:
 
     @property
     def phases(self) -> pd.DataFrame:
-        """Per timed point and phase: measured_us beside floor_us (moe_lab.ledger); empty
+        """Per timed point and phase: measured_us beside floor_us (moe_lab.cost.ledger); empty
         for runs made before phases were kept (the ledger then computes the floors)."""
         df = _read(self.path / "phases.parquet", ("point_id",))
         return pd.DataFrame() if df is None else df

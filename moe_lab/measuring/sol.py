@@ -9,12 +9,12 @@ one expert:
     gemm1  [M, H] x [H, 2I]    x @ w1.t(), w1 [2I, H] (the experts' layout)
     gemm2  [M, I] x [I, H]     h @ w2.t(), w2 [H, I]
 
-FLOPs = 2*M*H*2I + 2*M*I*H = 6*M*H*I, the same as moe_lab.roofline.cost for those pairs.
+FLOPs = 2*M*H*2I + 2*M*I*H = 6*M*H*I, the same as moe_lab.cost.roofline.cost for those pairs.
 The weights read are one expert's, not experts_hit of them, so at small M this is faster
 than any MoE can be (fewer bytes); at large M it is the compute rate a MoE GEMM can hope
 for. Data: random normal in the problem's dtype (bf16 by default; never zeros, power and
 clocks depend on the bits), from a generator seeded per call. Timed with the project's
-one timer entry, moe_lab.timing.time_fn (graph replay with an L2 flush on CUDA/ROCm, as
+one timer entry, moe_lab.measuring.timing.time_fn (graph replay with an L2 flush on CUDA/ROCm, as
 the sweeps time MoE points; perf_counter on a CPU).
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ import numbers
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .core.errors import UsageError
-from .core.problems import Problem
+from ..core.errors import UsageError
+from ..core.problems import Problem
 from .timing import time_fn
 
 MODES = ("graph", "eager", "compile")
@@ -84,7 +84,7 @@ def dense_gemm_us(problem: Problem, pairs, device, timer: Callable = time_fn,
     a DenseGemm. problem: a moe_lab.problems.Problem (its H, I and dtype); pairs: the
     point's local (token, slot) pairs, a whole number >= 0 (0: nothing is allocated or
     launched, 0 us); device: "cuda", "cuda:1", "cpu", ...; timer: called as
-    timer(mode, fn, [args], device) and must return a moe_lab.timing.Timing (default
+    timer(mode, fn, [args], device) and must return a moe_lab.measuring.timing.Timing (default
     time_fn); mode: "graph" (default), "eager" or "compile" (on a CPU all are time_cpu).
     Raises TypeError/ValueError on bad input, UsageError for a GPU device without one."""
     import torch

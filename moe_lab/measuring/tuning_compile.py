@@ -1,4 +1,4 @@
-"""Compiling ahead for `moe-lab tune` (moe_lab.tuning): Triton compiles each launch
+"""Compiling ahead for `moe-lab tune` (moe_lab.measuring.tuning): Triton compiles each launch
 configuration when it first runs, 1-3 s per configuration on a GPU, the dominant cost of a
 search. `Precompiler` compiles the next batch of candidates in worker processes into
 Triton's on-disk cache before the tuner times them (the Precompiler's doc says why this can
@@ -10,10 +10,10 @@ import os
 import time
 from pathlib import Path
 
-from . import backends
-from .core.environment import device_name
-from .core.errors import one_line, reraise_if_terminated
-from .core.problems import Problem
+from .. import backends
+from ..core.environment import device_name
+from ..core.errors import one_line, reraise_if_terminated
+from ..core.problems import Problem
 
 # a batch compiled ahead may take this long (a worker's start, then per configuration a
 # worker compiles; one takes a few seconds): past it compiling ahead is turned off
@@ -69,10 +69,10 @@ class Precompiler:
     def _start(self) -> None:
         import subprocess
         import sys
-        root = str(Path(__file__).resolve().parent.parent)  # where this moe_lab is
+        root = str(Path(__file__).resolve().parents[2])  # where this moe_lab is
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-        code = "from moe_lab.tuning_compile import _worker_loop; _worker_loop()"
+        code = "from moe_lab.measuring.tuning_compile import _worker_loop; _worker_loop()"
         self.procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
                       for _ in range(self.workers)]
@@ -215,8 +215,8 @@ def _stand_ins(prob: Problem, device: str, token_reps: list[int]):
     w2 = (torch.randn(1, H, inter, generator=g) * inter ** -0.5).to(dt).to(device)
     qw = None
     if prob.is_fp8:
-        from .core.devices import fp8_format_for
-        from .core.quant import quantize_weights
+        from ..core.devices import fp8_format_for
+        from ..core.quant import quantize_weights
         qw = quantize_weights(w1, w2, prob.dtype, fp8_format_for(device_name(device)))
     emap = None
     if prob.ep > 1:

@@ -155,7 +155,7 @@ def spread(df):
 def noisy(df):
     """Per row: flagged `noisy` when measured (timing.NOISE_LIMIT), or its spread above that
     limit (rows of a run that kept no flag)."""
-    from .timing import NOISE_LIMIT
+    from ..core.constants import NOISE_LIMIT
     flag = (df["noisy"].astype("boolean").fillna(False).astype(bool) if "noisy" in df.columns
             else False)
     return (spread(df) > NOISE_LIMIT) | flag
@@ -199,7 +199,7 @@ _MANIFEST_TYPES = {
 
 def check_manifest(path, manifest: dict) -> None:
     """CorruptFile unless the manifest's keys a resume or a reader uses are of their types."""
-    from .core.errors import CorruptFile
+    from ..core.errors import CorruptFile
     for key, typ in _MANIFEST_TYPES.items():
         v = manifest.get(key)
         if v is None:
@@ -219,7 +219,7 @@ def check_table(path, df, needs: tuple[str, ...] = ("point_id",)) -> None:
     run it opens, so this runs hundreds of times per page."""
     from pandas.api.types import infer_dtype, is_bool_dtype, is_numeric_dtype
 
-    from .core.errors import CorruptFile
+    from ..core.errors import CorruptFile
     missing = [c for c in needs if c not in df.columns]
     if missing:
         raise CorruptFile(path, f"no {', '.join(missing)} column")

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .core.devices import Ceilings, DeviceSpec, ceilings_for
-from .core.problems import Problem, make_problem, sharding_name  # noqa: F401 (re-exported)
+from ..core.devices import Ceilings, DeviceSpec, ceilings_for
+from ..core.problems import Problem, make_problem, sharding_name  # noqa: F401 (re-exported)
 
 
 # --- cost -----------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def local_counts(problem: Problem, ids: torch.Tensor) -> tuple[int, int]:
 
 def intermediates_of(backend: str) -> list | None:
     """What a backend declares it writes and reads back (None: not declared)."""
-    from .backends import backend_class
+    from ..backends import backend_class
     return backend_class(backend).intermediates
 
 
@@ -293,7 +293,7 @@ def add_roofline_columns(df, device_name: str, data_dir=None):
 
 
 def _declares_intermediates(backend: str) -> bool:
-    from .backends import names
+    from ..backends import names
     return backend in names() and intermediates_of(backend) is not None
 
 
@@ -326,9 +326,9 @@ def predicted_floors(models=None, shardings=SEED_SHARDINGS, tokens=None,
     logits; its cost is averaged over the seeds."""
     import pandas as pd
 
-    from .core.devices import DEVICE_SPECS
-    from .core.problems import SEED_MODELS, default_token_grid
-    from .core.routing import make_routing
+    from ..core.devices import DEVICE_SPECS
+    from ..core.problems import SEED_MODELS, default_token_grid
+    from ..core.routing import make_routing
 
     models = SEED_MODELS if models is None else models
     tokens = tokens or default_token_grid(8192)

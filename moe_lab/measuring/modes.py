@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .core.errors import UsageError
+from ..core.errors import UsageError
 
 BASE = ("eager", "graph")
 COMPILE_VARIANTS = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "off")

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from .core.errors import RunLocked
+from ..core.errors import RunLocked
 
 try:
     import fcntl

@@ -6,7 +6,7 @@
 
 The sweep, compile sweeps, distributed ranks, tune and the aiter import build their rows
 with `new_row` and close them with `finish`; none copies timer fields or computes the
-roofline itself. A new per-point metric is a `Column` in moe_lab.rows and one line in
+roofline itself. A new per-point metric is a `Column` in moe_lab.storage.rows and one line in
 `fill_metrics`.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .rows import ID_FIELDS, OPTIONAL_ID_FIELDS, defaults, validate
-from .store import point_id
+from ..storage.rows import ID_FIELDS, OPTIONAL_ID_FIELDS, defaults, validate
+from ..storage.store import point_id
 
 IDENTITY = frozenset(ID_FIELDS + OPTIONAL_ID_FIELDS)
 
@@ -47,8 +47,8 @@ def fp8_format_refusal(backend, problem, device) -> str:
     MI325X, whose checkpoints are converted on load; e4m3fn elsewhere), never a choice."""
     if not problem.is_fp8:
         return ""
-    from .core.devices import fp8_format_for
-    from .core.environment import device_name
+    from ..core.devices import fp8_format_for
+    from ..core.environment import device_name
     fmt = fp8_format_for(device_name(device))
     if fmt in backend.fp8_formats:
         return ""
@@ -84,7 +84,7 @@ def gate(backend, problem, device) -> tuple[str, str]:
 def new_row(key: dict, *, git_commit=None, device=None, measured_at=None, **kw) -> dict:
     """A row: every core column at its declared default, then the point's key, its
     provenance (commit, device, time: now when not given) and `kw`."""
-    from .core.environment import now_iso
+    from ..core.environment import now_iso
     row = defaults()
     row.update(key)
     row.update(git_commit=git_commit, device=device, measured_at=measured_at or now_iso())
@@ -93,7 +93,7 @@ def new_row(key: dict, *, git_commit=None, device=None, measured_at=None, **kw) 
 
 
 def timing_fields(t) -> dict:
-    """What a moe_lab.timing.Timing puts on a row (the one copy of the timer's numbers)."""
+    """What a moe_lab.measuring.timing.Timing puts on a row (the one copy of the timer's numbers)."""
     med_all = t.median_all_us if t.median_all_us == t.median_all_us else t.median_us
     return dict(median_us=t.median_us, p10_us=t.p10_us, p90_us=t.p90_us, n=t.n,
                 noisy=bool(t.noisy), median_all_us=med_all, steady_frac=t.steady_frac)
@@ -109,7 +109,7 @@ class Measured:
 
 def fill_metrics(row: dict, m: Measured) -> None:
     """Per-point metrics computed from what was measured, one line each (their columns
-    are declared in moe_lab.rows)."""
+    are declared in moe_lab.storage.rows)."""
     if m.timing is not None:
         row.update(timing_fields(m.timing))
 
@@ -121,8 +121,8 @@ def roofline_fields(problem, topk_ids, device: str) -> dict:
     if not str(device).startswith("cuda"):
         return {}
     import torch
-    from .core.devices import ceilings_for
-    from .roofline import cost, floor_us
+    from ..core.devices import ceilings_for
+    from ..cost.roofline import cost, floor_us
     ceil = ceilings_for(torch.cuda.get_device_name())
     c = cost(problem, ids=topk_ids.cpu() if topk_ids is not None else None)
     return dict(flops=float(c.flops), bytes=float(c.bytes), roof_us=floor_us(c, ceil, problem.dtype),
@@ -131,13 +131,13 @@ def roofline_fields(problem, topk_ids, device: str) -> dict:
 
 def finish(row: dict, *, timing=None, problem=None, topk_ids=None, device: str = "cpu") -> dict:
     """Close a row: the timer's numbers, the metrics, the roofline (GPU rows of a problem),
-    pct_of_roof, point_id; validated against moe_lab.rows. Returns the row."""
+    pct_of_roof, point_id; validated against moe_lab.storage.rows. Returns the row."""
     fill_metrics(row, Measured(timing, problem))
     if problem is not None and str(device).startswith("cuda") and "roof_us" not in _set(row):
         try:
             row.update(roofline_fields(problem, topk_ids, device))
         except Exception as exc:  # annotation: never lose a measurement for it
-            from .core.errors import one_line
+            from ..core.errors import one_line
             row["warning"] = "; ".join(x for x in (row.get("warning") or "",
                                                    f"roofline: {one_line(exc)}") if x)
     roof, med = row.get("roof_us", math.nan), row.get("median_us", math.nan)

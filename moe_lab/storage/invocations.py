@@ -57,7 +57,7 @@ def end_invocation(store, invocations: list[dict], started: float, status: str,
                               points_measured_this_run=measured,
                               points_skipped_already_done=skipped, invocations=invocations)
     except OSError as exc:  # a full disk: the manifest stays "running" (a resume says killed),
-        from .core.errors import disk_full  # and the error that stopped the writer is the one
+        from ..core.errors import disk_full  # and the error that stopped the writer is the one
         if not disk_full(exc):
             raise
 

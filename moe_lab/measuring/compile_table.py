@@ -12,7 +12,7 @@ from collections import Counter
 
 import pandas as pd
 
-from .store import RunStore
+from ..storage.store import RunStore
 
 COMPILE_KEY = ("model", "tp", "ep", "ep_rank", "dtype", "routing", "backend", "mode", "wrapped")
 

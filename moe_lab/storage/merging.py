@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .core.atomic import atomic_write_parquet
-from .core.errors import UsageError
+from ..core.atomic import atomic_write_parquet
+from ..core.errors import UsageError
 from .store import Run, RunStore, data_dir, open_run
 
 STAMP = "%Y-%m-%dT%H:%M:%S%z"  # a sweep's invocations' format
@@ -30,7 +30,7 @@ STAMP = "%Y-%m-%dT%H:%M:%S%z"  # a sweep's invocations' format
 def merge_runs(dst: str | os.PathLike, sources: list, command: str | None = None) -> RunStore:
     """Combine run folders into `dst`: their rows, kernels, samples, phases, compile and
     other tables and traces, and a manifest listing every source's manifest. A point in two sources is an error
-    (ValueError naming it). Holds `dst`'s lock (moe_lab.runlock) for the whole write; a
+    (ValueError naming it). Holds `dst`'s lock (moe_lab.storage.runlock) for the whole write; a
     source another writer holds is refused. `command`: what the manifest says made it."""
     from .runlock import LOCK_NAME, busy, run_lock
     for s in sources:
@@ -98,7 +98,7 @@ def _traces(runs: list[Run]) -> dict[str, Path]:
 
 def _merge_runs(dst, runs: list[Run], tables: dict, traces: dict, command: str,
                 t0: float) -> RunStore:
-    from .core.atomic import _atomic_write_bytes
+    from ..core.atomic import _atomic_write_bytes
     out = RunStore(dst)
     if out.results_path.exists():  # again, under the lock
         raise ValueError(f"{dst} already holds a run")
@@ -110,7 +110,7 @@ def _merge_runs(dst, runs: list[Run], tables: dict, traces: dict, command: str,
                [k for run in runs for k in run.kernels[run.kernels["point_id"].isin(
                    set(run.results["point_id"]))].to_dict("records")])
     first = runs[0].manifest
-    from .core.environment import git_commit
+    from ..core.environment import git_commit
     status = ("complete" if all(r.manifest.get("status") == "complete" for r in runs)
               else "; ".join(f"{r.run_id}: {r.manifest.get('status')}" for r in runs))
     finished = time.strftime(STAMP)

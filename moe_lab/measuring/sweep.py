@@ -8,7 +8,7 @@ on the point's inputs; only a passing backend is timed. Each timed point gets a 
 pass (per-kernel device time, phases). Every point, whatever happens to it, becomes one
 row, written as soon as it is measured; rerunning the same sweep resumes, skipping points
 already recorded. A point's inputs are a pure function of its key and the run's seed
-(moe_lab.correctness), so a rerun times the very same inputs.
+(moe_lab.measuring.correctness), so a rerun times the very same inputs.
 """
 from __future__ import annotations
 
@@ -19,22 +19,23 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import backends as registry
+from .. import backends as registry
 from .compile import COMPILE_BUDGET_S, CompileBench
 from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
 from .correctness import (THRESHOLDS, check_backend, classify_exception, make_inputs,
                           make_weights, one_line, point_seed, quant_facts, reference)
-from .core.environment import capture_environment, device_name
-from .core.errors import (PointTimeout, Terminated, UsageError, disk_full,
+from ..core.environment import capture_environment, device_name
+from ..core.errors import (PointTimeout, Terminated, UsageError, disk_full,
                           reraise_if_terminated, terminate_gracefully, time_limit)
 from .modes import Mode
-from .core.problems import Problem, make_problem
+from ..core.problems import Problem, make_problem
 from .progress import native_log_filter, progress_bar
-from .roofline import local_counts
-from .invocations import begin_invocation, end_invocation
+from ..cost.roofline import local_counts
+from ..storage.invocations import begin_invocation, end_invocation
 from .points import IDENTITY, finish, gate, new_row
-from . import points, resume
-from .store import RunStore, point_id
+from . import points
+from ..storage import resume
+from ..storage.store import RunStore, point_id
 
 
 @dataclass
@@ -122,7 +123,7 @@ class Sweep:
 
     def _row(self, prob: Problem, routing: str, backend: str, mode: Mode, config="default",
              glue="", **kw) -> dict:
-        """A row of this sweep (moe_lab.points.new_row); `finish` closes it."""
+        """A row of this sweep (moe_lab.measuring.points.new_row); `finish` closes it."""
         row = new_row(dict(prob.key(), backend=backend, mode=mode.name, wrapped=mode.wrapped,
                            routing=routing, config=config, glue=glue),
                       git_commit=self.git_commit, device=self.device_name,
@@ -139,7 +140,7 @@ class Sweep:
     def run(self) -> dict:
         """Measure every point not yet in the folder, holding its lock. Another writer, a
         corrupt file (unless set_aside_corrupt) or other settings (resume.SWEEP_MEANING)
-        stop the sweep before anything is written (moe_lab.resume)."""
+        stop the sweep before anything is written (moe_lab.storage.resume)."""
         with resume.sweep_lock(self):
             return self._run()
 
@@ -274,7 +275,7 @@ class Sweep:
             del inp, ref
 
     def _speed_of_light(self, prob, pairs) -> dict:
-        """On a GPU: two dense GEMMs with the point's rows and flops (moe_lab.sol), the
+        """On a GPU: two dense GEMMs with the point's rows and flops (moe_lab.measuring.sol), the
         "what one big GEMM gets here" of every backend at this point."""
         if not self.device.startswith("cuda") or prob.is_fp8:  # no fp8 dense GEMM yet
             return {}
@@ -291,7 +292,7 @@ class Sweep:
         from .eager_split import profiled_eager_us, trace_name
         from .profiling import check_kernel_coverage, export_trace, kernel_us, profile_kernels
         from .timing import CaptureError, time_fn
-        from .configs import config_for
+        from ..storage.configs import config_for
         backend = registry.get(bname)
         try:
             with time_limit(self.point_timeout_s):
@@ -375,13 +376,13 @@ class Sweep:
         return rows, krows, self._phases(prob, inp, rows, kdf)
 
     def _phases(self, prob, inp, rows, kdf) -> list[dict]:
-        """Per timed point and phase: measured time beside its own floor (moe_lab.ledger),
+        """Per timed point and phase: measured time beside its own floor (moe_lab.cost.ledger),
         for phases.parquet. Annotation: a failure here is a warning, never a lost row."""
         if kdf is None:
             return []
-        from .ledger import gathers_rows, phase_rows
+        from ..cost.ledger import gathers_rows, phase_rows
         if not hasattr(self, "_ceilings"):
-            from .core.devices import ceilings_for
+            from ..core.devices import ceilings_for
             try:
                 self._ceilings = ceilings_for(self.device_name) if self.device.startswith("cuda") else None
             except Exception:  # no committed ceilings for this device: floors unknown

@@ -3,7 +3,7 @@ graph breaks, recompiles and compile time recorded rather than hidden.
 
 A `CompileBench` prepares one shard's token grid once (weights, inputs, the fp32 layer
 reference); `bench.run(backend, mode)` compiles the layer for one Mode
-(`compile:<variant>[:dynamic]`, wrapped or not, see moe_lab.modes) and times it at every
+(`compile:<variant>[:dynamic]`, wrapped or not, see moe_lab.measuring.modes) and times it at every
 token count with the sweep's timer (`timing.time_fn`). Without `:dynamic` the compile is
 `dynamic=False`: every new token count recompiles (what a server that compiles fixed
 batch-size buckets pays once per bucket); the recompile limit is raised so that no token
@@ -16,7 +16,7 @@ Per row (one backend x mode x token count):
                  token count (0 there: those are the first compile)
     graph_breaks graph breaks of the layer, from torch._dynamo.explain at the first
                  token count (the same for every variant)
-The compile-table row (moe_lab.compile_table) sums these up per backend x mode.
+The compile-table row (moe_lab.measuring.compile_table) sums these up per backend x mode.
 """
 from __future__ import annotations
 
@@ -28,17 +28,17 @@ from typing import Callable
 
 import torch
 
-from . import backends
-from .backends.torch_ref import torch_moe
+from .. import backends
+from ..backends.torch_ref import torch_moe
 from .compile_table import compile_row
 from .correctness import THRESHOLDS, classify_exception, make_weights, one_line, rel_err
-from .core.environment import now_iso
-from .core.errors import has_timeout, reraise_if_terminated, time_limit
+from ..core.environment import now_iso
+from ..core.errors import has_timeout, reraise_if_terminated, time_limit
 from .layer import MoELayer
 from .modes import Mode
 from .points import Measured, fill_metrics, gate, new_row
-from .core.problems import Problem
-from .core.routing import make_routing, route
+from ..core.problems import Problem
+from ..core.routing import make_routing, route
 from .timing import time_fn
 # Compile time (s) allowed for one backend x variant x wrapped over the whole token grid:
 # a compile still running when it is spent is stopped, and it and the remaining token
@@ -216,7 +216,7 @@ class CompileBench:
         self.base.pop("tokens")
 
     def row(self, backend: str, mode: Mode, tokens: int, **kw) -> dict:
-        """A row of this bench (moe_lab.points.new_row; the sweep adds its provenance)."""
+        """A row of this bench (moe_lab.measuring.points.new_row; the sweep adds its provenance)."""
         row = new_row(dict(self.base, backend=backend, mode=mode.name, wrapped=mode.wrapped,
                            tokens=tokens), compile_s=math.nan, graph_breaks=math.nan,
                       recompiles=0, note="")

@@ -1,0 +1,1 @@
+"""Importing: other projects' measurements as moe-lab runs."""

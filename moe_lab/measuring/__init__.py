@@ -1,0 +1,1 @@
+"""Measuring: the sweep, a point's path, the timers, profiling, compile, tuning, correctness."""
