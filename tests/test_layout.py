@@ -115,8 +115,6 @@ def test_the_package_root_holds_few_modules():
     assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules at moe_lab/: {root}"
 
 
-@pytest.mark.xfail(strict=True, reason="scripts/ holds 10 files; folding the device scripts into one "
-                   "plan-taking runner (issue 36 item 5) is not done yet")
 def test_scripts_stay_few():
     files = sorted(p.name for p in (ROOT / "scripts").iterdir() if p.is_file())
     assert len(files) <= MAX_SCRIPTS, f"{len(files)} files in scripts/: {files}"
