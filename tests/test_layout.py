@@ -6,7 +6,6 @@ and absolute), so an import hidden in a function counts as much as one at the to
 import ast
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "moe_lab"
