@@ -124,17 +124,23 @@ def test_the_figure_has_a_panel_per_shape_and_names_its_runs():
 
 
 def test_vllm_runs_are_those_with_vllm_as_shipped(monkeypatch):
+    """The one rule of analysis.runs: runs with ok vLLM-as-shipped rows, GPU runs before a
+    newer CPU one, every such run on the chosen one's device, newest first."""
     class R:
-        def __init__(self, name, res, device="NVIDIA H200"):
+        def __init__(self, name, res, device="NVIDIA H200", started=""):
             self.run_id, self.results, self.device = name, res, device
+            self.manifest = {"started": started}
     res = _results()
-    runs = [R("new-cpu", res, "cpu"), R("x", res[res.backend != "vllm"]), R("a", res),
-            R("b", res[(res.backend == "vllm") & (res.status == "ok")])]
-    monkeypatch.setattr("moe_lab.storage.store.find_runs", lambda defaults=False: runs[1:])
+    runs = [R("new-cpu", res, "cpu", "2026-12-05"), R("x", res[res.backend != "vllm"]),
+            R("a", res, started="2026-12-04"),
+            R("b", res[(res.backend == "vllm") & (res.status == "ok")], started="2026-12-03")]
+    monkeypatch.setattr("moe_lab.analysis.runs.find_runs", lambda has=None, defaults=False: runs[1:])
     assert [r.run_id for r in vc.vllm_runs()] == ["a", "b"]
-    monkeypatch.setattr("moe_lab.storage.store.find_runs", lambda defaults=False: runs)
-    assert [r.run_id for r in vc.vllm_runs()] == ["new-cpu"]  # the newest one's device
-    monkeypatch.setattr("moe_lab.storage.store.find_runs", lambda defaults=False: runs[1:2])
+    monkeypatch.setattr("moe_lab.analysis.runs.find_runs", lambda has=None, defaults=False: runs)
+    assert [r.run_id for r in vc.vllm_runs()] == ["a", "b"]  # GPU runs before a newer CPU run
+    monkeypatch.setattr("moe_lab.analysis.runs.find_runs", lambda has=None, defaults=False: runs[:2])
+    assert [r.run_id for r in vc.vllm_runs()] == ["new-cpu"]  # only a CPU run has them
+    monkeypatch.setattr("moe_lab.analysis.runs.find_runs", lambda has=None, defaults=False: runs[1:2])
     assert vc.vllm_runs() == []
 
 

@@ -11,11 +11,12 @@ is read as given, refused in one line when it cannot answer.
     choose(question, run=None)    Choice(run, why, given): `why` is the one line a notebook
                                   prints (which run, why, which newer runs it passed over)
     QUESTIONS                     the questions: kernel_time, cpu, roofline, compile, tuning,
-                                  seed_shapes, ledger, distributed
+                                  seed_shapes, ledger, distributed, vllm
     describe(run)                 'run R: N points (K ok) on DEVICE, commits C (path)'
     open_tuned_run(run=None)      notebook 05: the run with the most points both tuned and default
     runs_with_phases(runs=None)   the ledger's runs: every run with stored phases on the newest
                                   one's device, newest first
+    vllm_choice(runs=None)        the vLLM comparison's runs (the same way) and its line
     distributed_run(run=None)     notebook 06: the newest run with ok distributed rows
     spread_pair(), runs_at(n)     a spread sweep and its one-GPU twin; the runs at n ranks
     richest_run(), imported_runs() notebooks 01/03: the measured run with the most points of
@@ -92,7 +93,18 @@ QUESTIONS = {
     "ledger": Question("stored phases (phases.parquet)", lambda r: len(r.phases) > 0),
     "distributed": Question("ok distributed rows", lambda r: r.has("distributed"),
                             has="distributed", scope="distributed"),
+    "vllm": Question("ok rows of vLLM as shipped (backend vllm, config default)",
+                     lambda r: _vllm_as_shipped(r)),
 }
+
+
+def _vllm_as_shipped(r) -> bool:
+    res = r.results
+    if not len(res) or "backend" not in res:
+        return False
+    ok = ok_rows(res)
+    cfg = ok["config"].fillna("default") if "config" in ok else pd.Series("default", ok.index)
+    return bool(((ok["backend"] == "vllm") & (cfg == "default")).any())
 
 
 @dataclass(frozen=True)
@@ -209,6 +221,22 @@ def ledger_choice(runs=None) -> tuple[list, str]:
     return found, (f"the ledger reads the {len(found)} runs with stored phases on "
                    f"{first.run.device}, a point from its newest run (the device of "
                    f"{first.why.removeprefix('reads ')})")
+
+
+def vllm_choice(runs=None) -> tuple[list, str]:
+    """(the runs analysis.vllm_compare reads, the one line saying which and why): `runs`
+    (ids or folders) as given, else every run with ok rows of vLLM as shipped on the
+    device of the run the rule chooses (choose('vllm')), newest first; ([], why) when none."""
+    if runs is not None:
+        opened = [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
+        return opened, "the vLLM comparison reads the runs given (vllm_runs)"
+    first = choose("vllm", required=False)
+    if first.run is None:
+        return [], first.why
+    found = [r for r in _order("vllm", find_runs(defaults=True)) if r.device == first.run.device]
+    found.sort(key=lambda r: (_started_of(r), r.run_id), reverse=True)
+    return found, (f"the vLLM comparison reads the {len(found)} runs with vLLM as shipped on "
+                   f"{first.run.device} (the device of {first.why.removeprefix('reads ')})")
 
 
 def _started_of(r: Run) -> str:

@@ -13,7 +13,8 @@ figure is moe_lab.plots.vllm_compare's.
         its tokens, slower points, and met (every point within BAND and the geomean at or
         below 1.00: issue 41's goal)
     vllm_runs(runs=None) -> the runs holding ok `vllm` default rows (ids or folders given:
-        those), on the newest one's device, newest first; [] when none
+        those), chosen by analysis.runs' one rule (GPU runs first; every such run on the
+        chosen one's device, newest first); [] when none
     frames(runs, mode="graph") -> (results, ledger) of those runs, each row with its
         run_id (every run's own rows: a point two runs share is kept in both)
     fp8_over_bf16(results) -> per model, sharding, FP8 scheme and token count: the fastest
@@ -127,20 +128,9 @@ def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
 
 
 def vllm_runs(runs=None) -> list:
-    """Module doc."""
-    from ..storage.store import find_runs, open_run
-    if runs is not None:
-        return [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
-    found = []
-    for r in find_runs(defaults=True):
-        res = r.results
-        if not len(res) or "backend" not in res:
-            continue
-        ok = ok_rows(res)
-        cfg = ok["config"].fillna("default") if "config" in ok else "default"
-        if ((ok["backend"] == BASE[0]) & (cfg == BASE[1])).any():
-            found.append(r)
-    return [r for r in found if r.device == found[0].device] if found else []
+    """Module doc (analysis.runs.vllm_choice's runs)."""
+    from .runs import vllm_choice
+    return vllm_choice(runs)[0]
 
 
 def frames(runs, mode: str | None = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
