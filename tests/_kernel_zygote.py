@@ -17,11 +17,12 @@ import socket
 import sys
 import time
 
+from _forked import run_and_exit  # tests/, this script's folder
+
 
 def _kernel(conn: socket.socket, req: dict, fds: list) -> None:
     """In the forked child: become the kernel jupyter_client asked for; never returns."""
-    code = 1
-    try:
+    def child():
         try:  # die with this server (the kernel's own watch below covers its client)
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
@@ -49,21 +50,9 @@ def _kernel(conn: socket.socket, req: dict, fds: list) -> None:
         import threading
         threading.Thread(target=watch, daemon=True).start()
         from ipykernel import kernelapp
-        try:
-            kernelapp.launch_new_instance(argv=argv)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-    finally:
-        for s in (sys.stdout, sys.stderr):
-            try:
-                s.flush()
-            except Exception:
-                pass
-        os._exit(code)
+        kernelapp.launch_new_instance(argv=argv)
+
+    run_and_exit(child)
 
 
 def serve(path: str) -> None:

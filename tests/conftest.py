@@ -246,38 +246,26 @@ def one_line_err(capsys) -> str:
 # stderr, and exits as the real command does (os._exit after entry's own exit path; a
 # traceback printed and exit 1 for an uncaught error, as the interpreter would).
 _CLI_SERVER = r"""
-import importlib, json, os, pkgutil, sys, traceback
+import importlib, json, os, pkgutil, sys
 import pandas, torch
 import moe_lab.commands
 from moe_lab.cli import entry
+sys.path.insert(0, "tests")  # the server starts in the checkout
+from _forked import run_and_exit
 for m in pkgutil.iter_modules(moe_lab.commands.__path__):
     importlib.import_module("moe_lab.commands." + m.name)
 codes = []
 for argv, cwd, out, err, extra in json.loads(sys.stdin.read()):
     pid = os.fork()
     if pid == 0:
-        code = 1
-        try:
+        def child():
             os.environ.update(extra)
             os.chdir(cwd)
             for fd, path in ((1, out), (2, err)):
                 os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
             sys.argv = ["moe-lab", *argv]
             entry()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            if not isinstance(exc.code, (int, type(None))):
-                print(exc.code, file=sys.stderr)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            for s in (sys.stdout, sys.stderr):
-                try:
-                    s.flush()
-                except Exception:
-                    pass
-            os._exit(code)
+        run_and_exit(child)
     codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 print(json.dumps(codes))
 """
