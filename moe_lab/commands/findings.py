@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..core.errors import UsageError
+from . import options
 
 
 def configure(p):
@@ -14,9 +15,7 @@ def configure(p):
                    help="write nothing; exit 1 when the file differs from what the data gives")
     p.add_argument("--out", default=None,
                    help="the findings file (default: the checkout's docs/findings.md)")
-    p.add_argument("--data-dir", default=None,
-                   help="the folder of run folders to read (default: $MOE_LAB_DATA, else the "
-                        "checkout's data/runs)")
+    options.data_dir(p)
 
 
 def run(args) -> int:
