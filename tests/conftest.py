@@ -230,6 +230,17 @@ def folder_tree(folder) -> dict:
             for p in sorted(folder.rglob("*"))}
 
 
+def api_refuses(call, says: str, folder) -> None:
+    """`call(folder)` (a notebook API call) raises UsageError whose one line is `says`, and
+    writes nothing into `folder`."""
+    import pytest
+    from moe_lab.core.errors import UsageError
+    with pytest.raises(UsageError) as exc:
+        call(folder)
+    assert str(exc.value) == says
+    assert not list(folder.iterdir())  # nothing written
+
+
 def one_line_err(capsys) -> str:
     """The captured stderr: exactly one line, no traceback, nothing on stdout."""
     out = capsys.readouterr()

@@ -33,7 +33,7 @@ import pytest
 import moe_lab as ml
 from moe_lab.cli import main
 from moe_lab.core.errors import UsageError
-from conftest import folder_tree as _tree, one_line_err as _one_line  # noqa: E402
+from conftest import api_refuses, folder_tree as _tree, one_line_err as _one_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "custom:H=64,I=32,E=4,k=2"
@@ -245,10 +245,7 @@ def _measure(tmp_path, **kw):
      "tokens []: give one or more token counts, e.g. [1, 16] or '1-64'"),
 ])
 def test_the_api_refuses_bad_values_in_one_line(tmp_path, call, says):
-    with pytest.raises(UsageError) as exc:
-        call(tmp_path)
-    assert str(exc.value) == says
-    assert not list(tmp_path.iterdir())  # nothing written
+    api_refuses(call, says, tmp_path)
 
 
 def test_the_api_refuses_a_run_that_is_a_regular_file(tmp_path):
