@@ -209,34 +209,37 @@ def runs_with_phases(runs=None) -> list:
     return ledger_choice(runs)[0]
 
 
-def ledger_choice(runs=None) -> tuple[list, str]:
-    """(runs_with_phases(runs), the one line saying which runs and why)."""
+def _on_one_device(question: str, runs, name: str, param: str, what: str, note: str = "",
+                   required: bool = True) -> tuple[list, str]:
+    """(runs, line) of a question read over several runs: `runs` (ids or folders) as given,
+    else every run that answers on the device of the run choose(question) takes, newest
+    first (a point measured twice comes from its latest run); ([], why) when none answers
+    and not `required` (choose's UsageError otherwise)."""
     if runs is not None:
         opened = [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
-        return opened, "the ledger reads the runs given (ledger_runs)"
-    first = choose("ledger")
-    found = [r for r in _order("ledger", find_runs(defaults=True))
+        return opened, f"{name} reads the runs given ({param})"
+    first = choose(question, required=required)
+    if first.run is None:
+        return [], first.why
+    found = [r for r in _order(question, find_runs(defaults=True))
              if r.device == first.run.device]
     found.sort(key=lambda r: (_started_of(r), r.run_id), reverse=True)
-    return found, (f"the ledger reads the {len(found)} runs with stored phases on "
-                   f"{first.run.device}, a point from its newest run (the device of "
-                   f"{first.why.removeprefix('reads ')})")
+    return found, (f"{name} reads the {len(found)} runs with {what} on {first.run.device}"
+                   f"{note} (the device of {first.why.removeprefix('reads ')})")
+
+
+def ledger_choice(runs=None) -> tuple[list, str]:
+    """(runs_with_phases(runs), the one line saying which runs and why)."""
+    return _on_one_device("ledger", runs, "the ledger", "ledger_runs", "stored phases",
+                          ", a point from its newest run")
 
 
 def vllm_choice(runs=None) -> tuple[list, str]:
     """(the runs analysis.vllm_compare reads, the one line saying which and why): `runs`
     (ids or folders) as given, else every run with ok rows of vLLM as shipped on the
     device of the run the rule chooses (choose('vllm')), newest first; ([], why) when none."""
-    if runs is not None:
-        opened = [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
-        return opened, "the vLLM comparison reads the runs given (vllm_runs)"
-    first = choose("vllm", required=False)
-    if first.run is None:
-        return [], first.why
-    found = [r for r in _order("vllm", find_runs(defaults=True)) if r.device == first.run.device]
-    found.sort(key=lambda r: (_started_of(r), r.run_id), reverse=True)
-    return found, (f"the vLLM comparison reads the {len(found)} runs with vLLM as shipped on "
-                   f"{first.run.device} (the device of {first.why.removeprefix('reads ')})")
+    return _on_one_device("vllm", runs, "the vLLM comparison", "vllm_runs", "vLLM as shipped",
+                          required=False)
 
 
 def _started_of(r: Run) -> str:

@@ -40,6 +40,7 @@ import pandas as pd
 
 from ..core.problems import sharding_name
 from ..storage.rows import ok_rows
+from .findings_sections import span
 
 BASE = ("vllm", "default")
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("torch-grouped", "default"),
@@ -181,14 +182,6 @@ def fp8_over_bf16(results: pd.DataFrame, mode: str | None = "graph") -> pd.DataF
     return t[cols].sort_values(["model", "sharding", "dtype", "tokens"]).reset_index(drop=True)
 
 
-def _span(v) -> str:
-    v = pd.to_numeric(pd.Series(list(v), dtype=float), errors="coerce").dropna()
-    if not len(v):
-        return "n/a"
-    lo, hi = f"{v.min():.2f}", f"{v.max():.2f}"
-    return lo if lo == hi else f"{lo}-{hi}"
-
-
 def fp8_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Module doc; empty when the table is."""
     cols = ["model", "sharding", "dtype", "points", "fp8_faster", "speedup", "fp8_best",
@@ -197,10 +190,10 @@ def fp8_summary(table: pd.DataFrame) -> pd.DataFrame:
     for (m, s, d), g in table.groupby(["model", "sharding", "dtype"], sort=True):
         o = g.dropna(subset=["speedup_own"])
         rows.append(dict(model=m, sharding=s, dtype=d, points=len(g),
-                         fp8_faster=int((g["speedup"] > 1).sum()), speedup=_span(g["speedup"]),
+                         fp8_faster=int((g["speedup"] > 1).sum()), speedup=span(g["speedup"]),
                          fp8_best=", ".join(sorted(set(g["fp8_best"]))), own_points=len(o),
                          fp8_faster_own=int((o["speedup_own"] > 1).sum()),
-                         speedup_own=_span(o["speedup_own"]),
+                         speedup_own=span(o["speedup_own"]),
                          fp8_own_best=", ".join(sorted(set(o["fp8_own_best"].astype(str))))))
     return pd.DataFrame(rows, columns=cols)
 
