@@ -4,7 +4,7 @@
 # moe-lab (tune), and vLLM with moe-lab's tuned files measured (tuned). Resumable, any GPU
 # count (the jobs dealt to the GPUs in turn), each call under 10 minutes (BUDGET, 540 s).
 #
-#   MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh sweep|tune|tuned|stage
+#   MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh sweep|tune|tuned|align|stage [tune]
 #
 # Before the first call, here: bash scripts/fetch-device-wheels.sh && bash
 # scripts/fetch-device-wheels.sh vllm (prints the part names; with vllm 0.26.0's wheel and
@@ -46,12 +46,16 @@
 # Qwen3-235B fp8-block128 at TP8 has no whole 128 blocks (refused at the gate).
 # tune: scripts/device_tune.sh with SHAPES (vllm, 19 keys), its winners in the bundle's
 # configs/vllm/. tuned: vllm --config tuned, the models of each job with a tuned file.
+# align: the points where vLLM won on the routing glue (Qwen3-235B bf16, DeepSeek-R1
+# fp8-block128, TP8, tokens 1,16,64), vllm and aiter-triton default, then aiter-triton tuned,
+# into new run folders h200-vllm-align-<dtype>-tp8 (the align kernels changed after the sweep).
+# A second word `tune` (`align tune`) spends what is left of BUDGET on the searches.
 # stage: only gather the parts. VLLM_PARTS, VLLM_STAGE, VLLM_SITE, VLLM_STANDINS move the
 # folders (tests).
 set -uo pipefail
-MODE=${1:-sweep}
-case $MODE in stage|sweep|tune|tuned) ;;
-  *) echo "usage: bash scripts/device_vllm.sh sweep|tune|tuned|stage"; exit 2 ;; esac
+MODE=${1:-sweep} THEN=${2:-}
+case $MODE:$THEN in stage:|sweep:|tune:|tuned:|align:|sweep:tune|tuned:tune|align:tune) ;;
+  *) echo "usage: bash scripts/device_vllm.sh sweep|tune|tuned|align|stage [tune]"; exit 2 ;; esac
 t0=$(date +%s)
 BUDGET=${BUDGET:-540}
 left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
@@ -74,18 +78,26 @@ python3 -m moe_lab backends > $B/logs/backends.txt 2>&1
 if ! python3 -c "from moe_lab.backends import get; ok, why = get('vllm').available(); print('vllm:', 'available' if ok else why); raise SystemExit(0 if ok else 1)" 2>&1 | tee -a $B/logs/backends.txt; then
   echo "device_vllm: vllm cannot run here (above; logs/backends.txt): nothing measured"; pack; exit 1
 fi
-if [ "$MODE" = tune ]; then  # device_tune.sh packs $B (these logs too) when it ends
+tune() {  # device_tune.sh packs $B (these logs and any runs above too) when it ends
   export SHAPES=${SHAPES:-"vllm:llama4-scout-16e:8:1:bf16 vllm:llama4-maverick-128e:8:1:bf16 vllm:qwen3-235b-a22b:8:1:bf16 vllm:deepseek-r1:8:8:bf16 vllm:deepseek-r1:8:1:fp8-block128 vllm:deepseek-r1:8:8:fp8-block128 vllm:llama4-scout-16e:8:1:fp8-channel vllm:llama4-maverick-128e:8:1:fp8-channel"}
   export BUDGET=$(left)
+  trap - EXIT
   exec bash "$(dirname "$0")/device_tune.sh"
-fi
+}
+if [ "$MODE" = tune ]; then tune; fi
 trap pack EXIT
 
-TOKENS=${TOKENS:-1,16,64,256,1024,2048,4096,8192}
-JOBS=${JOBS:-"bf16:1:llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b bf16:8:deepseek-r1 fp8-block128:1:deepseek-r1 fp8-block128:8:deepseek-r1 fp8-channel:1:llama4-scout-16e,llama4-maverick-128e"}
+if [ "$MODE" = align ]; then
+  TOKENS=${TOKENS:-1,16,64}
+  JOBS=${JOBS:-"bf16:1:qwen3-235b-a22b fp8-block128:1:deepseek-r1"}
+else
+  TOKENS=${TOKENS:-1,16,64,256,1024,2048,4096,8192}
+  JOBS=${JOBS:-"bf16:1:llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b bf16:8:deepseek-r1 fp8-block128:1:deepseek-r1 fp8-block128:8:deepseek-r1 fp8-channel:1:llama4-scout-16e,llama4-maverick-128e"}
+fi
 RUNSTAGE=/tmp/moe_lab_vllm_runs; mkdir -p $RUNSTAGE  # a warm machine: the next call resumes here
 
 backends_for() {  # dtype: vLLM as shipped beside the workbook's own layers of that scheme
+  [ "$MODE" = align ] && { echo vllm,aiter-triton; return; }
   case $1 in
     bf16) echo vllm,aiter-triton,torch-grouped ;;
     fp8-block128) echo vllm,aiter-triton,torch-fp8 ;;
@@ -93,7 +105,10 @@ backends_for() {  # dtype: vLLM as shipped beside the workbook's own layers of t
     *) echo vllm ;;
   esac
 }
-run_id() { local s=tp8; [ "$2" != 1 ] && s=tp8ep8; echo "h200-vllm-$1-$s"; }
+run_id() {
+  local s=tp8 a=; [ "$2" != 1 ] && s=tp8ep8; [ "$MODE" = align ] && a=align-
+  echo "h200-vllm-$a$1-$s"
+}
 
 sweep() {  # gpu run dtype ep models backends config
   local s; s=$(( $(left) - 20 ))
@@ -123,7 +138,7 @@ job() {  # gpu dtype:ep:models
   run=$(run_id "$dtype" "$ep")
   if [ -d $RUNSTAGE/$run ]; then cp -r $RUNSTAGE/$run $B/runs/$run
   elif [ -d data/runs/$run ]; then cp -r data/runs/$run $B/runs/$run; fi
-  if [ "$MODE" = sweep ]; then
+  if [ "$MODE" != tuned ]; then
     sweep "$g" "$run" "$dtype" "$ep" "$models" "$(backends_for "$dtype")" default
     [ "$dtype" != fp8-channel ] && sweep "$g" "$run" "$dtype" "$ep" "$models" aiter-triton tuned
   else
@@ -158,3 +173,4 @@ for run in runs:  # every job's run, started or not
 print(f"{mode}: every job complete" if done else f"{mode}: not complete: call again")
 PY
 echo "device_vllm $MODE: $(( $(date +%s) - t0 )) s"
+if [ "$THEN" = tune ]; then tune; fi  # one bundle: these runs beside the searches'

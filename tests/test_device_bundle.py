@@ -273,12 +273,12 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
                VLLM_STAGE=str(tmp_path / "stage"), VLLM_SITE=str(tmp_path / "site"),
                VLLM_STANDINS=str(tmp_path / "standins"), MOE_LAB_GIT_COMMIT="abc1234")
 
-    def call(mode):
+    def call(mode, *then):
         out = tmp_path / f"out-{mode}"
         if out.exists():
             shutil.rmtree(out)
         out.mkdir()
-        r = subprocess.run(["bash", "scripts/device_vllm.sh", mode], cwd=repo, timeout=600,
+        r = subprocess.run(["bash", "scripts/device_vllm.sh", mode, *then], cwd=repo, timeout=600,
                            env=dict(env, OUT=str(out)), capture_output=True, text=True)
         return r.returncode, r.stdout + r.stderr, out
     rc, out, where = call("sweep")
@@ -313,6 +313,21 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
     assert all("--backend vllm" in c for c in tunes)
     assert {c.split("--dtype ")[1].split()[0] for c in tunes} == {"bf16", "fp8-block128",
                                                                    "fp8-channel"}
+    # align tune: the glue points into their own run folders, then the searches, one bundle
+    log.write_text("")
+    rc, out, where = call("align", "tune")
+    calls = log.read_text().splitlines()
+    sweeps = [c for c in calls if " sweep " in c]
+    assert rc == 0 and len(sweeps) == 4, out[-3000:]
+    assert {c.split("--run-id ")[1].split()[0] for c in sweeps} == {
+        "h200-vllm-align-bf16-tp8", "h200-vllm-align-fp8-block128-tp8"}
+    assert all("--tokens 1,16,64 " in c for c in sweeps)
+    assert sum("--backends vllm,aiter-triton --config default" in c for c in sweeps) == 2
+    assert len([c for c in calls if " tune " in c]) == 8 and "align: every job complete" in out
+    with tarfile.open(where / "bundle.tar.gz") as t:
+        assert "bundle/runs/h200-vllm-align-bf16-tp8/results.parquet" in t.getnames()
+    rc, out, _ = call("sweep", "stage")
+    assert rc == 2 and "usage:" in out
     # tuned: nothing committed under data/configs/nvidia-h200/vllm yet
     log.write_text("")
     rc, out, where = call("tuned")
