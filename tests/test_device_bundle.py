@@ -328,7 +328,24 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
         assert "bundle/runs/h200-vllm-align-bf16-tp8/results.parquet" in t.getnames()
     rc, out, _ = call("sweep", "stage")
     assert rc == 2 and "usage:" in out
-    # tuned: nothing committed under data/configs/nvidia-h200/vllm yet
+    # tuned: vllm --config tuned for exactly the models with a committed tuned vllm file
+    from moe_lab.core.problems import make_problem
+    from moe_lab.storage.configs import load_tuned
     log.write_text("")
     rc, out, where = call("tuned")
-    assert rc == 0 and "no tuned vllm file" in out and not log.read_text().strip()
+    assert rc == 0, out[-3000:]
+    jobs = [("bf16", 1, "llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b"),
+            ("bf16", 8, "deepseek-r1"), ("fp8-block128", 1, "deepseek-r1"),
+            ("fp8-block128", 8, "deepseek-r1"), ("fp8-channel", 1, "llama4-scout-16e,llama4-maverick-128e")]
+    want = {(m, ep, d) for d, ep, ms in jobs for m in ms.split(",")
+            if load_tuned("vllm", make_problem(m, 1, d, 8, ep), "NVIDIA H200",
+                          str(ROOT / "data/configs/nvidia-h200"))}
+    assert ("llama4-scout-16e", 1, "fp8-channel") in want  # adopted from its search
+
+    def arg(c, k):
+        return c.split(f"--{k} ")[1].split()[0]
+    tuned = [c for c in log.read_text().splitlines() if " sweep " in c]
+    assert all("--backends vllm --config tuned" in c for c in tuned)
+    got = {(m, int(arg(c, "ep")), arg(c, "dtype")) for c in tuned for m in arg(c, "models").split(",")}
+    assert got == want
+    assert ("no tuned vllm file" in out) == (len({(d, ep) for _, ep, d in want}) < len(jobs))

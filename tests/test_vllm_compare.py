@@ -21,7 +21,8 @@ def _row(run, tokens, backend, config, us, mode="graph", status="ok", glue="fuse
     return dict(p, run_id=run, tokens=tokens, backend=backend, config=config, mode=mode,
                 status=status, glue=glue, median_us=us, point_id=pid,
                 config_file="E=256,N=256,device_name=NVIDIA_H200.json" if backend == "vllm" else None,
-                device="NVIDIA H200", git_commit="abc1234")
+                device="NVIDIA H200", git_commit="abc1234",
+                measured_at=f"2026-12-0{2 if run == 'b' else 1}T10:00:00+00:00")
 
 
 def _results():
@@ -91,15 +92,31 @@ def test_without_a_ledger_or_phases_a_slower_point_says_nothing_of_phases():
 
 
 def test_per_shape_geomean_and_the_goal():
-    s = vc.by_shape(vc.best_over_vllm(_results())).set_index(["run_id", "dtype"])
-    a = s.loc[("a", "bf16")]
+    t = vc.best_over_vllm(_results())
+    s = vc.by_shape(t[t.run_id == "a"]).set_index("dtype")
+    a = s.loc["bf16"]
     assert a["points"] == 3 and a["geomean_ratio"] == pytest.approx((0.8 * 0.9 * 1.1) ** (1 / 3))
     assert a["worst_ratio"] == pytest.approx(1.1) and a["worst_tokens"] == 4096
     assert a["slower"] == 1 and not a["met"]  # geomean 0.93, but one point out of the band
-    f = s.loc[("a", "fp8-block128")]
+    f = s.loc["fp8-block128"]
     assert f["geomean_ratio"] == pytest.approx(np.sqrt(1.02 * 0.9)) and f["met"]
-    b = s.loc[("b", "bf16")]
+    b = vc.by_shape(t[t.run_id == "b"]).iloc[0]
     assert not b["met"] and b["slower"] == 0  # within the band, geomean 1.02 > 1.00
+
+
+def test_a_point_measured_again_is_read_from_its_newest_run():
+    """Run b measured the 1-token bf16 point again, later: the shape reads that point from b
+    (5.1 against b's own vLLM, 5.0), the others from a, and names both runs, newest first."""
+    t = vc.best_over_vllm(_results())
+    now = vc.newest(t)
+    one = now[(now.dtype == "bf16") & (now.tokens == 1)]
+    assert list(one.run_id) == ["b"] and one["ratio"].iloc[0] == pytest.approx(5.1 / 5.0)
+    assert len(now) == len(t) - 1
+    s = vc.by_shape(t).set_index("dtype").loc["bf16"]
+    assert s["points"] == 3 and s["run_id"] == "b, a"
+    assert s["geomean_ratio"] == pytest.approx((1.02 * 0.9 * 1.1) ** (1 / 3))
+    # order of the frame does not matter, only when each point's vLLM row was measured
+    assert vc.by_shape(t.iloc[::-1]).equals(vc.by_shape(t))
 
 
 def test_nothing_to_compare_is_an_empty_frame():
@@ -114,11 +131,11 @@ def test_the_figure_has_a_panel_per_shape_and_names_its_runs():
     t = vc.best_over_vllm(res)
     fig = fig_best_over_vllm(t, None, res)
     shown = [ax for ax in fig.axes if ax.get_visible()]
-    assert len(shown) == 3  # (a, bf16), (a, fp8-block128), (b, bf16)
+    assert len(shown) == 2  # bf16 (runs b and a), fp8-block128 (a)
     titles = " ".join(ax.get_title() for ax in shown)
-    assert "geomean 0.93x (a)" in titles and "deepseek-r1 TP8 fp8-block128" in titles
+    assert "geomean 1.00x (b, a)" in titles and "deepseek-r1 TP8 fp8-block128" in titles
     ys = sorted(float(y) for ax in shown for c in ax.collections for _, y in c.get_offsets())
-    assert ys == pytest.approx(sorted(t["ratio"]))  # every point drawn at its ratio
+    assert ys == pytest.approx(sorted(vc.newest(t)["ratio"]))  # each point's newest, at its ratio
     empty = fig_best_over_vllm(t.iloc[:0], None, res)
     assert "no point" in " ".join(x.get_text() for x in empty.texts + empty.axes[0].texts)
 

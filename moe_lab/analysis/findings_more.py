@@ -171,7 +171,8 @@ def vllm_section(runs) -> list[str]:
     show = shapes.assign(geomean_ratio=shapes["geomean_ratio"].map("{:.3f}".format),
                          worst_ratio=shapes["worst_ratio"].map("{:.3f}".format),
                          met=shapes["met"].map({True: "yes", False: "no"}))
-    slow = t[t["slower"]].assign(ratio=lambda d: d["ratio"].map("{:.3f}".format),
+    now = vc.newest(t)
+    slow = now[now["slower"]].assign(ratio=lambda d: d["ratio"].map("{:.3f}".format),
                                  vllm_us=lambda d: d["vllm_us"].map("{:.1f}".format),
                                  best_us=lambda d: d["best_us"].map("{:.1f}".format),
                                  loses_us=lambda d: d["loses_us"].map("{:.1f}".format))
@@ -181,7 +182,9 @@ def vllm_section(runs) -> list[str]:
            "with its own configuration files (`--config default`), checked against the "
            "reference and timed in the same runs as the workbook's own layers (aiter-triton "
            "default and tuned, torch-grouped, the FP8 backends). Per shape and scheme: the "
-           f"best own layer over vLLM per token count, its geometric mean, the worst point, "
+           f"best own layer over vLLM per token count (the newest measurement of each point: a "
+           "point measured again after a change is read from its new run, still against the "
+           "vLLM row of that run), its geometric mean, the worst point, "
            f"the points slower than the run-to-run band ({vc.BAND:.2f}x), and whether the goal "
            "(no point above the band, geomean at or below 1.00) is met "
            f"({int(shapes['met'].sum())} of {len(shapes)} shapes).", "",
@@ -191,7 +194,7 @@ def vllm_section(runs) -> list[str]:
         out += ["", "The slower points, with the phase that loses the most time against "
                 "vLLM's (the ledger's phases of both points) and by how much (us):", "",
                 *md_table(slow[["model", "sharding", "dtype", "tokens", "vllm_us", "best_us",
-                                "best", "ratio", "loses_in", "loses_us"]])]
+                                "best", "ratio", "loses_in", "loses_us", "run_id"]])]
     f8 = vc.fp8_summary(vc.fp8_over_bf16(res))
     if len(f8):
         used = [r for r in vruns if set(r.results["dtype"].astype(str)) & set(f8["dtype"])

@@ -201,6 +201,18 @@ def tune_runs() -> list:
                   reverse=True)
 
 
+def _stages(backend: str, model, tp, ep, dtype) -> int:
+    """How many configurations the backend's search sets per shape (aiter-triton: one per
+    GEMM; vllm: one for both); 2 for a backend this install does not know."""
+    from .. import backends
+    from ..core.problems import make_problem
+    try:
+        return len(backends.get(backend).config_space(
+            make_problem(str(model), 1, str(dtype), int(tp), int(ep))))
+    except Exception:  # noqa: BLE001 - a backend or model no longer here: both stages shown
+        return 2
+
+
 def tune_section(runs) -> list[str]:
     """Per tune run and shape: the token keys the search set out to cover (each has its
     default timed), those with gemm1 and gemm2 candidates timed, the candidates, the
@@ -223,10 +235,13 @@ def tune_section(runs) -> list[str]:
                    & (w["dtype"] == dt)] if len(w) else w
             left = [x for x in (m.get("left") or []) if str(x.get("shape", "")).startswith(
                 f"{model} {sharding_name(int(tp), int(ep))} ")]
+            backend = (m.get("config") or {}).get("backend", "")
             rows.append(dict(
-                run=f"`{r.run_id}`", backend=(m.get("config") or {}).get("backend", ""),
+                run=f"`{r.run_id}`", backend=backend,
                 shape=f"{model} {sharding_name(int(tp), int(ep))} {dt}", keys=_keys(keys),
-                gemm1_not_searched=_keys(keys - g1), gemm2_not_searched=_keys(keys - g2),
+                gemm1_not_searched=_keys(keys - g1),
+                gemm2_not_searched=_keys(keys - g2) if _stages(backend, model, tp, ep, dt) > 1
+                else "(one configuration for both GEMMs)",
                 candidates=f"{len(ok)} of {len(g)}",
                 winner_speedup=span(ws["speedup"]) + "x" if len(ws) else "no winner",
                 run_wall_s=f"{float(m.get('wall_s_total') or m.get('wall_s') or 0):.0f}",
@@ -239,7 +254,8 @@ def tune_section(runs) -> list[str]:
     return ["## Tuning searches", "", runs_line(used), "",
             "Per `moe-lab tune` run and shape: the token keys the search set out to cover, the "
             "keys whose gemm1 or gemm2 stage has no candidate timed (those keep the default "
-            "configuration for that stage), candidates timed ok of all, the winners' speedup "
+            "configuration for that stage; vLLM's kernel takes one configuration for both "
+            "GEMMs, searched as gemm1), candidates timed ok of all, the winners' speedup "
             "over the default configuration as the search timed them, the run's wall time "
             "over all its invocations (the manifest's, not a script's allotment), and the "
             "manifest's status (with what it says is left of that shape).", "", *md_table(pd.DataFrame(rows))]

@@ -9,9 +9,14 @@ figure is moe_lab.plots.vllm_compare's.
         point the ledger's answer: loses_in, the phase whose measured time exceeds vLLM's
         the most, and loses_us, by how much (from the ledger frame of moe_lab.cost.ledger when
         given and holding both points' phases; else '' and NaN)
-    by_shape(table) -> per run, shape and scheme: points, geomean_ratio, worst_ratio and
-        its tokens, slower points, and met (every point within BAND and the geomean at or
-        below 1.00: issue 41's goal)
+    newest(table) -> the newest measurement of each point (model, sharding, scheme, mode,
+        tokens): of the runs that compared it, the one whose vLLM row was measured last (a
+        point measured again after a change is read from its new run; each row is still a
+        comparison within one run)
+    by_shape(table) -> per shape and scheme, over the newest measurement of each point:
+        points, geomean_ratio, worst_ratio and its tokens, slower points, met (every point
+        within BAND and the geomean at or below 1.00: issue 41's goal) and run_id (the runs
+        the points come from, newest first)
     vllm_runs(runs=None) -> the runs holding ok `vllm` default rows (ids or folders given:
         those), chosen by analysis.runs' one rule (GPU runs first; every such run on the
         chosen one's device, newest first); [] when none
@@ -49,8 +54,9 @@ BAND = 1.03  # the run-to-run band of two measurements (h200-repeat-a/b)
 KEY = ["run_id", "model", "tp", "ep", "ep_rank", "dtype", "routing", "mode", "tokens"]
 COLUMNS = ["run_id", "model", "sharding", "tp", "ep", "dtype", "mode", "tokens", "vllm_us",
            "vllm_config_file", "best_us", "best", "ratio", "slower", "loses_in", "loses_us",
-           "best_point_id", "vllm_point_id"]
-SHAPE = ["run_id", "model", "sharding", "dtype", "mode"]
+           "best_point_id", "vllm_point_id", "measured_at"]
+SHAPE = ["model", "sharding", "dtype", "mode"]
+POINT = SHAPE + ["tp", "ep", "tokens"]
 
 
 def _candidates(results: pd.DataFrame, mode: str | None) -> pd.DataFrame:
@@ -82,7 +88,10 @@ def best_over_vllm(results: pd.DataFrame, ledger: pd.DataFrame | None = None,
     mine = mine.assign(best=mine["backend"] + " " + mine["config"])
     best = mine.sort_values("median_us").groupby(KEY, sort=False).head(1)
     base = base.sort_values("median_us").groupby(KEY, sort=False).head(1)
-    cols = ["median_us", "point_id"] + (["config_file"] if "config_file" in base else [])
+    if "measured_at" not in base:
+        base = base.assign(measured_at="")
+    cols = ["median_us", "point_id", "measured_at"] + (
+        ["config_file"] if "config_file" in base else [])
     t = base[KEY + cols].rename(columns={"median_us": "vllm_us", "point_id": "vllm_point_id",
                                          "config_file": "vllm_config_file"}).merge(
         best[KEY + ["median_us", "best", "point_id"]].rename(
@@ -114,17 +123,34 @@ def best_over_vllm(results: pd.DataFrame, ledger: pd.DataFrame | None = None,
         .reset_index(drop=True)
 
 
+def newest(table: pd.DataFrame) -> pd.DataFrame:
+    """Module doc; the table's order kept."""
+    if table.empty:
+        return table
+    when = table["measured_at"].fillna("").astype(str)
+    keep = table.assign(_when=when).sort_values("_when", ascending=False, kind="stable") \
+        .drop_duplicates(POINT).index
+    return table.loc[table.index.isin(keep)]
+
+
+def runs_of(g: pd.DataFrame) -> str:
+    """The run ids of a frame's rows, newest measurement first, comma-separated."""
+    g = g.sort_values("measured_at", ascending=False, kind="stable")
+    return ", ".join(dict.fromkeys(g["run_id"].astype(str)))
+
+
 def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
     """Module doc; empty when the table is."""
-    cols = SHAPE + ["points", "geomean_ratio", "worst_ratio", "worst_tokens", "slower", "met"]
+    cols = SHAPE + ["points", "geomean_ratio", "worst_ratio", "worst_tokens", "slower", "met",
+                    "run_id"]
     rows = []
-    for k, g in table.groupby(SHAPE, sort=True):
+    for k, g in newest(table).groupby(SHAPE, sort=True):
         worst = g.loc[g["ratio"].idxmax()]
         gm = float(np.exp(np.log(g["ratio"].astype(float)).mean()))
         rows.append(dict(zip(SHAPE, k), points=len(g), geomean_ratio=gm,
                          worst_ratio=float(worst["ratio"]), worst_tokens=int(worst["tokens"]),
                          slower=int(g["slower"].sum()),
-                         met=bool(not g["slower"].any() and gm <= 1.0)))
+                         met=bool(not g["slower"].any() and gm <= 1.0), run_id=runs_of(g)))
     return pd.DataFrame(rows, columns=cols)
 
 

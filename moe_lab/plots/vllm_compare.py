@@ -9,18 +9,19 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..analysis.vllm_compare import BAND, SHAPE
+from ..analysis.vllm_compare import BAND, SHAPE, newest, runs_of
 from . import style
 
 
 def fig_best_over_vllm(table: pd.DataFrame, run=None, rows: pd.DataFrame | None = None,
                        band: float = BAND) -> Figure:
-    """`table`: moe_lab.analysis.vllm_compare.best_over_vllm; `run`, `rows`: the provenance footer's
-    (the first run and the compared rows, with their run_id)."""
+    """`table`: moe_lab.analysis.vllm_compare.best_over_vllm (drawn: the newest measurement of
+    each point); `run`, `rows`: the provenance footer's (the first run and the compared rows,
+    with their run_id)."""
     if table.empty:
         return style.note_figure("no point has both vLLM as shipped and a layer of ours", run,
                                  rows)
-    groups = list(table.groupby(SHAPE, sort=True))
+    groups = list(newest(table).groupby(SHAPE, sort=True))
     ncols = min(3, len(groups))
     nrows = -(-len(groups) // ncols)
     fig, axes = style.new_figure(nrows, ncols, squeeze=False, sharey=True,
@@ -29,7 +30,7 @@ def fig_best_over_vllm(table: pd.DataFrame, run=None, rows: pd.DataFrame | None 
     for ax in flat[len(groups):]:
         ax.set_visible(False)
     seen = {}
-    for ax, ((run_id, model, sharding, dtype, mode), g) in zip(flat, groups):
+    for ax, ((model, sharding, dtype, mode), g) in zip(flat, groups):
         g = g.sort_values("tokens")
         ax.plot(g["tokens"], g["ratio"], color="0.6", lw=0.8, zorder=1)
         for best, h in g.groupby(g["best"].str.split().str[0]):
@@ -41,7 +42,7 @@ def fig_best_over_vllm(table: pd.DataFrame, run=None, rows: pd.DataFrame | None 
         ax.axhline(band, color="tab:red", lw=0.7, ls="--")
         gm = float(np.exp(np.log(g["ratio"].astype(float)).mean()))
         ax.set_xscale("log", base=2)
-        ax.set(title=f"{model} {sharding} {dtype}\ngeomean {gm:.2f}x ({run_id})",
+        ax.set(title=f"{model} {sharding} {dtype}\ngeomean {gm:.2f}x ({runs_of(g)})",
                xlabel="tokens")
         ax.title.set_fontsize(8)
         ax.grid(True, which="both", alpha=0.3)
