@@ -43,13 +43,53 @@ def _contributor_checkout(tmp: Path) -> Path:
     anchor = "        row.update(timing_fields(m.timing))\n"
     assert anchor in text
     p.write_text(text.replace(anchor, anchor +
-                              '        row["spread_ratio"] = m.timing.p90_us / m.timing.p10_us\n'))
+                              '        row["spread_ratio"] = m.timing.p90_us / m.timing.p10_us\n')
+                 + TRACE)
     return src
 
 
-def _run(src: Path, data: Path, *argv, timeout=400):
+# Appended to the copy's points.py: every call of the one point function and of the gate is
+# logged (pid, what, backend, tokens, whether a gate ran inside check_point) when
+# MOE_LAB_POINT_LOG names a file. Callers bind the wrapped names, since they import them
+# after this module body has run.
+TRACE = """
+
+import os as _os
+import sys as _sys
+
+_gate0, _check0, _inside = gate, check_point, []
+
+
+def _trace(*what):
+    log = _os.environ.get("MOE_LAB_POINT_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(" ".join(str(x) for x in (_os.getpid(), *what)) + "\\n")
+
+
+def gate(backend, problem, device):
+    _trace("gate", backend.name, problem.tokens, "inside" if _inside else "outside")
+    if _inside:
+        _inside[-1] += 1
+    return _gate0(backend, problem, device)
+
+
+def check_point(point, *a, **kw):
+    _inside.append(0)
+    try:
+        c = _check0(point, *a, **kw)
+    finally:
+        gates = _inside.pop()
+    caller = _sys._getframe(1).f_globals["__name__"].rsplit(".", 1)[-1]
+    _trace("check", resolve(point.backend).name, point.problem.tokens, point.config,
+           point.routing, caller, gates)
+    return c
+"""
+
+
+def _run(src: Path, data: Path, *argv, timeout=400, log: Path | None = None):
     env = dict(os.environ, PYTHONPATH=str(src), MOE_LAB_DATA=str(data), OMP_NUM_THREADS="1",
-               MOE_LAB_GIT_COMMIT="0000000")
+               MOE_LAB_GIT_COMMIT="0000000", MOE_LAB_POINT_LOG=str(log or ""))
     p = subprocess.run([sys.executable, "-m", "moe_lab", *argv], cwd=src, env=env,
                        capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, f"{argv[0]} failed ({p.returncode}): {p.stderr[-1500:]}"
@@ -69,29 +109,84 @@ def contributed(tmp_path_factory):
     return _contributor_checkout(tmp), tmp / "data"
 
 
+def _calls(log: Path) -> tuple[list[list[str]], list[list[str]]]:
+    """(check_point calls, gate calls) of a logged run: each a list of the logged fields."""
+    lines = [ln.split() for ln in log.read_text().splitlines()]
+    return [x for x in lines if x[1] == "check"], [x for x in lines if x[1] == "gate"]
+
+
+def _one_path(log: Path, where: str) -> list[list[str]]:
+    """The run reached the one point function, and every gate it asked ran inside it, once
+    per call: nothing gates, prepares or checks a point on its own."""
+    checks, gates = _calls(log)
+    assert checks, f"{where}: check_point was never called"
+    assert gates and all(g[-1] == "inside" for g in gates), f"{where}: a gate outside check_point"
+    assert all(c[-1] == "1" for c in checks), f"{where}: a point gated {[c[-1] for c in checks]} times"
+    assert len(gates) == len(checks)
+    return checks
+
+
 def test_a_new_metric_reaches_a_cpu_sweep_and_a_compile_sweep(contributed):
     src, data = contributed
-    _run(src, data, "sweep", *COMMON, "--ep", "1", "--backends", "torch",
-         "--modes", "eager,compile:off", "--run-id", "s")
+    log = data.parent / "sweep.log"
+    _run(src, data, "sweep", *COMMON, "--ep", "1", "--backends", "torch,torch-grouped",
+         "--modes", "eager,compile:off", "--routing", "uniform,zipf:1.2", "--run-id", "s", log=log)
     res = pd.read_parquet(data / "s" / "results.parquet")
     _has_metric(res[res["mode"] == "eager"], "CPU sweep")
     _has_metric(res[res["mode"] == "compile:off"], "compile sweep")
+    checks = _one_path(log, "sweep")
+    # one call per point of the eager sweep (backend x tokens x routing), and one per
+    # backend x routing for the compile grid (its layer checked at the grid's first token)
+    sweep = [(c[2], c[3], c[5]) for c in checks if c[6] == "sweep"]
+    assert sorted(sweep) == sorted({(b, t, r) for b in ("torch", "torch-grouped")
+                                    for t in ("1", "2") for r in ("uniform", "zipf:1.2")})
+    grid = {(c[2], c[3], c[5]) for c in checks if c[6] == "compile"}
+    assert grid == {(b, "1", r) for b in ("torch", "torch-grouped")
+                    for r in ("uniform", "zipf:1.2")}, grid
+    comp = res[res["mode"] == "compile:off"]  # per routing: a grid per backend and wrapping
+    assert (comp["status"] == "ok").all(), comp["error"].tolist()
+    assert sum(c[6] == "compile" for c in checks) == len(comp.drop_duplicates(
+        ["backend", "wrapped", "routing"]))
 
 
 def test_a_new_metric_reaches_a_two_process_gloo_sweep(contributed):
     src, data = contributed
+    log = data.parent / "gloo.log"
     _run(src, data, "sweep", *COMMON, "--nproc", "2", "--backends", "torch",
-         "--dist-reps", "3", "--run-id", "d")
-    _has_metric(pd.read_parquet(data / "d" / "results.parquet"), "gloo sweep")
+         "--dist-reps", "3", "--run-id", "d", log=log)
+    res = pd.read_parquet(data / "d" / "results.parquet")
+    _has_metric(res, "gloo sweep")
+    checks = _one_path(log, "2-rank gloo sweep")
+    ranks = {c[0] for c in checks}
+    assert len(ranks) == 2  # each rank hands its own shard's point to the one function
+    points_ = res.drop_duplicates(["parallel", "tokens"])  # a point: layout x token count
+    assert len(points_) > 2
+    for pid in ranks:  # once per point on each rank
+        assert len([c for c in checks if c[0] == pid]) == len(points_)
 
 
 def test_a_new_metric_reaches_a_tune_run(contributed):
     src, data = contributed
+    log = data.parent / "tune.log"
     _run(src, data, "tune", "--backend", "torch-chunked", "--models", MODEL, "--tp", "1",
          "--ep", "1", "--tokens", "16", "--dtype", "fp32", "--device", "cpu", "--rep-ms", "5",
          "--warmup-ms", "1", "--no-progress", "--run-id", "t",
-         "--configs-dir", str(data.parent / "configs"))
+         "--configs-dir", str(data.parent / "configs"), log=log)
     _has_metric(pd.read_parquet(data / "t" / "candidates.parquet"), "tune run")
+    checks = _one_path(log, "tune")  # its would-be winners, each checked before it is kept
+    assert all(c[2] == "torch-chunked" and c[4] == "candidate" and c[6] == "tuning_search"
+               for c in checks)
+
+
+def test_check_reaches_the_one_point_function(contributed):
+    src, data = contributed
+    log = data.parent / "check.log"
+    _run(src, data, "check", "--model", MODEL, "--tp", "1", "--tokens", "1,2", "--dtype",
+         "fp32", "--device", "cpu", "--backends", "torch,torch-grouped", log=log)
+    checks = _one_path(log, "check")
+    assert {c[6] for c in checks} == {"correctness"}
+    assert sorted((c[2], c[3]) for c in checks) == [("torch", "1"), ("torch", "2"),
+                                                    ("torch-grouped", "1"), ("torch-grouped", "2")]
 
 
 def test_a_cpu_sweep_row_carries_the_eager_timers_steady_statistics(tmp_path):

@@ -72,13 +72,10 @@ def run(args) -> int:
     device = resolve_device(args.device)
     prob = make_problem(args.model, args.tokens, args.dtype, args.tp, args.ep,
                         args.ep_rank if args.ep > 1 else 0)
-    table = config_table(args.backend, args.config, prob, device)
-    if table is None:
-        df, trace = profile_point(args.model, args.tokens, args.backend, args.tp, args.ep,
-                                  args.ep_rank, args.dtype, args.routing,
-                                  device, args.iters, args.trace, args.seed)
-    else:
-        df, trace = profile_configured(prob, args, device, table)
+    config_table(args.backend, args.config, prob, device)  # a bad --config: one line, exit 2
+    df, trace = profile_point(args.model, args.tokens, args.backend, args.tp, args.ep,
+                              args.ep_rank, args.dtype, args.routing,
+                              device, args.iters, args.trace, args.seed, config=args.config)
     chk = df.attrs["check"]
     print(f"# {df.attrs['point']} backend={args.backend} config={args.config} "
           f"routing={args.routing}: {chk['status']} max_rel_err={chk['max_rel_err']:.2e}")
@@ -116,38 +113,6 @@ def config_table(backend: str, config: str, prob, device: str):
     if why:
         raise UsageError(why)
     return table
-
-
-def profile_configured(prob, args, device: str, table):
-    """api.profile with a launch configuration: the point checked, then profiled."""
-    import os
-
-    from .. import backends
-    from ..measuring.correctness import (check_backend, make_inputs, make_weights, point_seed,
-                               reference)
-    from ..measuring.profiling import export_trace, profile_kernels
-    from ..measuring.progress import native_log_filter
-    from ..measuring.points import gate
-    be = backends.get(args.backend)
-    status, why = gate(be, prob, device)
-    if status != "ok":
-        raise UsageError(f"{args.backend} cannot run this point here: {why}")
-    weights = make_weights(prob, device, args.seed)
-    inp = make_inputs(prob, device, point_seed(args.seed, args.tokens, args.routing),
-                      args.routing)
-    fn = be.prepare(prob, weights, config=table)
-    chk = check_backend(be, prob, weights, inp, reference(prob, weights, inp), device, fn)
-    if chk["status"] != "ok":
-        raise UsageError(f"{args.backend} on {prob.describe()}: {chk['status']} {chk['error']}")
-    with native_log_filter():
-        df = profile_kernels(fn, inp.args(), iters=args.iters, device=device)
-    df.attrs.update(check=chk, point=prob.describe())
-    trace = args.trace or os.path.join("out", "traces", f"{prob.model.name}_{prob.sharding}_"
-                                       f"T{prob.tokens}_{args.backend}_{args.config}.json.gz")
-    os.makedirs(os.path.dirname(os.path.abspath(trace)), exist_ok=True)
-    with native_log_filter():
-        export_trace(fn, inp.args(), trace, device=device)
-    return df, trace
 
 
 def print_ledger(prob, args, device: str, df) -> None:

@@ -30,15 +30,14 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from .. import backends as registry
 from ..backends import Weights
-from ..measuring.correctness import THRESHOLDS, classify_exception, make_inputs, one_line, point_seed, reference, rel_err
+from ..measuring.correctness import THRESHOLDS, classify_exception, make_inputs, one_line, point_seed, reference
 from ..core.environment import capture_environment, device_name
 from ..core.errors import Terminated
 from ..storage.invocations import begin_invocation, end_invocation
 from ..core.problems import DTYPES, parse_model
 from ..storage.store import RunStore, point_id
-from ..measuring.points import finish, gate, new_row
+from ..measuring.points import Point, check_point, finish, new_row
 from ..measuring.timing import CaptureError, summarize, time_fn
 from . import layers, shards
 from .control import Control, RankLost, open_store
@@ -267,41 +266,36 @@ class Worker:
         fprob = shards.full_problem(model, tokens, s["dtype"])
         inp = make_inputs(fprob, self.device, seed, routing, ensure_local=False)
         facts = dict(inputs_digest=inp.digest(), seed=seed, threshold=THRESHOLDS[s["dtype"]])
-        # setup: this rank alone
-        try:
-            backend = registry.get(bname)
-            bprob = layers.k1_problem(prob) if variant == "ep-alltoall" else prob
-            st, why = gate(backend, bprob, self.device)
-            if st == "ok":
-                w = tp_w if variant == "tp-allreduce" else shards.rank_weights(
-                    variant, prob, full, self.world, r, self.device)
-                fn = backend.prepare(bprob, w)
-                fault(s, r, "setup", tokens)
-                st, why = "ok", ""
-        except Exception as exc:
-            st, why = classify_exception(exc), one_line(exc)
-        states = self.agree("setup", st, why)
-        status, error = self.verdict(states)
-        if status != "ok":
-            return self.write(model, tokens, routing, variant, bname, modes, states, facts)
-        # check: the layer once, end to end, against the single-process reference
-        err = float("nan")
-        try:
-            lay = layers.build(variant, prob, fn, inp, self.world, r, self.group)
+        bprob = layers.k1_problem(prob) if variant == "ep-alltoall" else prob
+        got = {}  # what the steps leave: every rank's setup states, the layer, its facts
+
+        def build(be, kw):  # setup: this rank alone, its shard of the layer's weights
+            w = tp_w if variant == "tp-allreduce" else shards.rank_weights(
+                variant, prob, full, self.world, r, self.device)
+            fn = be.prepare(bprob, w, **kw)
+            fault(s, r, "setup", tokens)
+            return fn
+
+        def agree(step, st, why):  # no rank checks (collectives) unless every rank is set up
+            got["setup"] = self.agree(step, st, why)
+            return self.verdict(got["setup"])
+
+        def output(fn):  # the layer once, end to end, against the single-process reference
+            lay = got["lay"] = layers.build(variant, prob, fn, inp, self.world, r, self.group)
             out = lay.layer()
             if self.cuda:
                 torch.cuda.synchronize()
             ref = self.reference(fprob, full, inp, (model.name, tokens, routing))[lay.rows.to(inp.x.device)]
-            err = rel_err(out, ref) if len(lay.rows) else 0.0
             fault(s, r, "check", tokens)
-            st, why = "ok", ""
-            if not err <= facts["threshold"]:
-                st, why = "incorrect", f"max_rel_err {err:.3g} > {facts['threshold']:.0e}"
-            mine = dict(pairs=lay.pairs, experts_hit=lay.experts_hit, sent_bytes=lay.sent_bytes,
-                        tokens_local=len(lay.rows))
-        except Exception as exc:
-            st, why, mine = classify_exception(exc), one_line(exc), {}
-        states = self.agree("check", st, why, max_rel_err=err, **mine)
+            got["mine"] = dict(pairs=lay.pairs, experts_hit=lay.experts_hit,
+                               sent_bytes=lay.sent_bytes, tokens_local=len(lay.rows))
+            return out, ref
+        c = check_point(Point(bprob, bname, routing=routing), None, self.device, build=build,
+                        output=output, agree=agree)
+        if self.verdict(got["setup"])[0] != "ok":
+            return self.write(model, tokens, routing, variant, bname, modes, got["setup"], facts)
+        states = self.agree("check", c.status, c.error, max_rel_err=c.max_rel_err,
+                            **got.get("mine", {}))
         facts["max_rel_err"] = max((x.get("max_rel_err", float("nan")) for x in states),
                                    key=lambda v: -1 if v != v else v)
         status, error = self.verdict(states)
@@ -310,6 +304,7 @@ class Worker:
             if status != "incorrect":
                 self.fresh_group()
             return
+        backend, lay = c.backend, got["lay"]
         for mode in modes:
             self.time_mode(model, tokens, routing, variant, bname, mode, backend, lay, facts,
                            states)

@@ -31,12 +31,12 @@ import torch
 from .. import backends
 from ..backends.torch_ref import torch_moe
 from .compile_table import compile_row
-from .correctness import THRESHOLDS, classify_exception, make_weights, one_line, rel_err
+from .correctness import classify_exception, make_weights, one_line, rel_err
 from ..core.environment import now_iso
 from ..core.errors import has_timeout, reraise_if_terminated, time_limit
 from .layer import MoELayer
 from .modes import Mode
-from .points import Measured, fill_metrics, gate, new_row
+from .points import Measured, Point, check_point, fill_metrics, new_row, within_limit
 from ..core.problems import Problem
 from ..core.routing import make_routing, route
 from .timing import time_fn
@@ -156,7 +156,7 @@ def layer_inputs(problem: Problem, device: str, routing: str = "uniform", seed: 
     still differ where the load ignores its group limit)."""
     w, ids, logits = make_routing(problem.model, problem.tokens, routing, seed)
     if routing != "uniform":
-        logits = logits.scatter(1, ids.long(), logits.abs().max() + 10.0)
+        logits = logits.scatter(1, ids.long(), float(logits.abs().max()) + 10.0)
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(problem.tokens, problem.hidden, generator=g).to(problem.torch_dtype)
     return x.to(device), logits.to(device)
@@ -233,27 +233,31 @@ class CompileBench:
         grid (what is left of the grid becomes `timeout` rows)."""
         tokens = list(self.tokens if tokens is None else tokens)
         emit = on_row or (lambda r: None)
-        be = backends.get(backend)
-        status, why = gate(be, self.problem, self.device)
-        if status != "ok":
-            rows = [self.row(backend, mode, t, status=status, error=why) for t in tokens]
+        x0, logits0, ref0 = self.inputs[tokens[0]]
+        failed = {}
+
+        def build(be, kw):  # the layer (the prepared callable inside), eager, wrapped or not
+            try:
+                return MoELayer(self.problem, backend, self.weights, wrap=mode.wrapped,
+                                bias=self.bias)
+            except Exception as exc:
+                failed["why"] = f"prepare: {error_line(exc)}"
+                raise
+
+        def grid(c):  # correct eager first (at the grid's first token count), then compiled
+            brk, brk_error = self._breaks(c.fn) if mode.compiled else (None, "")
+            return brk, brk_error, self._grid(c.fn, backend, mode, brk, tokens, budget_s, emit)
+        with quiet_dynamo():
+            c = check_point(Point(self.problem.with_tokens(tokens[0]), backend,
+                                  routing=self.routing), self.weights, self.device, build=build,
+                            output=lambda layer: (layer(x0, logits0), ref0), time=grid)
+        if not c.ok:
+            rows = [self.row(backend, mode, t, status=c.status, error=failed.get("why", c.error),
+                             max_rel_err=c.max_rel_err) for t in tokens]
             for r in rows:
                 emit(r)
             return rows, None
-        with quiet_dynamo():
-            try:
-                layer = MoELayer(self.problem, backend, self.weights, wrap=mode.wrapped,
-                                 bias=self.bias)
-            except Exception as exc:
-                reraise_if_terminated(exc)
-                rows = [self.row(backend, mode, t, status=classify_exception(exc),
-                                 error=f"prepare: {error_line(exc)}") for t in tokens]
-                for r in rows:
-                    emit(r)
-                return rows, None
-            brk, brk_error = self._breaks(layer) if mode.compiled else (None, "")
-            rows, n_skips, skips, graphs_first = self._grid(layer, backend, mode, brk, tokens,
-                                                            budget_s, emit)
+        brk, brk_error, (rows, n_skips, skips, graphs_first) = c.timed
         if not mode.compiled:
             return rows, None
         crow = compile_row(self.base, backend, mode.name, mode.wrapped, rows, brk, brk_error,
@@ -316,10 +320,9 @@ class CompileBench:
             timing = time_fn("compile", fn, arg_copies(x, logits), self.device)
             fill_metrics(row, Measured(timing, self.problem.with_tokens(t)))
             row.update(note=timing.note, max_rel_err=err, samples_us=list(timing.samples_us))
-            tol = THRESHOLDS[self.problem.dtype]
-            if not err <= tol:
-                row.update(status="incorrect",
-                           error=f"max_rel_err {err:.3g} > {tol:.0e} for {self.problem.dtype}")
+            status, why = within_limit(err, self.problem.dtype)
+            if status != "ok":
+                row.update(status=status, error=why)
             return row["compile_s"] if mode.compiled else 0.0
         except Exception as exc:  # a failed compile or call is a row
             reraise_if_terminated(exc)

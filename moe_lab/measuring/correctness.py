@@ -20,22 +20,9 @@ from ..core.problems import FP8_SCHEMES, Problem
 from ..core.routing import make_routing
 from ..core.errors import one_line  # noqa: F401 (re-exported: every verb imports it from here)
 
-# Pass/fail threshold on max|out-ref|/max|ref| per dtype. bf16 keeps 8 bits of mantissa:
-# rounding of the output alone is 2^-8 ~ 0.4% of an element, and the bf16 intermediate
-# between the two GEMMs adds as much again; 2% leaves room for accumulation order.
-THRESHOLDS = {"bf16": 2e-2, "fp16": 5e-3, "fp32": 2e-3}
-# fp8 schemes: the reference runs on the same dequantised weights and activations, with
-# the intermediate between the GEMMs held in bf16 as the layer holds it (backends.torch_fp8
-# .fp8_reference), so quantisation error is not in this number (it is `quant_err`). What
-# is left: where a kernel's bf16 intermediate differs from the reference's by one bf16 step
-# (accumulation order, its own rounding) and the value sits at an fp8 rounding boundary,
-# re-quantising it lands one fp8 step (2^-3 of the element) away, and a few such flips
-# per row move an output by a few % of the max. Measured on the CPU (Qwen3-30B TP8 and
-# EP8, Llama-4-like and small shapes, 1-64 tokens, two seeds): torch-fp8 (fp8 GEMMs,
-# fp32 accumulation) <= 0.53%; torch-fp8-dequant (operands rounded to bf16 first) <= 4.3%;
-# aiter's Triton fp8 kernels under Triton's CPU interpreter <= 4.4%. 6e-2 covers them; a
-# wrong scale (x2, or e4m3fn bits read as e4m3fnuz without doubling) is 50-300% off.
-THRESHOLDS.update({s: 6e-2 for s in FP8_SCHEMES})
+# The limit rule's thresholds, rel_err and classify_exception live with the one point path
+# (moe_lab.measuring.points) and are re-exported here, where the checks have always found them.
+from .points import THRESHOLDS, classify_exception, rel_err  # noqa: F401
 
 
 def default_device() -> str:
@@ -143,60 +130,20 @@ def quant_facts(problem: Problem, weights: backends.Weights, inp: Inputs,
                 quant_err=rel_err(ref, unquantized_reference(problem, weights, inp)))
 
 
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """max|out-ref| / max|ref|; inf when out has NaN/Inf or the wrong shape."""
-    if out.shape != ref.shape:
-        return float("inf")
-    o = out.to(ref.dtype)
-    if not torch.isfinite(o).all():
-        return float("inf")
-    denom = ref.abs().max().item()
-    num = (o - ref).abs().max().item()
-    return num / denom if denom > 0 else num
-
-
-def classify_exception(exc: BaseException) -> str:
-    """A failure's status: `timeout` when the point's time limit stopped it (anywhere in the
-    chain: the check, the timing, a wrapped compile), `oom`, else `failed`."""
-    from ..core.errors import has_timeout
-    if has_timeout(exc):
-        return "timeout"
-    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
-        return "oom"
-    return "failed"
-
-
 def check_backend(backend: backends.Backend, problem: Problem, weights: backends.Weights, inp: Inputs,
                   ref: torch.Tensor, device: str, prepared=None) -> dict:
-    """One backend, one point: status, error and max_rel_err. Never raises."""
-    row = dict(backend=backend.name, status="ok", error="", max_rel_err=float("nan"),
-               threshold=THRESHOLDS[problem.dtype])
-    from .points import gate
-    status, why = gate(backend, problem, device)
-    if status != "ok":
-        return dict(row, status=status, error=why)
-    try:
-        fn = prepared or backend.prepare(problem, weights)
-        row.update(getattr(fn, "row_facts", None) or {})  # its config file, its version
-        out = fn(*inp.args())
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        err = rel_err(out, ref)
-    except Exception as exc:  # a failing backend is a row, not a crash
-        return dict(row, status=classify_exception(exc), error=one_line(exc))
-    row["max_rel_err"] = err
-    if not err <= row["threshold"]:
-        row.update(status="incorrect",
-                   error=f"max_rel_err {err:.3g} > {row['threshold']:.0e} for {problem.dtype}")
-    return row
+    """One backend, one point: status, error and max_rel_err (the row of
+    moe_lab.measuring.points.check_point, the one path). Never raises."""
+    from .points import Point, check_point
+    return check_point(Point(problem, backend), weights, device, inputs=inp, ref=ref,
+                       fn=prepared).row()
 
 
 def check_problem(problem: Problem, backend_names: list[str], device: str, seed: int,
                   routing: str = "uniform", config: str = "default") -> list[dict]:
     """Each backend against the reference on fresh inputs; `config` (default, tuned or a
-    file) is used by the tunable backends (moe_lab.measuring.tuning.config_for)."""
-    from ..core.environment import device_name
-    from ..storage.configs import config_for
+    file) is used by the tunable backends (moe_lab.storage.configs.config_for)."""
+    from .points import Point, check_point
     weights = make_weights(problem, device, seed)
     inp = make_inputs(problem, device, seed + 7, routing)
     ref = reference(problem, weights, inp)
@@ -204,16 +151,11 @@ def check_problem(problem: Problem, backend_names: list[str], device: str, seed:
     rows = []
     for name in backend_names:
         t0 = time.perf_counter()
-        be = backends.get(name)
-        table, why = config_for(name, config, problem, device_name(device))
-        if why and be.available()[0]:
-            row = dict(backend=name, status="unsupported", error=why, max_rel_err=float("nan"),
-                       threshold=THRESHOLDS[problem.dtype])
-        else:
-            fn = be.prepare(problem, weights, config=table) if table is not None else None
-            row = check_backend(be, problem, weights, inp, ref, device, fn)
+        c = check_point(Point(problem, name, config=config, routing=routing), weights, device,
+                        inputs=inp, ref=ref)
+        row = c.row()
         row.update(problem.key(), **facts, routing=routing, seed=seed,
-                   config=config if be.tunable else "default",
+                   config=config if c.backend.tunable else "default",
                    check_s=round(time.perf_counter() - t0, 3))
         rows.append(row)
     del weights, inp, ref
@@ -223,21 +165,25 @@ def check_problem(problem: Problem, backend_names: list[str], device: str, seed:
 
 
 def checked_point(model: str, tokens: int, backend: str, tp: int, ep: int, ep_rank: int,
-                  dtype: str, routing: str, device: str, seed: int):
+                  dtype: str, routing: str, device: str, seed: int, config: str = "default"):
     """One point made ready to measure, correct before fast: (problem, prepared fn, inputs,
-    check row). UsageError when the backend cannot run it here or fails its check."""
+    check row), through moe_lab.measuring.points.check_point. UsageError when the backend
+    cannot run it here or fails its check."""
     from ..core.errors import UsageError
     from ..core.problems import make_problem
+    from .points import Point, check_point
     prob = make_problem(model, tokens, dtype, tp, ep, ep_rank)
-    be = backends.get(backend)
-    from .points import gate
-    status, why = gate(be, prob, device)
-    if status != "ok":
-        raise UsageError(f"{backend} cannot run this point here: {why}")
-    weights = make_weights(prob, device, seed)
-    inp = make_inputs(prob, device, point_seed(seed, tokens, routing), routing)
-    fn = be.prepare(prob, weights)
-    chk = check_backend(be, prob, weights, inp, reference(prob, weights, inp), device, fn)
-    if chk["status"] != "ok":
-        raise UsageError(f"{backend} on {prob.describe()}: {chk['status']} {chk['error']}")
-    return prob, fn, inp, chk
+    made = {}  # weights and inputs drawn only once the gate has passed (a full layer is GBs)
+
+    def build(be, kw):
+        made["w"] = make_weights(prob, device, seed)
+        made["inp"] = make_inputs(prob, device, point_seed(seed, tokens, routing), routing)
+        return be.prepare(prob, made["w"], **kw)
+    c = check_point(Point(prob, backend, config=config, routing=routing), None, device,
+                    build=build, output=lambda fn: (fn(*made["inp"].args()),
+                                                    reference(prob, made["w"], made["inp"])))
+    if c.status in ("unsupported", "unavailable"):
+        raise UsageError(f"{backend} cannot run this point here: {c.error}")
+    if not c.ok:
+        raise UsageError(f"{backend} on {prob.describe()}: {c.status} {c.error}")
+    return prob, c.fn, made["inp"], c.row()

@@ -1,8 +1,19 @@
 """A point's one path to its row: gate, prepare, check, time, row.
 
-    status, why = gate(backend, problem, device)       # can it run here at all?
+    pt = Point(problem, "aiter-triton", config="tuned", glue="fused", routing="uniform")
+    c = check_point(pt, weights, device, inputs=inp, ref=ref, time=...)  # the one path
     row = new_row(key, git_commit=..., device=...)     # every declared column at its default
     finish(row, timing=t, problem=p, topk_ids=ids, device="cuda")  # timer, metrics, roof, id
+
+`check_point` is the one function every measuring path hands its point to (the sweep,
+compile sweeps, distributed ranks, tune's would-be winners, `check`, `profile` and the
+eager split): it resolves the backend once, gates once (`gate`: can it run here at all?),
+resolves the launch configuration, prepares, checks the output against the reference by
+the one limit rule (`within_limit`), and only then times (the path's `time`). What differs
+between paths is handed in, never written again: how the callable is built (`build`: a
+compiled layer, a rank's shard), how its output and reference are had (`output`: a whole
+layer, a distributed layer), a verdict shared by ranks before they check together
+(`agree`), and how it is timed (`time`: modes, a compile grid, a profiler).
 
 The sweep, compile sweeps, distributed ranks, tune and the aiter import build their rows
 with `new_row` and close them with `finish`; none copies timer fields or computes the
@@ -12,12 +23,31 @@ roofline itself. A new per-point metric is a `Column` in moe_lab.storage.rows an
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
+from ..core.problems import FP8_SCHEMES
 from ..storage.rows import ID_FIELDS, OPTIONAL_ID_FIELDS, defaults, validate
 from ..storage.store import point_id
 
 IDENTITY = frozenset(ID_FIELDS + OPTIONAL_ID_FIELDS)
+
+# Pass/fail threshold on max|out-ref|/max|ref| per dtype. bf16 keeps 8 bits of mantissa:
+# rounding of the output alone is 2^-8 ~ 0.4% of an element, and the bf16 intermediate
+# between the two GEMMs adds as much again; 2% leaves room for accumulation order.
+THRESHOLDS = {"bf16": 2e-2, "fp16": 5e-3, "fp32": 2e-3}
+# fp8 schemes: the reference runs on the same dequantised weights and activations, with
+# the intermediate between the GEMMs held in bf16 as the layer holds it (backends.torch_fp8
+# .fp8_reference), so quantisation error is not in this number (it is `quant_err`). What
+# is left: where a kernel's bf16 intermediate differs from the reference's by one bf16 step
+# (accumulation order, its own rounding) and the value sits at an fp8 rounding boundary,
+# re-quantising it lands one fp8 step (2^-3 of the element) away, and a few such flips
+# per row move an output by a few % of the max. Measured on the CPU (Qwen3-30B TP8 and
+# EP8, Llama-4-like and small shapes, 1-64 tokens, two seeds): torch-fp8 (fp8 GEMMs,
+# fp32 accumulation) <= 0.53%; torch-fp8-dequant (operands rounded to bf16 first) <= 4.3%;
+# aiter's Triton fp8 kernels under Triton's CPU interpreter <= 4.4%. 6e-2 covers them; a
+# wrong scale (x2, or e4m3fn bits read as e4m3fnuz without doubling) is 50-300% off.
+THRESHOLDS.update({s: 6e-2 for s in FP8_SCHEMES})
 
 
 def checkpoint_refusal(problem) -> str:
@@ -151,3 +181,171 @@ def finish(row: dict, *, timing=None, problem=None, topk_ids=None, device: str =
 def _set(row: dict) -> set:
     """The columns of a row that hold a value (not None / NaN)."""
     return {k for k, v in row.items() if v is not None and not (isinstance(v, float) and v != v)}
+
+
+def rel_err(out, ref) -> float:
+    """max|out-ref| / max|ref|; inf when out has NaN/Inf or the wrong shape; 0 when both
+    are empty (a rank that holds none of the batch's rows has nothing to get wrong)."""
+    if out.shape != ref.shape:
+        return float("inf")
+    if ref.numel() == 0:
+        return 0.0
+    import torch
+    o = out.to(ref.dtype)
+    if not torch.isfinite(o).all():
+        return float("inf")
+    denom = ref.abs().max().item()
+    num = (o - ref).abs().max().item()
+    return num / denom if denom > 0 else num
+
+
+def classify_exception(exc: BaseException) -> str:
+    """A failure's status: `timeout` when the point's time limit stopped it (anywhere in the
+    chain: the check, the timing, a wrapped compile), `oom`, else `failed`."""
+    import torch
+    from ..core.errors import has_timeout
+    if has_timeout(exc):
+        return "timeout"
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return "oom"
+    return "failed"
+
+
+# --- the one path of a point ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Point:
+    """What is measured: `problem` (a model's shard at a token count and dtype) on `backend`
+    (a name, or a Backend object a test builds), with its launch configuration (`config`:
+    default, tuned or a file, resolved by moe_lab.storage.configs.config_for; `table`, an
+    explicit one such as a tune candidate's, is used as it is), `glue` ('' for the backend's
+    own) and `routing`."""
+    problem: Any
+    backend: Any
+    config: str = "default"
+    glue: str = ""
+    routing: str = "uniform"
+    table: dict | None = field(default=None, compare=False)
+
+
+@dataclass
+class Checked:
+    """What `check_point` found: status (ok, or unsupported / unavailable / incorrect /
+    failed / oom / timeout) and error, max_rel_err against its threshold, the prepared
+    callable `fn` (None when it never got that far), the facts a row carries about what
+    ran (`facts`: config_file, backend_version, glue_used, glue_notes) and what `time`
+    returned (`timed`)."""
+    point: Point
+    backend: Any
+    status: str = "ok"
+    error: str = ""
+    max_rel_err: float = math.nan
+    threshold: float = math.nan
+    fn: Any = None
+    facts: dict = field(default_factory=dict)
+    timed: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def row(self) -> dict:
+        """The check's columns of a row."""
+        return dict(backend=self.backend.name, status=self.status, error=self.error,
+                    max_rel_err=self.max_rel_err, threshold=self.threshold, **self.facts)
+
+
+def within_limit(err: float, dtype: str) -> tuple[str, str]:
+    """The limit rule, written once: ("ok", "") when max|out-ref|/max|ref| is within the
+    dtype's threshold (moe_lab.measuring.correctness.THRESHOLDS), else ("incorrect", why).
+    NaN never passes."""
+    tol = THRESHOLDS[dtype]
+    if err <= tol:
+        return "ok", ""
+    return "incorrect", f"max_rel_err {err:.3g} > {tol:.0e} for {dtype}"
+
+
+def resolve(backend):
+    """A backend name to its object (the registry's), once per point; an object as it is."""
+    if not isinstance(backend, str):
+        return backend
+    from .. import backends
+    return backends.get(backend)
+
+
+def check_point(point: Point, weights, device: str, *, inputs=None, ref=None,
+                device_name: str | None = None, fn=None, cache: dict | None = None,
+                build: Callable | None = None, output: Callable | None = None,
+                agree: Callable | None = None, time: Callable | None = None) -> Checked:
+    """The one path of a point (module doc): backend resolved, gated, configured, prepared,
+    checked against the reference, then timed. Never raises for the point's own failures:
+    each is the Checked's status and error (a kill, SIGTERM, is re-raised).
+
+      fn      a callable already prepared for this point (used as it is)
+      cache   {(backend, config, glue): fn}: a callable prepared for the same problem
+              before (another routing of it) is reused, a new one is kept
+      build   (backend, kw) -> callable; default backend.prepare(problem, weights, **kw),
+              kw holding the configuration (tunable backends) and the glue
+      output  fn -> (out, ref); default fn(*inputs.args()) against `ref`
+      agree   (step, status, error) -> (status, error): the verdict of every rank on the
+              setup (gate, configuration, prepare), asked on every path before the check
+      time    Checked -> anything, called only when the check passed (Checked.timed)"""
+    from ..core.errors import one_line, reraise_if_terminated
+    be = resolve(point.backend)
+    prob = point.problem
+    c = Checked(point, be, threshold=THRESHOLDS[prob.dtype])
+    status, why = gate(be, prob, device)
+    table = point.table
+    if status == "ok" and table is None and be.tunable and point.config != "default":
+        from ..core.environment import device_name as name_of
+        from ..storage.configs import config_for
+        try:
+            table, why = config_for(be.name, point.config, prob, device_name or name_of(device))
+        except Exception as exc:  # noqa: BLE001 - an unreadable file is this point's row
+            reraise_if_terminated(exc)
+            table, why = None, f"--config {point.config}: {one_line(exc)}"
+        status = "unsupported" if why else "ok"
+    if status == "ok":
+        try:
+            c.fn = fn if fn is not None else _prepared(be, point, table, weights, cache, build)
+            c.facts.update(getattr(c.fn, "row_facts", None) or {})  # its config file, version
+            if point.glue:  # what ran: naive where fused cannot here
+                g = getattr(c.fn, "glue", None)
+                c.facts["glue_used"] = getattr(c.fn, "glue_used", point.glue)
+                c.facts["glue_notes"] = "; ".join(f"{k}: {v}" for k, v in
+                                                  (getattr(g, "notes", None) or {}).items())
+        except Exception as exc:  # a failing backend is a row, not a crash
+            reraise_if_terminated(exc)
+            status, why = classify_exception(exc), one_line(exc)
+    if agree is not None:
+        status, why = agree("setup", status, why)
+    if status != "ok":
+        c.status, c.error = status, why
+        return c
+    try:
+        out, want = output(c.fn) if output is not None else (c.fn(*inputs.args()), ref)
+        if str(device).startswith("cuda"):
+            import torch
+            torch.cuda.synchronize()
+        c.max_rel_err = rel_err(out, want)
+    except Exception as exc:
+        reraise_if_terminated(exc)
+        c.status, c.error = classify_exception(exc), one_line(exc)
+        return c
+    c.status, c.error = within_limit(c.max_rel_err, prob.dtype)
+    if c.ok and time is not None:
+        c.timed = time(c)
+    return c
+
+
+def _prepared(be, point: Point, table, weights, cache, build):
+    key = (be.name, point.config, point.glue)
+    if cache is not None and key in cache:
+        return cache[key]
+    kw = dict(config=table) if be.tunable and table is not None else {}
+    if point.glue:
+        kw["glue"] = point.glue
+    fn = build(be, kw) if build is not None else be.prepare(point.problem, weights, **kw)
+    if cache is not None:
+        cache[key] = fn
+    return fn

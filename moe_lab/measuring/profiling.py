@@ -375,19 +375,21 @@ def export_trace(fn: Callable, args: tuple, path: str, iters: int = 3, device: s
 
 def profile_point(model: str, tokens: int, backend: str, tp: int, ep: int, ep_rank: int,
                   dtype: str, routing: str, device: str, iters: int, trace: str | None,
-                  seed: int):
+                  seed: int, config: str = "default"):
     """One point under the profiler, after a check (values already checked, device
-    resolved): (per-kernel table with phases, path of the Chrome trace). The notebook API's
-    `profile` and `moe-lab profile` both call this."""
+    resolved; `config` a tunable backend's launch configuration: default, tuned or a file):
+    (per-kernel table with phases, path of the Chrome trace). The notebook API's `profile`
+    and `moe-lab profile` both call this."""
     from .correctness import checked_point
     from .progress import native_log_filter
     prob, fn, inp, chk = checked_point(model, tokens, backend, tp, ep, ep_rank, dtype, routing,
-                                       device, seed)
+                                       device, seed, config=config)
     with native_log_filter():
         df = profile_kernels(fn, inp.args(), iters=iters, device=device)
     df.attrs.update(check=chk, point=prob.describe())
+    tag = "" if config == "default" else "_" + os.path.basename(config).removesuffix(".json")
     trace = trace or os.path.join("out", "traces", f"{prob.model.name}_{prob.sharding}_"
-                                  f"T{prob.tokens}_{backend}.json.gz")
+                                  f"T{prob.tokens}_{backend}{tag}.json.gz")
     os.makedirs(os.path.dirname(os.path.abspath(trace)), exist_ok=True)
     with native_log_filter():
         export_trace(fn, inp.args(), trace, device=device)

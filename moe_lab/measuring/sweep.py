@@ -22,7 +22,7 @@ import torch
 from .. import backends as registry
 from .compile import COMPILE_BUDGET_S, CompileBench
 from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
-from .correctness import (THRESHOLDS, check_backend, classify_exception, make_inputs,
+from .correctness import (THRESHOLDS, classify_exception, make_inputs,
                           make_weights, one_line, point_seed, quant_facts, reference)
 from ..core.environment import capture_environment, device_name
 from ..core.errors import (PointTimeout, Terminated, UsageError, disk_full,
@@ -32,7 +32,7 @@ from ..core.problems import Problem, make_problem
 from .progress import native_log_filter, progress_bar
 from ..cost.roofline import local_counts
 from ..storage.invocations import begin_invocation, end_invocation
-from .points import IDENTITY, finish, gate, new_row
+from .points import IDENTITY, finish, new_row
 from . import points
 from ..storage import resume
 from ..storage.store import RunStore, point_id
@@ -292,29 +292,15 @@ class Sweep:
         from .eager_split import profiled_eager_us, trace_name
         from .profiling import check_kernel_coverage, export_trace, kernel_us, profile_kernels
         from .timing import CaptureError, time_fn
-        from ..storage.configs import config_for
-        backend = registry.get(bname)
+        point = points.Point(prob, bname, config=config, glue=glue, routing=routing)
         try:
             with time_limit(self.point_timeout_s):
-                can_run = gate(backend, prob, self.device)[0] == "ok"
-                table, why = config_for(bname, config, prob, self.device_name)
-                if can_run and why:
-                    chk = dict(status="unsupported", error=why, max_rel_err=float("nan"))
-                else:
-                    if can_run and (bname, config, glue) not in prepared:
-                        kw = dict(config=table) if backend.tunable else {}
-                        if glue:
-                            kw["glue"] = glue
-                        prepared[(bname, config, glue)] = backend.prepare(prob, weights, **kw)
-                    fn = prepared.get((bname, config, glue))
-                    chk = check_backend(backend, prob, weights, inp, ref, self.device, fn)
-                    if glue and fn is not None:  # what ran: naive where fused cannot here
-                        g = getattr(fn, "glue", None)
-                        chk["glue_used"] = getattr(fn, "glue_used", glue)
-                        chk["glue_notes"] = "; ".join(f"{k}: {v}" for k, v in
-                                                      (getattr(g, "notes", None) or {}).items())
-        except Exception as exc:
+                c = points.check_point(point, weights, self.device, inputs=inp, ref=ref,
+                                       device_name=self.device_name, cache=prepared)
+            backend, fn, chk = c.backend, c.fn, c.row()
+        except Exception as exc:  # the point's time limit struck between its steps
             reraise_if_terminated(exc)
+            backend, fn = registry.get(bname), None
             chk = dict(status=classify_exception(exc),  # timeout, wrapped or not
                        error=one_line(exc), max_rel_err=float("nan"))
         base = dict(facts, max_rel_err=chk["max_rel_err"],

@@ -10,12 +10,12 @@ import json
 import math
 import random
 
-from .correctness import (check_backend, classify_exception, make_inputs, make_weights,
+from .correctness import (classify_exception, make_inputs, make_weights,
                           one_line, point_seed, reference)
 from ..core.constants import SEARCH_RUNGS
 from ..core.errors import PointTimeout, reraise_if_terminated, time_limit
 from ..core.problems import Problem
-from .points import finish, new_row
+from .points import Point, check_point, finish, new_row
 from .tuning_compile import WARM_PER_CONFIG_S, WARM_S, _specialization_reps
 
 CANDIDATE_KEY = ("candidate_id",)
@@ -391,21 +391,16 @@ class StageSearch:
         rel = row.get("max_rel_err")
         if rel is not None and rel == rel:
             return row["status"] == "ok"
-        prob = sh.probs[T]
-        try:
-            fn = self.backend.prepare(prob, sh.weights, config=json.loads(row["full_config"]))
-        except Exception as exc:  # noqa: BLE001
-            reraise_if_terminated(exc)
-            chk = dict(status=classify_exception(exc), error=one_line(exc), max_rel_err=math.inf)
-        else:
-            chk = check_backend(self.backend, prob, sh.weights, sh.inp(T), sh.ref(T),
-                                self.device, fn)
-        row = dict(row, max_rel_err=chk["max_rel_err"])
-        if chk["status"] != "ok":
-            row.update(status="incorrect" if chk["status"] == "incorrect" else chk["status"],
-                       error=chk["error"])
+        c = check_point(Point(sh.probs[T], self.backend, config="candidate",
+                              table=json.loads(row["full_config"])),
+                        sh.weights, self.device, inputs=sh.inp(T), ref=sh.ref(T))
+        # a candidate that never produced an output is marked as far off as can be
+        row = dict(row, max_rel_err=c.max_rel_err if c.fn is not None and
+                   c.max_rel_err == c.max_rel_err else math.inf)
+        if not c.ok:
+            row.update(status=c.status, error=c.error)
         self._add(row)
-        return chk["status"] == "ok"
+        return c.ok
 
     # --- what a shape's search gives ------------------------------------------------------
 
