@@ -98,13 +98,17 @@ QUESTIONS = {
 }
 
 
+VLLM_AS_SHIPPED = ("vllm", "default")  # (backend, config) of vLLM as shipped: the
+# comparison's base (analysis.vllm_compare.BASE) and what makes a run answer "vllm"
+
+
 def _vllm_as_shipped(r) -> bool:
     res = r.results
     if not len(res) or "backend" not in res:
         return False
     ok = ok_rows(res)
     cfg = ok["config"].fillna("default") if "config" in ok else pd.Series("default", ok.index)
-    return bool(((ok["backend"] == "vllm") & (cfg == "default")).any())
+    return bool(((ok["backend"] == VLLM_AS_SHIPPED[0]) & (cfg == VLLM_AS_SHIPPED[1])).any())
 
 
 @dataclass(frozen=True)

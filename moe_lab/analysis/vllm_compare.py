@@ -46,8 +46,7 @@ import pandas as pd
 from ..core.problems import sharding_name
 from ..storage.rows import ok_rows
 from .findings_sections import span
-
-BASE = ("vllm", "default")
+from .runs import VLLM_AS_SHIPPED as BASE
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("torch-grouped", "default"),
        ("torch-fp8", "default"), ("torch-fp8-grouped", "default"), ("vllm", "tuned"))
 BAND = 1.03  # the run-to-run band of two measurements (h200-repeat-a/b)
