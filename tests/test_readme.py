@@ -261,3 +261,32 @@ def test_the_gpu_and_versions_the_readme_names_are_the_manifests():
     assert gpu and {e["device_name"] for e in gpu} == {m[1]}
     assert {e["torch"] for e in gpu} == {m[2].replace("2.11+", "2.11.0+")}
     assert all(e["triton"].startswith(m[3]) for e in gpu) and {e["aiter"] for e in gpu} == {m[4]}
+
+
+def test_the_repeatability_evidence_readme_states_what_its_csvs_hold():
+    """data/runs/h200-seed4-20261129/evidence/README.md: every spread of its table is its
+    folder's summary CSV's spread_pct (as shown, to the digits shown), and the five
+    consecutive DeepSeek eager calls of lease d are that CSV's medians in order."""
+    import re
+
+    import pandas as pd
+    ev = ROOT / "data" / "runs" / "h200-seed4-20261129" / "evidence"
+    text = (ev / "README.md").read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| `")]
+    assert len(rows) == 4
+    order = ["deepseek-r1", "qwen3-235b-a22b", "llama4-scout-16e"]
+    for ln in rows:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        folder = cells[0].split("`")[1].rstrip("/")
+        summary = pd.read_csv(ev / folder / "repeatability_summary.csv")
+        for mode, cell in (("eager", cells[4]), ("graph", cells[5])):
+            shown = re.findall(r"[\d.]+", cell)
+            assert len(shown) == 3, cell
+            for model, s in zip(order, shown):
+                got = summary[(summary["model"] == model) & (summary["mode"] == mode)]["spread_pct"]
+                digits = len(s.split(".")[1]) if "." in s else 0
+                assert f"{float(got.iloc[0]):.{digits}f}" == s, (folder, mode, model, s, float(got.iloc[0]))
+    calls = re.search(r"five\s+consecutive calls: ([\d, ]+) us", text)[1]
+    raw = pd.read_csv(ev / "lease-20261129-d" / "repeatability.csv")
+    ds = raw[(raw["model"] == "deepseek-r1") & (raw["mode"] == "eager")].sort_values("rep")
+    assert [int(x) for x in calls.split(", ")] == [round(v) for v in ds["median_us"]]
