@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 
 from .core.errors import Terminated, UsageError, disk_full
 
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     args._argv = argv  # what this invocation was given (not the host process's argv)
+    args._started = time.time()  # a --budget counts from here: imports and set-up included
     if getattr(args, "_missing", None):
         print(f"moe-lab: error: verb {args.verb!r} unavailable: {args._missing}", file=sys.stderr)
         return 2

@@ -130,6 +130,22 @@ def test_the_budget_stops_the_search_and_says_so(tmp_path, chunked):
     assert [(x["stage"], x["keys_left"]) for x in man["left"]] == [("default", [16, 64])]
 
 
+def test_the_budget_counts_from_the_commands_start(tmp_path, chunked):
+    """A budget of 100 s that started 100 s ago (the command's imports and set-up: vLLM's
+    import alone is seconds) is spent before the first timing; one that started now is not."""
+    import time
+    shards = [[make_problem(MODEL, 16, "fp32", 1, 1)]]
+    late = Tuner("torch-chunked", "cpu", tmp_path / "runs" / "late", tmp_path / "configs",
+                 budget_s=100, rep_ms=5, warmup_ms=1, progress=False,
+                 budget_from=time.time() - 100)
+    assert len(late.run(shards)) == 0
+    man = json.loads((tmp_path / "runs" / "late" / "manifest.json").read_text())
+    assert man["status"] == "budget spent"
+    now = Tuner("torch-chunked", "cpu", tmp_path / "runs" / "now", tmp_path / "configs",
+                budget_s=100, rep_ms=5, warmup_ms=1, progress=False, budget_from=time.time())
+    assert len(now.run(shards)) == 1
+
+
 def test_sweep_default_and_tuned_are_separate_points(tmp_path, chunked, monkeypatch, capsys):
     monkeypatch.setenv("MOE_LAB_DATA", str(tmp_path / "runs"))
     base = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "16,64", "--dtype", "fp32",

@@ -35,7 +35,8 @@ def configure(p):
                    help="where the winners go, and where --verify reads the committed ones "
                         "(default: data/configs/<device-slug>)")
     p.add_argument("--budget", type=float, default=None, metavar="S",
-                   help="stop this command after S seconds (at the next timing): every "
+                   help="stop this command S seconds after it started (its imports and "
+                        "set-up count; it stops at the next timing): every "
                         "timing so far is kept in candidates.parquet and the manifest's "
                         "`left` says which shapes, stages and token counts are unfinished; "
                         "the same command again resumes there and never times a row twice "
@@ -101,6 +102,7 @@ def run(args) -> int:
                   seed=args.seed, routing=args.routing, budget_s=args.budget,
                   warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, progress=not args.no_progress,
                   compile_workers=args.compile_workers, verify=verify,
+                  budget_from=getattr(args, "_started", None),
                   command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
     ok, why = tuner.backend.available()
     if not ok:  # before: every candidate a `failed` row, "done: 0 points tuned", exit 0

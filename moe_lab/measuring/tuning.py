@@ -107,7 +107,8 @@ class Tuner(StageSearch):
                  routing: str = "uniform", budget_s: float | None = None, warmup_ms=5.0,
                  rep_ms=20.0, candidate_timeout_s=60.0, progress=True, command="",
                  plan: SearchPlan | None = None, timer=None, compile_workers: int | None = None,
-                 verify: bool = False, clock=None):
+                 verify: bool = False, clock=None, budget_from: float | None = None):
+        self.budget_from = budget_from  # when the budget started (clock's time; None: run())
         self.backend_name = backends.parse_names(backend)[0]
         self.backend = backends.get(self.backend_name)
         if not self.backend.tunable:
@@ -192,7 +193,8 @@ class Tuner(StageSearch):
         old = store.load_table("candidates")
         self.done = {r["candidate_id"]: r for r in old.to_dict("records")} if len(old) else {}
         self.store, self.t0 = store, t0
-        self.deadline = (self.clock() + self.budget_s) if self.budget_s else math.inf
+        start = self.clock() if self.budget_from is None else self.budget_from
+        self.deadline = (start + self.budget_s) if self.budget_s else math.inf
         self._pending, self._flushed_at = {}, self.clock()
         self.counts = {"measured": 0, "skipped": 0}
         self._prior, self._reused = set(self.done), set()
