@@ -6,16 +6,18 @@ known before the search runs. No assertion here depends on a real timing."""
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import json
 import statistics
+import subprocess
 import weakref
 
 import pandas as pd
 import pytest
 
 from moe_lab import backends
-from moe_lab.measuring import tuning
+from moe_lab.measuring import tuning, tuning_compile
 from moe_lab.backends import _triton_configs as tc
 from moe_lab.storage.configs import read_table, write_table
 from moe_lab.core.problems import make_problem
@@ -526,3 +528,30 @@ def test_the_compile_workers_answer_and_a_dead_one_turns_compiling_ahead_off(fak
         pc.close()
     assert Tuner("fake-triton", "cpu", tmp_path / "r", tmp_path / "c",
                  compile_workers=4).compile_workers == 0  # no Triton compiles on a CPU
+
+
+def test_closing_busy_compile_workers_takes_one_grace_period_not_one_each(monkeypatch):
+    """A tune stopped by SIGTERM closes its compile workers in the seconds it has to write
+    its manifest: busy workers share one grace period, then are killed (twelve of them
+    waited 5 s each outlived the device script's kill)."""
+    now = [0.0]
+    monkeypatch.setattr(tuning_compile.time, "time", lambda: now[0])
+
+    class Busy:  # a worker mid-compile: never exits by itself
+        def __init__(self):
+            self.killed, self.stdin = False, io.BytesIO()
+
+        def wait(self, timeout=None):
+            if self.killed:
+                return -9
+            now[0] += timeout or 0.0  # the clock moves by what the wait took
+            raise subprocess.TimeoutExpired("worker", timeout)
+
+        def kill(self):
+            self.killed = True
+    pc = tuning.Precompiler(12, "torch", "cpu")
+    pc.procs = [Busy() for _ in range(12)]
+    workers = list(pc.procs)
+    pc.close(grace_s=5.0)
+    assert now[0] == pytest.approx(5.0)  # one grace period for the twelve
+    assert all(w.killed for w in workers) and pc.procs == []

@@ -137,16 +137,20 @@ class Precompiler:
                         busy -= 1
                         idle.append(p)
 
-    def close(self) -> None:
-        """End the workers this Precompiler started (each by its own handle)."""
+    def close(self, grace_s: float = 5.0) -> None:
+        """End the workers this Precompiler started (each by its own handle): `grace_s`
+        for all of them together to finish, then the busy ones are killed (a tune stopped
+        by SIGTERM has seconds to write its manifest: 12 busy workers waited 5 s each
+        outlived them)."""
         for p in self.procs:
             try:
                 p.stdin.close()
             except OSError:
                 pass
+        end = time.time() + grace_s
         for p in self.procs:
             try:
-                p.wait(timeout=5)
+                p.wait(timeout=max(0.0, end - time.time()))
             except Exception:  # noqa: BLE001 (busy compiling, or stuck: ended)
                 p.kill()
                 p.wait()
