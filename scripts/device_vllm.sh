@@ -50,6 +50,8 @@
 # fp8-block128, TP8, tokens 1,16,64), vllm and aiter-triton default, then aiter-triton tuned,
 # into new run folders h200-vllm-align-<dtype>-tp8 (the align kernels changed after the sweep).
 # A second word `tune` (`align tune`) spends what is left of BUDGET on the searches.
+# TAG=<word>: the runs go to h200-vllm-<word>-<dtype>-<sharding> (a shape measured again
+# after its tuned file changed: TAG=retuned JOBS="bf16:8:deepseek-r1" ... sweep).
 # stage: only gather the parts. VLLM_PARTS, VLLM_STAGE, VLLM_SITE, VLLM_STANDINS move the
 # folders (tests).
 set -uo pipefail
@@ -105,9 +107,9 @@ backends_for() {  # dtype: vLLM as shipped beside the workbook's own layers of t
     *) echo vllm ;;
   esac
 }
-run_id() {
-  local s=tp8 a=; [ "$2" != 1 ] && s=tp8ep8; [ "$MODE" = align ] && a=align-
-  echo "h200-vllm-$a$1-$s"
+run_id() {  # TAG: a new run folder for points measured again after a change
+  local s=tp8 a=${TAG:-}; [ "$2" != 1 ] && s=tp8ep8; [ "$MODE" = align ] && a=${TAG:-align}
+  echo "h200-vllm-${a:+$a-}$1-$s"
 }
 
 sweep() {  # gpu run dtype ep models backends config

@@ -328,6 +328,13 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
         assert "bundle/runs/h200-vllm-align-bf16-tp8/results.parquet" in t.getnames()
     rc, out, _ = call("sweep", "stage")
     assert rc == 2 and "usage:" in out
+    # TAG: a shape measured again into its own run folder
+    log.write_text("")
+    env["TAG"], env["JOBS"] = "retuned", "bf16:8:deepseek-r1"
+    rc, out, where = call("sweep")
+    del env["TAG"], env["JOBS"]
+    ids = {c.split("--run-id ")[1].split()[0] for c in log.read_text().splitlines() if " sweep " in c}
+    assert rc == 0 and ids == {"h200-vllm-retuned-bf16-tp8ep8"}, out[-2000:]
     # tuned: vllm --config tuned for exactly the models with a committed tuned vllm file
     from moe_lab.core.problems import make_problem
     from moe_lab.storage.configs import load_tuned
