@@ -8,6 +8,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 NOTEBOOKS = os.path.join(ROOT, "notebooks")
+pytest.register_assert_rewrite("_report_pages")  # its asserts explain a failure too
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # one thread per xdist worker (scripts/test.sh runs one worker per core): torch's own
