@@ -1,10 +1,14 @@
 """Notebook kernels forked from one process that imported ipykernel, IPython, numpy,
-pandas and torch once (the tests' `python3` kernelspec, set up by conftest): each kernel
-is still a process of its own, started empty for each notebook, with the environment,
-working folder, sys.path, argv and standard streams of the process jupyter_client
-launched (tests/_kernel_client.py, which stands in for it: signals forwarded, exits with
-the kernel's status). Nothing of moe_lab (or matplotlib, which reads MPLBACKEND on
-import) is imported before the fork.
+pandas, torch and matplotlib's pyplot once (the tests' `python3` kernelspec, set up by
+conftest): each kernel is still a process of its own, started empty for each notebook,
+with the environment, working folder, sys.path, argv and standard streams of the process
+jupyter_client launched (tests/_kernel_client.py, which stands in for it: signals
+forwarded, exits with the kernel's status). Nothing of moe_lab is imported before the
+fork. What matplotlib reads from the environment on import is read from the kernel's:
+its backend (MPLBACKEND, which ipykernel sets to the inline backend where unset, before
+any code of the notebook); a kernel whose environment names another matplotlib config
+(MPLCONFIGDIR, MATPLOTLIBRC, HOME, XDG_CONFIG_HOME) than this server's is started the
+usual way instead (python -m ipykernel_launcher, exec'd in the forked process).
 
     python tests/_kernel_zygote.py SOCKET     (serves until its parent exits)
 """
@@ -36,6 +40,12 @@ def _kernel(conn: socket.socket, req: dict, fds: list) -> None:
         os.environ.update(req["env"])
         sys.path[:] = req["path"]
         sys.argv = req["argv"]
+        if any(os.environ.get(k) != MPL_ENV[k] for k in MPL_ENV):  # another config: fresh
+            os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *req["argv"][1:]])
+        # as matplotlib would have read it on import in this environment (ipykernel sets it
+        # there, before the notebook's code, where it is unset)
+        os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+        sys.modules["matplotlib"].rcParams["backend"] = os.environ["MPLBACKEND"]
         # read from the environment when ipykernel was imported (here, before the fork)
         argv = req["argv"][1:] + [f"--IPKernelApp.parent_handle={int(req['env'].get('JPY_PARENT_PID') or 0)}"]
         client = req["client"]
@@ -55,6 +65,11 @@ def _kernel(conn: socket.socket, req: dict, fds: list) -> None:
     run_and_exit(child)
 
 
+# what matplotlib reads its configuration from on import (here, before the fork)
+MPL_ENV = {k: os.environ.get(k) for k in ("MPLCONFIGDIR", "MATPLOTLIBRC", "HOME",
+                                          "XDG_CONFIG_HOME")}
+
+
 def serve(path: str) -> None:
     parent = os.getppid()
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -66,6 +81,9 @@ def serve(path: str) -> None:
     import numpy  # noqa: F401
     import pandas  # noqa: F401
     import torch  # noqa: F401
+    os.environ.pop("MPLBACKEND", None)  # the backend: set in each kernel (_kernel)
+    import matplotlib.pyplot  # noqa: F401
+    import matplotlib_inline.backend_inline  # noqa: F401
     waiting = {}  # kernel pid -> the connection of its client
     while os.getppid() == parent:
         ready, _, _ = select.select([srv], [], [], 0.2)

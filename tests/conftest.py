@@ -8,6 +8,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 NOTEBOOKS = os.path.join(ROOT, "notebooks")
+pytest.register_assert_rewrite("_report_pages")  # its asserts explain a failure too
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # one thread per xdist worker (scripts/test.sh runs one worker per core): torch's own
@@ -16,15 +17,26 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 # Modules whose tests take the longest (notebook executions, spawned sweeps, Triton's
-# interpreter, torch.compile on the CPU): scheduled first, so that no worker starts one of
-# them while the others have nothing left to do. An ordering hint only: a module missing
-# here still runs, later.
-HEAVY_FIRST = ("test_report_run", "test_glue", "test_notebook_02", "test_notebook_03",
-               "test_hostile_writers", "test_align", "test_sweep", "test_distributed",
-               "test_compile", "test_notebook_01", "test_notebooks_fp8", "test_notebook_04",
-               "test_report_review", "test_hostile_rest", "test_notebook_05", "test_cli_qa",
-               "test_notebook_06", "test_aiter_triton_fp8_interpreted",
-               "test_aiter_triton_interpreted", "test_bites")
+# interpreter, torch.compile on the CPU, mutation runs), most CPU time first (user+sys of
+# each module in a `-n 2` run, children included): scheduled first, so that no worker
+# starts one of them while the others have nothing left to do. An ordering hint only: a
+# module missing here still runs, later.
+HEAVY_FIRST = ("test_report_first_look", "test_bites", "test_distributed", "test_report_run",
+               "test_sweep", "test_align", "test_points", "test_hostile_37", "test_findings",
+               "test_glue", "test_hostile_writers", "test_notebook_02", "test_hostile_rest",
+               "test_report_review", "test_device_bundle", "test_notebook_05", "test_cli_qa",
+               "test_notebooks_fp8", "test_notebook_04", "test_aiter_triton_fp8_interpreted",
+               "test_torch_fp8_grouped", "test_aiter_triton_interpreted", "test_notebook_06",
+               "test_plots_devices", "test_adding_a_backend", "test_torch_grouped",
+               "test_notebook_03", "test_notebook_01", "test_compile")
+
+
+def pytest_configure(config):
+    """pytest-xdist (3.6 on) hands `--dist loadfile` modules out by their number of tests,
+    most first, unless told not to: a heavy module of few tests (an executed report) then
+    starts last and runs alone at the end. HEAVY_FIRST's order is kept instead."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):

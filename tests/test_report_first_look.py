@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("nbclient")
 
+from _report_pages import MAX_ENTRIES, counts, expected_runs, refusal, shown  # noqa: E402
 from conftest import RUNS_DIR, cli_processes  # noqa: E402
 from moe_lab.plots.probe import legend_clashes  # noqa: E402
 from moe_lab.plots.style import FOOTER_LINES  # noqa: E402
@@ -133,6 +134,34 @@ def test_report_run_draws_that_run_only(first_look):
             if p.read_bytes() in plain}
     assert all(CPU_RUN in drawn_words(figs[k]) for k in same), same
     assert len(same) <= 1, same  # at most the CPU panel
+
+
+def test_report_run_on_a_cpu_sweeps_run_shows_it_or_says_why_not(first_look):
+    """Every notebook on the CPU run (given by id; tests/test_report_run.py reports notebook
+    01 on a CPU run given as a folder): 03 has no roof for it, 04's measured times are
+    none of its rows, 02, 05 and 06 refuse it in one line each; every figure names each run
+    it draws rows from and its legends stay small."""
+    proc, folder = first_look["run"]
+    n, ok = counts(first_look["runs"] / CPU_RUN)
+    assert n == ok > 0
+    p03 = page(folder, "03_roofline")
+    assert shown(p03) == (CPU_RUN, n, ok) and "no roof for this run" in p03
+    p04 = page(folder, "04_reproduce_claims")
+    assert re.search(rf"^runs for the measured times: \S+{CPU_RUN}: 1 run\(s\): {CPU_RUN}$", p04,
+                     re.M), p04[:2000]
+    assert set(re.findall(r"^\S+: measured_us \S+ \(\S+, run (\S+)\)$", p04, re.M)) == {"-"}
+    for name in ("02_eager_vs_compile", "05_tuning", "06_expert_parallel"):
+        refusal(proc.stdout, name)
+    missing, crowded = [], []
+    for name, d in probes(folder).items():
+        text = page(folder, name.rsplit("_", 1)[0])
+        words = drawn_words(d)
+        lost = {r for r in expected_runs(CPU_RUN, str(first_look["runs"] / CPU_RUN), name, d,
+                                         text) if r not in words}
+        missing += [(name, sorted(lost))] if lost else []
+        crowded += [(name, len(leg["entries"])) for leg in d["legends"]
+                    if len(leg["entries"]) > MAX_ENTRIES]
+    assert not missing and not crowded, (missing, crowded)
 
 
 def _problems(d: dict) -> list[str]:

@@ -1,34 +1,34 @@
 """`moe-lab report --run ID` executes every notebook for one run (its id injected after the
 parameters cell, as papermill would) and exports what each shows: on committed H200 runs
-given by id and on a CPU run that `moe-lab sweep` makes here. Each notebook shows the run
-asked for (the numbers recomputed from its parquet files) or refuses it in one line saying
-why; every exported figure is checked as a reviewer reads it (moe_lab.plots.probe): no two
-entries of a legend look alike, and its own texts name each run it draws rows from.
+given by id and on a CPU run that `moe-lab sweep` makes here, given as a folder (notebook 01;
+every notebook on a CPU sweep's run given by id: tests/test_report_first_look.py). Each
+notebook shows the run asked for (the numbers recomputed from its parquet files) or refuses
+it in one line saying why; every exported figure is checked as a reviewer reads it
+(moe_lab.plots.probe): no two entries of a legend look alike, and its own texts name each
+run it draws rows from.
 
 One report per run, shared by every test of the module (executing notebooks is slow)."""
 import contextlib
-import html
 import io
 import json
 import re
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 pytest.importorskip("nbclient")
 
+from _report_pages import (MAX_ENTRIES, SEED, counts, expected_runs, page,  # noqa: E402
+                           refusal, shown)
 from conftest import RUNS_DIR, execute_cached  # noqa: E402
 from moe_lab.cli import main  # noqa: E402
 from moe_lab.plots.probe import describe_figure, legend_clashes  # noqa: E402
 
 RUNS = Path(RUNS_DIR)
-SEED = "h200-seed4-20261129"        # eager and graph, TP8 and TP8+EP8, four models
 COMPILE = "h200-compile-deepseek-r1-20261129"  # notebook 02's kind
 TUNED = "h200-tuned-20261130"       # tuned and default, both shardings (05)
 GLOO = "cpu-gloo-x2-expert-parallel-20261130"  # the committed `sweep --nproc` run (06)
 MODEL = "custom:H=64,I=32,E=4,k=2"
-MAX_ENTRIES = 12  # a legend a reader can take in
 NOTEBOOKS = ("01_kernel_time", "02_eager_vs_compile", "03_roofline", "04_reproduce_claims",
              "05_tuning", "06_expert_parallel")
 
@@ -61,34 +61,11 @@ def reports(tmp_path_factory, cpu_run) -> dict:
         # the seed run, 05's refusal of it) is executed once: conftest.execute_cached
         mp.setattr("moe_lab.commands.report.execute_notebook", execute_cached)
         for run, only in ((SEED, None), (COMPILE, "02"), (TUNED, "05"), (GLOO, "06"),
-                          (str(cpu_run), None)):
+                          (str(cpu_run), "01")):
             rc, text = _report(["--run", run, "--out", str(out)]
                                + (["--only", only] if only else []))
             got[Path(run).name] = (rc, text, out / Path(run).name, run)
     return got
-
-
-def page(folder: Path, name: str) -> str:
-    """The text of a notebook's exported page (tags stripped)."""
-    text = (folder / f"{name}.html").read_text()
-    return html.unescape(re.sub(r"<[^>]+>", "", text))
-
-
-def shown(text: str) -> tuple[str, int, int]:
-    m = re.search(r"^run (\S+): (\d+) points \((\d+) ok\)", text, re.M)
-    assert m, text[:800]
-    return m[1], int(m[2]), int(m[3])
-
-
-def counts(run_dir: Path) -> tuple[int, int]:
-    res = pd.read_parquet(run_dir / "results.parquet")
-    return len(res), int((res["status"] == "ok").sum())
-
-
-def refusal(text: str, name: str) -> str:
-    lines = [ln for ln in text.splitlines() if ln.startswith(f"refused {name}:")]
-    assert len(lines) == 1, text
-    return lines[0]
 
 
 def test_an_unknown_run_id_is_refused_in_one_line_and_nothing_is_written(tmp_path, capsys):
@@ -142,13 +119,7 @@ def test_a_cpu_run_made_by_sweep(reports, cpu_run):
     p01 = page(folder, "01_kernel_time")
     assert shown(p01) == ("cpu-tiny", n, ok)
     assert "of graph time: 0 of 0 (no graph point)" in p01
-    p03 = page(folder, "03_roofline")
-    assert shown(p03) == ("cpu-tiny", n, ok) and "no roof for this run" in p03
-    p04 = page(folder, "04_reproduce_claims")
-    assert re.search(r"^runs for the measured times: \S+cpu-tiny: 1 run\(s\): cpu-tiny$", p04, re.M)
-    assert set(re.findall(r"^\S+: measured_us \S+ \(\S+, run (\S+)\)$", p04, re.M)) == {"-"}
-    for name in ("02_eager_vs_compile", "05_tuning", "06_expert_parallel"):
-        refusal(text, name)
+    # notebooks 03 to 06 on a CPU sweep's run (roof, claims, refusals): test_report_first_look
 
 
 def _descriptions(reports) -> list[tuple[str, str, dict]]:
@@ -170,42 +141,13 @@ def test_no_two_legend_entries_look_alike(reports):
     assert not crowded, crowded
 
 
-def _expected_runs(run: str, given: str, name: str, d: dict, text: str) -> set[str]:
-    """The runs a figure draws rows from, found from what it is (not from its footer)."""
-    from moe_lab.plots import devices as dv
-    from moe_lab.plots import fp8
-    from moe_lab.storage.store import open_run
-    texts = " ".join(" ".join(d["texts"]).split())  # a footer wraps where its length falls
-    if "no run (predicted)" in texts:
-        return set()  # predicted floors: no rows
-    if name.startswith("04_reproduce_claims") and "saving = (mean TPOT" not in texts:
-        assert "source: data/claims/sources/" in texts or "sources: " in texts, texts
-        return set()  # the PRs' numbers
-    if "saving = (mean TPOT" in texts:  # the implications: the run of each measured bar
-        return set(re.findall(r"^\S+: measured_us \S+ \(\S+, run (\S+)\)$", text, re.M)) - {"-"}
-    if "aiter's tuner" in texts:  # devices side by side: the run given and AMD's tables
-        return {Path(run).name, *dv.imported_runs()}
-    if "bf16 / fp8" in " ".join(e["label"] for leg in d["legends"] for e in leg["entries"]):
-        cmp = fp8.fp8_vs_bf16(fp8.comparison_rows(open_run(given))[0])
-        return set(cmp["fp8_run"].dropna()) | set(cmp.get("bf16_run", pd.Series()).dropna())
-    if "graph median = kernels + gaps" in texts:  # the ledger: the runs with phases
-        ledger = re.search(r"^ledger runs: (.*)$", text, re.M)[1].split(", ")
-        named = set(re.findall(r"[a-z0-9][a-z0-9-]*-\d{8}", texts))
-        assert named and named <= set(ledger), (named, ledger)
-        return named
-    want = {Path(run).name}
-    if "also run h200-seed4-20261129" in texts:  # glue before/after: the old run too
-        want.add(SEED)
-    return want
-
-
 def test_every_figure_names_each_run_it_draws_rows_from(reports):
     missing = []
     for run, name, d in _descriptions(reports):
         folder, given = reports[run][2:]
         text = page(folder, name.rsplit("_", 1)[0])
         words = set(re.split(r"[\s,;|()]+", " ".join(d["texts"] + [d.get("provenance") or ""])))
-        lost = {r for r in _expected_runs(run, given, name, d, text) if r not in words}
+        lost = {r for r in expected_runs(run, given, name, d, text) if r not in words}
         if lost:
             missing.append((run, name, sorted(lost)))
     assert not missing, missing
