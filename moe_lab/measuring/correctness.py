@@ -144,21 +144,31 @@ def check_problem(problem: Problem, backend_names: list[str], device: str, seed:
     """Each backend against the reference on fresh inputs; `config` (default, tuned or a
     file) is used by the tunable backends (moe_lab.storage.configs.config_for)."""
     from .points import Point, check_point
-    weights = make_weights(problem, device, seed)
-    inp = make_inputs(problem, device, seed + 7, routing)
-    ref = reference(problem, weights, inp)
-    facts = quant_facts(problem, weights, inp, ref)
+    made = {}  # weights, inputs, reference: drawn once, when a backend first passes its gate
+
+    def drawn():
+        if not made:
+            made["w"] = make_weights(problem, device, seed)
+            made["inp"] = make_inputs(problem, device, seed + 7, routing)
+            made["ref"] = reference(problem, made["w"], made["inp"])
+            made["facts"] = quant_facts(problem, made["w"], made["inp"], made["ref"])
+        return made
+
+    def build(be, kw):
+        return be.prepare(problem, drawn()["w"], **kw)
     rows = []
     for name in backend_names:
         t0 = time.perf_counter()
-        c = check_point(Point(problem, name, config=config, routing=routing), weights, device,
-                        inputs=inp, ref=ref)
+        c = check_point(Point(problem, name, config=config, routing=routing), None, device,
+                        build=build, output=lambda fn: (fn(*made["inp"].args()), made["ref"]))
         row = c.row()
-        row.update(problem.key(), **facts, routing=routing, seed=seed,
+        row.update(problem.key(), routing=routing, seed=seed,
                    config=config if c.backend.tunable else "default",
                    check_s=round(time.perf_counter() - t0, 3))
         rows.append(row)
-    del weights, inp, ref
+    for row in rows:  # the point's quantisation facts on every row (when any was drawn)
+        row.update(made.get("facts", {}))
+    made.clear()
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return rows
