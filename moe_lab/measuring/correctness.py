@@ -139,36 +139,60 @@ def check_backend(backend: backends.Backend, problem: Problem, weights: backends
                        fn=prepared).row()
 
 
+class Drawn:
+    """A point's weights, inputs, reference and quantisation facts, drawn on first use:
+    once its gate has passed (a full layer's shard is GBs), never for a refused point.
+    `build` and `output` are check_point's hooks."""
+
+    def __init__(self, problem: Problem, device: str, seed: int, input_seed: int, routing: str):
+        self.problem, self.device, self.seed = problem, device, seed
+        self.input_seed, self.routing, self.made = input_seed, routing, {}
+
+    def _draw(self) -> dict:
+        m, p = self.made, self.problem
+        if not m:
+            m["w"] = make_weights(p, self.device, self.seed)
+            m["inp"] = make_inputs(p, self.device, self.input_seed, self.routing)
+            m["ref"] = reference(p, m["w"], m["inp"])
+        return m
+
+    @property
+    def inputs(self) -> Inputs:
+        return self._draw()["inp"]
+
+    def facts(self) -> dict:
+        """quant_facts of what was drawn; {} when nothing was."""
+        m = self.made
+        return quant_facts(self.problem, m["w"], m["inp"], m["ref"]) if m else {}
+
+    def build(self, be, kw):
+        return be.prepare(self.problem, self._draw()["w"], **kw)
+
+    def output(self, fn):
+        m = self._draw()
+        return fn(*m["inp"].args()), m["ref"]
+
+
 def check_problem(problem: Problem, backend_names: list[str], device: str, seed: int,
                   routing: str = "uniform", config: str = "default") -> list[dict]:
     """Each backend against the reference on fresh inputs; `config` (default, tuned or a
     file) is used by the tunable backends (moe_lab.storage.configs.config_for)."""
     from .points import Point, check_point
-    made = {}  # weights, inputs, reference: drawn once, when a backend first passes its gate
-
-    def drawn():
-        if not made:
-            made["w"] = make_weights(problem, device, seed)
-            made["inp"] = make_inputs(problem, device, seed + 7, routing)
-            made["ref"] = reference(problem, made["w"], made["inp"])
-            made["facts"] = quant_facts(problem, made["w"], made["inp"], made["ref"])
-        return made
-
-    def build(be, kw):
-        return be.prepare(problem, drawn()["w"], **kw)
+    d = Drawn(problem, device, seed, seed + 7, routing)
     rows = []
     for name in backend_names:
         t0 = time.perf_counter()
         c = check_point(Point(problem, name, config=config, routing=routing), None, device,
-                        build=build, output=lambda fn: (fn(*made["inp"].args()), made["ref"]))
+                        build=d.build, output=d.output)
         row = c.row()
         row.update(problem.key(), routing=routing, seed=seed,
                    config=config if c.backend.tunable else "default",
                    check_s=round(time.perf_counter() - t0, 3))
         rows.append(row)
-    for row in rows:  # the point's quantisation facts on every row (when any was drawn)
-        row.update(made.get("facts", {}))
-    made.clear()
+    facts = d.facts()  # the point's quantisation facts on every row (when any was drawn)
+    for row in rows:
+        row.update(facts)
+    del d
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return rows
@@ -183,17 +207,11 @@ def checked_point(model: str, tokens: int, backend: str, tp: int, ep: int, ep_ra
     from ..core.problems import make_problem
     from .points import Point, check_point
     prob = make_problem(model, tokens, dtype, tp, ep, ep_rank)
-    made = {}  # weights and inputs drawn only once the gate has passed (a full layer is GBs)
-
-    def build(be, kw):
-        made["w"] = make_weights(prob, device, seed)
-        made["inp"] = make_inputs(prob, device, point_seed(seed, tokens, routing), routing)
-        return be.prepare(prob, made["w"], **kw)
+    d = Drawn(prob, device, seed, point_seed(seed, tokens, routing), routing)
     c = check_point(Point(prob, backend, config=config, routing=routing), None, device,
-                    build=build, output=lambda fn: (fn(*made["inp"].args()),
-                                                    reference(prob, made["w"], made["inp"])))
+                    build=d.build, output=d.output)
     if c.status in ("unsupported", "unavailable"):
         raise UsageError(f"{backend} cannot run this point here: {c.error}")
     if not c.ok:
         raise UsageError(f"{backend} on {prob.describe()}: {c.status} {c.error}")
-    return prob, c.fn, made["inp"], c.row()
+    return prob, c.fn, d.inputs, c.row()
