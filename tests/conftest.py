@@ -15,6 +15,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # threads on top would only fight the other workers; notebooks' kernels inherit it
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("MKL_NUM_THREADS", "1")
+# Inductor compiles its C++ in this process: its default pool of compile workers (one per
+# core) starts Python processes that import torch on every compiling test and notebook,
+# which on a 2-core machine cost more CPU than the compiles they serve (a resumed compile
+# sweep: 26 -> 14 CPU-s)
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 # Modules whose tests take the longest (notebook executions, spawned sweeps, Triton's
 # interpreter, torch.compile on the CPU, mutation runs), most CPU time first (user+sys of

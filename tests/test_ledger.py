@@ -320,3 +320,27 @@ def test_the_default_ledger_runs_are_the_newest_device_and_the_newest_point(tmp_
     for r in (old, new):
         sh.rmtree(tmp_path / r)
     assert [r.run_id for r in runs_with_phases(None)] == ["cpu-now"]  # the only one left
+
+
+def test_shared_reads_runs_once_and_each_caller_gets_its_own_frames(monkeypatch):
+    """Inside ledger.shared() (findings: several sections read the same runs) of_runs over
+    the same folders and mode is computed once, equal to what it gives outside; a caller
+    that changes its frames does not change the next caller's; a different mode is its
+    own answer; outside the block nothing is kept."""
+    runs = runs_with_phases([RUNS_DIR + "/h200-rows-bf16-qwen3-tp8ep8-20261202"])
+    want_res, want_led = lg.of_runs(runs)
+    computed = []
+    real = lg._of_runs
+    monkeypatch.setattr(lg, "_of_runs", lambda r, m: computed.append(m) or real(r, m))
+    with lg.shared():
+        res, led = lg.of_runs(runs)
+        res["median_us"] = 0.0
+        led.drop(led.index, inplace=True)
+        again_res, again_led = lg.of_runs(runs_with_phases(
+            [RUNS_DIR + "/h200-rows-bf16-qwen3-tp8ep8-20261202"]))
+        lg.of_runs(runs, mode=None)
+    assert computed == ["graph", None]
+    pd.testing.assert_frame_equal(again_res, want_res)
+    pd.testing.assert_frame_equal(again_led, want_led)
+    lg.of_runs(runs)
+    assert computed == ["graph", None, "graph"]

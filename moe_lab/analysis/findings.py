@@ -48,8 +48,9 @@ def _data_dir(root):
 
 def generate(root=None) -> str:
     """The findings document for the runs under `root` (default data_dir())."""
+    from ..cost import ledger
     from ..storage.store import find_runs
-    with _data_dir(root), pd.option_context("display.width", 200):
+    with _data_dir(root), pd.option_context("display.width", 200), ledger.shared():
         runs = find_runs()
         parts = [TITLE, PREAMBLE]
         for section in (sec.targets_section, sec.tune_section, sec.tuned_section,

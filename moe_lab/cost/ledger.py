@@ -7,6 +7,8 @@ microseconds (measured - floor), largest first. Pure functions; no GPU; DataFram
     ledger(results, kernels, phases=None)  -> per point and phase: measured, floor, over
     best_points(results)                   -> the best row per point (the targets' points;
                                               moe_lab.analysis.targets evaluates them)
+    of_runs(runs, mode)                    -> (results, ledger) of several runs; inside
+                                              `with shared():` once per runs and mode
 
 Floors (units: bytes, FLOP, us). Symbols: T tokens, H hidden, I the per-rank intermediate
 size, k top-k; rows = T*k, the (token, slot) pairs as the glue kernels see them (under EP
@@ -52,7 +54,9 @@ layer roof (that one is one fused kernel: no intermediates at all).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -311,10 +315,40 @@ def best_points(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
 # --- runs in, frames out (what notebooks and report call) ---------------------------------
 
 
+_SHARED: dict | None = None  # of_runs' answers inside shared(), by the runs' folders and mode
+
+
+@contextlib.contextmanager
+def shared():
+    """Inside the block, of_runs over the same run folders and mode is computed once (a
+    document whose sections read the same runs: moe_lab.analysis.findings); each caller
+    gets its own copy of the frames."""
+    global _SHARED
+    outer = _SHARED is not None
+    if not outer:
+        _SHARED = {}
+    try:
+        yield
+    finally:
+        if not outer:
+            _SHARED = None
+
+
 def of_runs(runs, mode: str = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results, ledger) of several runs read together, each row with its `run_id`; the
     results of `mode` only (None: every mode). A point measured by more than one of the
     runs (a baseline sweep repeating another's point) is taken from the first run given."""
+    runs = list(runs)
+    key = (mode, tuple(os.path.realpath(r.path) for r in runs))
+    if _SHARED is not None and key in _SHARED:
+        return tuple(f.copy() for f in _SHARED[key])
+    got = _of_runs(runs, mode)
+    if _SHARED is not None:
+        _SHARED[key] = tuple(f.copy() for f in got)
+    return got
+
+
+def _of_runs(runs, mode):
     res, led, seen = [], [], set()
     for r in runs:
         rows = r.results if mode is None else r.results[r.results["mode"] == mode]
