@@ -55,3 +55,25 @@ def test_the_search_coverage_is_the_data_s():
         cells = [c.strip() for c in ln.strip("|").split("|")]
         assert cells[3] == "1, 4, 16, 64, 256" and cells[5] == "256"  # keys; gemm2 not searched
     assert "all 8 token counts" not in text
+
+
+def test_how_long_a_search_takes_leaves_out_a_search_whose_invocation_was_killed():
+    """The time of a whole one-shape search (issue 38: the README points here) is read
+    from runs that searched to the end with every invocation's wall time recorded: vLLM's
+    DeepSeek-R1 fp8 search, whose first invocation was killed (its manifest: 130 s, the
+    second invocation only), would understate it."""
+    import json
+    line = next(ln for ln in FINDINGS.read_text().splitlines()
+                if ln.startswith("How long a complete search of one shape takes"))
+    walls = {}
+    for p in sorted(Path(RUNS_DIR).glob("h200-tune-vllm-*/manifest.json")):
+        m = json.loads(p.read_text())
+        if m.get("status") == "complete":
+            inv = m["invocations"]
+            walls[p.parent.name] = (all("wall_s" in i for i in inv), m["wall_s_total"])
+    assert walls["h200-tune-vllm-deepseek-r1-tp8-fp8-block128"] == (False, 130.0)
+    timed = sorted(w for ok, w in walls.values() if ok)
+    got = re.search(r"vllm: (\d+)(?:-(\d+))? s(?:, median \d+ s)? \((\d+) searche?s?\)", line)
+    assert got, line
+    assert int(got[3]) == len(timed) and int(got[1]) == round(timed[0]), line
+    assert re.search(r"aiter-triton: \d+-\d+ s, median \d+ s \(\d+ searches\)", line), line

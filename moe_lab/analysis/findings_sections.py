@@ -213,12 +213,27 @@ def _stages(backend: str, model, tp, ep, dtype) -> int:
         return 2
 
 
+def _search_times(full: dict) -> list[str]:
+    """How long a whole search of one shape takes: per backend, the wall time of the runs
+    that searched one shape at all 19 keys to the end (every key in every stage), none of
+    their invocations killed (a killed one left no wall time)."""
+    if not full:
+        return []
+    said = "; ".join(
+        f"{b}: {w[0]:.0f} s (1 search)" if len(w) == 1 else
+        f"{b}: {min(w):.0f}-{max(w):.0f} s, median {pd.Series(w).median():.0f} s ({len(w)} searches)"
+        for b, w in sorted(full.items()))
+    return ["How long a complete search of one shape takes (one GPU, every candidate compiled "
+            "and timed at the 19 token keys, every stage; the runs below that searched one "
+            f"shape to the end, their wall time over all invocations, none killed): {said}.", ""]
+
+
 def tune_section(runs) -> list[str]:
     """Per tune run and shape: the token keys the search set out to cover (each has its
     default timed), those with gemm1 and gemm2 candidates timed, the candidates, the
     winners' speedup over the default in the search, and the manifest's wall time."""
     from ..core.atomic import read_parquet
-    rows, used = [], []
+    rows, used, full = [], [], {}
     for r in tune_runs():
         m = r.manifest
         used.append(r)
@@ -226,7 +241,8 @@ def tune_section(runs) -> list[str]:
         w = read_parquet(r.path / "winners.parquet") if (r.path / "winners.parquet").is_file() \
             else pd.DataFrame()
         inv = m.get("invocations") or []
-        for (model, tp, ep, dt), g in c.groupby(["model", "tp", "ep", "dtype"]):
+        shapes = c.groupby(["model", "tp", "ep", "dtype"])
+        for (model, tp, ep, dt), g in shapes:
             ok = g[g["status"] == "ok"]
             keys = set(g.loc[g["stage"] == "default", "tokens"]) or set(g["tokens"])
             g1, g2 = set(ok.loc[ok["stage"] == "gemm1", "tokens"]), set(
@@ -251,7 +267,11 @@ def tune_section(runs) -> list[str]:
                 status=str(m.get("status") or "") + (
                     "; left: " + "; ".join(f"{x.get('stage')} keys {_keys(x.get('keys_left', []))}"
                                           for x in left) if left else "")))
-    return ["## Tuning searches", "", runs_line(used), "",
+            timed = inv and all(i.get("wall_s") is not None for i in inv)  # none killed
+            if timed and shapes.ngroups == 1 and m.get("status") == "complete" \
+                    and len(keys) == 19 and not keys - g1 and (not keys - g2 or _stages(backend, model, tp, ep, dt) == 1):
+                full.setdefault(backend, []).append(float(rows[-1]["run_wall_s"]))
+    return ["## Tuning searches", "", runs_line(used), "", *_search_times(full),
             "Per `moe-lab tune` run and shape: the token keys the search set out to cover, the "
             "keys whose gemm1 or gemm2 stage has no candidate timed (those keep the default "
             "configuration for that stage; vLLM's kernel takes one configuration for both "
