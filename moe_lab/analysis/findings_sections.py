@@ -241,6 +241,8 @@ def tune_section(runs) -> list[str]:
         w = read_parquet(r.path / "winners.parquet") if (r.path / "winners.parquet").is_file() \
             else pd.DataFrame()
         inv = m.get("invocations") or []
+        wall = float(m.get("wall_s_total") or m.get("wall_s") or 0)
+        timed = bool(inv) and all(i.get("wall_s") is not None for i in inv)  # none killed
         shapes = c.groupby(["model", "tp", "ep", "dtype"])
         for (model, tp, ep, dt), g in shapes:
             ok = g[g["status"] == "ok"]
@@ -252,25 +254,26 @@ def tune_section(runs) -> list[str]:
             left = [x for x in (m.get("left") or []) if str(x.get("shape", "")).startswith(
                 f"{model} {sharding_name(int(tp), int(ep))} ")]
             backend = (m.get("config") or {}).get("backend", "")
+            stages = _stages(backend, model, tp, ep, dt)
             rows.append(dict(
                 run=f"`{r.run_id}`", backend=backend,
                 shape=f"{model} {sharding_name(int(tp), int(ep))} {dt}", keys=_keys(keys),
                 gemm1_not_searched=_keys(keys - g1),
-                gemm2_not_searched=_keys(keys - g2) if _stages(backend, model, tp, ep, dt) > 1
+                gemm2_not_searched=_keys(keys - g2) if stages > 1
                 else "(one configuration for both GEMMs)",
                 candidates=f"{len(ok)} of {len(g)}",
                 winner_speedup=span(ws["speedup"]) + "x" if len(ws) else "no winner",
-                run_wall_s=f"{float(m.get('wall_s_total') or m.get('wall_s') or 0):.0f}",
+                run_wall_s=f"{wall:.0f}",
                 invocations=len(inv),
                 dates=", ".join(sorted({str(i.get("started", ""))[:10] for i in inv})) or date(r),
                 commits=", ".join(sorted({str(i.get("git_commit", ""))[:7] for i in inv})),
                 status=str(m.get("status") or "") + (
                     "; left: " + "; ".join(f"{x.get('stage')} keys {_keys(x.get('keys_left', []))}"
                                           for x in left) if left else "")))
-            timed = inv and all(i.get("wall_s") is not None for i in inv)  # none killed
+            searched = not keys - g1 and (stages == 1 or not keys - g2)
             if timed and shapes.ngroups == 1 and m.get("status") == "complete" \
-                    and len(keys) == 19 and not keys - g1 and (not keys - g2 or _stages(backend, model, tp, ep, dt) == 1):
-                full.setdefault(backend, []).append(float(rows[-1]["run_wall_s"]))
+                    and len(keys) == 19 and searched:
+                full.setdefault(backend, []).append(wall)
     return ["## Tuning searches", "", runs_line(used), "", *_search_times(full),
             "Per `moe-lab tune` run and shape: the token keys the search set out to cover, the "
             "keys whose gemm1 or gemm2 stage has no candidate timed (those keep the default "

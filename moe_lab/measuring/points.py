@@ -257,7 +257,7 @@ class Checked:
 
 def within_limit(err: float, dtype: str) -> tuple[str, str]:
     """The limit rule, written once: ("ok", "") when max|out-ref|/max|ref| is within the
-    dtype's threshold (moe_lab.measuring.correctness.THRESHOLDS), else ("incorrect", why).
+    dtype's threshold (THRESHOLDS above), else ("incorrect", why).
     NaN never passes."""
     tol = THRESHOLDS[dtype]
     if err <= tol:
