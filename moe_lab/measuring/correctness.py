@@ -16,7 +16,7 @@ import torch
 
 from .. import backends
 from ..backends.torch_ref import torch_moe
-from ..core.problems import FP8_SCHEMES, Problem
+from ..core.problems import Problem
 from ..core.routing import make_routing
 from ..core.errors import one_line  # noqa: F401 (re-exported: every verb imports it from here)
 
