@@ -54,6 +54,7 @@ def generate(root=None) -> str:
         runs = find_runs()
         parts = [TITLE, PREAMBLE]
         for section in (sec.targets_section, sec.tune_section, sec.tuned_section,
+                        findings_more.tuned_files_section,
                         sec.glue_section, findings_more.lines, sec.runs_section):
             parts.append("\n".join(section(runs)).rstrip())
     return "\n\n".join(parts) + "\n"

@@ -208,6 +208,72 @@ def vllm_section(runs) -> list[str]:
     return out
 
 
+def _tokens(v) -> str:
+    return ", ".join(str(int(t)) for t in sorted(v)) or "none"
+
+
+def tuned_files_section(runs) -> list[str]:
+    """The required tuned files against the grid (analysis.tuned_files.inventory), then
+    per shape the tuned-against-default points measured with the committed files, and
+    the tuned layer's % of roof from 256 tokens with the GEMM that holds it back."""
+    from . import tuned_files as tf
+    from .findings_sections import tune_runs
+    from ..core.constants import TUNE_TOKENS
+    inv = tf.inventory()
+    used = [r for r in tune_runs() if r.run_id in set(inv["run"])]
+    per = "; ".join(f"issue {i}: {int(g['holds_grid'].sum())} of {len(g)}"
+                    for i, g in inv.groupby("issue"))
+    show = inv.assign(keys=[f"{k} of {len(TUNE_TOKENS)}" for k in inv["keys"]],
+                      holds_grid=inv["holds_grid"].map({True: "yes", False: "no"}),
+                      candidates=inv["candidates"].map(lambda c: "" if pd.isna(c) else f"{int(c)}"))
+    out = ["## Tuned files against the token grid", "", runs_line(used), "",
+           "Per shape that issues 38 and 41 ask a tuned file for (`moe_lab.analysis."
+           "tuned_files.REQUIRED`): the file its backend reads, the keys of the token grid "
+           f"({len(TUNE_TOKENS)} keys) every stage's file holds, its provenance (the tune run, "
+           "its status, candidates timed, when the file was written, the commit) and whether "
+           "it holds the grid (every key, a complete run behind it): "
+           f"{int(inv['holds_grid'].sum())} of {len(inv)} ({per}).", "", *md_table(show)]
+    pairs, stale = tf.current_pairs(runs)
+    prs = [r for r in runs if r.run_id in set(pairs["run_id"])]
+    rows = []
+    for (b, m, sh, dt), g in pairs.groupby(["backend", "model", "sharding", "dtype"]):
+        at = g.set_index("tokens")["tuned_us"]
+        rows.append(dict(backend=b, model=m, sharding=sh, dtype=dt, points=len(g),
+                         tokens=span(g["tokens"], "{:.0f}"),
+                         default_over_tuned=span(g["default_over_tuned"]) + "x",
+                         slower_than_default=_tokens(g.loc[g["default_over_tuned"] < 1, "tokens"]),
+                         slower_than_at_2T=_tokens(t for t in at.index
+                                                   if 2 * t in at.index and at[t] > at[2 * t]),
+                         runs=", ".join(sorted(set(g["run_id"])))))
+    have = set(zip(pairs["backend"], pairs["model"], pairs["sharding"], pairs["dtype"]))
+    bare = inv[[(b, m, sh, dt) not in have for b, m, sh, dt in
+                zip(inv["backend"], inv["model"], inv["sharding"], inv["dtype"])]]
+    out += ["", "### Tuned against default with the committed files", "",
+            provenance(prs, pairs), "",
+            "Per shape and tunable backend: the points whose newest run has default and tuned "
+            "rows ok in graph mode with the tuned row measured after its committed file was "
+            "written, default / tuned over them, and the token counts where tuned is slower "
+            "than default or slower than at twice the tokens (the two tuning targets above). "
+            f"Tuned points measured only before their file was written, left out: {stale}. "
+            "Required shapes with no such point yet: "
+            + (", ".join(f"{b} {m} {sh} {dt}" for b, m, sh, dt in zip(
+                bare["backend"], bare["model"], bare["sharding"], bare["dtype"])) or "none")
+            + ".", "", *md_table(pd.DataFrame(rows))]
+    phased = [r for r in prs if r.phases is not None and len(r.phases)]  # the ledger's rule
+    led = lg.of_runs(phased)[1] if phased else None
+    roof = tf.roof_from(pairs, led, missing="no phases stored")
+    if len(roof):
+        roof = roof.assign(**{c: roof[c].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
+                              for c in ("median_pct_of_roof", "lowest_pct_of_roof",
+                                        "gemm_over_us", "share_of_layer")})
+    out += ["", "### The tuned layer's % of roof from 256 tokens", "", provenance(prs, pairs), "",
+            "Per shape, over the points above from 256 tokens: the tuned layer's % of its roof "
+            "(median, lowest and where), and of its two GEMMs the one with the most time above "
+            "its floor over those points (the ledger's over_us, from the runs that stored their "
+            "phases) with that time as % of the layer's.", "", *md_table(roof)]
+    return out
+
+
 def lines(runs) -> list[str]:
     out = []
     for f in (vllm_section, fp8_gemm_section, compile_section, noise_section, ceilings_section,
@@ -218,4 +284,4 @@ def lines(runs) -> list[str]:
     return out
 
 
-__all__ = ["lines", "span"]
+__all__ = ["lines", "span", "tuned_files_section"]

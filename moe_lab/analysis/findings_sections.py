@@ -127,6 +127,13 @@ def target_inputs(runs):
         frames.append(metrics.promise_metrics(gemm))
     except UsageError:
         pass
+    from . import tuned_files as tf
+    pairs, _ = tf.current_pairs(runs)
+    if len(pairs):
+        frames.append(tf.tuning_metrics(pairs))
+        src["the tuning targets (per point the newest run with default and tuned rows, "
+            "the tuned row measured after its committed file was written)"] = (
+            [r for r in runs if r.run_id in set(pairs["run_id"])], pairs)
     from . import expert_parallel as dist
     from ..storage.store import open_run
     try:

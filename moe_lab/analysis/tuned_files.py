@@ -1,0 +1,241 @@
+"""The tuned configuration files as data (issues 38 and 41): which seed shapes must have one
+(REQUIRED, defined once here), what each file holds against the token grid (TUNE_TOKENS: the
+18 keys of the published tunings for the H200, and 8192) with its provenance, and the tuned
+against default points measured with the files now committed: a tuned row measured before
+its file was written is history, not evidence about that file.
+
+    REQUIRED                                   (issue, backend, model, tp, ep, dtype)
+    inventory(configs_dir=None, device=...)    a row per required shape: its file, keys,
+                                               provenance, and whether it holds the grid
+    current_pairs(runs)                        default and tuned per point, the newest run
+                                               with both, tuned measured after its file
+    tuning_metrics(pairs)                      the two tuning targets' metric frame
+    roof_from(pairs, ledger_df, tokens=256)    per shape: the tuned layer's % of roof from
+                                               `tokens` up, and the GEMM that holds it back
+    search_spread(root=None, device=None)      per tuned point: the winner beside the search's
+                                               best, median and worst candidate
+"""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..core.constants import TUNE_TOKENS
+from ..core.problems import sharding_name
+from ..storage.rows import ok_rows
+from . import metrics
+from .targets import METRIC_COLUMNS, NO_KERNELS
+
+SEEDS = ("llama4-scout-16e", "llama4-maverick-128e", "qwen3-235b-a22b", "deepseek-r1")
+REQUIRED = tuple(
+    [(38, b, m, 8, ep, "bf16") for b in ("aiter-triton", "aiter-triton-silu") for m in SEEDS
+     for ep in (1, 8)]
+    + [(38, "aiter-triton", "deepseek-r1", 8, ep, "fp8-block128") for ep in (1, 8)]
+    + [(38, "aiter-triton", "qwen3-235b-a22b", 8, 8, "fp8-block128")]
+    + [(41, "vllm", m, 8, 1, "bf16") for m in SEEDS[:3]]
+    + [(41, "vllm", "deepseek-r1", 8, 8, "bf16")]
+    + [(41, "vllm", "deepseek-r1", 8, ep, "fp8-block128") for ep in (1, 8)]
+    + [(41, "vllm", m, 8, 1, "fp8-channel") for m in SEEDS[:2]])
+DEVICE = "NVIDIA H200"
+INVENTORY_COLUMNS = ["issue", "backend", "model", "sharding", "dtype", "file", "keys",
+                     "missing_keys", "run", "run_status", "candidates", "written", "commit",
+                     "holds_grid"]
+
+
+def _names(backend, model, tp, ep, dtype, device) -> dict:
+    from .. import backends
+    from ..core.problems import make_problem
+    return backends.get(backend).config_files(make_problem(model, 1, dtype, tp, ep), device)
+
+
+def _configs_dir(configs_dir, device) -> Path:
+    if configs_dir is not None:
+        return Path(configs_dir)
+    from ..storage.configs import configs_dir_for
+    return configs_dir_for(device)
+
+
+def _json(path: Path) -> dict:
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
+              data_dir=None) -> pd.DataFrame:
+    """A row per required shape: its file (gemm1's; the gemm2 file beside it where the
+    backend has one), the token keys every stage's file holds (of TUNE_TOKENS), the keys
+    missing, its provenance (the tune run, its manifest's status, candidates timed, when
+    the file was written, the commit) and `holds_grid`: a file for every stage with all
+    the keys, provenance naming a run, and that run complete."""
+    from ..core.config_files import read_table
+    from ..storage.store import data_dir as default_data
+    root = _configs_dir(configs_dir, device)
+    runs = Path(data_dir) if data_dir is not None else default_data()
+    rows = []
+    for issue, backend, model, tp, ep, dtype in required:
+        names = _names(backend, model, tp, ep, dtype, device)
+        folder = root / backend
+        prov = _json(folder / "provenance.json").get(names["gemm1"]) or {}
+        keys, found = set(TUNE_TOKENS), True
+        for name in names.values():
+            try:
+                keys &= set(read_table(folder / name))
+            except ValueError:  # missing or unreadable: no keys from it
+                keys, found = set(), False
+        run = str(prov.get("run") or "")
+        status = str(_json(runs / run / "manifest.json").get("status") or "") if run else ""
+        missing = [t for t in TUNE_TOKENS if t not in keys]
+        rows.append(dict(
+            issue=issue, backend=backend, model=model, sharding=sharding_name(tp, ep),
+            dtype=dtype, file=names["gemm1"] if found else "", keys=len(keys),
+            missing_keys=", ".join(map(str, missing)), run=run, run_status=status,
+            candidates=prov.get("candidates_timed"), written=str(prov.get("written") or "")[:10],
+            commit=str(prov.get("git_commit") or "")[:7],
+            holds_grid=bool(found and not missing and run and status == "complete")))
+    return pd.DataFrame(rows, columns=INVENTORY_COLUMNS)
+
+
+@functools.lru_cache(maxsize=None)
+def _written(root: str, backend, model, tp, ep, dtype, device) -> pd.Timestamp | None:
+    """When the tuned file this shape reads was written (its provenance), None if unknown."""
+    try:
+        name = _names(backend, model, tp, ep, dtype, device)["gemm1"]
+    except Exception:  # noqa: BLE001 - a backend or model this install no longer knows
+        return None
+    w = (_json(Path(root) / backend / "provenance.json").get(name) or {}).get("written")
+    return pd.Timestamp(w) if w else None
+
+
+PAIR_KEY = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend"]
+
+
+def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
+    """(pairs, stale): per point and tunable backend, default and tuned from the newest run
+    (runs newest first) where both are ok in graph with the deployment's glue and the tuned
+    row was measured after its committed file was written: default_us, tuned_us,
+    default_over_tuned, tuned_point_id, tuned pct_of_roof, run_id, sharding; `stale`: the
+    points whose tuned rows all predate their file."""
+    out, seen, stale = [], set(), set()
+    for r in runs:
+        res = r.results
+        if r.manifest.get("kind") in ("tune", "import") or "config" not in res or not len(res):
+            continue
+        g = ok_rows(res[res["mode"] == "graph"])
+        if "glue" in g:
+            g = g[g["glue"].fillna("").isin(["", "fused"])]
+        j = g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=PAIR_KEY,
+                                              suffixes=("_d", "_t"))
+        root = str(_configs_dir(configs_dir, r.device))
+        for x in j.to_dict("records"):
+            k = tuple(x[c] for c in PAIR_KEY)
+            if k in seen:
+                continue
+            w = _written(root, x["backend"], x["model"], int(x["tp"]), int(x["ep"]),
+                         x["dtype"], r.device)
+            if w is None or pd.Timestamp(x["measured_at_t"]) < w:
+                stale.add(k)
+                continue
+            seen.add(k)
+            out.append({**{c: x[c] for c in PAIR_KEY}, "default_us": x["median_us_d"],
+                        "tuned_us": x["median_us_t"], "point_id": x["point_id_t"],
+                        "default_point_id": x["point_id_d"],
+                        "pct_of_roof": x.get("pct_of_roof_t", np.nan),
+                        "git_commit": x["git_commit_t"], "run_id": r.run_id})
+    cols = PAIR_KEY + ["default_us", "tuned_us", "point_id", "default_point_id", "pct_of_roof",
+                       "git_commit", "run_id"]
+    p = pd.DataFrame(out, columns=cols)
+    p["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(p["tp"], p["ep"])]
+    p["default_over_tuned"] = p["default_us"] / p["tuned_us"]
+    return p, len(stale - seen)
+
+
+def tuning_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
+    """default_over_tuned per pair (on the tuned point) and two_t_over_t: the tuned us at
+    2T over the tuned us at T, per shape and backend where both T and 2T are measured (on
+    the point at T; below 1: T is slower than 2T)."""
+    if not len(pairs):
+        return pd.DataFrame(columns=METRIC_COLUMNS)
+    p = pairs.assign(median_us=pairs["tuned_us"], backend=pairs["backend"] + " tuned")
+    shape = [c for c in PAIR_KEY if c != "tokens"]
+    at = p.set_index(shape + ["tokens"])["tuned_us"]
+    nxt = [at.get(tuple(x[c] for c in shape) + (2 * x["tokens"],), np.nan)
+           for x in p.to_dict("records")]
+    t2 = p.assign(value=np.asarray(nxt, dtype=float) / p["tuned_us"].to_numpy())
+    t2 = t2[t2["value"].notna()]
+    return metrics._concat([metrics.metric_rows(p, "default_over_tuned", "default_over_tuned"),
+                            metrics.metric_rows(t2, "two_t_over_t", "value")])
+
+
+def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int = 256,
+              missing: str = NO_KERNELS) -> pd.DataFrame:
+    """Per backend, model, sharding and dtype: the tuned layer's % of roof from `tokens`
+    up (median, lowest and where), and the GEMM that holds it back: of gemm1 and gemm2,
+    the one with the most time above its floor over those points (the ledger's over_us),
+    with that time's share of the layer's (NO_KERNELS: the ledger has no GEMM row of
+    them; '': neither GEMM is above its floor)."""
+    p = pairs[pairs["tokens"] >= tokens]
+    rows = []
+    led = ledger_df if ledger_df is not None and len(ledger_df) else None
+    for (b, m, s, dt), g in p.groupby(["backend", "model", "sharding", "dtype"]):
+        roof = pd.to_numeric(g["pct_of_roof"], errors="coerce")
+        low = g.loc[roof.idxmin()] if roof.notna().any() else None
+        over, gemm = {}, missing
+        if led is not None:
+            lg_ = led[led["point_id"].isin(g["point_id"]) & led["phase"].isin(["gemm1", "gemm2"])]
+            over = lg_.groupby("phase")["over_us"].sum().to_dict()
+        if over:  # the GEMM with the most time above its floor; '' when neither is above
+            gemm = max(over, key=over.get) if max(over.values()) > 0 else ""
+        rows.append(dict(backend=b, model=m, sharding=s, dtype=dt, points=len(g),
+                         tokens=f"{int(g['tokens'].min())}-{int(g['tokens'].max())}",
+                         median_pct_of_roof=roof.median(), lowest_pct_of_roof=roof.min(),
+                         lowest_at=int(low["tokens"]) if low is not None else np.nan,
+                         held_back_by=gemm,
+                         gemm_over_us=over.get(gemm, np.nan),
+                         share_of_layer=(100 * over[gemm] / g["tuned_us"].sum()
+                                         if gemm in over else np.nan)))
+    return pd.DataFrame(rows)
+
+
+def search_spread(root=None, device: str | None = DEVICE, backend: str | None = None
+                  ) -> pd.DataFrame:
+    """Per tuned point (the newest winner of the tune runs under root, default data_dir()):
+    the winner's us beside the default's, and the search's spread there: the best, median
+    and worst of every candidate of its first rung (each coarse configuration of the first
+    GEMM searched, timed at the short repetition, so its best can sit above the winner,
+    which is timed at full length with both GEMMs tuned), how many, and worst / best (what
+    a bad launch configuration costs)."""
+    from ..core.atomic import read_parquet
+    from ..storage.store import data_dir, read_json
+    found = []
+    for p in sorted(Path(root or data_dir()).iterdir()):
+        if not (p / "winners.parquet").is_file():
+            continue
+        m = read_json(p / "manifest.json")
+        if m.get("kind") != "tune" or (device and (m.get("environment") or {}).get(
+                "device_name") != device):
+            continue
+        w = read_parquet(p / "winners.parquet")
+        if "search_best_us" in w and (backend is None or (w["backend"] == backend).any()):
+            found.append(w.assign(run_id=p.name))
+    if not found:
+        return pd.DataFrame()
+    w = pd.concat(found, ignore_index=True).sort_values(["measured_at", "run_id"])
+    w = w.drop_duplicates(["backend", "model", "tp", "ep", "ep_rank", "dtype", "tokens"],
+                          keep="last")
+    if backend is not None:
+        w = w[w["backend"] == backend]
+    w = w.assign(sharding=[sharding_name(int(t), int(e)) for t, e in zip(w["tp"], w["ep"])])
+    cols = ["backend", "model", "sharding", "dtype", "tokens", "median_us", "default_us",
+            "search_best_us", "search_median_us", "search_worst_us", "search_candidates",
+            "run_id", "git_commit", "device"]
+    out = w[cols].rename(columns={"median_us": "winner_us"})
+    out["worst_over_best"] = out["search_worst_us"] / out["search_best_us"]
+    return out.sort_values(["backend", "model", "sharding", "dtype", "tokens"]).reset_index(
+        drop=True)
