@@ -152,3 +152,20 @@ def test_a_run_without_tuned_rows_is_refused():
     # tuned rows alone (no default of the same backend to compare with) are refused too
     with pytest.raises(CellExecutionError, match="has no ok rows of a backend both tuned"):
         run_notebook(NB, edit=with_params(run="h200-tuned-deepseek-ep8-tail-20261130"))
+
+
+def test_the_tuned_files_against_the_grid_and_the_search_spread(default_outputs):
+    """Section 6: the count of required shapes whose file holds the grid (each recomputed
+    from the files in test_tuned_files), and one spread figure per tuned backend."""
+    from moe_lab.analysis import tuned_files as tf
+    text = printed(default_outputs)
+    inv = tf.inventory()
+    m = re.search(r"(\d+) of (\d+) required shapes have a file that holds the grid", text)
+    assert m and (int(m[1]), int(m[2])) == (int(inv["holds_grid"].sum()), len(inv)), text[-3000:]
+    backends = set()
+    for d in RUNS.iterdir():
+        w = d / "winners.parquet"
+        if w.is_file() and "search_best_us" in pd.read_parquet(w).columns:
+            backends |= set(pd.read_parquet(w)["backend"])
+    assert backends >= {"aiter-triton", "aiter-triton-silu", "vllm"}
+    assert len(pngs(default_outputs)) >= 4 + len(backends)

@@ -14,6 +14,7 @@ its file was written is history, not evidence about that file.
                                                `tokens` up, and the GEMM that holds it back
     search_spread(root=None, device=None)      per tuned point: the winner beside the search's
                                                best, median and worst candidate
+    tune_run(run_id, root=None)                a tune run folder as a Run (figures' footers)
 """
 from __future__ import annotations
 
@@ -239,3 +240,11 @@ def search_spread(root=None, device: str | None = DEVICE, backend: str | None = 
     out["worst_over_best"] = out["search_worst_us"] / out["search_best_us"]
     return out.sort_values(["backend", "model", "sharding", "dtype", "tokens"]).reset_index(
         drop=True)
+
+
+def tune_run(run_id: str, root=None):
+    """The tune run folder `run_id` (under root, default data_dir()) as a Run with empty
+    tables (its manifest for the footer, the rows drawn for the commits)."""
+    from ..storage.store import Run, data_dir, read_json
+    p = Path(root or data_dir()) / str(run_id)
+    return Run(p, read_json(p / "manifest.json"), pd.DataFrame(), pd.DataFrame())

@@ -101,3 +101,40 @@ def fig_phase_bars(run, table: pd.DataFrame) -> Figure:
     return style.finish(fig, run, rows, "; ".join(other + [
         "profiler device time per phase; labels: kernel sum / graph median (us)"]),
         legend_title="phase")
+
+
+def fig_search_spread(run, spread: pd.DataFrame) -> Figure:
+    """A panel per backend and model: per sharding and dtype, the search's first-rung
+    candidates at each token key against the winner (best to worst as a band, the median
+    dashed) and the default configuration (x), all over the winner's us (1: the winner)."""
+    if spread.empty:
+        return style.note_figure("no tune run with the search's spread per point", run, spread)
+    panels = list(dict.fromkeys(zip(spread["backend"], spread["model"])))
+    ncols = min(len(panels), 3)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = style.new_figure(nrows, ncols, squeeze=False, sharey=True,
+                                 figsize=(3.6 * ncols + 2.6, 2.8 * nrows + 0.8))
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
+    lines = sorted(set(zip(spread["sharding"], spread["dtype"])))
+    colors = {k: f"C{i}" for i, k in enumerate(lines)}
+    for ax, (b, m) in zip(flat, panels):
+        for (s, dt), g in spread[(spread["backend"] == b) & (spread["model"] == m)].groupby(
+                ["sharding", "dtype"]):
+            g, c, lab = g.sort_values("tokens"), colors[(s, dt)], f"{s} {dt}"
+            w = g["winner_us"].to_numpy(float)
+            ax.fill_between(g["tokens"], g["search_best_us"] / w, g["search_worst_us"] / w,
+                            color=c, alpha=0.15, lw=0, label=f"{lab}: best-worst candidate")
+            ax.plot(g["tokens"], g["search_median_us"] / w, "--", color=c, lw=1,
+                    label=f"{lab}: median candidate")
+            ax.scatter(g["tokens"], g["default_us"] / w, marker="x", s=14, color=c,
+                       label=f"{lab}: default configuration")
+        ax.axhline(1, color="k", lw=0.8, label="the winner (1)")
+        ax.set_xscale("log", base=2)
+        ax.set(yscale="log", title=f"{style.backend_label(b)}: {m}", xlabel="tokens")
+        ax.grid(True, which="both", alpha=0.3)
+    for row in axes:
+        row[0].set_ylabel("us / winner's us")
+    return style.finish(fig, run, spread, "graph mode; the search's first rung (short "
+                        "repetition) against the winner timed at full length")

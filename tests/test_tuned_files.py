@@ -1,0 +1,123 @@
+"""moe_lab.analysis.tuned_files (issues 38 and 41: the tuned files as data): which required
+shape holds the token grid, which tuned rows are evidence about the committed file (measured
+after it was written), the two tuning targets on them, and the committed inventory
+recomputed here from the files themselves."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from moe_lab.analysis import targets as tg
+from moe_lab.analysis import tuned_files as tf
+from moe_lab.core.constants import TUNE_TOKENS
+
+ROOT = Path(__file__).resolve().parents[1]
+CFG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
+       "num_warps": 4, "num_stages": 3}
+DS_TP8 = (38, "aiter-triton", "deepseek-r1", 8, 1, "bf16")      # E=256,N=256
+DS_EP8 = (38, "aiter-triton", "deepseek-r1", 8, 8, "bf16")      # E=32,N=2048
+QW_TP8 = (38, "aiter-triton", "qwen3-235b-a22b", 8, 1, "bf16")  # E=128,N=192
+
+
+def _file(folder: Path, name: str, keys) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps({str(k): CFG for k in keys}))
+
+
+def _configs(tmp_path, written="2026-12-02T00:00:00+00:00", status="complete"):
+    """DeepSeek-R1 TP8: both files, every key, a complete run; TP8+EP8: its gemm2 file
+    lacks 8192; Qwen3 TP8: no file at all."""
+    cfg, runs = tmp_path / "configs", tmp_path / "runs"
+    folder = cfg / "aiter-triton"
+    _file(folder, "E=256,N=256,device_name=NVIDIA_H200.json", TUNE_TOKENS)
+    _file(folder, "E=256,N=256,device_name=NVIDIA_H200_down.json", TUNE_TOKENS)
+    _file(folder, "E=32,N=2048,device_name=NVIDIA_H200.json", TUNE_TOKENS)
+    _file(folder, "E=32,N=2048,device_name=NVIDIA_H200_down.json", TUNE_TOKENS[:-1])
+    prov = {n: dict(run="tune-a", candidates_timed=100, written=written, git_commit="abc1234")
+            for n in ("E=256,N=256,device_name=NVIDIA_H200.json",
+                      "E=32,N=2048,device_name=NVIDIA_H200.json")}
+    (folder / "provenance.json").write_text(json.dumps(prov))
+    (runs / "tune-a").mkdir(parents=True)
+    (runs / "tune-a" / "manifest.json").write_text(json.dumps({"kind": "tune", "status": status}))
+    return cfg, runs
+
+
+def test_a_shape_holds_the_grid_only_with_every_key_in_every_stage_and_a_complete_run(tmp_path):
+    cfg, runs = _configs(tmp_path)
+    inv = tf.inventory(cfg, required=(DS_TP8, DS_EP8, QW_TP8), data_dir=runs).set_index("sharding")
+    ds, ep = inv.loc["TP8"].iloc[0], inv.loc["TP8+EP8"]
+    assert ds["holds_grid"] and ds["keys"] == len(TUNE_TOKENS) and ds["missing_keys"] == ""
+    assert (ds["run"], ds["run_status"], ds["candidates"]) == ("tune-a", "complete", 100)
+    assert not ep["holds_grid"] and ep["keys"] == len(TUNE_TOKENS) - 1
+    assert ep["missing_keys"] == "8192"  # the gemm2 file's gap counts for the shape
+    qw = inv[inv["model"] == "qwen3-235b-a22b"].iloc[0]
+    assert not qw["holds_grid"] and qw["file"] == "" and qw["keys"] == 0
+    # the same files behind a search that did not finish: not the grid
+    cfg, runs = _configs(tmp_path / "b", status="budget spent")
+    assert not tf.inventory(cfg, required=(DS_TP8,), data_dir=runs)["holds_grid"].any()
+
+
+def _row(tokens, config, us, measured_at, **kw):
+    return dict(dict(model="deepseek-r1", tp=8, ep=1, ep_rank=0, dtype="bf16", routing="uniform",
+                     backend="aiter-triton", mode="graph", glue="fused", status="ok"),
+                tokens=tokens, config=config, median_us=us, measured_at=measured_at,
+                point_id=f"{tokens}/{config}/{measured_at}", git_commit="abc1234",
+                pct_of_roof=50.0, **kw)
+
+
+def _run(run_id, rows):
+    return SimpleNamespace(run_id=run_id, results=pd.DataFrame(rows), manifest={},
+                           device="NVIDIA H200")
+
+
+def test_only_tuned_rows_measured_after_their_file_are_evidence_and_the_newest_run_wins(tmp_path):
+    tf._written.cache_clear()
+    cfg, _ = _configs(tmp_path)
+    before, after, later = ("2026-12-01T00:00:00+00:00", "2026-12-03T00:00:00+00:00",
+                            "2026-12-04T00:00:00+00:00")
+    old = _run("old", [_row(1024, "default", 100.0, before), _row(1024, "tuned", 80.0, before),
+                       _row(2048, "default", 200.0, after), _row(2048, "tuned", 150.0, after)])
+    new = _run("new", [_row(2048, "default", 210.0, later), _row(2048, "tuned", 160.0, later),
+                       _row(4096, "default", 300.0, later), _row(4096, "tuned", 140.0, later)])
+    pairs, stale = tf.current_pairs([new, old], cfg)  # newest first, as find_runs gives them
+    got = pairs.set_index("tokens")
+    assert sorted(got.index) == [2048, 4096] and stale == 1  # 1024: tuned before the file
+    assert got.loc[2048, "run_id"] == "new" and got.loc[2048, "tuned_us"] == 160.0
+    m = tf.tuning_metrics(pairs)
+    ev = tg.evaluate(m, None, [tg.by_name("tuned not slower than default"),
+                               tg.by_name("tuned not slower at T tokens than at 2T")])
+    t2 = ev[ev["target"] == "tuned not slower at T tokens than at 2T"]
+    # 2048 (160 us) is slower than 4096 (140 us): a miss at 2048 by 20 us
+    assert list(t2["tokens"]) == [2048] and not t2["met"].iloc[0]
+    assert t2["value"].iloc[0] == pytest.approx(140 / 160)
+    assert t2["by_us"].iloc[0] == pytest.approx(20.0)
+    assert ev[ev["target"] == "tuned not slower than default"]["met"].all()
+
+
+def test_the_committed_inventory_recomputed_from_the_files():
+    """What the findings and notebook 05 state about the committed files, recomputed here
+    from the JSON files, the provenance and the tune runs' manifests."""
+    from moe_lab import backends
+    from moe_lab.core.problems import make_problem
+    inv = tf.inventory()
+    assert len(inv) == len(tf.REQUIRED)
+    cfg = ROOT / "data" / "configs" / "nvidia-h200"
+    for (issue, b, m, tp, ep, dt), row in zip(tf.REQUIRED, inv.to_dict("records")):
+        names = backends.get(b).config_files(make_problem(m, 1, dt, tp, ep), "NVIDIA H200")
+        files = [cfg / b / n for n in names.values()]
+        keys = set(TUNE_TOKENS)
+        for f in files:
+            keys &= {int(k) for k in json.loads(f.read_text())} if f.is_file() else set()
+        prov = json.loads((cfg / b / "provenance.json").read_text()).get(names["gemm1"], {})
+        man = ROOT / "data" / "runs" / str(prov.get("run")) / "manifest.json"
+        complete = man.is_file() and json.loads(man.read_text()).get("status") == "complete"
+        assert row["holds_grid"] == (keys == set(TUNE_TOKENS) and complete), (b, m, ep, dt)
+    # every file a complete 19-key search wrote holds the 19 keys it claims
+    for b in ("aiter-triton", "aiter-triton-silu", "vllm"):
+        for name, p in json.loads((cfg / b / "provenance.json").read_text()).items():
+            if len(p.get("keys") or []) == len(TUNE_TOKENS) and (cfg / b / name).is_file():
+                assert {int(k) for k in json.loads((cfg / b / name).read_text())} == set(TUNE_TOKENS)
