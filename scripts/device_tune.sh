@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The device runner of `moe-lab tune` searches (issue 38): resumable, on any GPU count (one
-# shape per GPU at a time, the shapes dealt to the GPUs in turn).
+# The device runner of `moe-lab tune` searches (issue 38), of their verification and of the
+# tuned-against-default sweeps: resumable, on any GPU count (one shape per GPU at a time, the
+# shapes dealt to the GPUs in turn).
 #
 #   MOE_LAB_GIT_COMMIT=<sha> SHAPES="aiter-triton:llama4-maverick-128e:8:1:bf16 ..." \
-#     BUDGET=540 bash scripts/device_tune.sh
+#     BUDGET=540 bash scripts/device_tune.sh [tune|verify|sweep]
 #
 # A shape is backend:model:tp:ep:dtype. Its search is the run folder
 # data/runs/h200-tune-<backend>-<model>-<sharding>-<dtype> (TP8 or TP8EP8): a folder committed
@@ -12,11 +13,20 @@
 # the last call staged under /tmp, so back-to-back calls need no commit in between). Each shape's winners are
 # written to $OUT/bundle/configs/<backend>/ (never over the committed files: a cut search's
 # winners are adopted into data/configs/nvidia-h200 only once its manifest says complete).
-# BUDGET: seconds of searching for the whole command (each `moe-lab tune` gets what is
-# left, less a margin for its last writes). Everything lands in $OUT/bundle.tar.gz; adopt a
+# verify: `moe-lab tune --verify ${VERIFY:-4}` per shape into h200-verify-<...>: that many
+# token keys searched again in another order with twice the survivors, against the committed
+# winners of data/configs/nvidia-h200 (verify.parquet; no file written).
+# sweep: `moe-lab sweep --config default,tuned` per shape into h200-grid-<...> at TOKENS
+# (default: the 19 keys of the tuned files), graph mode, profiled: the tuned files measured
+# beside the backend's default configuration (the committed files, as they travel).
+# BUDGET: seconds for the whole command (each shape's command gets what is left, less a
+# margin for its last writes). Everything lands in $OUT/bundle.tar.gz; adopt a
 # run folder with `git add -f data/runs/<run>` (.gitignore keeps users' runs out of data/runs).
 source "$(dirname "$0")/device_env.sh"
+MODE=${1:-tune}
+case $MODE in tune|verify|sweep) ;; *) echo "usage: bash scripts/device_tune.sh [tune|verify|sweep]"; exit 2 ;; esac
 BUDGET=${BUDGET:-540}
+TOKENS=${TOKENS:-1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096,8192}
 SHAPES=${SHAPES:?give SHAPES=\"backend:model:tp:ep:dtype ...\"}
 CORES=$(nproc)
 t0=$(date +%s)
@@ -24,13 +34,14 @@ left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
 pack() { tar czf $OUT/bundle.tar.gz -C $OUT bundle && rm -rf $B; }
 trap pack EXIT
 # a warm machine keeps /tmp between calls: the next call resumes from what this one timed
-STAGE=/tmp/moe_lab_tune_stage; mkdir -p $STAGE
+STAGE=${TUNE_STAGE:-/tmp/moe_lab_tune_stage}; mkdir -p $STAGE  # TUNE_STAGE: elsewhere (tests)
 mkdir -p $B/configs
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > $B/logs/gpus.txt 2>&1
 
 run_id() {  # backend model tp ep dtype
   local sh="tp$3"; [ "$4" != 1 ] && sh="tp$3ep$4"
-  echo "h200-tune-$1-$2-$sh-$5"
+  local kind=tune; [ "$MODE" = verify ] && kind=verify; [ "$MODE" = sweep ] && kind=grid
+  echo "h200-$kind-$1-$2-$sh-$5"
 }
 
 tune_one() {  # gpu shape
@@ -41,14 +52,18 @@ tune_one() {  # gpu shape
   elif [ -d data/runs/$run ]; then cp -r data/runs/$run $B/runs/$run; fi
   local s; s=$(( $(left) - 25 ))
   [ "$s" -lt 30 ] && { echo "$run: no time left"; return; }
-  CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 20 $(( s + 15 )) python3 -m moe_lab tune \
-    --backend "$backend" --models "$model" --tp "$tp" --ep "$ep" --dtype "$dtype" \
-    --budget "$s" --compile-workers $(( (CORES - 2) / NGPU > 12 ? 12 : (CORES - 2) / NGPU )) \
-    --data-dir $B/runs --run-id "$run" --configs-dir $B/configs --no-progress \
-    > $B/logs/$run.log 2>&1
+  local args=(tune --backend "$backend" --budget "$s" --configs-dir $B/configs
+    --compile-workers $(( (CORES - 2) / NGPU > 12 ? 12 : (CORES - 2) / NGPU )))
+  [ "$MODE" = verify ] && args=(tune --backend "$backend" --budget "$s" --verify "${VERIFY:-4}"
+    --configs-dir data/configs/nvidia-h200)
+  [ "$MODE" = sweep ] && args=(sweep --backends "$backend" --config default,tuned --modes graph
+    --tokens "$TOKENS")
+  CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 20 $(( s + 15 )) python3 -m moe_lab "${args[@]}" \
+    --models "$model" --tp "$tp" --ep "$ep" --dtype "$dtype" \
+    --data-dir $B/runs --run-id "$run" --no-progress > $B/logs/$run.log 2>&1
   local rc=$?
   rm -rf $STAGE/$run.tmp && cp -r $B/runs/$run $STAGE/$run.tmp && rm -rf $STAGE/$run && mv $STAGE/$run.tmp $STAGE/$run
-  echo "$run rc=$rc ($(( $(date +%s) - t0 )) s): $(grep -E '^done|^left' $B/logs/$run.log | tr '\n' ' ')"
+  echo "$run rc=$rc ($(( $(date +%s) - t0 )) s): $(grep -E '^done|^left|verdict' $B/logs/$run.log | tr '\n' ' ')"
 }
 
 read -r -a all <<< "$SHAPES"

@@ -356,3 +356,61 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
     got = {(m, int(arg(c, "ep")), arg(c, "dtype")) for c in tuned for m in arg(c, "models").split(",")}
     assert got == want
     assert ("no tuned vllm file" in out) == (len({(d, ep) for _, ep, d in want}) < len(jobs))
+
+
+def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
+    """scripts/device_tune.sh with moe-lab recorded instead of run (no GPU here), on two
+    GPUs: the shapes dealt to them in turn, each mode's command and run folder (tune: the
+    winners into the bundle, never the committed files; verify: against the committed
+    files, no file written; sweep: default and tuned at the 19 keys, graph), a bad mode
+    refused."""
+    import shutil
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(FAKE_PY)
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho NVIDIA H200\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    repo = tmp_path / "repo"
+    for sub in ("scripts", "moe_lab", "data/configs"):
+        shutil.copytree(ROOT / sub, repo / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    log = tmp_path / "dry.log"
+    shapes = ("aiter-triton-silu:deepseek-r1:8:1:bf16 aiter-triton-silu:deepseek-r1:8:8:bf16 "
+              "aiter-triton:qwen3-235b-a22b:8:8:fp8-block128")
+    env = dict(os.environ, AITER_SITE=str(tmp_path / "aiter-site"), DRY_LOG=str(log),
+               PATH=f"{fake}{os.pathsep}{os.environ['PATH']}", REAL_PY=sys.executable,
+               DRY_NGPU="2", TUNE_STAGE=str(tmp_path / "stage"), SHAPES=shapes, BUDGET="300",
+               MOE_LAB_GIT_COMMIT="abc1234")
+
+    def call(*mode):
+        log.write_text("")
+        out = tmp_path / f"out-{'-'.join(mode) or 'none'}"
+        out.mkdir()
+        r = subprocess.run(["bash", "scripts/device_tune.sh", *mode], cwd=repo, timeout=300,
+                           env=dict(env, OUT=str(out)), capture_output=True, text=True)
+        return r.returncode, r.stdout + r.stderr, log.read_text().splitlines()
+    rc, out, calls = call()
+    assert rc == 0 and len(calls) == 3, out[-2000:]
+    by_run = {c.split("--run-id ")[1].split()[0]: c for c in calls}
+    assert set(by_run) == {"h200-tune-aiter-triton-silu-deepseek-r1-tp8-bf16",
+                           "h200-tune-aiter-triton-silu-deepseek-r1-tp8ep8-bf16",
+                           "h200-tune-aiter-triton-qwen3-235b-a22b-tp8ep8-fp8-block128"}
+    gpu = {r: c.split()[0] for r, c in by_run.items()}
+    assert gpu["h200-tune-aiter-triton-silu-deepseek-r1-tp8-bf16"] == "CUDA_VISIBLE_DEVICES=0"
+    assert gpu["h200-tune-aiter-triton-silu-deepseek-r1-tp8ep8-bf16"] == "CUDA_VISIBLE_DEVICES=1"
+    assert all(" tune --backend " in c and "/bundle/configs" in c and "--verify" not in c
+               for c in calls)
+    rc, out, calls = call("verify")
+    assert rc == 0 and len(calls) == 3, out[-2000:]
+    assert all("--run-id h200-verify-" in c and "--verify 4 --configs-dir data/configs/nvidia-h200"
+               in c for c in calls)
+    rc, out, calls = call("sweep")
+    assert rc == 0 and len(calls) == 3, out[-2000:]
+    keys = "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096,8192"
+    assert all("--run-id h200-grid-" in c and " sweep --backends " in c and
+               f"--config default,tuned --modes graph --tokens {keys}" in c for c in calls)
+    fp8 = [c for c in calls if "h200-grid-aiter-triton-qwen3-235b-a22b-tp8ep8-fp8-block128" in c]
+    assert len(fp8) == 1 and "--backends aiter-triton --config" in fp8[0]
+    assert "--dtype fp8-block128" in fp8[0] and "--ep 8" in fp8[0]
+    rc, out, calls = call("search")
+    assert rc == 2 and "usage:" in out and not calls

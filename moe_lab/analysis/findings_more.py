@@ -7,6 +7,7 @@ import pandas as pd
 
 from ..cost import ledger as lg
 from .runs import runs_with_phases
+from .targets import TARGETS
 from ..core.errors import UsageError
 from .findings_sections import md_table, provenance, runs_line, span
 
@@ -259,6 +260,22 @@ def tuned_files_section(runs) -> list[str]:
             + (", ".join(f"{b} {m} {sh} {dt}" for b, m, sh, dt in zip(
                 bare["backend"], bare["model"], bare["sharding"], bare["dtype"])) or "none")
             + ".", "", *md_table(pd.DataFrame(rows))]
+    ver = tf.verify_points()
+    vname = next(t.name for t in TARGETS if t.metric == "verify_ratio")
+    if not len(ver):
+        out += ["", f"A second search against the committed winners (`moe-lab tune --verify`, "
+                f"the target `{vname}`): no verify run is committed yet."]
+    else:
+        vrows = ver[["backend", "model", "sharding", "dtype", "tokens", "committed_us",
+                     "found_us", "value", "verdict", "run_id"]].rename(
+            columns={"value": "committed_over_found"})
+        out += ["", "### A second search against the committed winners", "",
+                runs_line(tf.verify_runs(ver)), "",
+                "Per point a `moe-lab tune --verify` searched again (another candidate order, "
+                "twice the survivors and the fine steps): the committed winner timed beside "
+                "it, the best the second search found (its fastest correct candidate over the "
+                "margin where there is one), committed / found and the verdict (the target: "
+                f"`{vname}`).", "", *md_table(vrows.round(3))]
     phased = [r for r in prs if r.phases is not None and len(r.phases)]  # the ledger's rule
     led = lg.of_runs(phased)[1] if phased else None
     roof = tf.roof_from(pairs, led, missing="no phases stored")

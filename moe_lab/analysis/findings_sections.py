@@ -134,6 +134,11 @@ def target_inputs(runs):
         src["the tuning targets (per point the newest run with default and tuned rows, "
             "the tuned row measured after its committed file was written)"] = (
             [r for r in runs if r.run_id in set(pairs["run_id"])], pairs)
+    ver = tf.verify_points()
+    if len(ver):
+        frames.append(tf.verify_metrics(ver))
+        src["the verify target (the `tune --verify` runs, the newest of each point)"] = (
+            tf.verify_runs(ver), None)
     from . import expert_parallel as dist
     from ..storage.store import open_run
     try:

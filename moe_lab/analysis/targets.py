@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..core.constants import VERIFY_MARGIN
+
 GEMMS = ("gemm1", "gemm2")
 NO_KERNELS = "no kernels"
 METRIC_COLUMNS = ["metric", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
@@ -97,6 +99,9 @@ TARGETS = (
            "default_over_tuned", 1, INF, 1.0, "x", phases=False),
     Target("tuned not slower at T tokens than at 2T", "tuned us at 2T / tuned us at T, "
            "graph, the committed files", "two_t_over_t", 1, INF, 1.0, "x", phases=False),
+    Target("a second search finds nothing 2% faster", "the committed winner's us / the "
+           "best a `tune --verify` search (another order, twice the survivors) finds, graph",
+           "verify_ratio", 1, INF, VERIFY_MARGIN, "x", at_least=False, phases=False),
     # expert parallelism
     Target("predicted within 5% of measured", "|slowest rank + collective / layer - 1| per "
            "distributed point", "prediction_err", 1, INF, 0.05, "", at_least=False,

@@ -14,6 +14,8 @@ its file was written is history, not evidence about that file.
                                                `tokens` up, and the GEMM that holds it back
     search_spread(root=None, device=None)      per tuned point: the winner beside the search's
                                                best, median and worst candidate
+    verify_points(root=None)                   per point a `tune --verify` searched again: the
+                                               committed winner against the best it found
     tune_run(run_id, root=None)                a tune run folder as a Run (figures' footers)
 """
 from __future__ import annotations
@@ -248,3 +250,42 @@ def tune_run(run_id: str, root=None):
     from ..storage.store import Run, data_dir, read_json
     p = Path(root or data_dir()) / str(run_id)
     return Run(p, read_json(p / "manifest.json"), pd.DataFrame(), pd.DataFrame())
+
+
+def verify_points(root=None) -> pd.DataFrame:
+    """Per point of the verify runs under root (default data_dir(); `moe-lab tune --verify`,
+    verify.parquet), the newest: the committed winner's us, the best the second search
+    found (the fastest correct candidate over the margin where there is one, else its
+    best), value = committed / that (above VERIFY_MARGIN: the second search found a
+    faster configuration), the verdict, run_id. Empty when no verify run is committed."""
+    from ..core.atomic import read_parquet
+    from ..storage.store import data_dir
+    found = []
+    for p in sorted(Path(root or data_dir()).iterdir()):
+        if (p / "verify.parquet").is_file():
+            found.append(read_parquet(p / "verify.parquet").assign(run_id=p.name))
+    if not found:
+        return pd.DataFrame()
+    v = pd.concat(found, ignore_index=True).sort_values(["measured_at", "run_id"])
+    v = v.drop_duplicates(["backend", "model", "tp", "ep", "ep_rank", "dtype", "tokens"],
+                          keep="last")
+    for c in ("committed_us", "fastest_us", "search_best_us"):
+        v[c] = pd.to_numeric(v[c], errors="coerce") if c in v else np.nan
+    found_us = v["fastest_us"].where(v["fastest_us"].notna(), v["search_best_us"])
+    v = v.assign(found_us=found_us, value=v["committed_us"] / found_us,
+                 median_us=v["committed_us"],
+                 sharding=[sharding_name(int(t), int(e)) for t, e in zip(v["tp"], v["ep"])])
+    return v.reset_index(drop=True)
+
+
+def verify_metrics(points: pd.DataFrame) -> pd.DataFrame:
+    """The verify target's metric frame (committed / found per point searched again)."""
+    p = points[points["value"].notna()] if len(points) else points
+    if not len(p):
+        return pd.DataFrame(columns=METRIC_COLUMNS)
+    return metrics.metric_rows(p.assign(point_id=""), "verify_ratio", "value")
+
+
+def verify_runs(points: pd.DataFrame) -> list:
+    """The verify runs behind `points` (verify_points), as Runs, newest first."""
+    return [tune_run(r) for r in sorted(set(points["run_id"]), reverse=True)] if len(points) else []
