@@ -274,3 +274,36 @@ def test_warm_tokens_reach_both_of_vllms_block_assignments(vllm):
     assert reps == [1, 2, 16, 48]
     ep = make_problem("deepseek-r1", 1, "bf16", 8, 8, 0)  # EP: always aligned; k=8
     assert be.warm_tokens(ep, (1, 2, 16)) == [1, 2]  # n = 8, then 16 and 128 (both % 16)
+
+
+def test_every_committed_vllm_file_is_read_by_vllms_lookup_as_written(vllm, monkeypatch):
+    """Each tuned vLLM file committed under data/configs/nvidia-h200/vllm (issue 41's
+    shapes: analysis.tuned_files.REQUIRED) is found by vLLM's own lookup under the name
+    vLLM gives that shape, read back entry for entry, and holds every token key of vLLM's
+    shipped H200 file for that shape (where it ships one) and 8192."""
+    from pathlib import Path
+    from moe_lab.analysis.tuned_files import REQUIRED
+    fm, _ = vllm
+    folder = Path(__file__).resolve().parents[1] / "data" / "configs" / "nvidia-h200" / "vllm"
+    checked = 0
+    for _, backend, model, tp, ep, dtype in REQUIRED:
+        if backend != "vllm":
+            continue
+        p = make_problem(model, 64, dtype, tp, ep, 0)
+        block = [128, 128] if dtype == "fp8-block128" else None
+        name = fm.get_config_file_name(p.local_experts, p.inter, vb.config_dtype(p), block)
+        if not (folder / name).is_file():
+            continue  # not searched yet: the findings' tuned-files table says so
+        args = (p.local_experts, p.inter, vb.config_dtype(p)) + ((128, 128) if block else ())
+        monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
+        fm.get_moe_configs.cache_clear()
+        shipped = fm.get_moe_configs(*args) or {}
+        monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(folder))
+        fm.get_moe_configs.cache_clear()
+        got = fm.get_moe_configs(*args)
+        ours = {int(k): v for k, v in json.loads((folder / name).read_text()).items()}
+        assert got == ours, name
+        assert set(shipped) | {8192} <= set(got), (name, sorted(set(shipped) - set(got)))
+        checked += 1
+    fm.get_moe_configs.cache_clear()
+    assert checked >= 4  # the files committed when this test was written
