@@ -249,6 +249,23 @@ exec "$REAL_PY" "$@"
 '''
 
 
+def _dry_repo(tmp_path):
+    """(fake bin folder, repo copy): python3 recording moe-lab's sweep and tune (FAKE_PY),
+    an nvidia-smi naming an H200, and what travels (scripts, moe_lab, data/configs),
+    without this checkout's .whl/ or runs."""
+    import shutil
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(FAKE_PY)
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho NVIDIA H200\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    repo = tmp_path / "repo"
+    for sub in ("scripts", "moe_lab", "data/configs"):
+        shutil.copytree(ROOT / sub, repo / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    return fake, repo
+
+
 def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
     """The script's jobs end to end with moe-lab's sweep and tune recorded instead of run
     (no GPU here): one run folder per job, vLLM as shipped beside the scheme's own
@@ -258,16 +275,8 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
     parts = _parts(tmp_path, monkeypatch)
     for p in parts:
         _call(tmp_path, [p])
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "python3").write_text(FAKE_PY)
-    (fake / "nvidia-smi").write_text("#!/bin/sh\necho NVIDIA H200\n")
-    for f in fake.iterdir():
-        f.chmod(0o755)
+    fake, repo = _dry_repo(tmp_path)
     log = tmp_path / "dry.log"
-    repo = tmp_path / "repo"  # what travels, without this checkout's .whl/ or runs
-    for sub in ("scripts", "moe_lab", "data/configs"):
-        shutil.copytree(ROOT / sub, repo / sub, ignore=shutil.ignore_patterns("__pycache__"))
     env = dict(os.environ, AITER_SITE=str(tmp_path / "aiter-site"), PATH=f"{fake}{os.pathsep}{os.environ['PATH']}", DRY_LOG=str(log),
                REAL_PY=sys.executable, VLLM_PARTS=str(tmp_path / "none"),
                VLLM_STAGE=str(tmp_path / "stage"), VLLM_SITE=str(tmp_path / "site"),
@@ -364,16 +373,7 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     winners into the bundle, never the committed files; verify: against the committed
     files, no file written; sweep: default and tuned at the 19 keys, graph), a bad mode
     refused."""
-    import shutil
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "python3").write_text(FAKE_PY)
-    (fake / "nvidia-smi").write_text("#!/bin/sh\necho NVIDIA H200\n")
-    for f in fake.iterdir():
-        f.chmod(0o755)
-    repo = tmp_path / "repo"
-    for sub in ("scripts", "moe_lab", "data/configs"):
-        shutil.copytree(ROOT / sub, repo / sub, ignore=shutil.ignore_patterns("__pycache__"))
+    fake, repo = _dry_repo(tmp_path)
     log = tmp_path / "dry.log"
     shapes = ("aiter-triton-silu:deepseek-r1:8:1:bf16 aiter-triton-silu:deepseek-r1:8:8:bf16 "
               "aiter-triton:qwen3-235b-a22b:8:8:fp8-block128")

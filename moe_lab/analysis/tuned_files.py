@@ -206,6 +206,30 @@ def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int =
     return pd.DataFrame(rows)
 
 
+def newest_of(table: str, root=None, where=None) -> pd.DataFrame:
+    """The rows of `<table>.parquet` (winners, verify) of every run folder under root
+    (default data_dir()) that has one and whose manifest `where` accepts (None: every),
+    each with its run_id; per point (backend, model, tp, ep, ep_rank, dtype, tokens) the
+    newest (measured_at, then the folder's name). Empty when none."""
+    from ..core.atomic import read_parquet
+    from ..storage.store import data_dir, read_json
+    found = []
+    for p in sorted(Path(root or data_dir()).iterdir()):
+        f = p / f"{table}.parquet"
+        if f.is_file() and (where is None or where(read_json(p / "manifest.json"))):
+            found.append(read_parquet(f).assign(run_id=p.name))
+    if not found:
+        return pd.DataFrame()
+    w = pd.concat(found, ignore_index=True).sort_values(["measured_at", "run_id"])
+    return w.drop_duplicates(["backend", "model", "tp", "ep", "ep_rank", "dtype", "tokens"],
+                             keep="last").reset_index(drop=True)
+
+
+def on_device(device: str | None):
+    """A `where` for newest_of: a tune run measured on `device` (None: any)."""
+    return lambda m: device is None or (m.get("environment") or {}).get("device_name") == device
+
+
 def search_spread(root=None, device: str | None = DEVICE, backend: str | None = None
                   ) -> pd.DataFrame:
     """Per tuned point (the newest winner of the tune runs under root, default data_dir()):
@@ -214,24 +238,10 @@ def search_spread(root=None, device: str | None = DEVICE, backend: str | None = 
     GEMM searched, timed at the short repetition, so its best can sit above the winner,
     which is timed at full length with both GEMMs tuned), how many, and worst / best (what
     a bad launch configuration costs)."""
-    from ..core.atomic import read_parquet
-    from ..storage.store import data_dir, read_json
-    found = []
-    for p in sorted(Path(root or data_dir()).iterdir()):
-        if not (p / "winners.parquet").is_file():
-            continue
-        m = read_json(p / "manifest.json")
-        if m.get("kind") != "tune" or (device and (m.get("environment") or {}).get(
-                "device_name") != device):
-            continue
-        w = read_parquet(p / "winners.parquet")
-        if "search_best_us" in w and (backend is None or (w["backend"] == backend).any()):
-            found.append(w.assign(run_id=p.name))
-    if not found:
+    w = newest_of("winners", root, lambda m: m.get("kind") == "tune" and on_device(device)(m))
+    if not len(w) or "search_best_us" not in w:
         return pd.DataFrame()
-    w = pd.concat(found, ignore_index=True).sort_values(["measured_at", "run_id"])
-    w = w.drop_duplicates(["backend", "model", "tp", "ep", "ep_rank", "dtype", "tokens"],
-                          keep="last")
+    w = w[w["search_best_us"].notna()]
     if backend is not None:
         w = w[w["backend"] == backend]
     w = w.assign(sharding=[sharding_name(int(t), int(e)) for t, e in zip(w["tp"], w["ep"])])
@@ -258,17 +268,9 @@ def verify_points(root=None) -> pd.DataFrame:
     found (the fastest correct candidate over the margin where there is one, else its
     best), value = committed / that (above VERIFY_MARGIN: the second search found a
     faster configuration), the verdict, run_id. Empty when no verify run is committed."""
-    from ..core.atomic import read_parquet
-    from ..storage.store import data_dir
-    found = []
-    for p in sorted(Path(root or data_dir()).iterdir()):
-        if (p / "verify.parquet").is_file():
-            found.append(read_parquet(p / "verify.parquet").assign(run_id=p.name))
-    if not found:
-        return pd.DataFrame()
-    v = pd.concat(found, ignore_index=True).sort_values(["measured_at", "run_id"])
-    v = v.drop_duplicates(["backend", "model", "tp", "ep", "ep_rank", "dtype", "tokens"],
-                          keep="last")
+    v = newest_of("verify", root)
+    if not len(v):
+        return v
     for c in ("committed_us", "fastest_us", "search_best_us"):
         v[c] = pd.to_numeric(v[c], errors="coerce") if c in v else np.nan
     found_us = v["fastest_us"].where(v["fastest_us"].notna(), v["search_best_us"])

@@ -11,13 +11,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..core.atomic import read_parquet
 from ..core.devices import Ceilings, ceilings_for
 from ..core.problems import sharding_name
 from ..measuring.profiling import PHASES
 from ..cost.roofline import add_roofline_columns
 from ..storage.rows import ok_rows
-from ..storage.store import data_dir, open_run, read_json
+from ..storage.store import open_run
 from . import metrics
 from .runs import open_tuned_run  # noqa: F401 (the run notebook 05 reads)
 
@@ -206,17 +205,12 @@ def winners_table(backend="aiter-triton", device=None, shipped="MI300X", root=No
     """Per point tuned (the newest winner in the tune runs under root, default data_dir()):
     the winning gemm1/gemm2 configurations, the one aiter ships for its token count
     (pick_config, AMD-only keys stripped), tuned/default us and speedup from the search."""
-    found = []
-    for p in (root or data_dir()).iterdir():
-        m = read_json(p / "manifest.json") if (p / "winners.parquet").is_file() else {}
-        if m.get("kind") == "tune" and (m.get("config") or {}).get("backend") == backend and (
-                device is None or (m.get("environment") or {}).get("device_name") == device):
-            found.append(read_parquet(p / "winners.parquet").assign(tune_run=p.name))
-    if not found:
+    from .tuned_files import newest_of, on_device
+    w = newest_of("winners", root, lambda m: m.get("kind") == "tune" and (
+        m.get("config") or {}).get("backend") == backend and on_device(device)(m))
+    if not len(w):
         return pd.DataFrame()
-    w = pd.concat(found, ignore_index=True).sort_values(["measured_at", "tune_run"])
-    w = w.drop_duplicates(["model", "tp", "ep", "ep_rank", "dtype", "tokens", "backend"],
-                          keep="last")
+    w = w.rename(columns={"run_id": "tune_run"})
     try:
         from ..backends.aiter_triton import aiter_moe_configs, pick_config
         ship = [compact(pick_config(aiter_moe_configs(shipped), int(t), strip_amd=True))

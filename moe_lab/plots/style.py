@@ -150,6 +150,21 @@ def panel_grid(models: list, shards: list, panel_w: float = 4.2, panel_h: float 
     return fig, [(ax, m, s) for ax, (m, s) in zip(flat, cells)]
 
 
+def wrapped_panels(n: int, ncols: int = 3, panel_w: float = 3.7, panel_h: float = 2.9,
+                   extra_w: float = 2.5, extra_h: float = 0.85, **subplots_kw):
+    """(Figure, axes grid, the first n panels in order) for n panels wrapped into at most
+    `ncols` columns (the width a pull request shows); unused panels hidden."""
+    ncols = max(1, min(ncols, n))
+    nrows = -(-n // ncols)
+    fig, axes = new_figure(nrows, ncols, squeeze=False,
+                           figsize=(panel_w * ncols + extra_w, panel_h * nrows + extra_h),
+                           **subplots_kw)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, axes, flat[:n]
+
+
 def shared_legend(fig: Figure, handles=None, labels=None, title: str | None = None,
                   loc: str = "outside right upper", fontsize: float = 7, order=None):
     """ONE legend for the whole figure: the distinct labels of every panel (first handle

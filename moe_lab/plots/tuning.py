@@ -110,13 +110,7 @@ def fig_search_spread(run, spread: pd.DataFrame) -> Figure:
     if spread.empty:
         return style.note_figure("no tune run with the search's spread per point", run, spread)
     panels = list(dict.fromkeys(zip(spread["backend"], spread["model"])))
-    ncols = min(len(panels), 3)
-    nrows = -(-len(panels) // ncols)
-    fig, axes = style.new_figure(nrows, ncols, squeeze=False, sharey=True,
-                                 figsize=(3.6 * ncols + 2.6, 2.8 * nrows + 0.8))
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[len(panels):]:
-        ax.set_visible(False)
+    fig, axes, flat = style.wrapped_panels(len(panels), 3, 3.6, 2.8, 2.6, 0.8, sharey=True)
     lines = sorted(set(zip(spread["sharding"], spread["dtype"])))
     colors = {k: f"C{i}" for i, k in enumerate(lines)}
     for ax, (b, m) in zip(flat, panels):

@@ -22,13 +22,7 @@ def fig_best_over_vllm(table: pd.DataFrame, run=None, rows: pd.DataFrame | None 
         return style.note_figure("no point has both vLLM as shipped and a layer of ours", run,
                                  rows)
     groups = list(newest(table).groupby(SHAPE, sort=True))
-    ncols = min(3, len(groups))
-    nrows = -(-len(groups) // ncols)
-    fig, axes = style.new_figure(nrows, ncols, squeeze=False, sharey=True,
-                                 figsize=(3.8 * ncols + 2.4, 3.0 * nrows + 0.9))
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[len(groups):]:
-        ax.set_visible(False)
+    fig, axes, flat = style.wrapped_panels(len(groups), 3, 3.8, 3.0, 2.4, 0.9, sharey=True)
     seen = {}
     for ax, ((model, sharding, dtype, mode), g) in zip(flat, groups):
         g = g.sort_values("tokens")
