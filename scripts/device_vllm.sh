@@ -41,8 +41,11 @@
 # reference, profiled (the phases the ledger reads), one run folder per job,
 # data/runs/h200-vllm-<dtype>-<tp8|tp8ep8>: first every backend of the job with
 # --config default (vllm as shipped beside aiter-triton, torch-grouped and the FP8
-# backends), then aiter-triton --config tuned. No seed model ships fp8-tensor (DeepSeek-R1
-# and Qwen3-FP8: 128x128 blocks; Llama-4 Maverick FP8: per channel), so it is not swept;
+# backends), then aiter-triton --config tuned, then vllm --config tuned for the job's models
+# with a tuned vLLM file committed (vLLM with moe-lab's files beside vLLM as shipped, in one
+# run: TAG=vtuned JOBS="<the jobs with files>" measures them afresh). No seed model ships
+# fp8-tensor (DeepSeek-R1 and Qwen3-FP8: 128x128 blocks; Llama-4 Maverick FP8: per
+# channel), so it is not swept;
 # Qwen3-235B fp8-block128 at TP8 has no whole 128 blocks (refused at the gate).
 # tune: scripts/device_tune.sh with SHAPES (vllm, 19 keys), its winners in the bundle's
 # configs/vllm/. tuned: vllm --config tuned, the models of each job with a tuned file.
@@ -140,20 +143,20 @@ job() {  # gpu dtype:ep:models
   run=$(run_id "$dtype" "$ep")
   if [ -d $RUNSTAGE/$run ]; then cp -r $RUNSTAGE/$run $B/runs/$run
   elif [ -d data/runs/$run ]; then cp -r data/runs/$run $B/runs/$run; fi
+  local tuned; tuned=$(grep "^$dtype:$ep:" <<< "$TUNED" | cut -d: -f3)
   if [ "$MODE" != tuned ]; then
     sweep "$g" "$run" "$dtype" "$ep" "$models" "$(backends_for "$dtype")" default
     [ "$dtype" != fp8-channel ] && sweep "$g" "$run" "$dtype" "$ep" "$models" aiter-triton tuned
-  else
-    local tuned; tuned=$(grep "^$dtype:$ep:" <<< "$TUNED" | cut -d: -f3)
-    if [ -n "$tuned" ]; then sweep "$g" "$run" "$dtype" "$ep" "$tuned" vllm tuned
-    else echo "$run: no tuned vllm file in data/configs/nvidia-h200/vllm for $models"; fi
-  fi
+    # vLLM's kernel with moe-lab's files, in the same run as vLLM as shipped (sweep only)
+    [ "$MODE" = sweep ] && [ -n "$tuned" ] && sweep "$g" "$run" "$dtype" "$ep" "$tuned" vllm tuned
+  elif [ -n "$tuned" ]; then sweep "$g" "$run" "$dtype" "$ep" "$tuned" vllm tuned
+  else echo "$run: no tuned vllm file in data/configs/nvidia-h200/vllm for $models"; fi
   [ -d $B/runs/$run ] && rm -rf $RUNSTAGE/$run.tmp && cp -r $B/runs/$run $RUNSTAGE/$run.tmp &&
     rm -rf $RUNSTAGE/$run && mv $RUNSTAGE/$run.tmp $RUNSTAGE/$run
 }
 
 read -r -a all <<< "$JOBS"
-TUNED=; [ "$MODE" = tuned ] && TUNED=$(with_tuned_files "${all[@]}")
+TUNED=; [ "$MODE" != align ] && TUNED=$(with_tuned_files "${all[@]}")
 deal job "${all[@]}"
 runs=(); for j in "${all[@]}"; do IFS=: read -r d e _ <<< "$j"; runs+=("$(run_id "$d" "$e")"); done
 python3 - $B/runs "$MODE" "${runs[@]}" <<'PY'

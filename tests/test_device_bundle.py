@@ -294,7 +294,17 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
     assert rc == 0, out[-3000:]
     calls = log.read_text().splitlines()
     sweeps = [c for c in calls if " sweep " in c]
-    assert len(sweeps) == 5 + 4  # every job with --config default, then aiter-triton tuned
+    # every job with --config default, then aiter-triton tuned, then vllm tuned where the
+    # job's models have a committed vLLM file (the sweep reads data/configs as it travels)
+    tuned = {c.split("--run-id ")[1].split()[0]: c for c in sweeps if "--backends vllm --config tuned" in c}
+    assert len(sweeps) == 5 + 4 + len(tuned) and tuned
+    from moe_lab.analysis.tuned_files import inventory
+    inv = inventory()
+    have = inv[(inv["backend"] == "vllm") & (inv["file"] != "")]
+    for (dt, sh), g in have.groupby(["dtype", "sharding"]):  # the models with a file, only
+        run = f"h200-vllm-{dt}-{'tp8' if sh == 'TP8' else 'tp8ep8'}"
+        assert set(tuned[run].split("--models ")[1].split()[0].split(",")) == set(g["model"])
+    assert len(tuned) == have.groupby(["dtype", "sharding"]).ngroups
     want = {"h200-vllm-bf16-tp8": "vllm,aiter-triton,torch-grouped",
             "h200-vllm-bf16-tp8ep8": "vllm,aiter-triton,torch-grouped",
             "h200-vllm-fp8-block128-tp8": "vllm,aiter-triton,torch-fp8",
