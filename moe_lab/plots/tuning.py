@@ -116,19 +116,26 @@ def fig_search_spread(run, spread: pd.DataFrame) -> Figure:
     for ax, (b, m) in zip(flat, panels):
         for (s, dt), g in spread[(spread["backend"] == b) & (spread["model"] == m)].groupby(
                 ["sharding", "dtype"]):
-            g, c, lab = g.sort_values("tokens"), colors[(s, dt)], f"{s} {dt}"
+            g, c = g.sort_values("tokens"), colors[(s, dt)]
             w = g["winner_us"].to_numpy(float)
             ax.fill_between(g["tokens"], g["search_best_us"] / w, g["search_worst_us"] / w,
-                            color=c, alpha=0.15, lw=0, label=f"{lab}: best-worst candidate")
-            ax.plot(g["tokens"], g["search_median_us"] / w, "--", color=c, lw=1,
-                    label=f"{lab}: median candidate")
-            ax.scatter(g["tokens"], g["default_us"] / w, marker="x", s=14, color=c,
-                       label=f"{lab}: default configuration")
-        ax.axhline(1, color="k", lw=0.8, label="the winner (1)")
+                            color=c, alpha=0.15, lw=0)
+            ax.plot(g["tokens"], g["search_median_us"] / w, "--", color=c, lw=1)
+            ax.scatter(g["tokens"], g["default_us"] / w, marker="x", s=14, color=c)
+        ax.axhline(1, color="k", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set(yscale="log", title=f"{style.backend_label(b)}: {m}", xlabel="tokens")
         ax.grid(True, which="both", alpha=0.3)
+    # one entry per colour (sharding, dtype) and one per mark, not every pair of them
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    handles = [Patch(color=colors[k], alpha=0.5, label=f"{k[0]} {k[1]}") for k in lines] + [
+        Patch(color="0.5", alpha=0.25, label="best to worst candidate"),
+        Line2D([], [], ls="--", color="0.3", label="median candidate"),
+        Line2D([], [], ls="", marker="x", color="0.3", label="default configuration"),
+        Line2D([], [], color="k", lw=0.8, label="the winner (1)")]
+    style.shared_legend(fig, handles=handles)
     for row in axes:
         row[0].set_ylabel("us / winner's us")
     return style.finish(fig, run, spread, "graph mode; the search's first rung (short "
-                        "repetition) against the winner timed at full length")
+                        "repetition) against the winner timed at full length", legend=False)
