@@ -75,7 +75,6 @@ def _run(run_id, rows):
 
 
 def test_only_tuned_rows_measured_after_their_file_are_evidence_and_the_newest_run_wins(tmp_path):
-    tf._written.cache_clear()
     cfg, _ = _configs(tmp_path)
     before, after, later = ("2026-12-01T00:00:00+00:00", "2026-12-03T00:00:00+00:00",
                             "2026-12-04T00:00:00+00:00")

@@ -49,6 +49,7 @@ INVENTORY_COLUMNS = ["issue", "backend", "model", "sharding", "dtype", "file", "
                      "holds_grid"]
 
 
+@functools.lru_cache(maxsize=256)
 def _names(backend, model, tp, ep, dtype, device) -> dict:
     from .. import backends
     from ..core.problems import make_problem
@@ -105,14 +106,24 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
     return pd.DataFrame(rows, columns=INVENTORY_COLUMNS)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=64)
+def _provenance(path: str, mtime_ns: int) -> dict:
+    """A provenance.json, parsed once per version of the file (its mtime is in the key)."""
+    return _json(Path(path))
+
+
 def _written(root: str, backend, model, tp, ep, dtype, device) -> pd.Timestamp | None:
     """When the tuned file this shape reads was written (its provenance), None if unknown."""
     try:
         name = _names(backend, model, tp, ep, dtype, device)["gemm1"]
     except Exception:  # noqa: BLE001 - a backend or model this install no longer knows
         return None
-    w = (_json(Path(root) / backend / "provenance.json").get(name) or {}).get("written")
+    f = Path(root) / backend / "provenance.json"
+    try:
+        prov = _provenance(str(f), f.stat().st_mtime_ns)
+    except OSError:
+        return None
+    w = (prov.get(name) or {}).get("written")
     return pd.Timestamp(w) if w else None
 
 
@@ -133,6 +144,8 @@ def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
         g = ok_rows(res[res["mode"] == "graph"])
         if "glue" in g:
             g = g[g["glue"].fillna("").isin(["", "fused"])]
+        g = g.reindex(columns=PAIR_KEY + ["config", "median_us", "point_id", "pct_of_roof",
+                                          "git_commit", "measured_at"])
         j = g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=PAIR_KEY,
                                               suffixes=("_d", "_t"))
         root = str(_configs_dir(configs_dir, r.device))
@@ -140,8 +153,8 @@ def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
             k = tuple(x[c] for c in PAIR_KEY)
             if k in seen:
                 continue
-            w = _written(root, x["backend"], x["model"], int(x["tp"]), int(x["ep"]),
-                         x["dtype"], r.device)
+            w = _written(root, str(x["backend"]), str(x["model"]), int(x["tp"]), int(x["ep"]),
+                         str(x["dtype"]), r.device)
             if w is None or pd.Timestamp(x["measured_at_t"]) < w:
                 stale.add(k)
                 continue
@@ -149,7 +162,7 @@ def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
             out.append({**{c: x[c] for c in PAIR_KEY}, "default_us": x["median_us_d"],
                         "tuned_us": x["median_us_t"], "point_id": x["point_id_t"],
                         "default_point_id": x["point_id_d"],
-                        "pct_of_roof": x.get("pct_of_roof_t", np.nan),
+                        "pct_of_roof": x["pct_of_roof_t"],
                         "git_commit": x["git_commit_t"], "run_id": r.run_id})
     cols = PAIR_KEY + ["default_us", "tuned_us", "point_id", "default_point_id", "pct_of_roof",
                        "git_commit", "run_id"]
