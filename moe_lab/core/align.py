@@ -91,9 +91,10 @@ def align_fused(topk_ids, n_exp, block_m, expert_map=None, with_starts=False):
     with torch.profiler.record_function("moe_lab.align"):
         if n_chunks == 1:  # one launch: count, scan and place in one program
             KERNELS["align_one"][(1,)](
-                ids, emap, counts, adj, starts, ends, npp, sorted_ids, expert_ids, numel,
-                sentinel, n_exp, n_blocks, block_m, HAS_MAP=has_map, SENTINEL_REMOTE=remote,
-                CHUNK=chunk, E_PAD=e_pad, BLOCK_M=block_m, BB=bb, num_warps=8)
+                ids, emap, adj, starts, ends, npp, sorted_ids, expert_ids, numel, sentinel,
+                n_exp, n_blocks, HAS_MAP=has_map, SENTINEL_REMOTE=remote, CHUNK=chunk,
+                E_PAD=e_pad, BLOCK_M=block_m, BB=bb, ET=min(64, e_pad),
+                MAXB=triton.next_power_of_2(triton.cdiv(chunk, block_m)), num_warps=8)
         else:
             count[(n_chunks,)](ids, emap, counts, numel, sentinel, HAS_MAP=has_map, CHUNK=chunk,
                                E_PAD=e_pad, num_warps=4)

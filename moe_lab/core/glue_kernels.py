@@ -200,23 +200,63 @@ if triton is not None:
                      eids_ptr, tl.program_id(0), numel, sentinel, n_exp, n_blocks,
                      blocks_per_prog, HAS_MAP, SENTINEL_REMOTE, CHUNK, E_PAD, BLOCK_M, BB)
 
-    # One chunk (few pairs): the three steps in one program, one launch instead of three;
-    # each step reads what the one before wrote to global memory, after a barrier of the
-    # program's threads.
+    # One chunk (few pairs): the three steps in one program, one launch instead of three.
+    # The counts, padded starts and slots stay in registers (one chunk: no cross-chunk
+    # scan); adj and the starts go to global memory once, for the pairs' gather after one
+    # barrier. Each expert then writes its own blocks' id and padding slots (a tile of
+    # ET experts x at most MAXB blocks, x BLOCK_M slots), instead of every block searching
+    # the experts' starts ([blocks, experts] compares and reductions, the cost that grew
+    # with E squared); blocks past the end get -1.
     @triton.jit
     def _moe_lab_moe_align_block_size_one_kernel(
-            ids_ptr, emap_ptr, counts_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, sorted_ptr,
-            eids_ptr, numel, sentinel, n_exp, n_blocks, block_m, HAS_MAP: tl.constexpr,
+            ids_ptr, emap_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, sorted_ptr, eids_ptr,
+            numel, sentinel, n_exp, n_blocks, HAS_MAP: tl.constexpr,
             SENTINEL_REMOTE: tl.constexpr, CHUNK: tl.constexpr, E_PAD: tl.constexpr,
-            BLOCK_M: tl.constexpr, BB: tl.constexpr):
-        _align_count(ids_ptr, emap_ptr, counts_ptr, 0, numel, sentinel, HAS_MAP, CHUNK, E_PAD)
+            BLOCK_M: tl.constexpr, BB: tl.constexpr, ET: tl.constexpr, MAXB: tl.constexpr):
+        j = tl.arange(0, CHUNK)
+        m = j < numel
+        e = tl.load(ids_ptr + j, mask=m, other=0).to(tl.int32)
+        if HAS_MAP:
+            loc = tl.load(emap_ptr + e, mask=m, other=0).to(tl.int32)
+            e = tl.where(loc < 0, sentinel, loc)
+        e = tl.where(m, e, E_PAD - 1)  # the last bin holds no expert (E_PAD > n_exp)
+        ev = tl.arange(0, E_PAD)
+        c = tl.where(ev < n_exp, tl.histogram(e, E_PAD), 0)      # pairs per expert
+        padded = (c + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+        start = tl.cumsum(padded, axis=0) - padded                # padded start per expert
+        tl.store(adj_ptr + ev, start - (tl.cumsum(c, axis=0) - c))  # slot of sorted pair j: adj + j
+        tl.store(start_ptr + ev, start)
+        tl.store(end_ptr + ev, start + c)
+        total = tl.sum(padded, axis=0)
+        tl.store(npp_ptr, total)
         tl.debug_barrier()
-        _align_scan(counts_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, 1, n_exp, block_m, 1,
-                    E_PAD)
-        tl.debug_barrier()
-        _align_place(ids_ptr, emap_ptr, adj_ptr, start_ptr, end_ptr, npp_ptr, sorted_ptr,
-                     eids_ptr, 0, numel, sentinel, n_exp, n_blocks, n_blocks, HAS_MAP,
-                     SENTINEL_REMOTE, CHUNK, E_PAD, BLOCK_M, BB)
+        # the pairs, sorted by (expert, index), each to its slot
+        key = tl.sort(e * CHUNK + j)
+        se = key // CHUNK
+        valid = se < E_PAD - 1
+        slot = tl.load(adj_ptr + se, mask=valid, other=0) + j
+        tl.store(sorted_ptr + slot, key % CHUNK, mask=valid)
+        # each expert's blocks: its id (-1 for the EP sentinel), its padding slots = numel
+        kb = tl.arange(0, MAXB)[None, :]
+        pj = tl.arange(0, BLOCK_M)[None, :]
+        for e0 in range(0, n_exp, ET):
+            et = e0 + tl.arange(0, ET)
+            live = et < n_exp
+            st = tl.load(start_ptr + et, mask=live, other=0)
+            en = tl.load(end_ptr + et, mask=live, other=0)
+            pend = (st + (en - st + BLOCK_M - 1) // BLOCK_M * BLOCK_M)[:, None]
+            eid = et
+            if SENTINEL_REMOTE:
+                eid = tl.where(et == sentinel, -1, et)
+            b = (st // BLOCK_M)[:, None] + kb
+            tl.store(eids_ptr + b, eid[:, None] + kb * 0, mask=live[:, None] & (b * BLOCK_M < pend))
+            s = en[:, None] + pj
+            tl.store(sorted_ptr + s, numel + pj * 0, mask=live[:, None] & (s < pend))
+        # every block past the end: -1, as a buffer filled with -1 reads
+        for b0 in range(0, n_blocks, BB):
+            bl = b0 + tl.arange(0, BB)
+            tl.store(eids_ptr + bl, tl.full([BB], -1, tl.int32),
+                     mask=(bl < n_blocks) & (bl * BLOCK_M >= total))
 
     # The sparse case (no EP map, pairs * 4 <= experts: few pairs, most experts idle): no
     # sort at all. Block b holds pair b alone, padded with numel, and its expert is that
