@@ -104,15 +104,21 @@ if triton is not None:
     # The order inside an expert is the pairs' order (chunk, then index in the chunk), as a
     # stable sort gives and as aiter's kernels give: the same sorted_token_ids, bit for bit.
     @triton.jit
-    def _align_count(ids_ptr, emap_ptr, counts_ptr, p, numel, sentinel, HAS_MAP: tl.constexpr,
-                     CHUNK: tl.constexpr, E_PAD: tl.constexpr):
-        offs = p * CHUNK + tl.arange(0, CHUNK)
-        m = offs < numel
+    def _align_experts(ids_ptr, emap_ptr, offs, m, sentinel, HAS_MAP: tl.constexpr,
+                       E_PAD: tl.constexpr):
+        """The aligned expert of each pair at offs (the EP map applied: remote -> the
+        sentinel n_exp - 1); E_PAD - 1, a bin no expert has, where m is false."""
         e = tl.load(ids_ptr + offs, mask=m, other=0).to(tl.int32)
         if HAS_MAP:
             loc = tl.load(emap_ptr + e, mask=m, other=0).to(tl.int32)
             e = tl.where(loc < 0, sentinel, loc)
-        e = tl.where(m, e, E_PAD - 1)  # the last bin holds no expert (E_PAD > n_exp)
+        return tl.where(m, e, E_PAD - 1)  # the last bin holds no expert (E_PAD > n_exp)
+
+    @triton.jit
+    def _align_count(ids_ptr, emap_ptr, counts_ptr, p, numel, sentinel, HAS_MAP: tl.constexpr,
+                     CHUNK: tl.constexpr, E_PAD: tl.constexpr):
+        offs = p * CHUNK + tl.arange(0, CHUNK)
+        e = _align_experts(ids_ptr, emap_ptr, offs, offs < numel, sentinel, HAS_MAP, E_PAD)
         tl.store(counts_ptr + p * E_PAD + tl.arange(0, E_PAD), tl.histogram(e, E_PAD))
 
     @triton.jit
@@ -142,12 +148,7 @@ if triton is not None:
                      E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BB: tl.constexpr):
         j = tl.arange(0, CHUNK)
         offs = p * CHUNK + j
-        m = offs < numel
-        e = tl.load(ids_ptr + offs, mask=m, other=0).to(tl.int32)
-        if HAS_MAP:
-            loc = tl.load(emap_ptr + e, mask=m, other=0).to(tl.int32)
-            e = tl.where(loc < 0, sentinel, loc)
-        e = tl.where(m, e, E_PAD - 1)
+        e = _align_experts(ids_ptr, emap_ptr, offs, offs < numel, sentinel, HAS_MAP, E_PAD)
         key = tl.sort(e * CHUNK + j)          # (expert, index in the chunk), ascending
         se = key // CHUNK
         valid = se < E_PAD - 1
@@ -214,12 +215,7 @@ if triton is not None:
             SENTINEL_REMOTE: tl.constexpr, CHUNK: tl.constexpr, E_PAD: tl.constexpr,
             BLOCK_M: tl.constexpr, BB: tl.constexpr, ET: tl.constexpr, MAXB: tl.constexpr):
         j = tl.arange(0, CHUNK)
-        m = j < numel
-        e = tl.load(ids_ptr + j, mask=m, other=0).to(tl.int32)
-        if HAS_MAP:
-            loc = tl.load(emap_ptr + e, mask=m, other=0).to(tl.int32)
-            e = tl.where(loc < 0, sentinel, loc)
-        e = tl.where(m, e, E_PAD - 1)  # the last bin holds no expert (E_PAD > n_exp)
+        e = _align_experts(ids_ptr, emap_ptr, j, j < numel, sentinel, HAS_MAP, E_PAD)
         ev = tl.arange(0, E_PAD)
         c = tl.where(ev < n_exp, tl.histogram(e, E_PAD), 0)      # pairs per expert
         padded = (c + BLOCK_M - 1) // BLOCK_M * BLOCK_M
