@@ -18,7 +18,10 @@
 # winners of data/configs/nvidia-h200 (verify.parquet; no file written).
 # sweep: `moe-lab sweep --config default,tuned` per shape into h200-grid-<...> at TOKENS
 # (default: the 19 keys of the tuned files), graph mode, profiled: the tuned files measured
-# beside the backend's default configuration (the committed files, as they travel).
+# beside the backend's default configuration (the committed files, as they travel); with
+# PUBLISHED=<folder> (carried: fetch-device-wheels.sh vllm writes .whl/published) aiter-triton
+# also with the published file vLLM names for the shape (vLLM's shipped H200 tuning of the
+# same Triton kernel), where it ships one: `--config default,tuned,<folder>/<file>`.
 # BUDGET: seconds for the whole command (each shape's command gets what is left, less a
 # margin for its last writes). Everything lands in $OUT/bundle.tar.gz; adopt a
 # run folder with `git add -f data/runs/<run>` (.gitignore keeps users' runs out of data/runs).
@@ -56,7 +59,12 @@ tune_one() {  # gpu shape
     --compile-workers $(( (CORES - 2) / NGPU > 12 ? 12 : (CORES - 2) / NGPU )))
   [ "$MODE" = verify ] && args=(tune --backend "$backend" --budget "$s" --verify "${VERIFY:-4}"
     --configs-dir data/configs/nvidia-h200)
-  [ "$MODE" = sweep ] && args=(sweep --backends "$backend" --config default,tuned --modes graph
+  local configs=default,tuned pub
+  if [ "$MODE" = sweep ] && [ -n "${PUBLISHED:-}" ] && [ "$backend" = aiter-triton ]; then
+    pub=$(python3 -c "from moe_lab import backends; from moe_lab.core.problems import make_problem; print(backends.get('vllm').config_files(make_problem('$model', 1, '$dtype', $tp, $ep), 'NVIDIA H200')['gemm1'])" 2>/dev/null)
+    [ -n "$pub" ] && [ -f "$PUBLISHED/$pub" ] && configs="$configs,$PUBLISHED/$pub"
+  fi
+  [ "$MODE" = sweep ] && args=(sweep --backends "$backend" --config "$configs" --modes graph
     --tokens "$TOKENS")
   CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 20 $(( s + 15 )) python3 -m moe_lab "${args[@]}" \
     --models "$model" --tp "$tp" --ep "$ep" --dtype "$dtype" \

@@ -66,4 +66,9 @@ TREE=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -
         | awk '{s += $1} END {print s + 0}')
 [ -f .whl/aiter-cut.tar.gz ] || bash "$0"
 python3 scripts/device_bundle.py vllm-parts "$WHEEL" $D/deps $D/parts "$TREE" .whl/aiter-cut.tar.gz
+# vLLM's published H200 tunings of the fused-MoE kernel (a few KB): what `device_tune.sh
+# sweep` with PUBLISHED=.whl/published times aiter-triton with, beside default and tuned
+rm -rf .whl/published && mkdir -p .whl/published
+python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [open(".whl/published/" + n.rsplit("/", 1)[1], "wb").write(z.read(n)) for n in z.namelist() if "/fused_moe/configs/" in n and "NVIDIA_H200" in n and n.endswith(".json")]' "$WHEEL"
+echo "published: $(ls .whl/published | wc -l) H200 files of vllm $VLLM in .whl/published (carry it for device_tune.sh sweep PUBLISHED=.whl/published)"
 echo "Next: the run calls at the top of scripts/device_vllm.sh, with these part names."

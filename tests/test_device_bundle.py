@@ -394,7 +394,7 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
 
     def call(*mode):
         log.write_text("")
-        out = tmp_path / f"out-{'-'.join(mode) or 'none'}"
+        out = tmp_path / f"out-{len(list(tmp_path.glob('out-*')))}"
         out.mkdir()
         r = subprocess.run(["bash", "scripts/device_tune.sh", *mode], cwd=repo, timeout=300,
                            env=dict(env, OUT=str(out)), capture_output=True, text=True)
@@ -422,5 +422,17 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     fp8 = [c for c in calls if "h200-grid-aiter-triton-qwen3-235b-a22b-tp8ep8-fp8-block128" in c]
     assert len(fp8) == 1 and "--backends aiter-triton --config" in fp8[0]
     assert "--dtype fp8-block128" in fp8[0] and "--ep 8" in fp8[0]
+    # PUBLISHED: aiter-triton also with the file vLLM names for its shape, where there is one
+    pub = tmp_path / "published"
+    pub.mkdir()
+    name = "E=16,N=1536,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    (pub / name).write_text("{}")
+    env["PUBLISHED"] = str(pub)
+    rc, out, calls = call("sweep")
+    assert rc == 0 and len(calls) == 3, out[-2000:]
+    fp8 = [c for c in calls if "fp8-block128" in c]
+    assert f"--config default,tuned,{pub}/{name} " in fp8[0]
+    assert all("--config default,tuned " in c for c in calls if c not in fp8)  # silu: none
+    del env["PUBLISHED"]
     rc, out, calls = call("search")
     assert rc == 2 and "usage:" in out and not calls

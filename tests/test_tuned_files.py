@@ -151,3 +151,23 @@ def test_the_verify_target_reads_the_second_search_against_the_committed_winner(
     empty = tmp_path / "nothing"
     empty.mkdir()
     assert tf.verify_points(empty).empty
+
+
+def test_tuned_against_a_published_file_in_the_same_run(tmp_path):
+    """Rows timed with a published file (`--config .whl/published/E=..json`, vLLM's name)
+    pair with the tuned row of the same run and point; where the published file is the
+    faster, the target misses by the microseconds tuned would have to lose."""
+    pub = ".whl/published/E=256,N=256,device_name=NVIDIA_H200.json"
+    at = "2026-12-05T00:00:00+00:00"
+    run = _run("grid", [_row(16, "tuned", 100.0, at), _row(16, pub, 110.0, at),
+                        _row(64, "tuned", 200.0, at), _row(64, pub, 190.0, at),
+                        _row(256, "tuned", 300.0, at), _row(256, "default", 900.0, at),
+                        _row(64, "tuned", 150.0, at, glue="naive")])  # not the deployment's
+    pairs = tf.published_pairs([run]).set_index("tokens")
+    assert sorted(pairs.index) == [16, 64]  # 256: no published row
+    assert pairs.loc[16, "published"] == Path(pub).name
+    assert pairs.loc[64, "value"] == pytest.approx(190 / 200)
+    ev = tg.evaluate(tf.published_metrics(pairs.reset_index()), None,
+                     [tg.by_name("tuned not slower than a published tuning")]).set_index("tokens")
+    assert ev.loc[16, "met"] and not ev.loc[64, "met"]
+    assert ev.loc[64, "by_us"] == pytest.approx(10.0)

@@ -260,6 +260,27 @@ def tuned_files_section(runs) -> list[str]:
             + (", ".join(f"{b} {m} {sh} {dt}" for b, m, sh, dt in zip(
                 bare["backend"], bare["model"], bare["sharding"], bare["dtype"])) or "none")
             + ".", "", *md_table(pd.DataFrame(rows))]
+    pub = tf.published_pairs(runs)
+    pname = next(t.name for t in TARGETS if t.metric == "tuned_over_published")
+    if not len(pub):
+        out += ["", f"Against published tunings of the same kernel (the target `{pname}`): no "
+                "run has timed one yet (`device_tune.sh sweep` with PUBLISHED=.whl/published)."]
+    else:
+        prows = []
+        for (b, m, sh, dt, f), g in pub.groupby(["backend", "model", "sharding", "dtype",
+                                                 "published"]):
+            prows.append(dict(backend=b, model=m, sharding=sh, dtype=dt, published=f,
+                              points=len(g), tokens=span(g["tokens"], "{:.0f}"),
+                              published_over_tuned=span(g["value"]) + "x",
+                              tuned_slower_at=_tokens(g.loc[g["value"] < 1, "tokens"]),
+                              runs=", ".join(sorted(set(g["run_id"])))))
+        out += ["", "### Tuned against published tunings of the same kernel", "",
+                provenance([r for r in runs if r.run_id in set(pub["run_id"])], pub), "",
+                "Per shape: the tuned file against the tuning vLLM publishes for the same "
+                "Triton kernel on this GPU (its shipped H200 file, run as aiter-triton "
+                "`--config FILE` in the same run), published / tuned over the points both "
+                f"timed, and where tuned is the slower (the target `{pname}`).", "",
+                *md_table(pd.DataFrame(prows))]
     ver = tf.verify_points()
     vname = next(t.name for t in TARGETS if t.metric == "verify_ratio")
     if not len(ver):

@@ -10,6 +10,8 @@ its file was written is history, not evidence about that file.
     current_pairs(runs)                        default and tuned per point, the newest run
                                                with both, tuned measured after its file
     tuning_metrics(pairs)                      the two tuning targets' metric frame
+    published_pairs(runs)                      tuned against a published file (`--config PATH`
+                                               named as vLLM names its H200 tunings) per point
     roof_from(pairs, ledger_df, tokens=256)    per shape: the tuned layer's % of roof from
                                                `tokens` up, and the GEMM that holds it back
     search_spread(root=None, device=None)      per tuned point: the winner beside the search's
@@ -304,3 +306,49 @@ def verify_metrics(points: pd.DataFrame) -> pd.DataFrame:
 def verify_runs(points: pd.DataFrame) -> list:
     """The verify runs behind `points` (verify_points), as Runs, newest first."""
     return [tune_run(r) for r in sorted(set(points["run_id"]), reverse=True)] if len(points) else []
+
+
+PUBLISHED_PREFIX = "E="  # a published tuning's file name, as vLLM names them (E=..,N=..,device_name=..)
+
+
+def published_pairs(runs) -> pd.DataFrame:
+    """Per point and backend, tuned against a published tuning of the same kernel: rows
+    whose --config was a file named as vLLM names its tunings, in the same run as the
+    tuned row (the newest such run per point): published (the file's name), published_us,
+    tuned_us, value = published_us / tuned_us (at or above 1: tuned as fast or faster)."""
+    out, seen = [], set()
+    for r in runs:
+        res = r.results
+        if "config" not in res or not len(res):
+            continue
+        g = ok_rows(res[res["mode"] == "graph"])
+        if "glue" in g:
+            g = g[g["glue"].fillna("").isin(["", "fused"])]
+        cfg = g["config"].fillna("").astype(str)
+        pub = g[cfg.map(lambda c: Path(c).name.startswith(PUBLISHED_PREFIX) and c.endswith(".json"))]
+        if pub.empty:
+            continue
+        cols = PAIR_KEY + ["median_us", "point_id", "git_commit"]
+        j = pub[cols + ["config"]].merge(g[g["config"] == "tuned"][cols], on=PAIR_KEY,
+                                          suffixes=("_p", "_t"))
+        for x in j.to_dict("records"):
+            k = tuple(x[c] for c in PAIR_KEY)
+            if k in seen:
+                continue
+            seen.add(k)
+            out.append({**{c: x[c] for c in PAIR_KEY}, "published": Path(x["config"]).name,
+                        "published_us": x["median_us_p"], "tuned_us": x["median_us_t"],
+                        "point_id": x["point_id_t"], "git_commit": x["git_commit_t"],
+                        "run_id": r.run_id})
+    p = pd.DataFrame(out, columns=PAIR_KEY + ["published", "published_us", "tuned_us",
+                                              "point_id", "git_commit", "run_id"])
+    p["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(p["tp"], p["ep"])]
+    return p.assign(value=p["published_us"] / p["tuned_us"], median_us=p["tuned_us"])
+
+
+def published_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The published-tuning target's metric frame (published us / tuned us per point)."""
+    if not len(pairs):
+        return pd.DataFrame(columns=METRIC_COLUMNS)
+    return metrics.metric_rows(pairs.assign(backend=pairs["backend"] + " tuned"),
+                               "tuned_over_published", "value")
