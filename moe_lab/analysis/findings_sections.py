@@ -13,7 +13,7 @@ from ..cost import ledger as lg
 from .runs import runs_with_phases
 from ..core.errors import UsageError
 from ..core.problems import sharding_name
-from ..storage.rows import ok_rows
+from ..storage.rows import deployed_rows, ok_rows
 from . import metrics, targets as tg
 
 
@@ -310,9 +310,7 @@ def tuned_section(runs) -> list[str]:
         res = r.results
         if r.manifest.get("kind") in ("tune", "import") or "config" not in res:
             continue
-        g = ok_rows(res[res["mode"] == "graph"])
-        if "glue" in g:
-            g = g[g["glue"].fillna("").isin(["", "fused"])]
+        g = deployed_rows(res)
         j = g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=key,
                                               suffixes=("_d", "_t"))
         if j.empty:

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..core.constants import TUNE_TOKENS
 from ..core.problems import sharding_name
-from ..storage.rows import ok_rows
+from ..storage.rows import deployed_rows
 from . import metrics
 from .targets import METRIC_COLUMNS, NO_KERNELS
 
@@ -143,9 +143,7 @@ def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
         res = r.results
         if r.manifest.get("kind") in ("tune", "import") or "config" not in res or not len(res):
             continue
-        g = ok_rows(res[res["mode"] == "graph"])
-        if "glue" in g:
-            g = g[g["glue"].fillna("").isin(["", "fused"])]
+        g = deployed_rows(res)
         g = g.reindex(columns=PAIR_KEY + ["config", "median_us", "point_id", "pct_of_roof",
                                           "git_commit", "measured_at"])
         j = g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=PAIR_KEY,
@@ -321,9 +319,7 @@ def published_pairs(runs) -> pd.DataFrame:
         res = r.results
         if "config" not in res or not len(res):
             continue
-        g = ok_rows(res[res["mode"] == "graph"])
-        if "glue" in g:
-            g = g[g["glue"].fillna("").isin(["", "fused"])]
+        g = deployed_rows(res)
         cfg = g["config"].fillna("").astype(str)
         pub = g[cfg.map(lambda c: Path(c).name.startswith(PUBLISHED_PREFIX) and c.endswith(".json"))]
         if pub.empty:

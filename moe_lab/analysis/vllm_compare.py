@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.problems import sharding_name
-from ..storage.rows import ok_rows
+from ..storage.rows import deployed_rows
 from .findings_sections import span
 from .runs import VLLM_AS_SHIPPED as BASE
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("torch-grouped", "default"),
@@ -59,13 +59,8 @@ POINT = SHAPE + ["tp", "ep", "tokens"]
 
 
 def _candidates(results: pd.DataFrame, mode: str | None) -> pd.DataFrame:
-    r = ok_rows(results)
-    if mode is not None:
-        r = r[r["mode"] == mode]
-    r = r.copy()
+    r = deployed_rows(results, mode).copy()  # the default glue only (a deployment's)
     r["config"] = r["config"].fillna("default").astype(str) if "config" in r else "default"
-    if "glue" in r:  # the default glue only (a deployment's): '' or fused
-        r = r[r["glue"].fillna("").astype(str).isin(["", "fused"])]
     if "run_id" not in r:
         r["run_id"] = ""
     for c in ("routing", "ep_rank"):

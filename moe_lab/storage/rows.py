@@ -142,6 +142,21 @@ def ok_rows(df):
     return d
 
 
+DEPLOYED_GLUE = ("", "fused")  # the glue a deployment runs (rows before the glue column: '')
+
+
+def deployed_rows(df, mode: str | None = "graph"):
+    """The ok rows (ok_rows) of `mode` (None: every mode) with the glue a deployment runs:
+    the one rule for the rows that compare configurations and backends (tuned against
+    default or a published file, the workbook's own layers against vLLM)."""
+    d = ok_rows(df)
+    if mode is not None:
+        d = d[d["mode"] == mode]
+    if "glue" in d.columns:
+        d = d[d["glue"].fillna("").astype(str).isin(DEPLOYED_GLUE)]
+    return d
+
+
 def spread(df):
     """(p90 - p10) / median per row: the timer's spread (NaN without the three)."""
     import pandas as pd
