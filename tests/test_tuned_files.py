@@ -70,8 +70,9 @@ def _row(tokens, config, us, measured_at, **kw):
 
 
 def _run(run_id, rows):
-    return SimpleNamespace(run_id=run_id, results=pd.DataFrame(rows), manifest={},
-                           device="NVIDIA H200")
+    """A run as the analysis reads one (store.Run's fields; no folder behind it)."""
+    return SimpleNamespace(run_id=run_id, path=Path("/nonexistent") / run_id,
+                           results=pd.DataFrame(rows), manifest={}, device="NVIDIA H200")
 
 
 def test_only_tuned_rows_measured_after_their_file_are_evidence_and_the_newest_run_wins(tmp_path):
@@ -171,3 +172,23 @@ def test_tuned_against_a_published_file_in_the_same_run(tmp_path):
                      [tg.by_name("tuned not slower than a published tuning")]).set_index("tokens")
     assert ev.loc[16, "met"] and not ev.loc[64, "met"]
     assert ev.loc[64, "by_us"] == pytest.approx(10.0)
+
+
+def test_inside_shared_the_pairs_are_read_once_and_each_caller_gets_its_copy(tmp_path,
+                                                                            monkeypatch):
+    """findings reads the pairs for the targets and again for its section: inside
+    ledger.shared() once, outside every time; a caller's change reaches no other caller."""
+    from moe_lab.cost import ledger as lg
+    cfg, _ = _configs(tmp_path)
+    at = "2026-12-03T00:00:00+00:00"
+    runs = [_run("r", [_row(16, "default", 100.0, at), _row(16, "tuned", 80.0, at)])]
+    calls = []
+    real = tf._current_pairs
+    monkeypatch.setattr(tf, "_current_pairs", lambda *a: calls.append(1) or real(*a))
+    with lg.shared():
+        a, _ = tf.current_pairs(runs, cfg)
+        a["tuned_us"] = 0.0
+        b, stale = tf.current_pairs(runs, cfg)
+    assert len(calls) == 1 and list(b["tuned_us"]) == [80.0] and stale == 0
+    tf.current_pairs(runs, cfg)
+    assert len(calls) == 2

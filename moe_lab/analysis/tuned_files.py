@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.constants import TUNE_TOKENS
+from ..cost import ledger as lg
 from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows
 from . import metrics
@@ -137,7 +138,13 @@ def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
     (runs newest first) where both are ok in graph with the deployment's glue and the tuned
     row was measured after its committed file was written: default_us, tuned_us,
     default_over_tuned, tuned_point_id, tuned pct_of_roof, run_id, sharding; `stale`: the
-    points whose tuned rows all predate their file."""
+    points whose tuned rows all predate their file. Once per runs inside ledger.shared()."""
+    runs = list(runs)
+    return lg.memo(("current_pairs", str(configs_dir), lg.run_paths(runs)),
+                   lambda: _current_pairs(runs, configs_dir))
+
+
+def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
     out, seen, stale = [], set(), set()
     for r in runs:
         res = r.results
@@ -313,7 +320,13 @@ def published_pairs(runs) -> pd.DataFrame:
     """Per point and backend, tuned against a published tuning of the same kernel: rows
     whose --config was a file named as vLLM names its tunings, in the same run as the
     tuned row (the newest such run per point): published (the file's name), published_us,
-    tuned_us, value = published_us / tuned_us (at or above 1: tuned as fast or faster)."""
+    tuned_us, value = published_us / tuned_us (at or above 1: tuned as fast or faster).
+    Once per runs inside ledger.shared()."""
+    runs = list(runs)
+    return lg.memo(("published_pairs", lg.run_paths(runs)), lambda: _published_pairs(runs))
+
+
+def _published_pairs(runs) -> pd.DataFrame:
     out, seen = [], set()
     for r in runs:
         res = r.results

@@ -9,6 +9,7 @@ microseconds (measured - floor), largest first. Pure functions; no GPU; DataFram
                                               moe_lab.analysis.targets evaluates them)
     of_runs(runs, mode)                    -> (results, ledger) of several runs; inside
                                               `with shared():` once per runs and mode
+    memo(key, compute)                     -> compute() once per key inside `with shared():`
 
 Floors (units: bytes, FLOP, us). Symbols: T tokens, H hidden, I the per-rank intermediate
 size, k top-k; rows = T*k, the (token, slot) pairs as the glue kernels see them (under EP
@@ -320,9 +321,9 @@ _SHARED: dict | None = None  # of_runs' answers inside shared(), by the runs' fo
 
 @contextlib.contextmanager
 def shared():
-    """Inside the block, of_runs over the same run folders and mode is computed once (a
-    document whose sections read the same runs: moe_lab.analysis.findings); each caller
-    gets its own copy of the frames."""
+    """Inside the block, of_runs over the same run folders and mode (and whatever else is
+    asked through memo) is computed once (a document whose sections read the same runs:
+    moe_lab.analysis.findings); each caller gets its own copy of the frames."""
     global _SHARED
     outer = _SHARED is not None
     if not outer:
@@ -334,18 +335,33 @@ def shared():
             _SHARED = None
 
 
+def _copied(value):
+    if isinstance(value, tuple):
+        return tuple(_copied(v) for v in value)
+    return value.copy() if isinstance(value, pd.DataFrame) else value
+
+
+def memo(key, compute):
+    """compute(), once per key inside shared() (a frame, or a tuple of frames and plain
+    values, each caller getting its own copy of the frames); outside it, every time."""
+    if _SHARED is None:
+        return compute()
+    if key not in _SHARED:
+        _SHARED[key] = compute()
+    return _copied(_SHARED[key])
+
+
+def run_paths(runs) -> tuple:
+    """The runs' folders, resolved: the part of a memo key that names runs."""
+    return tuple(os.path.realpath(r.path) for r in runs)
+
+
 def of_runs(runs, mode: str = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results, ledger) of several runs read together, each row with its `run_id`; the
     results of `mode` only (None: every mode). A point measured by more than one of the
     runs (a baseline sweep repeating another's point) is taken from the first run given."""
     runs = list(runs)
-    key = (mode, tuple(os.path.realpath(r.path) for r in runs))
-    if _SHARED is not None and key in _SHARED:
-        return tuple(f.copy() for f in _SHARED[key])
-    got = _of_runs(runs, mode)
-    if _SHARED is not None:
-        _SHARED[key] = tuple(f.copy() for f in got)
-    return got
+    return memo((mode, run_paths(runs)), lambda: _of_runs(runs, mode))
 
 
 def _of_runs(runs, mode):
