@@ -237,14 +237,13 @@ def tuned_files_section(runs) -> list[str]:
     pairs, stale = tf.current_pairs(runs)
     prs = [r for r in runs if r.run_id in set(pairs["run_id"])]
     rows = []
-    for (b, m, sh, dt), g in pairs.groupby(["backend", "model", "sharding", "dtype"]):
-        at = g.set_index("tokens")["tuned_us"]
+    for (b, m, sh, dt), g in tf.with_two_t(pairs).groupby(["backend", "model", "sharding",
+                                                           "dtype"]):
         rows.append(dict(backend=b, model=m, sharding=sh, dtype=dt, points=len(g),
                          tokens=span(g["tokens"], "{:.0f}"),
                          default_over_tuned=span(g["default_over_tuned"]) + "x",
                          slower_than_default=_tokens(g.loc[g["default_over_tuned"] < 1, "tokens"]),
-                         slower_than_at_2T=_tokens(t for t in at.index
-                                                   if 2 * t in at.index and at[t] > at[2 * t]),
+                         slower_than_at_2T=_tokens(g.loc[g["two_t_over_t"] < 1, "tokens"]),
                          runs=", ".join(sorted(set(g["run_id"])))))
     have = set(zip(pairs["backend"], pairs["model"], pairs["sharding"], pairs["dtype"]))
     bare = inv[[(b, m, sh, dt) not in have for b, m, sh, dt in

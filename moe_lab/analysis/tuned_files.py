@@ -9,6 +9,7 @@ its file was written is history, not evidence about that file.
                                                provenance, and whether it holds the grid
     current_pairs(runs)                        default and tuned per point, the newest run
                                                with both, tuned measured after its file
+    with_two_t(pairs)                          the pairs with tuned us at 2T / at T
     tuning_metrics(pairs)                      the two tuning targets' metric frame
     published_pairs(runs)                      tuned against a published file (`--config PATH`
                                                named as vLLM names its H200 tunings) per point
@@ -179,21 +180,26 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
     return p, len(stale - seen)
 
 
+def with_two_t(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The pairs with two_t_over_t: the tuned us at 2T over the tuned us at T of the same
+    shape and backend (NaN where 2T is not measured; below 1: T is slower than 2T)."""
+    shape = [c for c in PAIR_KEY if c != "tokens"]
+    at = pairs.set_index(shape + ["tokens"])["tuned_us"]
+    nxt = [at.get(tuple(x[c] for c in shape) + (2 * x["tokens"],), np.nan)
+           for x in pairs.to_dict("records")]
+    return pairs.assign(two_t_over_t=np.asarray(nxt, dtype=float) / pairs["tuned_us"].to_numpy())
+
+
 def tuning_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
-    """default_over_tuned per pair (on the tuned point) and two_t_over_t: the tuned us at
-    2T over the tuned us at T, per shape and backend where both T and 2T are measured (on
-    the point at T; below 1: T is slower than 2T)."""
+    """default_over_tuned per pair (on the tuned point) and two_t_over_t (with_two_t) where
+    2T is measured (on the point at T)."""
     if not len(pairs):
         return pd.DataFrame(columns=METRIC_COLUMNS)
-    p = pairs.assign(median_us=pairs["tuned_us"], backend=pairs["backend"] + " tuned")
-    shape = [c for c in PAIR_KEY if c != "tokens"]
-    at = p.set_index(shape + ["tokens"])["tuned_us"]
-    nxt = [at.get(tuple(x[c] for c in shape) + (2 * x["tokens"],), np.nan)
-           for x in p.to_dict("records")]
-    t2 = p.assign(value=np.asarray(nxt, dtype=float) / p["tuned_us"].to_numpy())
-    t2 = t2[t2["value"].notna()]
+    p = with_two_t(pairs).assign(median_us=pairs["tuned_us"],
+                                 backend=pairs["backend"] + " tuned")
+    t2 = p[p["two_t_over_t"].notna()]
     return metrics._concat([metrics.metric_rows(p, "default_over_tuned", "default_over_tuned"),
-                            metrics.metric_rows(t2, "two_t_over_t", "value")])
+                            metrics.metric_rows(t2, "two_t_over_t", "two_t_over_t")])
 
 
 def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int = 256,
