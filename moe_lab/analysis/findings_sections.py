@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..cost import ledger as lg
 from .runs import runs_with_phases
+from ..core.constants import TUNE_TOKENS
 from ..core.errors import UsageError
 from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows, ok_rows
@@ -232,8 +233,8 @@ def _stages(backend: str, model, tp, ep, dtype) -> int:
 
 def _search_times(full: dict) -> list[str]:
     """How long a whole search of one shape takes: per backend, the wall time of the runs
-    that searched one shape at all 19 keys to the end (every key in every stage), none of
-    their invocations killed (a killed one left no wall time)."""
+    that searched one shape at every key of TUNE_TOKENS to the end (every key in every
+    stage), none of their invocations killed (a killed one left no wall time)."""
     if not full:
         return []
     said = "; ".join(
@@ -241,8 +242,8 @@ def _search_times(full: dict) -> list[str]:
         f"{b}: {min(w):.0f}-{max(w):.0f} s, median {pd.Series(w).median():.0f} s ({len(w)} searches)"
         for b, w in sorted(full.items()))
     return ["How long a complete search of one shape takes (one GPU, every candidate compiled "
-            "and timed at the 19 token keys, every stage; the runs below that searched one "
-            f"shape to the end, their wall time over all invocations, none killed): {said}.", ""]
+            f"and timed at the {len(TUNE_TOKENS)} token keys, every stage; the runs below that "
+            f"searched one shape to the end, their wall time over all invocations, none killed): {said}.", ""]
 
 
 def tune_section(runs) -> list[str]:
@@ -289,7 +290,7 @@ def tune_section(runs) -> list[str]:
                                           for x in left) if left else "")))
             searched = not keys - g1 and (stages == 1 or not keys - g2)
             if timed and shapes.ngroups == 1 and m.get("status") == "complete" \
-                    and len(keys) == 19 and searched:
+                    and keys == set(TUNE_TOKENS) and searched:
                 full.setdefault(backend, []).append(wall)
     return ["## Tuning searches", "", runs_line(used), "", *_search_times(full),
             "Per `moe-lab tune` run and shape: the token keys the search set out to cover, the "
