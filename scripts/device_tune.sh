@@ -17,7 +17,7 @@
 # token keys searched again in another order with twice the survivors, against the committed
 # winners of data/configs/nvidia-h200 (verify.parquet; no file written).
 # sweep: `moe-lab sweep --config default,tuned` per shape into h200-grid-<...> at TOKENS
-# (default: the 19 keys of the tuned files), graph mode, profiled: the tuned files measured
+# (default: TUNE_TOKENS, the 19 keys of the tuned files), graph mode, profiled: the tuned files measured
 # beside the backend's default configuration (the committed files, as they travel); with
 # PUBLISHED=<folder> (carried: fetch-device-wheels.sh vllm writes .whl/published) aiter-triton
 # also with the published file vLLM names for the shape (vLLM's shipped H200 tuning of the
@@ -29,7 +29,7 @@ source "$(dirname "$0")/device_env.sh"
 MODE=${1:-tune}
 case $MODE in tune|verify|sweep) ;; *) echo "usage: bash scripts/device_tune.sh [tune|verify|sweep]"; exit 2 ;; esac
 BUDGET=${BUDGET:-540}
-TOKENS=${TOKENS:-1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096,8192}
+TOKENS=${TOKENS:-$(python3 -c "from moe_lab.core.constants import TUNE_TOKENS as t; print(','.join(map(str, t)))")}
 SHAPES=${SHAPES:?give SHAPES=\"backend:model:tp:ep:dtype ...\"}
 CORES=$(nproc)
 t0=$(date +%s)
@@ -55,17 +55,19 @@ tune_one() {  # gpu shape
   elif [ -d data/runs/$run ]; then cp -r data/runs/$run $B/runs/$run; fi
   local s; s=$(( $(left) - 25 ))
   [ "$s" -lt 30 ] && { echo "$run: no time left"; return; }
-  local args=(tune --backend "$backend" --budget "$s" --configs-dir $B/configs
-    --compile-workers $(( (CORES - 2) / NGPU > 12 ? 12 : (CORES - 2) / NGPU )))
-  [ "$MODE" = verify ] && args=(tune --backend "$backend" --budget "$s" --verify "${VERIFY:-4}"
-    --configs-dir data/configs/nvidia-h200)
-  local configs=default,tuned pub
-  if [ "$MODE" = sweep ] && [ -n "${PUBLISHED:-}" ] && [ "$backend" = aiter-triton ]; then
-    pub=$(python3 -c "from moe_lab import backends; from moe_lab.core.problems import make_problem; print(backends.get('vllm').config_files(make_problem('$model', 1, '$dtype', $tp, $ep), 'NVIDIA H200')['gemm1'])" 2>/dev/null)
-    [ -n "$pub" ] && [ -f "$PUBLISHED/$pub" ] && configs="$configs,$PUBLISHED/$pub"
-  fi
-  [ "$MODE" = sweep ] && args=(sweep --backends "$backend" --config "$configs" --modes graph
-    --tokens "$TOKENS")
+  local args configs=default,tuned pub
+  case $MODE in
+    tune) args=(tune --backend "$backend" --budget "$s" --configs-dir $B/configs
+            --compile-workers $(( (CORES - 2) / NGPU > 12 ? 12 : (CORES - 2) / NGPU ))) ;;
+    verify) args=(tune --backend "$backend" --budget "$s" --verify "${VERIFY:-4}"
+              --configs-dir data/configs/nvidia-h200) ;;
+    sweep)
+      if [ -n "${PUBLISHED:-}" ] && [ "$backend" = aiter-triton ]; then
+        pub=$(python3 -c "from moe_lab import backends; from moe_lab.core.problems import make_problem; print(backends.get('vllm').config_files(make_problem('$model', 1, '$dtype', $tp, $ep), 'NVIDIA H200')['gemm1'])" 2>/dev/null)
+        [ -n "$pub" ] && [ -f "$PUBLISHED/$pub" ] && configs="$configs,$PUBLISHED/$pub"
+      fi
+      args=(sweep --backends "$backend" --config "$configs" --modes graph --tokens "$TOKENS") ;;
+  esac
   CUDA_VISIBLE_DEVICES=$g timeout -s TERM -k 20 $(( s + 15 )) python3 -m moe_lab "${args[@]}" \
     --models "$model" --tp "$tp" --ep "$ep" --dtype "$dtype" \
     --data-dir $B/runs --run-id "$run" --no-progress > $B/logs/$run.log 2>&1
