@@ -55,8 +55,8 @@
 # A second word `tune` (`align tune`) spends what is left of BUDGET on the searches.
 # TAG=<word>: the runs go to h200-vllm-<word>-<dtype>-<sharding> (a shape measured again
 # after its tuned file changed: TAG=retuned JOBS="bf16:8:deepseek-r1" ... sweep).
-# stage: only gather the parts. VLLM_PARTS, VLLM_STAGE, VLLM_SITE, VLLM_STANDINS move the
-# folders (tests).
+# stage: only gather the parts. VLLM_PARTS, VLLM_STAGE, VLLM_SITE, VLLM_STANDINS,
+# VLLM_RUNSTAGE (and device_tune.sh's TUNE_STAGE) move the folders (tests).
 set -uo pipefail
 MODE=${1:-sweep} THEN=${2:-}
 case $MODE:$THEN in stage:|sweep:|tune:|tuned:|align:|sweep:tune|tuned:tune|align:tune) ;;
@@ -99,7 +99,7 @@ else
   TOKENS=${TOKENS:-1,16,64,256,1024,2048,4096,8192}
   JOBS=${JOBS:-"bf16:1:llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b bf16:8:deepseek-r1 fp8-block128:1:deepseek-r1 fp8-block128:8:deepseek-r1 fp8-channel:1:llama4-scout-16e,llama4-maverick-128e"}
 fi
-RUNSTAGE=/tmp/moe_lab_vllm_runs; mkdir -p $RUNSTAGE  # a warm machine: the next call resumes here
+RUNSTAGE=${VLLM_RUNSTAGE:-/tmp/moe_lab_vllm_runs}; mkdir -p $RUNSTAGE  # a warm machine: the next call resumes here
 
 backends_for() {  # dtype: vLLM as shipped beside the workbook's own layers of that scheme
   [ "$MODE" = align ] && { echo vllm,aiter-triton; return; }
@@ -117,7 +117,7 @@ run_id() {  # TAG: a new run folder for points measured again after a change
 
 sweep() {  # gpu run dtype ep models backends config
   local s; s=$(( $(left) - 20 ))
-  [ "$s" -lt 40 ] && { echo "$2 $6 $7: no time left"; return; }
+  [ "$s" -lt 40 ] && { echo "$2 $6 --config $7: no time left" | tee -a $B/logs/left.txt; return; }
   CUDA_VISIBLE_DEVICES=$1 timeout -s TERM -k 20 $s python3 -m moe_lab sweep --models "$5" \
     --tp 8 --ep "$4" --tokens "$TOKENS" --dtype "$3" --backends "$6" --config "$7" \
     --modes graph --data-dir $B/runs --run-id "$2" --no-progress >> $B/logs/$2.log 2>&1
@@ -163,7 +163,11 @@ python3 - $B/runs "$MODE" "${runs[@]}" <<'PY'
 import json, os, sys
 import pandas as pd
 root, mode, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
-done = True
+left = os.path.join(os.path.dirname(root), "logs", "left.txt")  # steps skipped for time
+left = open(left).read().splitlines() if os.path.exists(left) else []
+for step in left:
+    print(f"left for the next call: {step}")
+done = not left
 for run in runs:  # every job's run, started or not
     try:
         man = json.load(open(os.path.join(root, run, "manifest.json")))

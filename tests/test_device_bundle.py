@@ -280,7 +280,8 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
     env = dict(os.environ, AITER_SITE=str(tmp_path / "aiter-site"), PATH=f"{fake}{os.pathsep}{os.environ['PATH']}", DRY_LOG=str(log),
                REAL_PY=sys.executable, VLLM_PARTS=str(tmp_path / "none"),
                VLLM_STAGE=str(tmp_path / "stage"), VLLM_SITE=str(tmp_path / "site"),
-               VLLM_STANDINS=str(tmp_path / "standins"), MOE_LAB_GIT_COMMIT="abc1234")
+               VLLM_STANDINS=str(tmp_path / "standins"), VLLM_RUNSTAGE=str(tmp_path / "runstage"),
+               TUNE_STAGE=str(tmp_path / "tunestage"), MOE_LAB_GIT_COMMIT="abc1234")
 
     def call(mode, *then):
         out = tmp_path / f"out-{mode}"
@@ -347,6 +348,14 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
         assert "bundle/runs/h200-vllm-align-bf16-tp8/results.parquet" in t.getnames()
     rc, out, _ = call("sweep", "stage")
     assert rc == 2 and "usage:" in out
+    # a step skipped for want of time is named, and the call does not say complete
+    log.write_text("")
+    env["BUDGET"] = "50"
+    rc, out, _ = call("sweep")
+    del env["BUDGET"]
+    assert rc == 0 and "sweep: not complete: call again" in out, out[-2000:]
+    assert "every job complete" not in out and not log.read_text().strip()
+    assert "left for the next call: h200-vllm-bf16-tp8 vllm,aiter-triton,torch-grouped --config default" in out
     # TAG: a shape measured again into its own run folder
     log.write_text("")
     env["TAG"], env["JOBS"] = "retuned", "bf16:8:deepseek-r1"
