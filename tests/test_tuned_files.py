@@ -174,6 +174,32 @@ def test_tuned_against_a_published_file_in_the_same_run(tmp_path):
     assert ev.loc[64, "by_us"] == pytest.approx(10.0)
 
 
+def test_vllm_as_shipped_is_a_published_tuning_not_a_default(tmp_path):
+    """vLLM's `--config default` reads its own shipped H200 file: against moe-lab's file
+    that is the published-tuning target, not tuned-vs-default; where vLLM ships no file
+    for the shape (its heuristic), or the file is another device's, it is a default."""
+    cfg = tmp_path / "configs"
+    name = "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    _file(cfg / "vllm", name, TUNE_TOKENS)
+    (cfg / "vllm" / "provenance.json").write_text(json.dumps(
+        {name: dict(run="tune-v", candidates_timed=10, written="2026-12-02T00:00:00+00:00")}))
+    at = "2026-12-05T00:00:00+00:00"
+
+    def v(tokens, config, us, used, model="deepseek-r1"):
+        return _row(tokens, config, us, at, backend="vllm", dtype="fp8-block128",
+                    config_file=used, model=model, device="NVIDIA H200")
+    run = _run("v", [v(16, "default", 100.0, name), v(16, "tuned", 101.0, f"data/{name}"),
+                     v(64, "default", 300.0, "default"), v(64, "tuned", 200.0, f"data/{name}"),
+                     v(256, "default", 300.0, name.replace("H200", "H100")),
+                     v(256, "tuned", 250.0, f"data/{name}")])
+    assert list(tf.published_rows(run.results)) == [True, False, False, False, False, False]
+    pub = tf.published_pairs([run])
+    assert list(pub["tokens"]) == [16] and pub["published"].iloc[0] == f"{name} (shipped)"
+    assert pub["value"].iloc[0] == pytest.approx(100 / 101)  # the shipped file faster: a miss
+    pairs, _ = tf.current_pairs([run], cfg)
+    assert sorted(pairs["tokens"]) == [64, 256]  # vLLM's heuristic, another device's file
+
+
 def test_inside_shared_the_pairs_are_read_once_and_each_caller_gets_its_copy(tmp_path,
                                                                             monkeypatch):
     """findings reads the pairs for the targets and again for its section: inside

@@ -277,7 +277,8 @@ def tuned_files_section(runs) -> list[str]:
                 provenance([r for r in runs if r.run_id in set(pub["run_id"])], pub), "",
                 "Per shape: the tuned file against the tuning vLLM publishes for the same "
                 "Triton kernel on this GPU (its shipped H200 file, run as aiter-triton "
-                "`--config FILE` in the same run), published / tuned over the points both "
+                "`--config FILE` in the same run; for `vllm`, vLLM as shipped against vLLM "
+                "with moe-lab's file), published / tuned over the points both "
                 f"timed, and where tuned is the slower (the target `{pname}`).", "",
                 *md_table(pd.DataFrame(prows))]
     ver = tf.verify_points()
