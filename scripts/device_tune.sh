@@ -6,7 +6,10 @@
 #   MOE_LAB_GIT_COMMIT=<sha> SHAPES="aiter-triton:llama4-maverick-128e:8:1:bf16 ..." \
 #     BUDGET=540 bash scripts/device_tune.sh [tune|verify|sweep]
 #
-# A shape is backend:model:tp:ep:dtype. Its search is the run folder
+# A shape is backend:model:tp:ep:dtype. Without SHAPES, tune and sweep take what is left of
+# the required aiter-triton* shapes (moe_lab.analysis.tuned_files.left, from the committed
+# files and runs as they travel: searches not complete, started ones first; files holding
+# the grid without a tuned-against-default point at every key), and print it. Its search is the run folder
 # data/runs/h200-tune-<backend>-<model>-<sharding>-<dtype> (TP8 or TP8EP8): a folder committed
 # from an earlier lease is copied in and resumed (moe-lab tune never times a row twice), so
 # the same command again goes on where the last one stopped (on a warm machine, from the copy
@@ -30,7 +33,12 @@ MODE=${1:-tune}
 case $MODE in tune|verify|sweep) ;; *) echo "usage: bash scripts/device_tune.sh [tune|verify|sweep]"; exit 2 ;; esac
 BUDGET=${BUDGET:-540}
 TOKENS=${TOKENS:-$(python3 -c "from moe_lab.core.constants import TUNE_TOKENS as t; print(','.join(map(str, t)))")}
-SHAPES=${SHAPES:?give SHAPES=\"backend:model:tp:ep:dtype ...\"}
+if [ -z "${SHAPES:-}" ] && [ "$MODE" != verify ]; then  # what is left (tuned_files.left)
+  SHAPES=$(python3 -c "from moe_lab.analysis.tuned_files import left; print(' '.join(left('$MODE', backends=('aiter-triton', 'aiter-triton-silu'))))") || exit 1
+  echo "device_tune $MODE: left: ${SHAPES:-nothing}"
+  [ -n "$SHAPES" ] || exit 0
+fi
+SHAPES=${SHAPES:?give SHAPES=\"backend:model:tp:ep:dtype ...\" (verify takes no default)}
 CORES=$(nproc)
 t0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - t0) )); }

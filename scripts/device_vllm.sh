@@ -25,7 +25,7 @@
 #   4. the same command, carry [".whl/aiter-cut.tar.gz"]: ~10 min, the sweep goes on; again
 #      until it prints "sweep: every job complete" (one GPU: about 2 calls in all; x2: 1)
 #   5. command "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh tune",
-#      carry [".whl/aiter-cut.tar.gz"]: ~10 min each, the 8 searches of SHAPES (about 9 min
+#      carry [".whl/aiter-cut.tar.gz"]: ~10 min each, the searches left (SHAPES; default: the required vllm shapes whose file lacks the grid) (about 9 min
 #      of one GPU each, as aiter-triton's 19-key searches took): ~8 calls on one GPU, ~2 on
 #      four. Resumes from /tmp on a warm machine, else from the committed runs.
 #   6. after adopting the complete searches' files (bundle configs/vllm/ ->
@@ -47,7 +47,7 @@
 # fp8-tensor (DeepSeek-R1 and Qwen3-FP8: 128x128 blocks; Llama-4 Maverick FP8: per
 # channel), so it is not swept;
 # Qwen3-235B fp8-block128 at TP8 has no whole 128 blocks (refused at the gate).
-# tune: scripts/device_tune.sh with SHAPES (vllm, 19 keys), its winners in the bundle's
+# tune: scripts/device_tune.sh with SHAPES (vllm, 19 keys; default: tuned_files.left), its winners in the bundle's
 # configs/vllm/. tuned: vllm --config tuned, the models of each job with a tuned file.
 # align: the points where vLLM won on the routing glue (Qwen3-235B bf16, DeepSeek-R1
 # fp8-block128, TP8, tokens 1,16,64), vllm and aiter-triton default, then aiter-triton tuned,
@@ -84,7 +84,9 @@ if ! python3 -c "from moe_lab.backends import get; ok, why = get('vllm').availab
   echo "device_vllm: vllm cannot run here (above; logs/backends.txt): nothing measured"; pack; exit 1
 fi
 tune() {  # device_tune.sh packs $B (these logs and any runs above too) when it ends
-  export SHAPES=${SHAPES:-"vllm:llama4-scout-16e:8:1:bf16 vllm:llama4-maverick-128e:8:1:bf16 vllm:qwen3-235b-a22b:8:1:bf16 vllm:deepseek-r1:8:8:bf16 vllm:deepseek-r1:8:1:fp8-block128 vllm:deepseek-r1:8:8:fp8-block128 vllm:llama4-scout-16e:8:1:fp8-channel vllm:llama4-maverick-128e:8:1:fp8-channel"}
+  # default: the required vllm shapes whose file does not hold the grid yet (tuned_files.left)
+  export SHAPES=${SHAPES:-$(python3 -c "from moe_lab.analysis.tuned_files import left; print(' '.join(left('tune', backends=('vllm',))))")}
+  [ -n "$SHAPES" ] || { echo "device_vllm tune: every vllm file holds the grid: nothing left"; pack; exit 0; }
   export BUDGET=$(left)
   trap - EXIT
   exec bash "$(dirname "$0")/device_tune.sh"

@@ -281,7 +281,8 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
                REAL_PY=sys.executable, VLLM_PARTS=str(tmp_path / "none"),
                VLLM_STAGE=str(tmp_path / "stage"), VLLM_SITE=str(tmp_path / "site"),
                VLLM_STANDINS=str(tmp_path / "standins"), VLLM_RUNSTAGE=str(tmp_path / "runstage"),
-               TUNE_STAGE=str(tmp_path / "tunestage"), MOE_LAB_GIT_COMMIT="abc1234")
+               TUNE_STAGE=str(tmp_path / "tunestage"), MOE_LAB_GIT_COMMIT="abc1234",
+               MOE_LAB_DATA=str(tmp_path / "no-runs"))  # no search complete: tune takes all 8
 
     def call(mode, *then):
         out = tmp_path / f"out-{mode}"
@@ -399,7 +400,7 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     env = dict(os.environ, AITER_SITE=str(tmp_path / "aiter-site"), DRY_LOG=str(log),
                PATH=f"{fake}{os.pathsep}{os.environ['PATH']}", REAL_PY=sys.executable,
                DRY_NGPU="2", TUNE_STAGE=str(tmp_path / "stage"), SHAPES=shapes, BUDGET="300",
-               MOE_LAB_GIT_COMMIT="abc1234")
+               MOE_LAB_GIT_COMMIT="abc1234", MOE_LAB_DATA=str(tmp_path / "no-runs"))
 
     def call(*mode):
         log.write_text("")
@@ -445,3 +446,15 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     del env["PUBLISHED"]
     rc, out, calls = call("search")
     assert rc == 2 and "usage:" in out and not calls
+    # no SHAPES: what is left of the required aiter-triton* shapes (the committed files but
+    # no runs: no search is complete, so every such shape is searched, and none is swept);
+    # verify has no default
+    from moe_lab.analysis.tuned_files import REQUIRED
+    del env["SHAPES"]
+    rc, out, calls = call()
+    assert rc == 0 and len(calls) == sum(b != "vllm" for _, b, *_ in REQUIRED), out[-2000:]
+    assert "device_tune tune: left: aiter-triton" in out and "vllm" not in " ".join(calls)
+    rc, out, calls = call("sweep")
+    assert rc == 0 and "device_tune sweep: left: nothing" in out and not calls
+    rc, out, calls = call("verify")
+    assert rc != 0 and "verify takes no default" in out and not calls

@@ -200,6 +200,30 @@ def test_vllm_as_shipped_is_a_published_tuning_not_a_default(tmp_path):
     assert sorted(pairs["tokens"]) == [64, 256]  # vLLM's heuristic, another device's file
 
 
+def test_what_is_left_searches_started_first_then_sweeps_of_the_files_that_hold_the_grid(
+        tmp_path):
+    """left('tune'): the required shapes whose file lacks the grid, a search already
+    started first; left('sweep'): a file holding the grid, until tuned-against-default
+    points measured with it cover every key (a point missing keeps the shape left)."""
+    cfg, runs = _configs(tmp_path)
+    req = (DS_TP8, DS_EP8, QW_TP8)
+    (runs / "h200-tune-aiter-triton-qwen3-235b-a22b-tp8-bf16").mkdir()  # started
+    assert tf.left("tune", data_dir=runs, configs_dir=cfg, required=req) == [
+        "aiter-triton:qwen3-235b-a22b:8:1:bf16", "aiter-triton:deepseek-r1:8:8:bf16"]
+    assert tf.left("tune", backends=("vllm",), data_dir=runs, configs_dir=cfg, required=req) == []
+    assert tf.left("sweep", data_dir=runs, configs_dir=cfg, required=req) == [
+        "aiter-triton:deepseek-r1:8:1:bf16"]
+    at = "2026-12-03T00:00:00+00:00"  # after the files were written
+    grid = [_row(t, c, 100.0, at) for t in TUNE_TOKENS for c in ("default", "tuned")]
+    swept = _run("grid", grid)
+    assert tf.left("sweep", data_dir=runs, configs_dir=cfg, required=req, runs=[swept]) == []
+    part = _run("grid", grid[2:])  # the first key missing: still left
+    assert tf.left("sweep", data_dir=runs, configs_dir=cfg, required=req, runs=[part]) == [
+        "aiter-triton:deepseek-r1:8:1:bf16"]
+    with pytest.raises(ValueError):
+        tf.left("verify", data_dir=runs, configs_dir=cfg, required=req)
+
+
 def test_inside_shared_the_pairs_are_read_once_and_each_caller_gets_its_copy(tmp_path,
                                                                             monkeypatch):
     """findings reads the pairs for the targets and again for its section: inside

@@ -234,6 +234,14 @@ def tuned_files_section(runs) -> list[str]:
            "its status, candidates timed, when the file was written, the commit) and whether "
            "it holds the grid (every key, a complete run behind it): "
            f"{int(inv['holds_grid'].sum())} of {len(inv)} ({per}).", "", *md_table(show)]
+    own = ("aiter-triton", "aiter-triton-silu")
+    todo = dict(tune=tf.left("tune", backends=own), vllm=tf.left("tune", backends=("vllm",)),
+                sweep=tf.left("sweep", backends=own, runs=runs))
+    out += ["", "Left for the GPU (`tuned_files.left`: what the device scripts take when no "
+            "SHAPES is given, so the same command resumes until nothing is left): searches, "
+            f"`device_tune.sh`: {' '.join(todo['tune']) or 'none'}; `device_vllm.sh tune`: "
+            f"{' '.join(todo['vllm']) or 'none'}; tuned against default at every key, "
+            f"`device_tune.sh sweep`: {' '.join(todo['sweep']) or 'none'}."]
     pairs, stale = tf.current_pairs(runs)
     prs = [r for r in runs if r.run_id in set(pairs["run_id"])]
     rows = []

@@ -21,6 +21,8 @@ its file was written is history, not evidence about that file.
     verify_points(root=None)                   per point a `tune --verify` searched again: the
                                                committed winner against the best it found
     tune_run(run_id, root=None)                a tune run folder as a Run (figures' footers)
+    left(mode, backends=None)                  the GPU work left (tune: searches; sweep: grid
+                                               points), as the device scripts' SHAPES words
 """
 from __future__ import annotations
 
@@ -109,6 +111,42 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
             commit=str(prov.get("git_commit") or "")[:7],
             holds_grid=bool(found and not missing and run and status == "complete")))
     return pd.DataFrame(rows, columns=INVENTORY_COLUMNS)
+
+
+def shape_word(backend, model, tp, ep, dtype) -> str:
+    """A shape as the device scripts' SHAPES name it: backend:model:tp:ep:dtype."""
+    return f"{backend}:{model}:{tp}:{ep}:{dtype}"
+
+
+def left(mode: str, backends=None, data_dir=None, configs_dir=None,
+         required=REQUIRED, runs=None) -> list[str]:
+    """The GPU work left on the required shapes, as SHAPES words (the device scripts'
+    default, so the same command resumes until nothing is left). `tune`: the shapes whose
+    file does not hold the grid, searches already started first (they resume). `sweep`:
+    the shapes whose file holds the grid but that lack a tuned-against-default point
+    measured with it at some key of TUNE_TOKENS (current_pairs over data_dir's runs).
+    `backends`: only these (e.g. ("vllm",)); None: all. `runs`: data_dir's by default."""
+    if mode not in ("tune", "sweep"):
+        raise ValueError(f"left: mode is tune or sweep, not {mode!r}")
+    from ..storage.store import data_dir as default_data, find_runs
+    root = Path(data_dir) if data_dir is not None else default_data()
+    inv = inventory(configs_dir, required=required, data_dir=root)
+    todo = [(x, shape_word(b, m, tp, ep, dt)) for x, (_, b, m, tp, ep, dt)
+            in zip(inv.to_dict("records"), required) if backends is None or b in backends]
+    if mode == "tune":
+        started = [w for x, w in todo if not x["holds_grid"] and (root / _search_run(w)).is_dir()]
+        return started + [w for x, w in todo if not x["holds_grid"] and w not in started]
+    pairs, _ = current_pairs(find_runs(root) if runs is None else runs, configs_dir)
+    have = {(b, m, sharding_name(int(tp), int(ep)), dt): set(g["tokens"]) for (b, m, tp, ep, dt), g
+            in pairs.groupby(["backend", "model", "tp", "ep", "dtype"])}
+    return [w for x, w in todo if x["holds_grid"] and not set(TUNE_TOKENS) <= have.get(
+        (x["backend"], x["model"], x["sharding"], x["dtype"]), set())]
+
+
+def _search_run(word: str) -> str:
+    """The run folder of a shape's search, as scripts/device_tune.sh names it."""
+    b, m, tp, ep, dt = word.split(":")
+    return f"h200-tune-{b}-{m}-tp{tp}{'' if ep == '1' else f'ep{ep}'}-{dt}"
 
 
 @functools.lru_cache(maxsize=64)
