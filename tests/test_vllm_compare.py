@@ -119,6 +119,29 @@ def test_a_point_measured_again_is_read_from_its_newest_run():
     assert vc.by_shape(t.iloc[::-1]).equals(vc.by_shape(t))
 
 
+def test_the_goal_is_two_targets_evaluated_on_the_newest_points():
+    """Issue 41's goal as targets (analysis.targets, one definition: BAND is the per-point
+    target's limit): a point over the band misses by its excess, the shape whose geomean
+    is above 1.00 misses even with every point inside the band."""
+    from moe_lab.analysis import targets as tg
+    point = tg.by_name("own layer within 1.03x of vLLM as shipped")
+    shape = tg.by_name("own layer's geomean at or below vLLM's, per shape")
+    assert vc.BAND == point.limit
+    m = vc.target_metrics(vc.best_over_vllm(_results()))
+    ev = tg.evaluate(m, None, [point, shape])
+    pts = ev[ev.target == point.name]
+    assert len(pts) == len(vc.newest(vc.best_over_vllm(_results())))
+    miss = pts[~pts.met]
+    assert list(miss.tokens) == [4096] and miss["by"].iloc[0] == pytest.approx(1.1 - 1.03)
+    assert miss["backend"].iloc[0] == "torch-grouped default"
+    per = ev[ev.target == shape.name].set_index("dtype")
+    assert per.at["bf16", "value"] == pytest.approx((1.02 * 0.9 * 1.1) ** (1 / 3))
+    assert not per.at["bf16", "met"] and per.at["bf16", "by"] == pytest.approx(
+        per.at["bf16", "value"] - 1.0)  # 1.003: above parity by 0.3%
+    assert per.at["fp8-block128", "met"]  # sqrt(1.02 * 0.9) = 0.958
+    assert vc.target_metrics(vc.best_over_vllm(_results()).iloc[0:0]).empty
+
+
 def test_nothing_to_compare_is_an_empty_frame():
     res = _results()
     assert vc.best_over_vllm(res[res.backend != "vllm"]).empty

@@ -162,8 +162,7 @@ def vllm_section(runs) -> list[str]:
     vruns = vc.vllm_runs()
     if not vruns:
         return []
-    res, led = vc.frames(vruns)
-    t = vc.best_over_vllm(res, led)
+    res, t = vc.compared(vruns)
     if t.empty:
         return []
     shapes = vc.by_shape(t)

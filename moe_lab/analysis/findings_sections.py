@@ -145,6 +145,14 @@ def target_inputs(runs):
         frames.append(tf.verify_metrics(ver))
         src["the verify target (the `tune --verify` runs, the newest of each point)"] = (
             tf.verify_runs(ver), None)
+    from . import vllm_compare as vc
+    vruns = vc.vllm_runs()
+    vt = vc.compared(vruns)[1] if vruns else pd.DataFrame()
+    if len(vt):
+        frames.append(vc.target_metrics(vt))
+        src["the vLLM targets (the runs with vLLM as shipped, the newest measurement of each "
+            "point, within its run)"] = ([r for r in vruns if r.run_id in set(vt["run_id"])],
+                                         vt.assign(point_id=vt["vllm_point_id"]))
     from . import expert_parallel as dist
     from ..storage.store import open_run
     try:

@@ -107,6 +107,13 @@ TARGETS = (
     Target("a second search finds nothing 2% faster", "the committed winner's us / the "
            "best a `tune --verify` search (another order, twice the survivors) finds, graph",
            "verify_ratio", 1, INF, VERIFY_MARGIN, "x", at_least=False, phases=False),
+    # issue 41: the workbook's best own layer against vLLM as shipped, point by point
+    Target("own layer within 1.03x of vLLM as shipped", "the best own layer's us / vLLM as "
+           "shipped us of the same point and run, graph (1.03: the band issue 41 allows two "
+           "measurements)", "own_over_vllm", 1, INF, 1.03, "x", at_least=False, phases=False),
+    Target("own layer's geomean at or below vLLM's, per shape", "the geometric mean of "
+           "best own us / vLLM us over a shape's token counts, graph", "own_over_vllm_geomean",
+           0, INF, 1.0, "x", at_least=False, phases=False),
     # expert parallelism
     Target("predicted within 5% of measured", "|slowest rank + collective / layer - 1| per "
            "distributed point", "prediction_err", 1, INF, 0.05, "", at_least=False,

@@ -13,6 +13,8 @@ figure is moe_lab.plots.vllm_compare's.
         tokens): of the runs that compared it, the one whose vLLM row was measured last (a
         point measured again after a change is read from its new run; each row is still a
         comparison within one run)
+    target_metrics(table) -> the metric frame of issue 41's two targets (analysis.targets:
+        BAND is the per-point one's limit)
     by_shape(table) -> per shape and scheme, over the newest measurement of each point:
         points, geomean_ratio, worst_ratio and its tokens, slower points, met (every point
         within BAND and the geomean at or below 1.00: issue 41's goal) and run_id (the runs
@@ -22,6 +24,8 @@ figure is moe_lab.plots.vllm_compare's.
         chosen one's device, newest first); [] when none
     frames(runs, mode="graph") -> (results, ledger) of those runs, each row with its
         run_id (every run's own rows: a point two runs share is kept in both)
+    compared(runs) -> (results, best_over_vllm table) of frames(runs), once per runs
+        inside ledger.shared()
     fp8_over_bf16(results) -> per model, sharding, FP8 scheme and token count: the fastest
         ok bf16 and FP8 layers (any backend, any run of the frame; the default glue),
         speedup = bf16_us / fp8_us, and the same with vLLM left out of both sides
@@ -47,9 +51,10 @@ from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows
 from .findings_sections import span
 from .runs import VLLM_AS_SHIPPED as BASE
+from .targets import METRIC_COLUMNS, by_name, metric_rows
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("torch-grouped", "default"),
        ("torch-fp8", "default"), ("torch-fp8-grouped", "default"), ("vllm", "tuned"))
-BAND = 1.03  # the run-to-run band of two measurements (h200-repeat-a/b)
+BAND = by_name("own layer within 1.03x of vLLM as shipped").limit  # issue 41's band
 KEY = ["run_id", "model", "tp", "ep", "ep_rank", "dtype", "routing", "mode", "tokens"]
 COLUMNS = ["run_id", "model", "sharding", "tp", "ep", "dtype", "mode", "tokens", "vllm_us",
            "vllm_config_file", "best_us", "best", "ratio", "slower", "loses_in", "loses_us",
@@ -148,10 +153,36 @@ def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def target_metrics(table: pd.DataFrame) -> pd.DataFrame:
+    """The issue-41 targets' metric frame over the newest measurement of each point:
+    own_over_vllm per point (on the best own row), own_over_vllm_geomean per shape."""
+    if table.empty:
+        return pd.DataFrame(columns=METRIC_COLUMNS)
+    now = newest(table)
+    shapes = by_shape(table)
+    pts = metric_rows(now.assign(backend=now["best"], median_us=now["best_us"],
+                                 point_id=now["best_point_id"]), "own_over_vllm", "ratio")
+    per = metric_rows(shapes.assign(backend="best own", run_id=shapes["run_id"]),
+                      "own_over_vllm_geomean", "geomean_ratio")
+    return pd.concat([pts, per], ignore_index=True)
+
+
 def vllm_runs(runs=None) -> list:
     """Module doc (analysis.runs.vllm_choice's runs)."""
     from .runs import vllm_choice
     return vllm_choice(runs)[0]
+
+
+def compared(runs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(results, table): frames(runs)'s results and best_over_vllm over them, once per
+    runs inside ledger.shared() (the findings' targets and their vLLM section read both)."""
+    from ..cost import ledger as lg
+    runs = list(runs)
+
+    def compute():
+        res, led = frames(runs)
+        return res, best_over_vllm(res, led)
+    return lg.memo(("vllm_compared", lg.run_paths(runs)), compute)
 
 
 def frames(runs, mode: str | None = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
