@@ -151,11 +151,11 @@ def test_profile_gives_the_kernel_table_and_a_trace(tmp_path):
 
 
 def test_bad_names_are_usage_errors():
-    with pytest.raises(ml.api.UsageError, match="unknown backend"):
+    with pytest.raises(ml.UsageError, match="unknown backend"):
         ml.measure("qwen3-30b-a3b", tokens=[1], backends="nope", device="cpu")
-    with pytest.raises(ml.api.UsageError):
+    with pytest.raises(ml.UsageError):
         ml.measure("no-such-model", tokens=[1], backends="torch", device="cpu")
-    with pytest.raises(ml.api.UsageError, match="mode"):
+    with pytest.raises(ml.UsageError, match="mode"):
         ml.measure("qwen3-30b-a3b", tokens=[1], backends="torch", modes="fast", device="cpu")
 
 

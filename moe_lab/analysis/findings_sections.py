@@ -16,6 +16,7 @@ from ..core.errors import UsageError
 from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows, ok_rows
 from . import metrics, targets as tg
+from .metrics import span  # noqa: F401 - the findings' modules take it from here
 
 
 # --- formatting ----------------------------------------------------------------------------
@@ -29,16 +30,6 @@ def md_table(df: pd.DataFrame) -> list[str]:
          else str(v).replace("|", "\\|") for v in row] for row in df.itertuples(index=False)]
     out = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(cells[0])]
     return out + ["| " + " | ".join(r) + " |" for r in cells[1:]]
-
-
-def span(values, fmt="{:.2f}") -> str:
-    """'lo-hi' of the finite values in `fmt` ('lo' when equal; 'n/a' when none)."""
-    v = pd.to_numeric(pd.Series(list(values), dtype=float), errors="coerce")
-    v = v[np.isfinite(v)]
-    if not len(v):
-        return "n/a"
-    lo, hi = fmt.format(v.min()), fmt.format(v.max())
-    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def date(run) -> str:

@@ -21,6 +21,16 @@ from ..cost import ledger as lg
 from ..core.problems import sharding_name
 from .targets import METRIC_COLUMNS, metric_rows
 
+
+def span(values, fmt="{:.2f}") -> str:
+    """'lo-hi' of the finite values in `fmt` ('lo' when equal; 'n/a' when none)."""
+    v = pd.to_numeric(pd.Series(list(values), dtype=float), errors="coerce")
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return "n/a"
+    lo, hi = fmt.format(v.min()), fmt.format(v.max())
+    return lo if lo == hi else f"{lo}-{hi}"
+
 GLUE = ("quant", "act", "align", "combine")
 
 

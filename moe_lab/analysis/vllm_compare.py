@@ -49,7 +49,7 @@ import pandas as pd
 
 from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows
-from .findings_sections import span
+from .metrics import span
 from .runs import VLLM_AS_SHIPPED as BASE
 from .targets import METRIC_COLUMNS, by_name, metric_rows
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("torch-grouped", "default"),
