@@ -415,6 +415,8 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     assert set(by_run) == {"h200-tune-aiter-triton-silu-deepseek-r1-tp8-bf16",
                            "h200-tune-aiter-triton-silu-deepseek-r1-tp8ep8-bf16",
                            "h200-tune-aiter-triton-qwen3-235b-a22b-tp8ep8-fp8-block128"}
+    from moe_lab.analysis.tuned_files import _search_run  # left() finds started searches so
+    assert {_search_run(w) for w in shapes.split()} == set(by_run)
     gpu = {r: c.split()[0] for r, c in by_run.items()}
     assert gpu["h200-tune-aiter-triton-silu-deepseek-r1-tp8-bf16"] == "CUDA_VISIBLE_DEVICES=0"
     assert gpu["h200-tune-aiter-triton-silu-deepseek-r1-tp8ep8-bf16"] == "CUDA_VISIBLE_DEVICES=1"
