@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from moe_lab.analysis import targets as tg
-from moe_lab.analysis import tuned_files as tf
+from moe_lab.analysis import published as pb, tuned_files as tf
+from moe_lab.storage.rows import published_rows
 from moe_lab.core.constants import TUNE_TOKENS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,11 +165,11 @@ def test_tuned_against_a_published_file_in_the_same_run(tmp_path):
                         _row(64, "tuned", 200.0, at), _row(64, pub, 190.0, at),
                         _row(256, "tuned", 300.0, at), _row(256, "default", 900.0, at),
                         _row(64, "tuned", 150.0, at, glue="naive")])  # not the deployment's
-    pairs = tf.published_pairs([run]).set_index("tokens")
+    pairs = pb.published_pairs([run]).set_index("tokens")
     assert sorted(pairs.index) == [16, 64]  # 256: no published row
     assert pairs.loc[16, "published"] == Path(pub).name
     assert pairs.loc[64, "value"] == pytest.approx(190 / 200)
-    ev = tg.evaluate(tf.published_metrics(pairs.reset_index()), None,
+    ev = tg.evaluate(pb.published_metrics(pairs.reset_index()), None,
                      [tg.by_name("tuned not slower than a published tuning")]).set_index("tokens")
     assert ev.loc[16, "met"] and not ev.loc[64, "met"]
     assert ev.loc[64, "by_us"] == pytest.approx(10.0)
@@ -192,12 +193,29 @@ def test_vllm_as_shipped_is_a_published_tuning_not_a_default(tmp_path):
                      v(64, "default", 300.0, "default"), v(64, "tuned", 200.0, f"data/{name}"),
                      v(256, "default", 300.0, name.replace("H200", "H100")),
                      v(256, "tuned", 250.0, f"data/{name}")])
-    assert list(tf.published_rows(run.results)) == [True, False, False, False, False, False]
-    pub = tf.published_pairs([run])
+    assert list(published_rows(run.results)) == [True, False, False, False, False, False]
+    pub = pb.published_pairs([run], cfg, tmp_path / "runs")
     assert list(pub["tokens"]) == [16] and pub["published"].iloc[0] == f"{name} (shipped)"
     assert pub["value"].iloc[0] == pytest.approx(100 / 101)  # the shipped file faster: a miss
+    assert pub["same_config"].iloc[0] is None  # no search behind the file to say
     pairs, _ = tf.current_pairs([run], cfg)
     assert sorted(pairs["tokens"]) == [64, 256]  # vLLM's heuristic, another device's file
+    # the search that wrote the file timed vLLM as shipped first (its default pass): where
+    # that configuration is the file's own, the pair is a tie by construction, out of the
+    # target, its gap the noise band; where it differs, the pair counts
+    other = dict(CFG, BLOCK_SIZE_M=CFG["BLOCK_SIZE_M"] * 2)
+    (tmp_path / "runs" / "tune-v").mkdir(parents=True)
+    pd.DataFrame(dict(search_pass=["default", "default", "coarse"], tokens=[16, 64, 16],
+                      status="ok", config=[json.dumps({"gemm1": CFG}),
+                                           json.dumps({"gemm1": other}), json.dumps({"gemm1": other})])
+                 ).to_parquet(tmp_path / "runs" / "tune-v" / "candidates.parquet")
+    run2 = _run("v2", [v(16, "default", 100.0, name), v(16, "tuned", 101.0, f"data/{name}"),
+                       v(64, "default", 200.0, name), v(64, "tuned", 190.0, f"data/{name}")])
+    pub = pb.published_pairs([run2], cfg, tmp_path / "runs").set_index("tokens")
+    assert list(pub["same_config"]) == [True, False]
+    m = pb.published_metrics(pub.reset_index())
+    assert list(m["tokens"]) == [64]
+    assert pb.same_config_band(pub.reset_index()) == pytest.approx((100 / 101, 100 / 101))
 
 
 def test_what_is_left_searches_started_first_then_sweeps_of_the_files_that_hold_the_grid(

@@ -266,7 +266,8 @@ def tuned_files_section(runs) -> list[str]:
             + (", ".join(f"{b} {m} {sh} {dt}" for b, m, sh, dt in zip(
                 bare["backend"], bare["model"], bare["sharding"], bare["dtype"])) or "none")
             + ".", "", *md_table(pd.DataFrame(rows))]
-    pub = tf.published_pairs(runs)
+    from . import published as pb
+    pub = pb.published_pairs(runs)
     pname = next(t.name for t in TARGETS if t.metric == "tuned_over_published")
     if not len(pub):
         out += ["", f"Against published tunings of the same kernel (the target `{pname}`): no "
@@ -275,18 +276,31 @@ def tuned_files_section(runs) -> list[str]:
         prows = []
         for (b, m, sh, dt, f), g in pub.groupby(["backend", "model", "sharding", "dtype",
                                                  "published"]):
+            tie = g["same_config"] == True  # noqa: E712 - None: not known
             prows.append(dict(backend=b, model=m, sharding=sh, dtype=dt, published=f,
                               points=len(g), tokens=span(g["tokens"], "{:.0f}"),
                               published_over_tuned=span(g["value"]) + "x",
-                              tuned_slower_at=_tokens(g.loc[g["value"] < 1, "tokens"]),
+                              same_config_at=_tokens(g.loc[tie, "tokens"]),
+                              tuned_slower_at=_tokens(g.loc[~tie & (g["value"] < 1), "tokens"]),
                               runs=", ".join(sorted(set(g["run_id"])))))
+        band = pb.same_config_band(pub)
+        ties = int((pub["same_config"] == True).sum())  # noqa: E712
+        slow = pub[(pub["same_config"] != True) & (pub["value"] < 1)]  # noqa: E712
         out += ["", "### Tuned against published tunings of the same kernel", "",
                 provenance([r for r in runs if r.run_id in set(pub["run_id"])], pub), "",
                 "Per shape: the tuned file against the tuning vLLM publishes for the same "
                 "Triton kernel on this GPU (its shipped H200 file, run as aiter-triton "
                 "`--config FILE` in the same run; for `vllm`, vLLM as shipped against vLLM "
                 "with moe-lab's file), published / tuned over the points both "
-                f"timed, and where tuned is the slower (the target `{pname}`).", "",
+                "timed, the token counts where the tuned file holds the published "
+                "configuration itself (the search's own timing of vLLM as shipped chose it: "
+                "a tie by construction, left out of the target), and where tuned is the "
+                f"slower otherwise (the target `{pname}`). "
+                + (f"The {ties} ties put a number on the noise between the two processes of "
+                   f"one run: the same configuration timed {band[0]:.3f}-{band[1]:.3f}x "
+                   f"apart; of the {len(slow)} points where a different tuned configuration "
+                   f"is the slower, {int((slow['value'] >= band[0]).sum())} lie inside that "
+                   "range." if band else "No point is a tie by construction."), "",
                 *md_table(pd.DataFrame(prows))]
     ver = tf.verify_points()
     vname = next(t.name for t in TARGETS if t.metric == "verify_ratio")

@@ -126,9 +126,10 @@ def target_inputs(runs):
         src["the tuning targets (per point the newest run with default and tuned rows, "
             "the tuned row measured after its committed file was written)"] = (
             [r for r in runs if r.run_id in set(pairs["run_id"])], pairs)
-    pub = tf.published_pairs(runs)
+    from . import published as pb
+    pub = pb.published_pairs(runs)
     if len(pub):
-        frames.append(tf.published_metrics(pub))
+        frames.append(pb.published_metrics(pub))
         src["the published-tuning target (runs that timed a published file beside the tuned "
             "one)"] = ([r for r in runs if r.run_id in set(pub["run_id"])], pub)
     ver = tf.verify_points()

@@ -11,9 +11,6 @@ its file was written is history, not evidence about that file.
                                                with both, tuned measured after its file
     with_two_t(pairs)                          the pairs with tuned us at 2T / at T
     tuning_metrics(pairs)                      the two tuning targets' metric frame
-    published_pairs(runs)                      tuned against a published tuning per point
-                                               (published_rows: `--config PATH` named as vLLM
-                                               names its H200 tunings, or vLLM as shipped)
     roof_from(pairs, ledger_df, tokens=256)    per shape: the tuned layer's % of roof from
                                                `tokens` up, and the GEMM that holds it back
     search_spread(root=None, device=None)      per tuned point: the winner beside the search's
@@ -36,7 +33,7 @@ import pandas as pd
 from ..core.constants import TUNE_TOKENS
 from ..cost import ledger as lg
 from ..core.problems import sharding_name
-from ..storage.rows import deployed_rows
+from ..storage.rows import deployed_rows, published_rows
 from . import metrics
 from .targets import METRIC_COLUMNS, NO_KERNELS
 
@@ -191,7 +188,7 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
         if r.manifest.get("kind") in ("tune", "import") or "config" not in res or not len(res):
             continue
         g = deployed_rows(res)
-        g = g[~published_rows(g)]  # vLLM as shipped: its own tuning, not a default
+        g = g[~published_rows(g)]  # vLLM as shipped: its own tuning, not a default (published.py)
         g = g.reindex(columns=PAIR_KEY + ["config", "median_us", "point_id", "pct_of_roof",
                                           "git_commit", "measured_at"])
         j = g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=PAIR_KEY,
@@ -357,72 +354,3 @@ def verify_metrics(points: pd.DataFrame) -> pd.DataFrame:
 def verify_runs(points: pd.DataFrame) -> list:
     """The verify runs behind `points` (verify_points), as Runs, newest first."""
     return [tune_run(r) for r in sorted(set(points["run_id"]), reverse=True)] if len(points) else []
-
-
-PUBLISHED_PREFIX = "E="  # a published tuning's file name, as vLLM names them (E=..,N=..,device_name=..)
-
-
-def _vllm_named(name) -> bool:
-    return Path(str(name)).name.startswith(PUBLISHED_PREFIX) and str(name).endswith(".json")
-
-
-def published_rows(rows: pd.DataFrame) -> pd.Series:
-    """Which rows ran a published tuning for their device: `--config FILE` with a file
-    named as vLLM names its tunings, or `--config default` of a backend that read such a
-    file of its own (vLLM as shipped: `config_file` names its shipped file; a backend's
-    default that names none, or another device's file, is a default)."""
-    cfg = rows.get("config", pd.Series("", index=rows.index)).fillna("").astype(str)
-    used = rows.get("config_file", pd.Series("", index=rows.index)).fillna("").astype(str)
-    dev = rows.get("device", pd.Series("", index=rows.index)).fillna("").astype(str)
-    own = [c == "default" and _vllm_named(u) and f"device_name={d.replace(' ', '_')}" in u
-           for c, u, d in zip(cfg, used, dev)]
-    return pd.Series([_vllm_named(c) for c in cfg], index=rows.index) | pd.Series(own, index=rows.index)
-
-
-def published_pairs(runs) -> pd.DataFrame:
-    """Per point and backend, tuned against a published tuning of the same kernel (the
-    rows of published_rows: a vLLM-named file, or vLLM as shipped), in the same run as the
-    tuned row (the newest such run per point): published (the file's name), published_us,
-    tuned_us, value = published_us / tuned_us (at or above 1: tuned as fast or faster).
-    Once per runs inside ledger.shared()."""
-    runs = list(runs)
-    return lg.memo(("published_pairs", lg.run_paths(runs)), lambda: _published_pairs(runs))
-
-
-def _published_pairs(runs) -> pd.DataFrame:
-    out, seen = [], set()
-    for r in runs:
-        res = r.results
-        if "config" not in res or not len(res):
-            continue
-        g = deployed_rows(res)
-        pub = g[published_rows(g)]
-        if pub.empty:
-            continue
-        pub = pub.assign(config=[c if _vllm_named(c) else f"{u} (shipped)" for c, u in
-                                 zip(pub["config"].astype(str),
-                                     pub.get("config_file", pub["config"]).astype(str))])
-        cols = PAIR_KEY + ["median_us", "point_id", "git_commit"]
-        j = pub[cols + ["config"]].merge(g[g["config"] == "tuned"][cols], on=PAIR_KEY,
-                                          suffixes=("_p", "_t"))
-        for x in j.to_dict("records"):
-            k = tuple(x[c] for c in PAIR_KEY)
-            if k in seen:
-                continue
-            seen.add(k)
-            out.append({**{c: x[c] for c in PAIR_KEY}, "published": Path(x["config"]).name,
-                        "published_us": x["median_us_p"], "tuned_us": x["median_us_t"],
-                        "point_id": x["point_id_t"], "git_commit": x["git_commit_t"],
-                        "run_id": r.run_id})
-    p = pd.DataFrame(out, columns=PAIR_KEY + ["published", "published_us", "tuned_us",
-                                              "point_id", "git_commit", "run_id"])
-    p["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(p["tp"], p["ep"])]
-    return p.assign(value=p["published_us"] / p["tuned_us"], median_us=p["tuned_us"])
-
-
-def published_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
-    """The published-tuning target's metric frame (published us / tuned us per point)."""
-    if not len(pairs):
-        return pd.DataFrame(columns=METRIC_COLUMNS)
-    return metrics.metric_rows(pairs.assign(backend=pairs["backend"] + " tuned"),
-                               "tuned_over_published", "value")

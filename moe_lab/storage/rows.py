@@ -157,6 +157,30 @@ def deployed_rows(df, mode: str | None = "graph"):
     return d
 
 
+PUBLISHED_PREFIX = "E="  # a published tuning's file name, as vLLM names them (E=..,N=..,device_name=..)
+
+
+def vllm_named(name) -> bool:
+    """A file name as vLLM names its tunings (E=..,N=..,device_name=...json)."""
+    from pathlib import Path
+    return Path(str(name)).name.startswith(PUBLISHED_PREFIX) and str(name).endswith(".json")
+
+
+def published_rows(df):
+    """Which rows ran a published tuning for their device: `--config FILE` with a file
+    named as vLLM names its tunings, or `--config default` of a backend that read such a
+    file of its own (vLLM as shipped: `config_file` names its shipped file; a backend's
+    default that names none, or another device's file, is a default)."""
+    import pandas as pd
+
+    def col(c):
+        return df[c].fillna("").astype(str) if c in df else pd.Series("", index=df.index)
+    cfg, used, dev = col("config"), col("config_file"), col("device")
+    own = [c == "default" and vllm_named(u) and f"device_name={d.replace(' ', '_')}" in u
+           for c, u, d in zip(cfg, used, dev)]
+    return pd.Series([vllm_named(c) or o for c, o in zip(cfg, own)], index=df.index, dtype=bool)
+
+
 def spread(df):
     """(p90 - p10) / median per row: the timer's spread (NaN without the three)."""
     import pandas as pd

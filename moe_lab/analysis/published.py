@@ -1,0 +1,122 @@
+"""The tuned files against published tunings of the same kernel (issue 38's second target,
+issue 41's title): per point, the tuned row beside a row that ran a published tuning in the
+same run (storage.rows.published_rows: `--config` with a file vLLM publishes, or vLLM as
+shipped reading its own), and whether the two ran the same configuration there.
+
+    published_pairs(runs, configs_dir=None, data_dir=None) per point: published (the file), published_us, tuned_us, value
+                            = published_us / tuned_us, same_config (True where the tuned
+                            file holds the published configuration at that token count:
+                            a tie by construction, its gap the timer's; None: not known)
+    published_metrics(pairs) the target's metric frame, ties by construction left out
+    same_config_band(pairs) the published/tuned range of the ties (the run's own noise)
+
+The published configuration of a vLLM point is read from committed data: the `default`
+pass of the search that wrote the tuned file (`moe-lab tune` times vLLM as shipped first,
+its configuration on each row); the tuned one from the committed file (vLLM's nearest-key
+rule). A published file run with `--config PATH` is not committed: same_config None.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ..core.problems import sharding_name
+from ..cost import ledger as lg
+from ..storage.rows import deployed_rows, published_rows, vllm_named
+from . import metrics
+from .targets import METRIC_COLUMNS
+from .tuned_files import PAIR_KEY, _configs_dir, _json, _names
+
+
+def published_pairs(runs, configs_dir=None, data_dir=None) -> pd.DataFrame:
+    """Module doc (the newest run per point; the tuned files of configs_dir and the
+    searches of data_dir, this checkout's by default). Once per runs inside
+    ledger.shared()."""
+    runs = list(runs)
+    return lg.memo(("published_pairs", str(configs_dir), str(data_dir), lg.run_paths(runs)),
+                   lambda: _published_pairs(runs, configs_dir, data_dir))
+
+
+def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
+    out, seen = [], set()
+    for r in runs:
+        res = r.results
+        if "config" not in res or not len(res):
+            continue
+        g = deployed_rows(res)
+        pub = g[published_rows(g)]
+        if pub.empty:
+            continue
+        pub = pub.assign(config=[c if vllm_named(c) else f"{u} (shipped)" for c, u in
+                                 zip(pub["config"].astype(str),
+                                     pub.get("config_file", pub["config"]).astype(str))])
+        cols = PAIR_KEY + ["median_us", "point_id", "git_commit"]
+        j = pub[cols + ["config"]].merge(g[g["config"] == "tuned"][cols], on=PAIR_KEY,
+                                          suffixes=("_p", "_t"))
+        for x in j.to_dict("records"):
+            k = tuple(x[c] for c in PAIR_KEY)
+            if k in seen:
+                continue
+            seen.add(k)
+            same = _same_config(configs_dir, data_dir, r.device, *(
+                x[c] for c in ("backend", "model", "tp", "ep", "dtype", "tokens"))) \
+                if x["config"].endswith("(shipped)") else None
+            out.append({**{c: x[c] for c in PAIR_KEY}, "published": Path(x["config"]).name,
+                        "published_us": x["median_us_p"], "tuned_us": x["median_us_t"],
+                        "point_id": x["point_id_t"], "git_commit": x["git_commit_t"],
+                        "run_id": r.run_id, "same_config": same})
+    p = pd.DataFrame(out, columns=PAIR_KEY + ["published", "published_us", "tuned_us",
+                                              "point_id", "git_commit", "run_id", "same_config"])
+    p["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(p["tp"], p["ep"])]
+    return p.assign(value=p["published_us"] / p["tuned_us"], median_us=p["tuned_us"])
+
+
+def _same_config(configs_dir, runs_dir, device, backend, model, tp, ep, dtype,
+                 tokens) -> bool | None:
+    """Whether the committed tuned file's configuration at `tokens` (nearest key) is the
+    one vLLM as shipped ran there (the default pass of the search behind the file)."""
+    from ..core.config_files import nearest, read_table
+    from ..storage.store import data_dir
+    try:
+        name = _names(backend, model, int(tp), int(ep), dtype, device)["gemm1"]
+        folder = _configs_dir(configs_dir, device) / backend
+        ours = nearest(read_table(folder / name), int(tokens))
+    except Exception:  # noqa: BLE001 - a backend or file this checkout does not have
+        return None
+    run = (_json(folder / "provenance.json").get(name) or {}).get("run")
+    f = Path(runs_dir or data_dir()) / str(run) / "candidates.parquet"
+    if not run or not f.is_file():
+        return None
+    shipped = _defaults(str(f), f.stat().st_mtime_ns).get(int(tokens))
+    return None if shipped is None else shipped == {k: int(v) for k, v in ours.items()}
+
+
+@functools.lru_cache(maxsize=32)
+def _defaults(path: str, mtime_ns: int) -> dict:
+    """{tokens: gemm1 configuration} of a search's default pass (vLLM as shipped)."""
+    c = pd.read_parquet(path, columns=["search_pass", "tokens", "config", "status"])
+    c = c[(c["search_pass"] == "default") & (c["status"] == "ok")]
+    out = {}
+    for t, cfg in zip(c["tokens"], c["config"]):
+        d = json.loads(cfg)
+        out[int(t)] = {k: int(v) for k, v in d.get("gemm1", d).items()}
+    return out
+
+
+def published_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The published-tuning target's metric frame (published us / tuned us per point),
+    the ties by construction (same_config True) left out."""
+    p = pairs[pairs["same_config"] != True] if len(pairs) else pairs  # noqa: E712 - None stays
+    if not len(p):
+        return pd.DataFrame(columns=METRIC_COLUMNS)
+    return metrics.metric_rows(p.assign(backend=p["backend"] + " tuned"),
+                               "tuned_over_published", "value")
+
+
+def same_config_band(pairs: pd.DataFrame) -> tuple[float, float] | None:
+    """(lo, hi) of published_us / tuned_us over the ties by construction; None if none."""
+    t = pairs[pairs["same_config"] == True] if len(pairs) else pairs  # noqa: E712
+    return (float(t["value"].min()), float(t["value"].max())) if len(t) else None
