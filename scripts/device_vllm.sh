@@ -39,11 +39,11 @@
 #
 # sweep: JOBS (dtype:ep:models, TP8), tokens TOKENS, graph mode, checked against the
 # reference, profiled (the phases the ledger reads), one run folder per job,
-# data/runs/h200-vllm-<dtype>-<tp8|tp8ep8>: first every backend of the job with
-# --config default (vllm as shipped beside aiter-triton, torch-grouped and the FP8
-# backends), then aiter-triton --config tuned, then vllm --config tuned for the job's models
-# with a tuned vLLM file committed (vLLM with moe-lab's files beside vLLM as shipped, in one
-# run: TAG=vtuned JOBS="<the jobs with files>" measures them afresh). No seed model ships
+# data/runs/h200-vllm-<dtype>-<tp8|tp8ep8>: the job's models with a tuned vLLM file
+# committed get every backend of the job with --config default,tuned in one process (vllm
+# as shipped and with moe-lab's file, aiter-triton default and tuned, back to back per token
+# count, beside torch-grouped and the FP8 backends); the others --config default, then
+# aiter-triton --config tuned (TAG=vtuned JOBS="<the jobs with files>" measures afresh). No seed model ships
 # fp8-tensor (DeepSeek-R1 and Qwen3-FP8: 128x128 blocks; Llama-4 Maverick FP8: per
 # channel), so it is not swept;
 # Qwen3-235B fp8-block128 at TP8 has no whole 128 blocks (refused at the gate).
@@ -145,12 +145,19 @@ job() {  # gpu dtype:ep:models
   run=$(run_id "$dtype" "$ep")
   if [ -d $RUNSTAGE/$run ]; then cp -r $RUNSTAGE/$run $B/runs/$run
   elif [ -d data/runs/$run ]; then cp -r data/runs/$run $B/runs/$run; fi
-  local tuned; tuned=$(grep "^$dtype:$ep:" <<< "$TUNED" | cut -d: -f3)
+  local tuned rest; tuned=$(grep "^$dtype:$ep:" <<< "$TUNED" | cut -d: -f3)
+  rest=$(tr , '\n' <<< "$models" | grep -vxF -f <(tr , '\n' <<< "$tuned") | paste -sd, -)
   if [ "$MODE" != tuned ]; then
-    sweep "$g" "$run" "$dtype" "$ep" "$models" "$(backends_for "$dtype")" default
-    [ "$dtype" != fp8-channel ] && sweep "$g" "$run" "$dtype" "$ep" "$models" aiter-triton tuned
-    # vLLM's kernel with moe-lab's files, in the same run as vLLM as shipped (sweep only)
-    [ "$MODE" = sweep ] && [ -n "$tuned" ] && sweep "$g" "$run" "$dtype" "$ep" "$tuned" vllm tuned
+    # the models with a tuned vLLM file: every backend with --config default,tuned in one
+    # process, so each token count's vLLM as shipped, vLLM with moe-lab's file and the
+    # tunable backends' two configurations are timed back to back (sweep only)
+    [ "$MODE" = sweep ] && [ -n "$tuned" ] &&
+      sweep "$g" "$run" "$dtype" "$ep" "$tuned" "$(backends_for "$dtype")" default,tuned
+    [ "$MODE" = sweep ] || rest=$models
+    if [ -n "$rest" ]; then
+      sweep "$g" "$run" "$dtype" "$ep" "$rest" "$(backends_for "$dtype")" default
+      [ "$dtype" != fp8-channel ] && sweep "$g" "$run" "$dtype" "$ep" "$rest" aiter-triton tuned
+    fi
   elif [ -n "$tuned" ]; then sweep "$g" "$run" "$dtype" "$ep" "$tuned" vllm tuned
   else echo "$run: no tuned vllm file in data/configs/nvidia-h200/vllm for $models"; fi
   [ -d $B/runs/$run ] && rm -rf $RUNSTAGE/$run.tmp && cp -r $B/runs/$run $RUNSTAGE/$run.tmp &&

@@ -296,31 +296,41 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
     assert rc == 0, out[-3000:]
     calls = log.read_text().splitlines()
     sweeps = [c for c in calls if " sweep " in c]
-    # every job with --config default, then aiter-triton tuned, then vllm tuned where the
-    # job's models have a committed vLLM file (the sweep reads data/configs as it travels)
-    tuned = {c.split("--run-id ")[1].split()[0]: c for c in sweeps if "--backends vllm --config tuned" in c}
-    assert len(sweeps) == 5 + 4 + len(tuned) and tuned
+    # the job's models with a committed vLLM file (the sweep reads data/configs as it
+    # travels): every backend with --config default,tuned in one process; the others with
+    # --config default, then aiter-triton tuned (no aiter-triton for fp8-channel)
+    def arg(c, k):
+        return c.split(f"--{k} ")[1].split()[0]
+    both = {arg(c, "run-id"): c for c in sweeps if "--config default,tuned " in c}
     from moe_lab.analysis.tuned_files import inventory
     inv = inventory()
     have = inv[(inv["backend"] == "vllm") & (inv["file"] != "")]
     for (dt, sh), g in have.groupby(["dtype", "sharding"]):  # the models with a file, only
         run = f"h200-vllm-{dt}-{'tp8' if sh == 'TP8' else 'tp8ep8'}"
-        assert set(tuned[run].split("--models ")[1].split()[0].split(",")) == set(g["model"])
-    assert len(tuned) == have.groupby(["dtype", "sharding"]).ngroups
-    want = {"h200-vllm-bf16-tp8": "vllm,aiter-triton,torch-grouped",
-            "h200-vllm-bf16-tp8ep8": "vllm,aiter-triton,torch-grouped",
-            "h200-vllm-fp8-block128-tp8": "vllm,aiter-triton,torch-fp8",
-            "h200-vllm-fp8-block128-tp8ep8": "vllm,aiter-triton,torch-fp8",
-            "h200-vllm-fp8-channel-tp8": "vllm,torch-fp8-grouped,torch-fp8"}
-    for run, backends in want.items():
+        assert set(arg(both[run], "models").split(",")) == set(g["model"])
+    assert both and len(both) == have.groupby(["dtype", "sharding"]).ngroups
+    want = {"h200-vllm-bf16-tp8": ("vllm,aiter-triton,torch-grouped",
+                                   "llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b"),
+            "h200-vllm-bf16-tp8ep8": ("vllm,aiter-triton,torch-grouped", "deepseek-r1"),
+            "h200-vllm-fp8-block128-tp8": ("vllm,aiter-triton,torch-fp8", "deepseek-r1"),
+            "h200-vllm-fp8-block128-tp8ep8": ("vllm,aiter-triton,torch-fp8", "deepseek-r1"),
+            "h200-vllm-fp8-channel-tp8": ("vllm,torch-fp8-grouped,torch-fp8",
+                                          "llama4-scout-16e,llama4-maverick-128e")}
+    n = 0
+    for run, (backends, models) in want.items():
         mine = [c for c in sweeps if f"--run-id {run} " in c]
-        assert f"--backends {backends} --config default" in mine[0]
-        assert "--tokens 1,16,64,256,1024,2048,4096,8192" in mine[0]
-        assert "--modes graph" in mine[0] and "--tp 8" in mine[0]
-        assert ("--ep 8" in mine[0]) == run.endswith("ep8")
-        if "fp8-channel" not in run:
-            assert "--backends aiter-triton --config tuned" in mine[1]
-    assert "--models llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b" in sweeps[0]
+        full = [c for c in mine if f"--backends {backends} --config default" in c]
+        # every model once with the job's backends; aiter-triton tuned for each (not fp8-channel)
+        assert sorted(m for c in full for m in arg(c, "models").split(",")) == sorted(models.split(","))
+        rest = [c for c in full if c not in both.values()]
+        at = [c for c in mine if "--backends aiter-triton --config tuned" in c]
+        assert [arg(c, "models") for c in at] == ([] if "fp8-channel" in run else
+                                                  [arg(c, "models") for c in rest])
+        for c in mine:
+            assert "--tokens 1,16,64,256,1024,2048,4096,8192" in c
+            assert "--modes graph" in c and "--tp 8" in c and ("--ep 8" in c) == run.endswith("ep8")
+        n += len(mine)
+    assert n == len(sweeps)
     assert "sweep: every job complete" in out
     with tarfile.open(where / "bundle.tar.gz") as t:
         names = t.getnames()
@@ -378,8 +388,6 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
                           str(ROOT / "data/configs/nvidia-h200"))}
     assert ("llama4-scout-16e", 1, "fp8-channel") in want  # adopted from its search
 
-    def arg(c, k):
-        return c.split(f"--{k} ")[1].split()[0]
     tuned = [c for c in log.read_text().splitlines() if " sweep " in c]
     assert all("--backends vllm --config tuned" in c for c in tuned)
     got = {(m, int(arg(c, "ep")), arg(c, "dtype")) for c in tuned for m in arg(c, "models").split(",")}
