@@ -70,6 +70,18 @@ def noise_section(runs) -> list[str]:
                 "", "The band `moe-lab compare` judges a change against: per mode, the "
                 "noisiest A/A' pair's 0.95 quantile of |ln B/A| (two runs of one commit, the "
                 "same sweep, in two processes).", "", *md_table(pd.DataFrame(rows)), ""]
+        from . import published as pb
+        pub = pb.published_pairs([r for r in runs if r.device == dev])
+        band = pb.same_config_band(pub) if len(pub) else None
+        if band:  # another witness: the same launch configuration, minutes apart
+            n = int((pub["same_config"] == True).sum())  # noqa: E712
+            aa = noise.band_text(cal.modes().get("graph", {}).get("noise", float("nan")))
+            out += [f"The same launch configuration timed in two processes of one run "
+                    f"minutes apart (the {n} ties of the published-tuning comparison, graph): "
+                    f"{band[0]:.3f}-{band[1]:.3f}x, against the A/A' graph band {aa}: a "
+                    "difference between two "
+                    "configurations measured in separate processes needs that margin before "
+                    "it says one is faster.", ""]
     return out
 
 
