@@ -9,8 +9,9 @@
 # A shape is backend:model:tp:ep:dtype. Without SHAPES, tune and sweep take what is left of
 # the required aiter-triton* shapes (moe_lab.analysis.tuned_files.left, from the committed
 # files and runs as they travel: searches not complete, started ones first; files holding
-# the grid without a tuned-against-default point at every key), and print it. Its search is the run folder
-# data/runs/h200-tune-<backend>-<model>-<sharding>-<dtype> (TP8 or TP8EP8): a folder committed
+# the grid without a tuned-against-default point at every key), and print it.
+# A shape's search is the run folder data/runs/h200-tune-<backend>-<model>-<sharding>-<dtype>
+# (TP8 or TP8EP8): a folder committed
 # from an earlier lease is copied in and resumed (moe-lab tune never times a row twice), so
 # the same command again goes on where the last one stopped (on a warm machine, from the copy
 # the last call staged under /tmp, so back-to-back calls need no commit in between). Each shape's winners are

@@ -25,9 +25,9 @@
 #   4. the same command, carry [".whl/aiter-cut.tar.gz"]: ~10 min, the sweep goes on; again
 #      until it prints "sweep: every job complete" (one GPU: about 2 calls in all; x2: 1)
 #   5. command "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh tune",
-#      carry [".whl/aiter-cut.tar.gz"]: ~10 min each, the searches left (SHAPES; default: the required vllm shapes whose file lacks the grid) (about 9 min
-#      of one GPU each, as aiter-triton's 19-key searches took): ~8 calls on one GPU, ~2 on
-#      four. Resumes from /tmp on a warm machine, else from the committed runs.
+#      carry [".whl/aiter-cut.tar.gz"]: ~10 min each, the searches left (SHAPES; default:
+#      the required vllm shapes whose file lacks the grid), 6-10 min of one GPU each.
+#      Resumes from /tmp on a warm machine, else from the committed runs.
 #   6. after adopting the complete searches' files (bundle configs/vllm/ ->
 #      data/configs/nvidia-h200/vllm/, with provenance.json): command
 #      "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh tuned", carry
@@ -43,12 +43,12 @@
 # committed get every backend of the job with --config default,tuned in one process (vllm
 # as shipped and with moe-lab's file, aiter-triton default and tuned, back to back per token
 # count, beside torch-grouped and the FP8 backends); the others --config default, then
-# aiter-triton --config tuned (TAG=vtuned JOBS="<the jobs with files>" measures afresh). No seed model ships
-# fp8-tensor (DeepSeek-R1 and Qwen3-FP8: 128x128 blocks; Llama-4 Maverick FP8: per
+# aiter-triton --config tuned (TAG=vtuned JOBS="<the jobs with files>" measures afresh).
+# No seed model ships fp8-tensor (DeepSeek-R1 and Qwen3-FP8: 128x128 blocks; Llama-4 Maverick FP8: per
 # channel), so it is not swept;
 # Qwen3-235B fp8-block128 at TP8 has no whole 128 blocks (refused at the gate).
-# tune: scripts/device_tune.sh with SHAPES (vllm, 19 keys; default: tuned_files.left), its winners in the bundle's
-# configs/vllm/. tuned: vllm --config tuned, the models of each job with a tuned file.
+# tune: scripts/device_tune.sh with SHAPES (vllm, 19 keys; default: tuned_files.left), its
+# winners in the bundle's configs/vllm/. tuned: vllm --config tuned, the models of each job with a tuned file.
 # align: the points where vLLM won on the routing glue (Qwen3-235B bf16, DeepSeek-R1
 # fp8-block128, TP8, tokens 1,16,64), vllm and aiter-triton default, then aiter-triton tuned,
 # into new run folders h200-vllm-align-<dtype>-tp8 (the align kernels changed after the sweep).
