@@ -169,3 +169,30 @@ def test_the_tuned_files_against_the_grid_and_the_search_spread(default_outputs)
             backends |= set(pd.read_parquet(w)["backend"])
     assert backends >= {"aiter-triton", "aiter-triton-silu", "vllm"}
     assert len(pngs(default_outputs)) >= 4 + len(backends)
+
+
+def test_the_published_tunings_count_their_points_and_ties(default_outputs):
+    """Section 7: the points where vLLM as shipped (reading its own H200 file) was timed in
+    the same run as vLLM with moe-lab's file, counted here from the parquet files; the ties
+    and the misses from the search's default pass (test_tuned_files tests that reading)."""
+    text = printed(default_outputs)
+    m = re.search(r"published tunings: (\d+) points, (\d+) ties by construction, moe-lab's "
+                  r"file slower at (\d+) of the other (\d+)", text)
+    assert m, text[-3000:]
+    points = set()
+    for d in RUNS.iterdir():
+        f = d / "results.parquet"
+        if not f.is_file():
+            continue
+        g = graph_ok(pd.read_parquet(f))
+        g = g[g["backend"] == "vllm"]
+        if "glue" in g:
+            g = g[g["glue"].fillna("").isin(["", "fused"])]
+        if g.empty or "config_file" not in g:
+            continue
+        shipped = g[(g["config"] == "default") & g["config_file"].fillna("").str.startswith("E=")
+                    & g["config_file"].fillna("").str.contains("device_name=NVIDIA_H200")]
+        j = shipped.merge(g[g["config"] == "tuned"], on=KEY)
+        points |= {tuple(x) for x in j[KEY].itertuples(index=False)}
+    assert int(m[1]) == len(points) and int(m[2]) + int(m[4]) == len(points) > 0
+    assert "left for the GPU, searches:" in text and "left for the GPU, grid sweeps:" in text
