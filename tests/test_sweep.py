@@ -142,6 +142,10 @@ def test_sigkill_midway_then_rerun_resumes_without_duplicates(tmp_path):
     # the killed call is still listed, with its command, as killed
     assert [i["status"] for i in man["invocations"]] == [KILLED, "complete"]
     assert man["invocations"][0]["command"] == man["invocations"][1]["command"]
+    # each names the machine it ran on (lent machines share a hostname; the boot tells a
+    # resume on another lease apart): here both calls ran on this one
+    from moe_lab.core.environment import boot_id
+    assert [i["boot_id"] for i in man["invocations"]] == [boot_id()] * 2 and boot_id()
 
 
 def test_sigterm_midway_records_the_interruption_then_rerun_completes(tmp_path):

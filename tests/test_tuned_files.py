@@ -216,6 +216,12 @@ def test_vllm_as_shipped_is_a_published_tuning_not_a_default(tmp_path):
     m = pb.published_metrics(pub.reset_index())
     assert list(m["tokens"]) == [64]
     assert pb.same_config_band(pub.reset_index()) == pytest.approx((100 / 101, 100 / 101))
+    tr = pb.ties_by_run(pub.reset_index())
+    assert list(tr["run_id"]) == ["v2"] and tr["ties"].iloc[0] == 1
+    assert tr["apart_min"].iloc[0] == 0 and tr["machines"].iloc[0] == "not recorded"
+    # a run whose invocations name their machines (boot_id): resumed on a second one
+    run2.manifest = {"invocations": [{"boot_id": "a"}, {"boot_id": "b"}]}
+    assert pb.ties_by_run(pb.published_pairs([run2], cfg, tmp_path / "runs"))["machines"].iloc[0] == "2"
 
 
 def test_what_is_left_searches_started_first_then_sweeps_of_the_files_that_hold_the_grid(

@@ -72,16 +72,14 @@ def noise_section(runs) -> list[str]:
                 "same sweep, in two processes).", "", *md_table(pd.DataFrame(rows)), ""]
         from . import published as pb
         pub = pb.published_pairs([r for r in runs if r.device == dev])
-        band = pb.same_config_band(pub) if len(pub) else None
-        if band:  # another witness: the same launch configuration, minutes apart
-            n = int((pub["same_config"] == True).sum())  # noqa: E712
+        tr = pb.ties_by_run(pub) if len(pub) else pd.DataFrame()
+        if len(tr):  # another witness: the same launch configuration, minutes apart
             aa = noise.band_text(cal.modes().get("graph", {}).get("noise", float("nan")))
-            out += [f"The same launch configuration timed in two processes of one run "
-                    f"minutes apart (the {n} ties of the published-tuning comparison, graph): "
-                    f"{band[0]:.3f}-{band[1]:.3f}x, against the A/A' graph band {aa}: a "
-                    "difference between two "
-                    "configurations measured in separate processes needs that margin before "
-                    "it says one is faster.", ""]
+            out += ["The same launch configuration timed in two processes of one run (the "
+                    "ties of the published-tuning comparison, graph), per run: "
+                    + _ties_text(tr) + f"; against the A/A' graph band {aa}. Two "
+                    "configurations measured minutes apart in separate processes need that "
+                    "margin before one is called faster.", ""]
     return out
 
 
@@ -220,6 +218,14 @@ def vllm_section(runs) -> list[str]:
     return out
 
 
+def _ties_text(tr: pd.DataFrame) -> str:
+    """Per run: its ties, their published/tuned range, the minutes between their rows and
+    the machines its invocations name (published.ties_by_run)."""
+    return "; ".join(f"`{x.run_id}` {x.ties} ties {x.lo:.3f}-{x.hi:.3f}x, rows up to "
+                     f"{x.apart_min:.0f} min apart, machines: {x.machines}"
+                     for x in tr.itertuples(index=False))
+
+
 def _tokens(v) -> str:
     return ", ".join(str(int(t)) for t in sorted(v)) or "none"
 
@@ -295,9 +301,10 @@ def tuned_files_section(runs) -> list[str]:
                               same_config_at=_tokens(g.loc[tie, "tokens"]),
                               tuned_slower_at=_tokens(g.loc[~tie & (g["value"] < 1), "tokens"]),
                               runs=", ".join(sorted(set(g["run_id"])))))
-        band = pb.same_config_band(pub)
-        ties = int((pub["same_config"] == True).sum())  # noqa: E712
+        tr = pb.ties_by_run(pub)
         slow = pub[(pub["same_config"] != True) & (pub["value"] < 1)]  # noqa: E712
+        lo = dict(zip(tr["run_id"], tr["lo"]))
+        inside = int(sum(v >= lo.get(r, 1.0) for v, r in zip(slow["value"], slow["run_id"])))
         out += ["", "### Tuned against published tunings of the same kernel", "",
                 provenance([r for r in runs if r.run_id in set(pub["run_id"])], pub), "",
                 "Per shape: the tuned file against the tuning vLLM publishes for the same "
@@ -308,11 +315,11 @@ def tuned_files_section(runs) -> list[str]:
                 "configuration itself (the search's own timing of vLLM as shipped chose it: "
                 "a tie by construction, left out of the target), and where tuned is the "
                 f"slower otherwise (the target `{pname}`). "
-                + (f"The {ties} ties put a number on the noise between the two processes of "
-                   f"one run: the same configuration timed {band[0]:.3f}-{band[1]:.3f}x "
-                   f"apart; of the {len(slow)} points where a different tuned configuration "
-                   f"is the slower, {int((slow['value'] >= band[0]).sum())} lie inside that "
-                   "range." if band else "No point is a tie by construction."), "",
+                + (f"The ties measure the noise between the two processes that timed them, "
+                   f"per run: {_ties_text(tr)}; of the {len(slow)} points where a different "
+                   f"tuned configuration is the slower, {inside} lie inside the ties' range "
+                   "of their own run." if len(tr) else "No point is a tie by construction."),
+                "",
                 *md_table(pd.DataFrame(prows))]
     ver = tf.verify_points()
     vname = next(t.name for t in TARGETS if t.metric == "verify_ratio")

@@ -9,6 +9,8 @@ shipped reading its own), and whether the two ran the same configuration there.
                             a tie by construction, its gap the timer's; None: not known)
     published_metrics(pairs) the target's metric frame, ties by construction left out
     same_config_band(pairs) the published/tuned range of the ties (the run's own noise)
+    ties_by_run(pairs)      per run: the ties, their range, the minutes between their rows
+                            and the machines the run's invocations name
 
 The published configuration of a vLLM point is read from committed data: the `default`
 pass of the search that wrote the tuned file (`moe-lab tune` times vLLM as shipped first,
@@ -53,7 +55,8 @@ def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
         pub = pub.assign(config=[c if vllm_named(c) else f"{u} (shipped)" for c, u in
                                  zip(pub["config"].astype(str),
                                      pub.get("config_file", pub["config"]).astype(str))])
-        cols = PAIR_KEY + ["median_us", "point_id", "git_commit"]
+        cols = PAIR_KEY + ["median_us", "point_id", "git_commit", "measured_at"]
+        pub, g = (x.assign(measured_at=x.get("measured_at", "")) for x in (pub, g))
         j = pub[cols + ["config"]].merge(g[g["config"] == "tuned"][cols], on=PAIR_KEY,
                                           suffixes=("_p", "_t"))
         for x in j.to_dict("records"):
@@ -67,11 +70,40 @@ def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
             out.append({**{c: x[c] for c in PAIR_KEY}, "published": Path(x["config"]).name,
                         "published_us": x["median_us_p"], "tuned_us": x["median_us_t"],
                         "point_id": x["point_id_t"], "git_commit": x["git_commit_t"],
-                        "run_id": r.run_id, "same_config": same})
+                        "run_id": r.run_id, "same_config": same,
+                        "apart_min": _minutes(x["measured_at_p"], x["measured_at_t"]),
+                        "machines": _machines(r)})
     p = pd.DataFrame(out, columns=PAIR_KEY + ["published", "published_us", "tuned_us",
-                                              "point_id", "git_commit", "run_id", "same_config"])
+                                              "point_id", "git_commit", "run_id", "same_config",
+                                              "apart_min", "machines"])
     p["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(p["tp"], p["ep"])]
     return p.assign(value=p["published_us"] / p["tuned_us"], median_us=p["tuned_us"])
+
+
+def _minutes(a, b) -> float:
+    """Minutes between two rows' measured_at (NaN when either is unknown)."""
+    try:
+        return abs((pd.Timestamp(a) - pd.Timestamp(b)).total_seconds()) / 60
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _machines(run) -> str:
+    """How many machines a run's invocations name ('not recorded' before boot_id was)."""
+    ids = [i.get("boot_id") for i in run.manifest.get("invocations") or []]
+    return str(len(set(ids))) if ids and all(ids) else "not recorded"
+
+
+def ties_by_run(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Per run, its ties by construction: how many, published/tuned lo and hi, the most
+    minutes between a tie's two rows, and the machines its invocations name."""
+    t = pairs[pairs["same_config"] == True] if len(pairs) else pairs  # noqa: E712
+    cols = ["run_id", "ties", "lo", "hi", "apart_min", "machines"]
+    if not len(t):
+        return pd.DataFrame(columns=cols)
+    return t.groupby("run_id").agg(ties=("value", "size"), lo=("value", "min"),
+                                   hi=("value", "max"), apart_min=("apart_min", "max"),
+                                   machines=("machines", "first")).reset_index()[cols]
 
 
 def _same_config(configs_dir, runs_dir, device, backend, model, tp, ep, dtype,

@@ -80,7 +80,8 @@ def _device_info() -> dict:
                     vendor="ROCm" if torch.version.hip else "CUDA",
                     device_memory_gb=round(props.total_memory / 2**30, 1),
                     multiprocessors=props.multi_processor_count,
-                    l2_cache_bytes=getattr(props, "L2_cache_size", None))
+                    l2_cache_bytes=getattr(props, "L2_cache_size", None),
+                    gpu_uuid=str(getattr(props, "uuid", "") or "") or None)
         arch = getattr(props, "gcnArchName", None)
         if arch:
             info["arch"] = arch
@@ -93,6 +94,15 @@ def _repo_relative(argv: list[str], repo_dir=None) -> list[str]:
     """argv with paths inside the repository made relative to it (manifests travel)."""
     root = str(Path(repo_dir or REPO_ROOT).resolve()) + os.sep
     return [a[len(root):] if a.startswith(root) else a for a in argv]
+
+
+def boot_id() -> str | None:
+    """This machine's boot (Linux's random boot_id): lent machines share one hostname, so
+    this is what tells a run resumed on another lease from one measured on one machine."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def capture_environment(repo_dir: str | os.PathLike | None = None) -> dict:
@@ -110,6 +120,7 @@ def capture_environment(repo_dir: str | os.PathLike | None = None) -> dict:
         python=sys.version.split()[0],
         platform=platform.platform(),
         hostname=socket.gethostname(),
+        boot_id=boot_id(),
         cpu_count=os.cpu_count(),
         env={k: v for k, v in sorted(os.environ.items())
              if k in ENV_NAMES or k.startswith(ENV_PREFIXES)},

@@ -38,7 +38,8 @@ def begin_invocation(store, manifest: dict, started: float) -> list[dict]:
     invocations.append(dict(
         started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         status="running", command=manifest.get("command"), git_commit=env.get("git_commit"),
-        device_name=env.get("device_name")))
+        device_name=env.get("device_name"), boot_id=env.get("boot_id"),
+        gpu_uuid=env.get("gpu_uuid")))  # which machine and GPU: leases share a hostname
     manifest["invocations"] = invocations
     store.write_manifest(manifest)
     return invocations
