@@ -37,8 +37,9 @@ figure is moe_lab.plots.vllm_compare's.
 OWN, the workbook's own layers: aiter-triton (aiter's shipped or moe-lab's tuned
 configurations), torch-grouped, the FP8 backends (torch-fp8, torch-fp8-grouped) and vLLM's
 own kernel with moe-lab's tuned files (`vllm` tuned). Only rows of the default glue
-(a deployment's) are compared; every point is compared within its run (one lease, one
-GPU), never across runs.
+(a deployment's) are compared; every point is compared within its run, never across runs
+(a run resumed on a fresh lease spans two machines: its invocations' boot_id and gpu_uuid
+say which, and its manifest's provenance_note where they were not yet recorded).
 """
 from __future__ import annotations
 
