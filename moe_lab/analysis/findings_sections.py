@@ -14,7 +14,7 @@ from .runs import runs_with_phases
 from ..core.constants import TUNE_TOKENS
 from ..core.errors import UsageError
 from ..core.problems import sharding_name
-from ..storage.rows import deployed_rows, ok_rows
+from ..storage.rows import ok_rows
 from . import metrics, targets as tg
 from .metrics import span  # noqa: F401 - the findings' modules take it from here
 
@@ -305,15 +305,13 @@ def tune_section(runs) -> list[str]:
 def tuned_section(runs) -> list[str]:
     """Per sweep run, backend, dtype, model and sharding with both configurations ok in
     graph: points, default/tuned over them."""
+    from .tuned_files import default_and_tuned
     rows, used = [], []
-    key = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend"]
     for r in runs:
         res = r.results
         if r.manifest.get("kind") in ("tune", "import") or "config" not in res:
             continue
-        g = deployed_rows(res)
-        j = g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=key,
-                                              suffixes=("_d", "_t"))
+        j = default_and_tuned(res)
         if j.empty:
             continue
         used.append(r)

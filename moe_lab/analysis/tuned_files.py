@@ -9,6 +9,7 @@ its file was written is history, not evidence about that file.
                                                provenance, and whether it holds the grid
     current_pairs(runs)                        default and tuned per point, the newest run
                                                with both, tuned measured after its file
+    default_and_tuned(results)                 one run's default and tuned rows per point
     with_two_t(pairs)                          the pairs with tuned us at 2T / at T
     tuning_metrics(pairs)                      the two tuning targets' metric frame
     roof_from(pairs, ledger_df, tokens=256)    per shape: the tuned layer's % of roof from
@@ -187,12 +188,7 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
         res = r.results
         if r.manifest.get("kind") in ("tune", "import") or "config" not in res or not len(res):
             continue
-        g = deployed_rows(res)
-        g = g[~published_rows(g)]  # vLLM as shipped: its own tuning, not a default (published.py)
-        g = g.reindex(columns=PAIR_KEY + ["config", "median_us", "point_id", "pct_of_roof",
-                                          "git_commit", "measured_at"])
-        j = g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=PAIR_KEY,
-                                              suffixes=("_d", "_t"))
+        j = default_and_tuned(res)
         root = str(_configs_dir(configs_dir, r.device))
         for x in j.to_dict("records"):
             k = tuple(x[c] for c in PAIR_KEY)
@@ -215,6 +211,17 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
     p["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(p["tp"], p["ep"])]
     p["default_over_tuned"] = p["default_us"] / p["tuned_us"]
     return p, len(stale - seen)
+
+
+def default_and_tuned(res: pd.DataFrame) -> pd.DataFrame:
+    """One run's default and tuned rows of the same point side by side (suffixes _d, _t):
+    the deployment's rows (deployed_rows), a published tuning never the default (vLLM as
+    shipped reads its own tuned file: published.py pairs it)."""
+    g = deployed_rows(res)
+    g = g[~published_rows(g)].reindex(columns=PAIR_KEY + [
+        "config", "median_us", "point_id", "pct_of_roof", "git_commit", "measured_at"])
+    return g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=PAIR_KEY,
+                                             suffixes=("_d", "_t"))
 
 
 def with_two_t(pairs: pd.DataFrame) -> pd.DataFrame:
