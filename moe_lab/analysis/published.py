@@ -8,7 +8,6 @@ shipped reading its own), and whether the two ran the same configuration there.
                             file holds the published configuration at that token count:
                             a tie by construction, its gap the timer's; None: not known)
     published_metrics(pairs) the target's metric frame, ties by construction left out
-    same_config_band(pairs) the published/tuned range of the ties (the run's own noise)
     ties_by_run(pairs)      per run: the ties, their range, the minutes between their rows
                             and the machines the run's invocations name
 
@@ -55,6 +54,7 @@ def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
         pub = pub.assign(config=[c if vllm_named(c) else f"{u} (shipped)" for c, u in
                                  zip(pub["config"].astype(str),
                                      pub.get("config_file", pub["config"]).astype(str))])
+        machines = _machines(r)
         cols = PAIR_KEY + ["median_us", "point_id", "git_commit", "measured_at"]
         pub, g = (x.assign(measured_at=x.get("measured_at", "")) for x in (pub, g))
         j = pub[cols + ["config"]].merge(g[g["config"] == "tuned"][cols], on=PAIR_KEY,
@@ -72,7 +72,7 @@ def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
                         "point_id": x["point_id_t"], "git_commit": x["git_commit_t"],
                         "run_id": r.run_id, "same_config": same,
                         "apart_min": _minutes(x["measured_at_p"], x["measured_at_t"]),
-                        "machines": _machines(r)})
+                        "machines": machines})
     p = pd.DataFrame(out, columns=PAIR_KEY + ["published", "published_us", "tuned_us",
                                               "point_id", "git_commit", "run_id", "same_config",
                                               "apart_min", "machines"])
@@ -147,8 +147,3 @@ def published_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
     return metrics.metric_rows(p.assign(backend=p["backend"] + " tuned"),
                                "tuned_over_published", "value")
 
-
-def same_config_band(pairs: pd.DataFrame) -> tuple[float, float] | None:
-    """(lo, hi) of published_us / tuned_us over the ties by construction; None if none."""
-    t = pairs[pairs["same_config"] == True] if len(pairs) else pairs  # noqa: E712
-    return (float(t["value"].min()), float(t["value"].max())) if len(t) else None
