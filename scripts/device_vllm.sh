@@ -44,11 +44,12 @@
 # as shipped and with moe-lab's file, aiter-triton default and tuned, back to back per token
 # count, beside torch-grouped and the FP8 backends); the others --config default, then
 # aiter-triton --config tuned (TAG=vtuned JOBS="<the jobs with files>" measures afresh).
-# No seed model ships fp8-tensor (DeepSeek-R1 and Qwen3-FP8: 128x128 blocks; Llama-4 Maverick FP8: per
-# channel), so it is not swept;
+# No seed model ships fp8-tensor (DeepSeek-R1 and Qwen3-FP8: 128x128 blocks; Llama-4
+# Maverick FP8: per channel), so it is not swept;
 # Qwen3-235B fp8-block128 at TP8 has no whole 128 blocks (refused at the gate).
 # tune: scripts/device_tune.sh with SHAPES (vllm, 19 keys; default: tuned_files.left), its
-# winners in the bundle's configs/vllm/. tuned: vllm --config tuned, the models of each job with a tuned file.
+# winners in the bundle's configs/vllm/. tuned: vllm --config tuned, the models of each job
+# with a tuned file.
 # align: the points where vLLM won on the routing glue (Qwen3-235B bf16, DeepSeek-R1
 # fp8-block128, TP8, tokens 1,16,64), vllm and aiter-triton default, then aiter-triton tuned,
 # into new run folders h200-vllm-align-<dtype>-tp8 (the align kernels changed after the sweep).
@@ -148,12 +149,12 @@ job() {  # gpu dtype:ep:models
   local tuned rest; tuned=$(grep "^$dtype:$ep:" <<< "$TUNED" | cut -d: -f3)
   rest=$(tr , '\n' <<< "$models" | grep -vxF -f <(tr , '\n' <<< "$tuned") | paste -sd, -)
   if [ "$MODE" != tuned ]; then
-    # the models with a tuned vLLM file: every backend with --config default,tuned in one
-    # process, so each token count's vLLM as shipped, vLLM with moe-lab's file and the
-    # tunable backends' two configurations are timed back to back (sweep only)
-    [ "$MODE" = sweep ] && [ -n "$tuned" ] &&
+    # the models with a tuned vLLM file (sweep only: align reads no TUNED): every backend
+    # with --config default,tuned in one process, so each token count's vLLM as shipped,
+    # vLLM with moe-lab's file and the tunable backends' two configurations are timed back
+    # to back
+    [ -n "$tuned" ] &&
       sweep "$g" "$run" "$dtype" "$ep" "$tuned" "$(backends_for "$dtype")" default,tuned
-    [ "$MODE" = sweep ] || rest=$models
     if [ -n "$rest" ]; then
       sweep "$g" "$run" "$dtype" "$ep" "$rest" "$(backends_for "$dtype")" default
       [ "$dtype" != fp8-channel ] && sweep "$g" "$run" "$dtype" "$ep" "$rest" aiter-triton tuned
