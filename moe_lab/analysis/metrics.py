@@ -11,6 +11,7 @@ frames the analysis functions return. Each builder says which points it takes.
     promise_metrics(table)                 fp8_speedup_{memory,compute}_bound (the FP8
         GEMM table, analysis.fp8_gemm.gemm_table)
     prediction_metrics(pts), spread_metrics(ratio) the expert-parallel targets
+    span(values, fmt)                      'lo-hi' of finite values (the findings' ranges)
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def span(values, fmt="{:.2f}") -> str:
         return "n/a"
     lo, hi = fmt.format(v.min()), fmt.format(v.max())
     return lo if lo == hi else f"{lo}-{hi}"
+
 
 GLUE = ("quant", "act", "align", "combine")
 
