@@ -72,7 +72,7 @@ tune_one() {  # gpu shape
               --configs-dir data/configs/nvidia-h200) ;;
     sweep)
       if [ -n "${PUBLISHED:-}" ] && [ "$backend" = aiter-triton ]; then
-        pub=$(python3 -c "from moe_lab import backends; from moe_lab.core.problems import make_problem; print(backends.get('vllm').config_files(make_problem('$model', 1, '$dtype', $tp, $ep), 'NVIDIA H200')['gemm1'])" 2>/dev/null)
+        pub=$(python3 -c "from moe_lab.analysis.tuned_files import published_file; print(published_file('$2'))" 2>/dev/null)
         [ -n "$pub" ] && [ -f "$PUBLISHED/$pub" ] && configs="$configs,$PUBLISHED/$pub"
       fi
       args=(sweep --backends "$backend" --config "$configs" --modes graph --tokens "$TOKENS") ;;

@@ -116,6 +116,14 @@ def shape_word(backend, model, tp, ep, dtype) -> str:
     return f"{backend}:{model}:{tp}:{ep}:{dtype}"
 
 
+def published_file(word: str, device: str = DEVICE) -> str:
+    """The file name vLLM gives its shipped tuning of a shape (`word`: shape_word's form),
+    the same kernel and launch keys as aiter-triton's: what `device_tune.sh sweep` runs
+    beside the tuned file when PUBLISHED holds it."""
+    _, model, tp, ep, dtype = word.split(":")
+    return _names("vllm", model, int(tp), int(ep), dtype, device)["gemm1"]
+
+
 def left(mode: str, backends=None, data_dir=None, configs_dir=None,
          required=REQUIRED, runs=None) -> list[str]:
     """The GPU work left on the required shapes, as SHAPES words (the device scripts'
