@@ -332,12 +332,18 @@ def test_configs_per_gemm_and_one_alignment_per_block_m(monkeypatch):
     assert names == ["align", "fused_moe", "align", "fused_moe"]
     assert [c[1]["block_size"] for c in calls if c[0] == "align"] == [16, 32]
     assert calls[1][1]["config"] == c16 and calls[3][1]["config"] == c32
+    # the row's launch_config is what each GEMM was launched with
+    assert fn.launch_config(inp.x.shape[0]) == {"gemm1": c16, "gemm2": c32}
     calls.clear()
     T = inp.x.shape[0]
     table = {1: c16, T + 1000: c32}
-    AiterTritonBackend().prepare(prob, w, config={"gemm1": table, "gemm2": table})(
-        inp.x, inp.topk_weights, inp.topk_ids)
+    fn = AiterTritonBackend().prepare(prob, w, config={"gemm1": table, "gemm2": table})
+    fn(inp.x, inp.topk_weights, inp.topk_ids)
     assert [c[1]["block_size"] for c in calls if c[0] == "align"] == [16 if T < 500 else 32]
+    want = c16 if T < 500 else c32
+    assert [c[1]["config"] for c in calls if c[0] == "fused_moe"] == [want, want]
+    assert fn.launch_config(T) == {"gemm1": want, "gemm2": want}
+    assert fn.launch_config(T + 1000) == {"gemm1": c32, "gemm2": c32}
 
 
 def test_the_fused_silu_variant_binds_gemm1_to_the_real_fused_moe_silu(monkeypatch):

@@ -284,7 +284,21 @@ class _Unsupported(registry.Backend):
         raise AssertionError("prepare called for an unsupported backend")
 
 
-TEST_BACKENDS = (_Boom, _Oom, _OomWhileTiming, _Wrong, _NaN, _PrepareFails, _Unsupported)
+class _Launches(registry.Backend):
+    name = "test-launches"
+    description = "test: says what it launches at each token count, and its library"
+
+    def prepare(self, problem, weights):
+        inner = _torch_fn(problem, weights)
+
+        def fn(x, w, ids):
+            return inner(x, w, ids)
+        fn.launch_config = lambda T: {"gemm1": {"BLOCK_SIZE_M": 16 if T < 8 else 64}}
+        fn.row_facts = dict(config_file="E=8,N=32,device_name=X.json", backend_version="lib 1.2")
+        return fn
+
+
+TEST_BACKENDS = (_Launches, _Boom, _Oom, _OomWhileTiming, _Wrong, _NaN, _PrepareFails, _Unsupported)
 
 
 @pytest.fixture
@@ -332,6 +346,14 @@ def test_failing_backends_become_rows_and_the_sweep_finishes(tmp_path, test_back
 
     ok = one("torch", "ok")
     assert ok["median_us"].notna().all() and (ok["median_us"] > 0).all()
+    assert ok["launch_config"].isna().all()  # a backend with no launch configuration
+    # what a prepared fn says of itself reaches each of its rows: the launch configuration
+    # at the row's own token count, the file its lookup read, its library's version
+    lr = one("test-launches", "ok")
+    assert [json.loads(c)["gemm1"]["BLOCK_SIZE_M"] for c in lr.sort_values("tokens")[
+        "launch_config"]] == [16 if t < 8 else 64 for t in tokens]
+    assert set(lr["config_file"]) == {"E=8,N=32,device_name=X.json"}
+    assert set(lr["backend_version"]) == {"lib 1.2"}
     assert (ok["max_rel_err"] < 2e-2).all()
 
     one("test-boom", "failed", "RuntimeError: boom")

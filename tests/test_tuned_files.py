@@ -173,6 +173,17 @@ def test_tuned_against_a_published_file_in_the_same_run(tmp_path):
                      [tg.by_name("tuned not slower than a published tuning")]).set_index("tokens")
     assert ev.loc[16, "met"] and not ev.loc[64, "met"]
     assert ev.loc[64, "by_us"] == pytest.approx(10.0)
+    assert pairs["same_config"].isna().all()  # rows that do not say what they launched
+    # rows that carry their launch_config: where the search chose the published file's
+    # very configuration the pair is a tie by construction, out of the target
+    a, b = (json.dumps({"gemm1": dict(CFG, BLOCK_SIZE_M=m), "gemm2": CFG}) for m in (16, 32))
+    run = _run("grid", [_row(16, "tuned", 100.0, at, launch_config=a),
+                        _row(16, pub, 110.0, at, launch_config=a),
+                        _row(64, "tuned", 200.0, at, launch_config=a),
+                        _row(64, pub, 190.0, at, launch_config=b)])
+    pairs = pb.published_pairs([run]).set_index("tokens")
+    assert list(pairs["same_config"]) == [True, False]
+    assert list(pb.published_metrics(pairs.reset_index())["tokens"]) == [64]
 
 
 def test_vllm_as_shipped_is_a_published_tuning_not_a_default(tmp_path):

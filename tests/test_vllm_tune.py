@@ -242,6 +242,9 @@ def test_sweep_tuned_makes_vllm_read_the_files_itself_and_default_is_as_shipped(
         out = fn(x, tw, ti)
         assert len(kernel) == n + 2
         assert all(_launched(k) == {kk: want[kk] for kk in LAUNCH_KEYS} for k in kernel[n:])
+        # the row's launch_config: what vLLM's lookup gave the call (what it launched)
+        got = fn.launch_config(20)["gemm1"]
+        assert {kk: got[kk] for kk in LAUNCH_KEYS} == _launched(kernel[n])
         ref = out if ref is None else ref
         assert torch.allclose(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
     # through the sweep's own resolution of --config tuned
@@ -264,6 +267,7 @@ def test_a_config_file_of_another_name_goes_through_override(tuned, vllm, kernel
     n = len(kernel)
     fn(*_inputs(p))
     assert _launched(kernel[n]) == _best(1)  # 5 tokens: the entry of 1, vLLM's rule
+    assert {k: fn.launch_config(5)["gemm1"][k] for k in LAUNCH_KEYS} == _best(1)
 
 
 def test_warm_tokens_reach_both_of_vllms_block_assignments(vllm):

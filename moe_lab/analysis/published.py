@@ -11,10 +11,12 @@ shipped reading its own), and whether the two ran the same configuration there.
     ties_by_run(pairs)      per run: the ties, their range, the minutes between their rows
                             and the machines the run's invocations name
 
-The published configuration of a vLLM point is read from committed data: the `default`
-pass of the search that wrote the tuned file (`moe-lab tune` times vLLM as shipped first,
-its configuration on each row); the tuned one from the committed file (vLLM's nearest-key
-rule). A published file run with `--config PATH` is not committed: same_config None.
+Both configurations are read from the two rows' `launch_config` (what each GEMM launched
+with, storage.rows), so a published file run with `--config PATH` (not committed) is told
+apart too. Rows from before that column: for vLLM as shipped, its configuration from the
+`default` pass of the search that wrote the tuned file (`moe-lab tune` times vLLM as
+shipped first, its configuration on each row), the tuned one from the committed file
+(vLLM's nearest-key rule); for a `--config PATH` row, same_config None.
 """
 from __future__ import annotations
 
@@ -55,8 +57,9 @@ def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
                                  zip(pub["config"].astype(str),
                                      pub.get("config_file", pub["config"]).astype(str))])
         machines = _machines(r)
-        cols = PAIR_KEY + ["median_us", "point_id", "git_commit", "measured_at"]
-        pub, g = (x.assign(measured_at=x.get("measured_at", "")) for x in (pub, g))
+        cols = PAIR_KEY + ["median_us", "point_id", "git_commit", "measured_at", "launch_config"]
+        pub, g = (x.assign(measured_at=x.get("measured_at", ""),
+                           launch_config=x.get("launch_config")) for x in (pub, g))
         j = pub[cols + ["config"]].merge(g[g["config"] == "tuned"][cols], on=PAIR_KEY,
                                           suffixes=("_p", "_t"))
         for x in j.to_dict("records"):
@@ -64,9 +67,10 @@ def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
             if k in seen:
                 continue
             seen.add(k)
-            same = _same_config(configs_dir, data_dir, r.device, *(
-                x[c] for c in ("backend", "model", "tp", "ep", "dtype", "tokens"))) \
-                if x["config"].endswith("(shipped)") else None
+            same = _same_launch(x["launch_config_p"], x["launch_config_t"])
+            if same is None and x["config"].endswith("(shipped)"):  # rows before the column
+                same = _same_config(configs_dir, data_dir, r.device, *(
+                    x[c] for c in ("backend", "model", "tp", "ep", "dtype", "tokens")))
             out.append({**{c: x[c] for c in PAIR_KEY}, "published": Path(x["config"]).name,
                         "published_us": x["median_us_p"], "tuned_us": x["median_us_t"],
                         "point_id": x["point_id_t"], "git_commit": x["git_commit_t"],
@@ -104,6 +108,14 @@ def ties_by_run(pairs: pd.DataFrame) -> pd.DataFrame:
     return t.groupby("run_id").agg(ties=("value", "size"), lo=("value", "min"),
                                    hi=("value", "max"), apart_min=("apart_min", "max"),
                                    machines=("machines", "first")).reset_index()[cols]
+
+
+def _same_launch(a, b) -> bool | None:
+    """Whether two rows' launch_config (JSON, storage.rows) name the same configuration of
+    every GEMM; None when either row has none."""
+    if not (isinstance(a, str) and a and isinstance(b, str) and b):
+        return None
+    return json.loads(a) == json.loads(b)
 
 
 def _same_config(configs_dir, runs_dir, device, backend, model, tp, ep, dtype,

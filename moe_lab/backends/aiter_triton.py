@@ -332,6 +332,8 @@ class AiterTritonBackend(Backend):
                 gemm2(A=a, C=c2, **routing(cfg2))
             return G.combine(c2)
         fn.glue, fn.glue_used = G, G.glue_used
+        # the launch configuration each GEMM runs at T tokens (the row's launch_config)
+        fn.launch_config = lambda T: {"gemm1": pick("gemm1", T), "gemm2": pick("gemm2", T)}
         # on the row (moe_lab.storage.rows): aiter's shipped file picked by token range, its version
         fn.row_facts = dict(backend_version=f"aiter {aiter_version()}",
                             config_file=(f"{config_device()}-MOE-"

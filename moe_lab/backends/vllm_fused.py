@@ -375,6 +375,16 @@ class VllmBackend(Backend):
             def fn(x, topk_weights, topk_ids):
                 with override_config(override or nearest(table, x.shape[0])):
                     return fused_experts(x, w1, w2, topk_weights, topk_ids, **kw)
+        block_shape = list(BLOCK_SHAPE) if problem.dtype == "fp8-block128" else None
+
+        def launch_config(T):  # what fused_experts launches at T tokens: vLLM's own lookup
+            if override is not None or table is not None:
+                return {STAGE: dict(override or nearest(table, T))}
+            use_lookup(fm, folder)
+            return {STAGE: dict(fm.try_get_optimal_moe_config(
+                tuple(w1.shape), tuple(w2.shape), problem.topk, config_dtype(problem), T,
+                block_shape=block_shape))}
+        fn.launch_config = launch_config
         use_lookup(fm, folder)
         used = config_choice(problem, fm)
         fn.row_facts = dict(config_file=_shown(used) if folder is not None else

@@ -22,6 +22,7 @@ roofline itself. A new per-point metric is a `Column` in moe_lab.storage.rows an
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -233,8 +234,8 @@ class Checked:
     """What `check_point` found: status (ok, or unsupported / unavailable / incorrect /
     failed / oom / timeout) and error, max_rel_err against its threshold, the prepared
     callable `fn` (None when it never got that far), the facts a row carries about what
-    ran (`facts`: config_file, backend_version, glue_used, glue_notes) and what `time`
-    returned (`timed`)."""
+    ran (`facts`: config_file, launch_config, backend_version, glue_used, glue_notes) and
+    what `time` returned (`timed`)."""
     point: Point
     backend: Any
     status: str = "ok"
@@ -309,6 +310,9 @@ def check_point(point: Point, weights, device: str, *, inputs=None, ref=None,
         try:
             c.fn = fn if fn is not None else _prepared(be, point, table, weights, cache, build)
             c.facts.update(getattr(c.fn, "row_facts", None) or {})  # its config file, version
+            launch = getattr(c.fn, "launch_config", None)  # what each GEMM launches with
+            if callable(launch):
+                c.facts["launch_config"] = json.dumps(launch(prob.tokens), sort_keys=True)
             if point.glue:  # what ran: naive where fused cannot here
                 g = getattr(c.fn, "glue", None)
                 c.facts["glue_used"] = getattr(c.fn, "glue_used", point.glue)

@@ -305,7 +305,7 @@ class Sweep:
                        error=one_line(exc), max_rel_err=float("nan"))
         base = dict(facts, max_rel_err=chk["max_rel_err"],
                     **{k: chk[k] for k in ("glue_used", "glue_notes", "config_file",
-                                           "backend_version") if k in chk})
+                                           "launch_config", "backend_version") if k in chk})
         if chk["status"] != "ok":  # incorrect / unsupported / ...: a row, never timed
             return [self._row(prob, routing, bname, m, config, glue, status=chk["status"],
                               error=chk["error"], **base) for m in modes], [], []

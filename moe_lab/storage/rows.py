@@ -65,6 +65,9 @@ COLUMNS: tuple[Column, ...] = (
     _c("config_file", "str", doc="the launch-configuration file the backend's own lookup "
        "used at `config` default (its name, or `default` where it found none: vllm, "
        "aiter-triton); None where a backend has no such lookup"),
+    _c("launch_config", "str", doc="the launch configuration each GEMM ran at the point's "
+       "token count, JSON {stage: {BLOCK_SIZE_M: ..}} (the tunable Triton backends: vllm's "
+       "from vLLM's own lookup); None where a backend has none or a row predates the column"),
     _c("backend_version", "str", doc="the library behind the backend and its version "
        "(`vllm 0.26.0`, `aiter ...`), where the backend names one"),
     _c("status", "str", "ok", core=True, doc="one of " + ", ".join(STATUSES)),
