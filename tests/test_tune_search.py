@@ -555,3 +555,50 @@ def test_closing_busy_compile_workers_takes_one_grace_period_not_one_each(monkey
     pc.close(grace_s=5.0)
     assert now[0] == pytest.approx(5.0)  # one grace period for the twelve
     assert all(w.killed for w in workers) and pc.procs == []
+
+
+def test_a_sweep_compiles_ahead_what_each_point_will_launch(tmp_path, monkeypatch):
+    """A sweep's shard (moe_lab.measuring.sweep on a GPU): the launch configuration each
+    point of a tunable backend will run (default, tuned, a file), resolved as the point
+    resolves it, collected once with the token counts it runs at, and handed to real
+    worker processes (on this CPU each worker's run fails: counted, never raised); a
+    backend without launch configurations left out."""
+    from moe_lab.core.config_files import nearest
+    from moe_lab.measuring.correctness import make_weights
+    from moe_lab.measuring.modes import parse_modes
+    from moe_lab.storage import configs as sc
+    model = "custom:H=64,I=32,E=8,k=2"
+    base = dict(BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=3)
+    tuned = {m: dict(base, BLOCK_SIZE_M=bm) for m, bm in ((1, 16), (64, 32), (1024, 64))}
+    published = {m: dict(base, BLOCK_SIZE_M=bm) for m, bm in ((1, 16), (4096, 128))}
+    at = backends.get("aiter-triton")
+    for name in at.config_files(make_problem(model, 1, "bf16", 8, 1), "NVIDIA H200").values():
+        write_table(tmp_path / "configs" / "aiter-triton" / name, tuned)
+    pub = write_table(tmp_path / "E=8,N=32,device_name=NVIDIA_H200.json", published)
+    monkeypatch.setattr(sc, "configs_dir_for", lambda dev: tmp_path / "configs")
+    graph = parse_modes("graph")[0]
+    tokens = (1, 2, 16, 64, 2048)
+    todo = {}
+    for T in tokens:
+        p = make_problem(model, T, "bf16", 8, 1)
+        todo[(p, "uniform", "aiter-triton")] = [(graph, c, "fused")
+                                                for c in ("default", "tuned", str(pub))]
+        todo[(p, "uniform", "torch-grouped")] = [(graph, "default", "fused")]
+    weights = make_weights(next(iter(todo))[0], "cpu", 0)
+    got = tuning_compile.sweep_launches(todo, weights, "NVIDIA H200")
+    assert set(got) == {"aiter-triton"}
+    runs = {js: ts for js, (_, ts) in got["aiter-triton"].items()}
+    want: dict = {}
+    for T in tokens:
+        for table in (tuned, published):  # the nearest entry, both GEMMs (one file for both)
+            c = nearest(table, T)
+            want.setdefault(json.dumps({"gemm1": c, "gemm2": c}, sort_keys=True), set()).add(T)
+        # aiter's shipped choice at T: what the default point will launch
+        fn = at.prepare(make_problem(model, T, "bf16", 8, 1), weights)
+        want.setdefault(json.dumps(fn.launch_config(T), sort_keys=True), set()).add(T)
+    assert runs == want and len(runs) >= 4
+    # the workers: one job per launch configuration, at the specialisations of its tokens
+    monkeypatch.setattr(tuning_compile, "device_name", lambda device: "NVIDIA H200")
+    (line,) = tuning_compile.compile_sweep_ahead(todo, weights, "cpu", 1)
+    assert f"aiter-triton: {len(runs)} launch configurations compiled ahead" in line
+    assert tuning_compile.compile_sweep_ahead(todo, weights, "cpu", 0) == []

@@ -5,6 +5,7 @@
     options.device(p)                 --device (cuda when torch sees a GPU, else cpu)
     options.data_dir(p)               --data-dir
     options.config(p, many=True)      --config default|tuned|PATH
+    options.compile_workers(p, what)  --compile-workers N (Triton compiled ahead on a GPU)
 
 `many`: the verb takes a list (sweep, check, tune: "1,8") or one value (profile, roofline).
 """
@@ -57,6 +58,13 @@ def config(p, many: bool = True) -> None:
                         "(tuned; a shape without one is refused or an unsupported row saying so), "
                         "or a config file" + ("; several, each its own point: default,tuned"
                                               if many else ""))
+
+
+def compile_workers(p, what: str) -> None:
+    p.add_argument("--compile-workers", type=int, default=None, metavar="N",
+                   help=f"processes that compile {what} into Triton's on-disk cache before "
+                        "they are timed (0: compile in place; default: the cores but two, at "
+                        "most 12, on a GPU; 0 on a CPU)")
 
 
 # the values' checks (moe_lab.core.validate), re-exported for the verbs

@@ -99,6 +99,8 @@ def configure(p):
     p.add_argument("--rep-ms", type=float, default=None,
                    help=f"timed repetitions, in ms (default: {REP_MS}), a resume keeps its run's")
     p.add_argument("--point-timeout", type=float, default=120.0, help="seconds per point")
+    options.compile_workers(p, "the launch configurations of the tunable backends (default, "
+                            "tuned, a file) at the shard's token counts")
     p.add_argument("--compile-budget", default=None, metavar="S[,BACKEND=S...]",
                    help="compile modes: seconds of compile allowed per backend x variant "
                         "(x wrapped) over the token grid; a compile running past it is "
@@ -195,6 +197,7 @@ def run(args) -> int:
                   traces=args.traces, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
                   point_timeout_s=args.point_timeout, progress=not args.no_progress,
                   compile_budget_s=budget, set_aside_corrupt=args.set_aside_corrupt, part=part,
+                  compile_workers=args.compile_workers,
                   command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
     sweep.check()  # another writer's folder, or one measured otherwise: one line, untouched
     print(f"run {run_dir}: {sweep.total_points()} points ({device}: {device_name(device)})",

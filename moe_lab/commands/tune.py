@@ -41,10 +41,7 @@ def configure(p):
                         "`left` says which shapes, stages and token counts are unfinished; "
                         "the same command again resumes there and never times a row twice "
                         "(default: no limit)")
-    p.add_argument("--compile-workers", type=int, default=None, metavar="N",
-                   help="processes that compile the next batch of candidates into Triton's "
-                        "on-disk cache before they are timed (0: compile in place; default: "
-                        "the cores but two, at most 12, on a GPU; 0 on a CPU)")
+    options.compile_workers(p, "the next batch of candidates")
     p.add_argument("--verify", type=int, default=None, metavar="N",
                    help="check the committed winners instead of tuning: search N token counts "
                         "per shape again (drawn from --tokens with --seed; 0: all) with another "
@@ -85,8 +82,6 @@ def run(args) -> int:
     tokens = parse_tokens(args.tokens)
     if args.budget is not None and not args.budget > 0:
         raise UsageError("--budget must be a positive number of seconds")
-    if args.compile_workers is not None and args.compile_workers < 0:
-        raise UsageError("--compile-workers must be 0 or more")
     verify = args.verify is not None
     if verify:
         if args.verify < 0:

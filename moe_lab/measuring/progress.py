@@ -42,6 +42,9 @@ def native_log_filter():
 
 
 class _NoBar:
+    def write(self, line):
+        print(line, flush=True)
+
     def update(self, n=1):
         pass
 
@@ -61,6 +64,9 @@ class _Bar:
         self._bar = tqdm(total=total, unit="pt", dynamic_ncols=True, smoothing=0.05)
         self._redirect = contextlib.ExitStack()
         self._redirect.enter_context(logging_redirect_tqdm())
+
+    def write(self, line):  # above the bar
+        self._bar.write(line)
 
     def update(self, n=1):
         self._bar.update(n)

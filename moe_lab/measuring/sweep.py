@@ -109,7 +109,7 @@ class Sweep:
     def __init__(self, grid: Grid, device: str, run_dir, *, seed: int = 0, profile=True,
                  traces: int = 0, warmup_ms=10.0, rep_ms=50.0, compile_budget_s=None,
                  point_timeout_s=120.0, progress=True, command=None, set_aside_corrupt=False,
-                 part: tuple[int, int] | None = None):
+                 part: tuple[int, int] | None = None, compile_workers: int | None = None):
         self.grid, self.device, self.seed = grid, device, seed
         self.profile, self.traces_left = profile, traces
         self.warmup_ms, self.rep_ms, self.point_timeout_s = warmup_ms, rep_ms, point_timeout_s
@@ -118,6 +118,10 @@ class Sweep:
         self.command = command or " ".join(sys.argv)
         self.run_dir, self.set_aside_corrupt = str(run_dir), set_aside_corrupt
         self.part = part  # (i, n): this sweep measures part i of n (a deterministic split)
+        if compile_workers is None:  # Triton compiled ahead per shard (tuning_compile)
+            from .tuning_compile import default_compile_workers
+            compile_workers = default_compile_workers(device)
+        self.compile_workers = compile_workers if str(device).startswith("cuda") else 0
         self.device_name = device_name(device)
         self.store = RunStore(run_dir, create=False)
 
@@ -220,6 +224,10 @@ class Sweep:
         weights = None
         try:
             weights = make_weights(shard[0], self.device, self.seed)
+            if self.compile_workers:  # Triton compiled ahead (it can only save time)
+                from .tuning_compile import compile_sweep_ahead
+                for line in compile_sweep_ahead(todo, weights, self.device, self.compile_workers):
+                    bar.write(line)
             self._run_points(shard, todo, weights, counts, bar)
             self._run_compile(shard, todo, weights, counts, bar)
         except Exception as exc:  # e.g. the weights of this model do not fit: rows, go on

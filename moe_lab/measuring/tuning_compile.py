@@ -1,8 +1,10 @@
-"""Compiling ahead for `moe-lab tune` (moe_lab.measuring.tuning): Triton compiles each launch
-configuration when it first runs, 1-3 s per configuration on a GPU, the dominant cost of a
-search. `Precompiler` compiles the next batch of candidates in worker processes into
-Triton's on-disk cache before the tuner times them (the Precompiler's doc says why this can
-only save time, never change a timing); `_warm_config` is what a worker runs."""
+"""Compiling ahead for `moe-lab tune` (moe_lab.measuring.tuning) and `moe-lab sweep`: Triton
+compiles each launch configuration when it first runs, 1-3 s per configuration on a GPU, the
+dominant cost of a search and of a grid sweep of tuned files. `Precompiler` compiles the
+next batch of candidates in worker processes into Triton's on-disk cache before the tuner
+times them (the Precompiler's doc says why this can only save time, never change a timing);
+`_warm_config` is what a worker runs; `compile_sweep_ahead` does the same for the launch
+configurations a sweep's shard will run (`sweep_launches`)."""
 from __future__ import annotations
 
 import json
@@ -78,10 +80,11 @@ class Precompiler:
                       for _ in range(self.workers)]
 
     def warm(self, prob: Problem, fulls: list[dict], token_reps: list[int],
-             timeout_s: float = 600.0, budget_cut: bool = False) -> None:
+             timeout_s: float = 600.0, budget_cut: bool = False, reps_of=None) -> None:
         """Compile `fulls` (full configurations of `prob`'s shape) ahead; back when all are
         done, or at `timeout_s` (then off, unless `budget_cut`: the command's budget set
-        the timeout, and it ends anyway)."""
+        the timeout, and it ends anyway). `reps_of`: {_js(full): token counts} where a full
+        configuration runs at other token counts than `token_reps`."""
         fulls = [f for f in fulls if _js(f) not in self._seen]
         if self.off or not fulls or timeout_s <= 0:
             return
@@ -89,8 +92,8 @@ class Precompiler:
         try:
             if not self.procs:
                 self._start()
-            self._run([(self.backend_name, prob, f, token_reps, self.device) for f in fulls],
-                      t0 + timeout_s)
+            self._run([(self.backend_name, prob, f, (reps_of or {}).get(_js(f), token_reps),
+                        self.device) for f in fulls], t0 + timeout_s)
             self.warmed += len(fulls)
             self._seen.update(_js(f) for f in fulls)
         except Exception as exc:  # noqa: BLE001 (a timeout, a dead worker: compile in place)
@@ -235,3 +238,70 @@ def _stand_ins(prob: Problem, device: str, token_reps: list[int]):
         inputs.append((x, w, ids))
     return backends.Weights(w1, w2, emap, qw), inputs
 
+
+
+def sweep_launches(todo: dict, weights, device_name: str) -> dict:
+    """What a sweep's shard will launch (moe_lab.measuring.sweep): {backend: {_js(full):
+    (full, token counts)}} over `todo` ({(problem, routing, backend): [(mode, config,
+    glue)]}), each tunable backend's configuration resolved as the point will resolve it
+    (storage.configs.config_for) and prepared, then asked what each GEMM launches at the
+    point's token count (the prepared fn's `launch_config`, the row's column). A point
+    that cannot say (no launch_config, an unreadable file, a failing prepare) is left to
+    compile in place: it meets its error again when it is checked."""
+    from ..storage.configs import config_for
+    out: dict = {}
+    for (prob, _, bname), left in todo.items():
+        be = backends.get(bname)
+        if not be.tunable:
+            continue
+        for config in dict.fromkeys(c for m, c, _ in left if m.kind != "compile"):
+            try:
+                table, why = config_for(bname, config, prob, device_name)
+                if why:
+                    continue
+                fn = be.prepare(prob, weights, **({"config": table} if table is not None
+                                                  else {}))
+                full = fn.launch_config(prob.tokens)
+            except Exception as exc:  # noqa: BLE001 - the point's own check says it
+                reraise_if_terminated(exc)
+                continue
+            _, tokens = out.setdefault(bname, {}).setdefault(_js(full), (full, set()))
+            tokens.add(prob.tokens)
+    return out
+
+
+def compile_sweep_ahead(todo: dict, weights, device: str, workers: int) -> list[str]:
+    """Before a sweep times a shard on a GPU: every launch configuration its tunable
+    backends will run (sweep_launches) compiled into Triton's on-disk cache by `workers`
+    processes (Precompiler: it can only save time, never change one), at the token counts
+    of each way Triton specialises the kernels' arguments where the configuration runs.
+    A grid sweep of one shape runs some 40-60 configurations (default, tuned and a
+    published file at 19 token keys), 1-4 s of compiling each in place. One line per
+    backend for the log; whatever goes wrong here, each point compiles in place."""
+    lines = []
+    if workers <= 0 or not todo:
+        return lines
+    prob = next(iter(todo))[0]
+    where = f"{prob.model.name} {prob.sharding}"
+    try:
+        launches = sweep_launches(todo, weights, device_name(device))
+    except Exception as exc:  # noqa: BLE001
+        reraise_if_terminated(exc)
+        return [f"{where}: compiling ahead skipped: {one_line(exc)}"]
+    for bname, fulls in launches.items():
+        be = backends.get(bname)
+        warm_tokens = getattr(be, "warm_tokens", None)
+        reps = {js: (warm_tokens(prob, sorted(ts)) if warm_tokens else
+                     _specialization_reps(ts, prob.topk)) for js, (_, ts) in fulls.items()}
+        pre = Precompiler(workers, bname, device)
+        try:
+            rounds = -(-len(fulls) // workers)
+            pre.warm(prob, [f for f, _ in fulls.values()], [], reps_of=reps,
+                     timeout_s=WARM_S + WARM_PER_CONFIG_S * rounds)
+        finally:
+            pre.close()
+        r = pre.report()
+        lines.append(f"{where} {bname}: {r['configurations']} launch configurations compiled ahead "
+                     f"in {r['wall_s']} s ({workers} processes"
+                     + (f"; {r['off']}" if r["off"] else "") + ")")
+    return lines
