@@ -277,3 +277,23 @@ def test_inside_shared_the_pairs_are_read_once_and_each_caller_gets_its_copy(tmp
     assert len(calls) == 1 and list(b["tuned_us"]) == [80.0] and stale == 0
     tf.current_pairs(runs, cfg)
     assert len(calls) == 2
+
+
+def test_a_config_file_named_as_vllm_names_it_is_one_config_value(tmp_path, monkeypatch):
+    """vLLM's file names hold commas (`E=16,N=1024,device_name=NVIDIA_H200.json`): in a
+    comma-separated --config they are one value (the H200 grid sweeps of device_tune.sh
+    with PUBLISHED were refused, exit 2, naming `.whl/published/E=16`); a missing one is
+    refused naming the whole name."""
+    from moe_lab.core.errors import UsageError
+    from moe_lab.core.config_files import write_table
+    from moe_lab.storage.configs import validate_config_arg
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pub").mkdir()
+    name = "pub/E=16,N=1024,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    write_table(tmp_path / name, {1: CFG})
+    assert validate_config_arg(f"default,tuned,{name}") == ["default", "tuned", name]
+    assert validate_config_arg(f"{name},default,,tuned") == [name, "default", "tuned"]
+    with pytest.raises(UsageError, match=r"pub/E=8,N=64,device_name=X.json is neither"):
+        validate_config_arg("default,pub/E=8,N=64,device_name=X.json")
+    with pytest.raises(UsageError, match="nothing given"):
+        validate_config_arg(" , ")

@@ -81,8 +81,21 @@ def config_for(backend: str, config: str, problem: Problem, dev_name: str):
 
 def validate_config_arg(text: str) -> list[str]:
     """`default`, `tuned`, a config file, or several comma-separated -> the list; a file that
-    is missing or malformed is a UsageError naming it (exit 2 on the command line)."""
-    out = [t.strip() for t in str(text).split(",") if t.strip()]
+    is missing or malformed is a UsageError naming it (exit 2 on the command line). A file
+    name may hold commas itself (vLLM's: `E=16,N=1024,device_name=NVIDIA_H200.json`): the
+    pieces are joined until they make `default`, `tuned`, a name ending in .json or an
+    existing file."""
+    out, buf = [], []
+    for piece in str(text).split(","):
+        if not buf and not piece.strip():
+            continue
+        buf.append(piece)
+        item = ",".join(buf).strip()
+        if item in ("default", "tuned") or item.endswith(".json") or Path(item).is_file():
+            out.append(item)
+            buf = []
+    if ",".join(buf).strip():
+        out.append(",".join(buf).strip())
     if not out:
         raise UsageError("--config: nothing given (default, tuned or a config file)")
     for c in out:
