@@ -203,6 +203,17 @@ def use_lookup(fm, folder) -> None:
         _LOOKUP[0] = want
 
 
+def looked_up(fm, problem, T: int, folder=None) -> dict:
+    """The configuration vLLM's own lookup gives fused_experts at T tokens
+    (try_get_optimal_moe_config, as fused_experts_impl calls it: the local experts' weight
+    shapes), reading `folder` (None: vLLM as shipped) first."""
+    use_lookup(fm, folder)
+    H, inter, E = problem.hidden, problem.inter, problem.local_experts
+    return dict(fm.try_get_optimal_moe_config(
+        (E, 2 * inter, H), (E, H, inter), problem.topk, config_dtype(problem), T,
+        block_shape=list(BLOCK_SHAPE) if problem.dtype == "fp8-block128" else None))
+
+
 def _shown(path) -> str:
     """A path as a row names it: under the checkout, relative to it (a row must not carry
     the measuring machine's folders)."""
@@ -300,14 +311,7 @@ class VllmBackend(Backend):
         """What vLLM as shipped runs at the problem's token count: its shipped file's entry
         nearest M, else get_default_config (vLLM's try_get_optimal_moe_config, no user
         folder)."""
-        fm = importlib.import_module(FUSED_MOE)
-        use_lookup(fm, None)
-        H, inter, E = problem.hidden, problem.inter, problem.local_experts
-        cfg = fm.try_get_optimal_moe_config(
-            (E, 2 * inter, H), (E, H, inter), problem.topk, config_dtype(problem),
-            problem.tokens, block_shape=list(BLOCK_SHAPE) if problem.dtype == "fp8-block128"
-            else None)
-        return {STAGE: dict(cfg)}
+        return {STAGE: looked_up(importlib.import_module(FUSED_MOE), problem, problem.tokens)}
 
     def config_space(self, problem) -> dict:
         """aiter-triton's space (moe_lab.backends._triton_configs: shared memory with the fp8
@@ -375,15 +379,11 @@ class VllmBackend(Backend):
             def fn(x, topk_weights, topk_ids):
                 with override_config(override or nearest(table, x.shape[0])):
                     return fused_experts(x, w1, w2, topk_weights, topk_ids, **kw)
-        block_shape = list(BLOCK_SHAPE) if problem.dtype == "fp8-block128" else None
 
-        def launch_config(T):  # what fused_experts launches at T tokens: vLLM's own lookup
+        def launch_config(T):  # what fused_experts launches at T tokens
             if override is not None or table is not None:
                 return {STAGE: dict(override or nearest(table, T))}
-            use_lookup(fm, folder)
-            return {STAGE: dict(fm.try_get_optimal_moe_config(
-                tuple(w1.shape), tuple(w2.shape), problem.topk, config_dtype(problem), T,
-                block_shape=block_shape))}
+            return {STAGE: looked_up(fm, problem, T, folder)}
         fn.launch_config = launch_config
         use_lookup(fm, folder)
         used = config_choice(problem, fm)
