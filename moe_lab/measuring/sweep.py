@@ -118,10 +118,8 @@ class Sweep:
         self.command = command or " ".join(sys.argv)
         self.run_dir, self.set_aside_corrupt = str(run_dir), set_aside_corrupt
         self.part = part  # (i, n): this sweep measures part i of n (a deterministic split)
-        if compile_workers is None:  # Triton compiled ahead per shard (tuning_compile)
-            from .tuning_compile import default_compile_workers
-            compile_workers = default_compile_workers(device)
-        self.compile_workers = compile_workers if str(device).startswith("cuda") else 0
+        from .tuning_compile import compile_workers_for  # Triton compiled ahead per shard
+        self.compile_workers = compile_workers_for(device, compile_workers)
         self.device_name = device_name(device)
         self.store = RunStore(run_dir, create=False)
 

@@ -78,7 +78,7 @@ from .progress import progress_bar
 from ..storage.store import RunStore
 from .timing import time_fn
 from .tuning_compile import (Precompiler, _specialization_reps, _warm_config,  # noqa: F401
-                             default_compile_workers)
+                             compile_workers_for, default_compile_workers)
 from .tuning_search import (CANDIDATE_KEY, FLUSH_ROWS, FLUSH_S, SearchPlan,  # noqa: F401
                             StageSearch, _Best, _broken_text, _BudgetSpent, _ContextLost, _js,
                             _Shape, candidate_id, neighbours, shape_name)
@@ -125,9 +125,7 @@ class Tuner(StageSearch):
         self.plan = plan or (SearchPlan().doubled(order_seed=seed + 1) if verify else SearchPlan())
         self.timer = timer or self._time_fn
         self.clock = clock or time.time  # the budget's (tests: one that moves per timing)
-        if compile_workers is None:
-            compile_workers = default_compile_workers(device)
-        self.compile_workers = compile_workers if str(device).startswith("cuda") else 0
+        self.compile_workers = compile_workers_for(device, compile_workers)
         self.coarse = getattr(self.backend, "coarse_config", None)
         self.fine_keys = getattr(self.backend, "fine_keys", None)
 

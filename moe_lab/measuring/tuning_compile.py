@@ -30,6 +30,28 @@ def default_compile_workers(device: str) -> int:
     return max(1, min(12, (os.cpu_count() or 2) - 2))
 
 
+def compile_workers_for(device: str, workers: int | None) -> int:
+    """The processes compiling ahead for a command on `device`: `workers` as given (None:
+    default_compile_workers), none off a GPU (no Triton compiles there)."""
+    if workers is None:
+        workers = default_compile_workers(device)
+    return workers if str(device).startswith("cuda") else 0
+
+
+def token_reps(be, prob: Problem, keys) -> list[int]:
+    """The token counts a worker runs a configuration at so that every kernel the token
+    counts `keys` launch is compiled: the backend's own (`warm_tokens`), else one per way
+    Triton specialises the token count (_specialization_reps)."""
+    warm_tokens = getattr(be, "warm_tokens", None)
+    return warm_tokens(prob, sorted(keys)) if warm_tokens else _specialization_reps(keys,
+                                                                                    prob.topk)
+
+
+def warm_timeout_s(n: int, workers: int) -> float:
+    """How long a batch of n configurations compiled ahead may take before it is off."""
+    return WARM_S + WARM_PER_CONFIG_S * -(-n // workers)
+
+
 def _js(cfg) -> str:
     return json.dumps(cfg, sort_keys=True)
 
@@ -250,17 +272,22 @@ def sweep_launches(todo: dict, weights, device_name: str) -> dict:
     compile in place: it meets its error again when it is checked."""
     from ..storage.configs import config_for
     out: dict = {}
+    fns: dict = {}  # (backend, config) -> its prepared fn, or None: one per shard (one shape)
     for (prob, _, bname), left in todo.items():
         be = backends.get(bname)
         if not be.tunable:
             continue
         for config in dict.fromkeys(c for m, c, _ in left if m.kind != "compile"):
             try:
-                table, why = config_for(bname, config, prob, device_name)
-                if why:
+                if (bname, config) not in fns:
+                    fns[bname, config] = None
+                    table, why = config_for(bname, config, prob, device_name)
+                    if not why:
+                        fns[bname, config] = be.prepare(prob, weights, **(
+                            {"config": table} if table is not None else {}))
+                fn = fns[bname, config]
+                if fn is None:
                     continue
-                fn = be.prepare(prob, weights, **({"config": table} if table is not None
-                                                  else {}))
                 full = fn.launch_config(prob.tokens)
             except Exception as exc:  # noqa: BLE001 - the point's own check says it
                 reraise_if_terminated(exc)
@@ -290,14 +317,11 @@ def compile_sweep_ahead(todo: dict, weights, device: str, workers: int) -> list[
         return [f"{where}: compiling ahead skipped: {one_line(exc)}"]
     for bname, fulls in launches.items():
         be = backends.get(bname)
-        warm_tokens = getattr(be, "warm_tokens", None)
-        reps = {js: (warm_tokens(prob, sorted(ts)) if warm_tokens else
-                     _specialization_reps(ts, prob.topk)) for js, (_, ts) in fulls.items()}
+        reps = {js: token_reps(be, prob, ts) for js, (_, ts) in fulls.items()}
         pre = Precompiler(workers, bname, device)
         try:
-            rounds = -(-len(fulls) // workers)
             pre.warm(prob, [f for f, _ in fulls.values()], [], reps_of=reps,
-                     timeout_s=WARM_S + WARM_PER_CONFIG_S * rounds)
+                     timeout_s=warm_timeout_s(len(fulls), workers))
         finally:
             pre.close()
         r = pre.report()

@@ -16,7 +16,7 @@ from ..core.constants import SEARCH_RUNGS
 from ..core.errors import PointTimeout, reraise_if_terminated, time_limit
 from ..core.problems import Problem
 from .points import Point, check_point, finish, new_row
-from .tuning_compile import WARM_PER_CONFIG_S, WARM_S, _specialization_reps
+from .tuning_compile import token_reps, warm_timeout_s
 
 CANDIDATE_KEY = ("candidate_id",)
 FLUSH_ROWS, FLUSH_S = 500, 30.0  # candidates.parquet is rewritten this often, not per row
@@ -306,13 +306,10 @@ class StageSearch:
                 # one per stage configuration: the rest of a full one is an earlier stage's
                 # winner, compiled when that stage was searched
                 warm = {_js(c): f for c, f, _ in chunk if _js(f) not in self._broken}
-                rounds = -(-len(warm) // self.compile_workers)
-                limit = WARM_S + WARM_PER_CONFIG_S * rounds
+                limit = warm_timeout_s(len(warm), self.compile_workers)
                 left = self.deadline - self.clock()
-                warm_tokens = getattr(self.backend, "warm_tokens", None)
                 self.precompiler.warm(sh.first, list(warm.values()),
-                                      warm_tokens(sh.first, sh.keys) if warm_tokens else
-                                      _specialization_reps(sh.keys, sh.first.topk),
+                                      token_reps(self.backend, sh.first, sh.keys),
                                       timeout_s=min(limit, left), budget_cut=left < limit)
             for cand, full, Ts in chunk:
                 fn = None
