@@ -47,8 +47,8 @@
 # No seed model ships fp8-tensor (DeepSeek-R1 and Qwen3-FP8: 128x128 blocks; Llama-4
 # Maverick FP8: per channel), so it is not swept;
 # Qwen3-235B fp8-block128 at TP8 has no whole 128 blocks (refused at the gate).
-# tune: scripts/device_tune.sh with SHAPES (vllm, 19 keys; default: tuned_files.left), its
-# winners in the bundle's configs/vllm/. tuned: vllm --config tuned, the models of each job
+# tune: scripts/device_tune.sh with SHAPES (19 keys; default: tuned_files.left, vllm's shapes
+# first, then aiter-triton*'s), the winners in the bundle's configs/<backend>/. tuned: vllm --config tuned, the models of each job
 # with a tuned file.
 # align: the points where vLLM won on the routing glue (Qwen3-235B bf16, DeepSeek-R1
 # fp8-block128, TP8, tokens 1,16,64), vllm and aiter-triton default, then aiter-triton tuned,
@@ -85,9 +85,11 @@ if ! python3 -c "from moe_lab.backends import get; ok, why = get('vllm').availab
   echo "device_vllm: vllm cannot run here (above; logs/backends.txt): nothing measured"; pack; exit 1
 fi
 tune() {  # device_tune.sh packs $B (these logs and any runs above too) when it ends
-  # default: the required vllm shapes whose file does not hold the grid yet (tuned_files.left)
-  export SHAPES=${SHAPES:-$(python3 -c "from moe_lab.analysis.tuned_files import left; print(' '.join(left('tune', backends=('vllm',))))")}
-  [ -n "$SHAPES" ] || { echo "device_vllm tune: every vllm file holds the grid: nothing left"; pack; exit 0; }
+  # default: the required vllm shapes whose file does not hold the grid yet, then the
+  # aiter-triton* ones (tuned_files.left), so a call whose vLLM searches end early goes on
+  export SHAPES=${SHAPES:-$(python3 -c "from moe_lab.analysis.tuned_files import left; print(' '.join(left('tune', backends=('vllm',)) + left('tune', backends=('aiter-triton', 'aiter-triton-silu'))))")}
+  [ -n "$SHAPES" ] || { echo "device_vllm tune: every required file holds the grid: no search left"; pack; exit 0; }
+  echo "device_vllm tune: searches left: $SHAPES"
   export BUDGET=$(left)
   trap - EXIT
   exec bash "$(dirname "$0")/device_tune.sh"
