@@ -122,20 +122,28 @@ def _same_config(configs_dir, runs_dir, device, backend, model, tp, ep, dtype,
                  tokens) -> bool | None:
     """Whether the committed tuned file's configuration at `tokens` (nearest key) is the
     one vLLM as shipped ran there (the default pass of the search behind the file)."""
-    from ..core.config_files import nearest, read_table
+    from ..core.config_files import nearest
     from ..storage.store import data_dir
     try:
         name = _names(backend, model, int(tp), int(ep), dtype, device)["gemm1"]
         folder = _configs_dir(configs_dir, device) / backend
-        ours = nearest(read_table(folder / name), int(tokens))
+        ours = nearest(_table(str(folder / name), (folder / name).stat().st_mtime_ns),
+                       int(tokens))
+        run = (_json(folder / "provenance.json").get(name) or {}).get("run")
     except Exception:  # noqa: BLE001 - a backend or file this checkout does not have
         return None
-    run = (_json(folder / "provenance.json").get(name) or {}).get("run")
     f = Path(runs_dir or data_dir()) / str(run) / "candidates.parquet"
     if not run or not f.is_file():
         return None
     shipped = _defaults(str(f), f.stat().st_mtime_ns).get(int(tokens))
     return None if shipped is None else shipped == {k: int(v) for k, v in ours.items()}
+
+
+@functools.lru_cache(maxsize=64)
+def _table(path: str, mtime_ns: int) -> dict:
+    """A tuned file's {M: config}, read once per file version (not once per point)."""
+    from ..core.config_files import read_table
+    return read_table(Path(path))
 
 
 @functools.lru_cache(maxsize=32)
