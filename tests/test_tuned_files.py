@@ -297,3 +297,32 @@ def test_a_config_file_named_as_vllm_names_it_is_one_config_value(tmp_path, monk
         validate_config_arg("default,pub/E=8,N=64,device_name=X.json")
     with pytest.raises(UsageError, match="nothing given"):
         validate_config_arg(" , ")
+
+
+def test_a_miss_at_t_against_2t_is_routing_only_where_t_hit_more_local_experts(tmp_path):
+    from moe_lab.analysis.findings_more import _two_t_routing
+    cfg, _ = _configs(tmp_path)
+    at = "2026-12-03T00:00:00+00:00"  # after the file (written 12-02)
+    # tokens: (tuned us, local experts hit). 1 -> 2: slower at 1 and 1 hit 3 experts, 2 hit
+    # 1: routing. 2 -> 4: not slower. 4 -> 8: slower at 4 with the same 2 experts: tuning.
+    grid = {1: (100.0, 3), 2: (60.0, 1), 4: (90.0, 2), 8: (85.0, 2)}
+    rows = [_row(t, c, us * (2 if c == "default" else 1), at, experts_hit=hit)
+            for t, (us, hit) in grid.items() for c in ("default", "tuned")]
+    pairs, _ = tf.current_pairs([_run("r", rows)], cfg)
+    assert dict(zip(pairs["tokens"], pairs["experts_hit"])) == {t: h for t, (_, h) in grid.items()}
+    w = tf.with_two_t(pairs).set_index("tokens")
+    assert w.loc[1, "experts_hit_2t"] == 1 and w.loc[4, "experts_hit_2t"] == 2
+    assert pd.isna(w.loc[8, "experts_hit_2t"]) and pd.isna(w.loc[8, "two_t_over_t"])
+    m = tf.two_t_misses(pairs).set_index("tokens")
+    assert sorted(m.index) == [1, 4]  # 2 is not slower than at 4; 8 has no 16
+    assert bool(m.loc[1, "routing"]) and not bool(m.loc[4, "routing"])
+    assert m.loc[1, "two_t_over_t"] == pytest.approx(0.6)
+    assert m.loc[4, "two_t_over_t"] == pytest.approx(85 / 90)
+    text = " ".join(_two_t_routing(tf.two_t_misses(pairs)))
+    assert "Of the 2 misses, 1 hit more local experts at T than at 2T" in text
+    assert "The other 1 hit the same number" in text and "at 4 (0.944x, 2 against 2)" in text
+    # a run without experts_hit: the counts are unknown, never counted as routing
+    bare = pairs.drop(columns="experts_hit")
+    m = tf.two_t_misses(bare)
+    assert len(m) == 2 and not m["routing"].any() and m["experts_hit_2t"].isna().all()
+    assert "(or a count is not recorded)" in " ".join(_two_t_routing(m))

@@ -230,6 +230,38 @@ def _tokens(v) -> str:
     return ", ".join(str(int(t)) for t in sorted(v)) or "none"
 
 
+def _hit(v) -> str:
+    return "unknown" if pd.isna(v) else f"{int(v)}"
+
+
+def _two_t_routing(m: pd.DataFrame) -> list[str]:
+    """The points slower at T than at 2T (tuned_files.two_t_misses) with the local experts
+    the routing hit at T and at 2T, and how many of the misses the routing explains."""
+    if not len(m):
+        return ["", "No point is slower at T tokens than at 2T."]
+    k, rest = int(m["routing"].sum()), m[~m["routing"]]
+    show = pd.DataFrame(dict(
+        backend=m["backend"], model=m["model"], sharding=m["sharding"], dtype=m["dtype"],
+        tokens=m["tokens"].astype(int), two_t_over_t=[f"{v:.3f}x" for v in m["two_t_over_t"]],
+        experts_hit_at_T=m["experts_hit"].map(_hit),
+        experts_hit_at_2T=m["experts_hit_2t"].map(_hit),
+        routing=m["routing"].map({True: "yes", False: "no"})))
+    named = "; ".join(f"{x.backend} {x.model} {x.sharding} {x.dtype} at {int(x.tokens)} "
+                      f"({x.two_t_over_t:.3f}x, {_hit(x.experts_hit)} against "
+                      f"{_hit(x.experts_hit_2t)})" for x in rest.itertuples(index=False))
+    return ["", "The points where tuned is slower at T tokens than at 2T, with the local "
+            "experts the benchmark's random routing hit at each (the tuned rows' "
+            "`experts_hit`; each expert hit is one more expert's weights through both "
+            f"GEMMs). Of the {len(m)} misses, {k} hit more local experts at T than at 2T: "
+            "the routed batch gives T more GEMM work than 2T, so the miss is a property "
+            "of the routing, not of the tuned configuration. The other "
+            f"{len(rest)} hit the same number of experts or fewer"
+            + (" (or a count is not recorded)" if rest[["experts_hit", "experts_hit_2t"]]
+               .isna().any(axis=None) else "")
+            + ", so a tuning could own them: " + (named or "none") + ".", "",
+            *md_table(show)]
+
+
 def tuned_files_section(runs) -> list[str]:
     """The required tuned files against the grid (analysis.tuned_files.inventory), then
     per shape the tuned-against-default points measured with the committed files, and
@@ -284,6 +316,7 @@ def tuned_files_section(runs) -> list[str]:
             + (", ".join(f"{b} {m} {sh} {dt}" for b, m, sh, dt in zip(
                 bare["backend"], bare["model"], bare["sharding"], bare["dtype"])) or "none")
             + ".", "", *md_table(pd.DataFrame(rows))]
+    out += _two_t_routing(tf.two_t_misses(pairs))
     from . import published as pb
     pub = pb.published_pairs(runs)
     pname = next(t.name for t in TARGETS if t.metric == "tuned_over_published")

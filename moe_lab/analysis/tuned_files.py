@@ -11,6 +11,8 @@ its file was written is history, not evidence about that file.
                                                with both, tuned measured after its file
     default_and_tuned(results)                 one run's default and tuned rows per point
     with_two_t(pairs)                          the pairs with tuned us at 2T / at T
+    two_t_misses(pairs)                        the points slower at T than at 2T, with the
+                                               local experts routing hit at T and at 2T
     tuning_metrics(pairs)                      the two tuning targets' metric frame
     roof_from(pairs, ledger_df, tokens=256)    per shape: the tuned layer's % of roof from
                                                `tokens` up, and the GEMM that holds it back
@@ -211,11 +213,12 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
             out.append({**{c: x[c] for c in PAIR_KEY}, "default_us": x["median_us_d"],
                         "tuned_us": x["median_us_t"], "point_id": x["point_id_t"],
                         "default_point_id": x["point_id_d"],
-                        "pct_of_roof": x["pct_of_roof_t"],
+                        "pct_of_roof": x["pct_of_roof_t"], "experts_hit": x["experts_hit_t"],
                         "git_commit": x["git_commit_t"], "run_id": r.run_id})
     cols = PAIR_KEY + ["default_us", "tuned_us", "point_id", "default_point_id", "pct_of_roof",
-                       "git_commit", "run_id"]
+                       "experts_hit", "git_commit", "run_id"]
     p = pd.DataFrame(out, columns=cols)
+    p["experts_hit"] = pd.to_numeric(p["experts_hit"], errors="coerce")
     p["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(p["tp"], p["ep"])]
     p["default_over_tuned"] = p["default_us"] / p["tuned_us"]
     return p, len(stale - seen)
@@ -224,22 +227,46 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
 def default_and_tuned(res: pd.DataFrame) -> pd.DataFrame:
     """One run's default and tuned rows of the same point side by side (suffixes _d, _t):
     the deployment's rows (deployed_rows), a published tuning never the default (vLLM as
-    shipped reads its own tuned file: published.py pairs it)."""
+    shipped reads its own tuned file: published.py pairs it). experts_hit: NaN where the
+    run lacks it."""
     g = deployed_rows(res)
     g = g[~published_rows(g)].reindex(columns=PAIR_KEY + [
-        "config", "median_us", "point_id", "pct_of_roof", "git_commit", "measured_at"])
+        "config", "median_us", "point_id", "pct_of_roof", "experts_hit", "git_commit",
+        "measured_at"])
     return g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=PAIR_KEY,
                                              suffixes=("_d", "_t"))
 
 
 def with_two_t(pairs: pd.DataFrame) -> pd.DataFrame:
     """The pairs with two_t_over_t: the tuned us at 2T over the tuned us at T of the same
-    shape and backend (NaN where 2T is not measured; below 1: T is slower than 2T)."""
+    shape and backend (NaN where 2T is not measured; below 1: T is slower than 2T), and
+    experts_hit_2t: the local experts the routing hit at 2T (the tuned row's; NaN where 2T
+    is not measured or its run lacks experts_hit)."""
     shape = [c for c in PAIR_KEY if c != "tokens"]
-    at = pairs.set_index(shape + ["tokens"])["tuned_us"]
-    nxt = [at.get(tuple(x[c] for c in shape) + (2 * x["tokens"],), np.nan)
-           for x in pairs.to_dict("records")]
-    return pairs.assign(two_t_over_t=np.asarray(nxt, dtype=float) / pairs["tuned_us"].to_numpy())
+    hit = pairs["experts_hit"] if "experts_hit" in pairs else pd.Series(np.nan, pairs.index)
+    at = pairs.assign(experts_hit=hit).set_index(shape + ["tokens"])[["tuned_us", "experts_hit"]]
+    keys = [tuple(x[c] for c in shape) + (2 * x["tokens"],) for x in pairs.to_dict("records")]
+    nxt = at.reindex(pd.MultiIndex.from_tuples(keys, names=at.index.names)) if keys else at
+    return pairs.assign(
+        two_t_over_t=nxt["tuned_us"].to_numpy(dtype=float) / pairs["tuned_us"].to_numpy(),
+        experts_hit_2t=pd.to_numeric(nxt["experts_hit"], errors="coerce").to_numpy(dtype=float))
+
+
+def two_t_misses(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The points slower at T than at 2T (with_two_t's two_t_over_t below 1), each with
+    the local experts the routing hit at T (experts_hit) and at 2T (experts_hit_2t) and
+    `routing`: True where T hit more of them than 2T (the routed batch gives T more GEMM
+    work than 2T: the miss is a property of the routing, not of the tuned configuration);
+    False where it hit the same or fewer, or either count is unknown."""
+    w = with_two_t(pairs)
+    if "experts_hit" not in w:
+        w = w.assign(experts_hit=np.nan)
+    m = w[w["two_t_over_t"] < 1]
+    cols = ["backend", "model", "sharding", "dtype", "tokens", "two_t_over_t", "experts_hit",
+            "experts_hit_2t", "run_id"]
+    m = m.reindex(columns=cols).assign(routing=m["experts_hit"] > m["experts_hit_2t"])
+    return m.sort_values(["routing", "two_t_over_t"], ascending=[False, True]).reset_index(
+        drop=True)
 
 
 def tuning_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
