@@ -602,3 +602,64 @@ def test_a_sweep_compiles_ahead_what_each_point_will_launch(tmp_path, monkeypatc
     (line,) = tuning_compile.compile_sweep_ahead(todo, weights, "cpu", 1)
     assert f"aiter-triton: {len(runs)} launch configurations compiled ahead" in line
     assert tuning_compile.compile_sweep_ahead(todo, weights, "cpu", 0) == []
+
+
+class _TrapAt4(FakeTimer):
+    """At 4 tokens the short rungs time `trap` (the best launch there, as at 1 and 16 tokens)
+    far too slow, so 4's own coarse pass drops it; its full timing is the true one."""
+
+    def __init__(self, rep_ms, trap):
+        super().__init__(rep_ms)
+        self.trap = trap
+
+    def __call__(self, fn, inp, *, config, problem, rep_ms):
+        t = super().__call__(fn, inp, config=config, problem=problem, rep_ms=rep_ms)
+        if problem.tokens == 4 and rep_ms != self.rep_ms and config["gemm1"] == self.trap:
+            return Timing(1e6, 1e6, 1e6, 10, False, "fake")
+        return t
+
+
+@pytest.mark.parametrize("near", [0, 1])
+def test_a_key_whose_own_walk_misses_its_neighbours_best_gets_it_from_the_neighbour_pass(
+        fake, tmp_path, near):
+    """1, 4 and 16 tokens share their best launch (one 16-row tile each); at 4 the short
+    rungs lose it (a noisy timing, planted), and with no fine steps 4's own walk ends on a
+    slower one. The neighbour-key pass times 1's and 16's best at 4 in full, so 4 wins with
+    it; without the pass (near_keys=0) 4 keeps the slower launch."""
+    space = FakeTriton().config_space(make_problem(MODEL, 4, "fp32"))["gemm1"]
+    coarse = [c for c in space if tc.is_coarse(c) and c not in (WRONG, BROKEN)]
+    trap = min(coarse, key=lambda c: fake_us({"gemm1": c, "gemm2": c}, 4, 8.0, 8.0))
+    plan = tuning.SearchPlan(fine_rounds=0, near_keys=near)
+    t, shards = tuner(tmp_path, keys=(1, 4, 16), plan=plan, timer=_TrapAt4(8.0, trap))
+    win = t.run(shards)
+    cand = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
+    won = {w.tokens: json.loads(w.config)["gemm1"] for w in win.itertuples()}
+    assert won[1] == won[16] == trap
+    assert (won[4] == trap) == bool(near)  # the test fails if the pass is removed
+    assert ("near" in set(cand["search_pass"])) == bool(near)
+    assert t.plan.describe()["near_keys"] == near
+
+
+def test_a_search_from_before_the_neighbour_pass_resumes_with_it(fake, tmp_path):
+    """A run folder whose manifest's plan has no near_keys (the committed searches cut
+    before the pass existed) resumes with the pass and times nothing twice; a folder whose
+    plan names another near_keys is refused, as any other plan is."""
+    from moe_lab.core.errors import UsageError
+    from moe_lab.storage.store import RunStore
+    t, shards = tuner(tmp_path, keys=(1, 4, 16), plan=tuning.SearchPlan(near_keys=0))
+    t.run(shards)
+    store = RunStore(tmp_path / "runs" / "t", create=False)
+    m = store.read_manifest()
+    del m["config"]["search"]["near_keys"]  # as written before the pass
+    store.update_manifest(config=m["config"])
+    assert "near_keys" not in store.read_manifest()["config"]["search"]
+    before = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
+    t2, shards = tuner(tmp_path, keys=(1, 4, 16))
+    t2.run(shards)
+    after = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
+    assert not after["candidate_id"].duplicated().any()
+    assert set(before["candidate_id"]) <= set(after["candidate_id"])
+    assert set(after.loc[~after["candidate_id"].isin(before["candidate_id"]),
+                         "search_pass"]) <= {"near"}
+    with pytest.raises(UsageError, match="the search plan"):
+        tuner(tmp_path, keys=(1, 4, 16), plan=tuning.SearchPlan(near_keys=2))[0].run(shards)

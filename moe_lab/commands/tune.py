@@ -52,7 +52,7 @@ def configure(p):
                         "(verify.parquet); writes no config files (default: off)")
     p.add_argument("--rep-ms", type=float, default=20.0,
                    help="timed repetitions per candidate, in ms, at the last rung and in the "
-                        "fine pass (the successive-halving rungs before it time "
+                        "fine and neighbour-key passes (the successive-halving rungs before it time "
                         + " and ".join(f"{r:g}" for r in constants.SEARCH_RUNGS[:-1])
                         + " of it)")
     p.add_argument("--warmup-ms", type=float, default=5.0)

@@ -23,6 +23,9 @@ other (gemm1, then gemm2; coordinate descent):
 * fine pass: from each key's fastest, its neighbours (one launch key changed: the
   backend's `fine_keys`, by default all but BLOCK_SIZE_M) are timed in full, and the walk
   moves to the fastest while one is faster (at most `fine_rounds` steps);
+* neighbour-key pass: each key's best is timed in full at the keys next to it (`near_keys`
+  places either side), so a key where the routed work is alike (1 and 2 tokens hitting one
+  expert each) does not keep a launch that is slower there than its neighbour's;
 * the fastest fully timed candidate of the key that beats the incumbent (the default, then
   the earlier stage's winner) is checked against the reference before it is kept; an
   incorrect one is marked and the next fastest tried.
@@ -170,7 +173,14 @@ class Tuner(StageSearch):
         if not store.dir.exists():
             return
         check_run_files(store, {"candidates.parquet": ("candidate_id",)})
-        refuse_other_settings(store, "tune", self.settings(), self.MEANING,
+        mine = self.settings()
+        try:
+            old = ((store.read_manifest() or {}).get("config") or {}).get("search") or {}
+        except Exception:  # noqa: BLE001 - refuse_other_settings says what is wrong with it
+            old = {}
+        if old and "near_keys" not in old:  # from before the neighbour-key pass: it only
+            mine["search"].pop("near_keys")  # adds timings, so the search resumes with it
+        refuse_other_settings(store, "tune", mine, self.MEANING,
                               flags=dict(mode="mode (of --device)", warmup_ms="--warmup-ms",
                                          rep_ms="--rep-ms", search="the search plan",
                                          verify="--verify"))

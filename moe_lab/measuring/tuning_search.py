@@ -27,12 +27,15 @@ class SearchPlan:
     """How a stage is searched (module doc). `rungs`: each successive-halving rung's share
     of rep_ms (the last is the full timing); `keep`: the share of a key's candidates kept
     from one rung to the next, at least `min_keep`; `fine_rounds`: the most steps of the
-    fine pass per key; `order_seed`: None, the space's order, or a seeded shuffle."""
+    fine pass per key; `order_seed`: None, the space's order, or a seeded shuffle;
+    `near_keys`: the neighbour-key pass, each key's best timed at the keys this many places
+    either side of it (0: no such pass)."""
     rungs: tuple = SEARCH_RUNGS
     keep: float = 0.25
     min_keep: int = 4
     fine_rounds: int = 4
     order_seed: int | None = None
+    near_keys: int = 1
 
     def doubled(self, order_seed: int) -> "SearchPlan":
         """The verify search: another order, twice the survivors and the fine steps."""
@@ -43,7 +46,7 @@ class SearchPlan:
     def describe(self) -> dict:
         return dict(rungs=[float(r) for r in self.rungs], keep=self.keep,
                     min_keep=self.min_keep, fine_rounds=self.fine_rounds,
-                    order_seed=self.order_seed)
+                    order_seed=self.order_seed, near_keys=self.near_keys)
 
 
 def candidate_id(prob: Problem, backend: str, stage: str, config: dict,
@@ -236,6 +239,21 @@ class StageSearch:
                     best[T] = c
                     still.append(T)
             moving = still
+
+        # neighbour-key pass: each key's best timed at the keys next to it, where the routed
+        # work is often alike (1 and 2 tokens hit one expert each) and the same launch should
+        # win; each key's own walk can end elsewhere by a timing's noise. The winner below
+        # is then the fastest of them too, so T keeps no launch slower there than 2T's.
+        near = sorted({(_js(best[U]), T): (best[U], T)
+                       for i, T in enumerate(sh.keys) if T in per_key
+                       for U in sh.keys[max(0, i - self.plan.near_keys):i + self.plan.near_keys + 1]
+                       if U != T and best.get(U) is not None
+                       and _js(best[U]) in admissible[T]
+                       and _js(full_of(T, best[U])) not in self._broken}.values(),
+                      key=lambda p: (index[_js(p[0])], p[1]))
+        if near:
+            self._at(sh, stage, "neighbour keys' bests", sorted({T for _, T in near}))
+            self._time_pairs(sh, stage, None, near, full_of, "near")
 
         # the winner: the fastest fully timed candidate that beats the incumbent, correct
         out = {}
