@@ -172,9 +172,11 @@ def test_the_tuned_files_against_the_grid_and_the_search_spread(default_outputs)
 
 
 def test_the_published_tunings_count_their_points_and_ties(default_outputs):
-    """Section 7: the points where vLLM as shipped (reading its own H200 file) was timed in
-    the same run as vLLM with moe-lab's file, counted here from the parquet files; the ties
-    and the misses from the search's default pass (test_tuned_files tests that reading)."""
+    """Section 7: the points where a published tuning was timed in the same run as
+    moe-lab's file of the same backend (vLLM as shipped reading its own H200 file beside
+    vLLM with moe-lab's; aiter-triton* with `--config <vLLM's H200 file>` beside its tuned
+    one), counted here from the parquet files; the ties and the misses from the rows'
+    launch configurations or the search's default pass (test_tuned_files tests them)."""
     text = printed(default_outputs)
     m = re.search(r"published tunings: (\d+) points, (\d+) ties by construction, moe-lab's "
                   r"file slower at (\d+) of the other (\d+)", text)
@@ -185,14 +187,20 @@ def test_the_published_tunings_count_their_points_and_ties(default_outputs):
         if not f.is_file():
             continue
         g = graph_ok(pd.read_parquet(f))
-        g = g[g["backend"] == "vllm"]
         if "glue" in g:
             g = g[g["glue"].fillna("").isin(["", "fused"])]
-        if g.empty or "config_file" not in g:
+        if "config" not in g:
             continue
-        shipped = g[(g["config"] == "default") & g["config_file"].fillna("").str.startswith("E=")
-                    & g["config_file"].fillna("").str.contains("device_name=NVIDIA_H200")]
-        j = shipped.merge(g[g["config"] == "tuned"], on=KEY)
-        points |= {tuple(x) for x in j[KEY].itertuples(index=False)}
+        h200 = r"(^|/)E=\d+,N=\d+,device_name=NVIDIA_H200[^/]*\.json$"
+        for b, gb in g.groupby("backend"):
+            if b == "vllm" and "config_file" in gb:
+                shipped = gb[(gb["config"] == "default")
+                             & gb["config_file"].fillna("").str.contains(h200)]
+            elif b.startswith("aiter-triton"):
+                shipped = gb[gb["config"].fillna("").str.contains(h200)]
+            else:
+                continue
+            j = shipped.merge(gb[gb["config"] == "tuned"], on=KEY)
+            points |= {(b, *x) for x in j[KEY].itertuples(index=False)}
     assert int(m[1]) == len(points) and int(m[2]) + int(m[4]) == len(points) > 0
     assert "left for the GPU, searches:" in text and "left for the GPU, grid sweeps:" in text
