@@ -62,6 +62,19 @@ def test_a_shape_holds_the_grid_only_with_every_key_in_every_stage_and_a_complet
     assert not tf.inventory(cfg, required=(DS_TP8,), data_dir=runs)["holds_grid"].any()
 
 
+def test_the_inventory_says_whether_a_file_was_searched_with_the_neighbour_key_pass(tmp_path):
+    """near_keys: the search plan's (its manifest); 0 for a run from before the pass (no
+    near_keys in its plan, or no plan recorded); None where no run is named."""
+    cfg, runs = _configs(tmp_path)
+    inv = lambda: tf.inventory(cfg, required=(DS_TP8, QW_TP8), data_dir=runs)  # noqa: E731
+    assert [None if pd.isna(v) else int(v) for v in inv()["near_keys"]] == [0, None]
+    man = runs / "tune-a" / "manifest.json"
+    for plan, want in (({"keep": 0.25}, 0), ({"keep": 0.25, "near_keys": 1}, 1)):
+        man.write_text(json.dumps({"kind": "tune", "status": "complete",
+                                   "config": {"search": plan}}))
+        assert inv()["near_keys"].iloc[0] == want
+
+
 def _row(tokens, config, us, measured_at, **kw):
     return dict(dict(model="deepseek-r1", tp=8, ep=1, ep_rank=0, dtype="bf16", routing="uniform",
                      backend="aiter-triton", mode="graph", glue="fused", status="ok"),
@@ -318,11 +331,17 @@ def test_a_miss_at_t_against_2t_is_routing_only_where_t_hit_more_local_experts(t
     assert bool(m.loc[1, "routing"]) and not bool(m.loc[4, "routing"])
     assert m.loc[1, "two_t_over_t"] == pytest.approx(0.6)
     assert m.loc[4, "two_t_over_t"] == pytest.approx(85 / 90)
-    text = " ".join(_two_t_routing(tf.two_t_misses(pairs)))
+    inv = tf.inventory(cfg, required=(DS_TP8,), data_dir=tmp_path / "runs")
+    text = " ".join(_two_t_routing(tf.two_t_misses(pairs), inv))
     assert "Of the 2 misses, 1 hit more local experts at T than at 2T" in text
     assert "The other 1 hit the same number" in text and "at 4 (0.944x, 2 against 2)" in text
+    # its file's search (tune-a) recorded no neighbour-key pass: named as one to resume
+    assert "Of those 1, 1 have a file whose search ran before the neighbour-key pass" in text
+    assert text.rstrip().endswith("tune-a.")
+    with_pass = inv.assign(near_keys=1)
+    assert "Of those 1, 0 have" in " ".join(_two_t_routing(tf.two_t_misses(pairs), with_pass))
     # a run without experts_hit: the counts are unknown, never counted as routing
     bare = pairs.drop(columns="experts_hit")
     m = tf.two_t_misses(bare)
     assert len(m) == 2 and not m["routing"].any() and m["experts_hit_2t"].isna().all()
-    assert "(or a count is not recorded)" in " ".join(_two_t_routing(m))
+    assert "(or a count is not recorded)" in " ".join(_two_t_routing(m, inv))

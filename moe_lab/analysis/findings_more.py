@@ -234,9 +234,11 @@ def _hit(v) -> str:
     return "unknown" if pd.isna(v) else f"{int(v)}"
 
 
-def _two_t_routing(m: pd.DataFrame) -> list[str]:
+def _two_t_routing(m: pd.DataFrame, inv: pd.DataFrame) -> list[str]:
     """The points slower at T than at 2T (tuned_files.two_t_misses) with the local experts
-    the routing hit at T and at 2T, and how many of the misses the routing explains."""
+    the routing hit at T and at 2T, how many of the misses the routing explains, and how
+    many of the others come from a search without the neighbour-key pass (`inv`:
+    tuned_files.inventory)."""
     if not len(m):
         return ["", "No point is slower at T tokens than at 2T."]
     k, rest = int(m["routing"].sum()), m[~m["routing"]]
@@ -259,7 +261,23 @@ def _two_t_routing(m: pd.DataFrame) -> list[str]:
             + (" (or a count is not recorded)" if rest[["experts_hit", "experts_hit_2t"]]
                .isna().any(axis=None) else "")
             + ", so a tuning could own them: " + (named or "none") + ".", "",
-            *md_table(show)]
+            *md_table(show)] + _near_pass(rest, inv)
+
+
+def _near_pass(rest: pd.DataFrame, inv: pd.DataFrame) -> list[str]:
+    """How many of the misses a tuning could own have a file searched before the
+    neighbour-key pass (each key's best timed at the keys beside it): resuming the search
+    times just those and picks again."""
+    if not len(rest):
+        return []
+    shape = ["backend", "model", "sharding", "dtype"]
+    near = rest.merge(inv[shape + ["near_keys", "run"]], on=shape, how="left")
+    before = near[near["near_keys"] == 0]
+    return ["", f"Of those {len(rest)}, {len(before)} have a file whose search ran before "
+            "the neighbour-key pass (`moe-lab tune` now times each key's best at the keys "
+            "beside it, so a key keeps no launch slower there than its neighbour's; the "
+            "same search resumed times only those): "
+            + (", ".join(sorted(set(before["run"].dropna()))) or "none") + "."]
 
 
 def tuned_files_section(runs) -> list[str]:
@@ -275,13 +293,15 @@ def tuned_files_section(runs) -> list[str]:
                     for i, g in inv.groupby("issue"))
     show = inv.assign(keys=[f"{k} of {len(TUNE_TOKENS)}" for k in inv["keys"]],
                       holds_grid=inv["holds_grid"].map({True: "yes", False: "no"}),
-                      candidates=inv["candidates"].map(lambda c: "" if pd.isna(c) else f"{int(c)}"))
+                      candidates=inv["candidates"].map(lambda c: "" if pd.isna(c) else f"{int(c)}"),
+                      near_keys=inv["near_keys"].map(lambda c: "" if pd.isna(c) else f"{int(c)}"))
     out = ["## Tuned files against the token grid", "", runs_line(used), "",
            "Per shape that issues 38 and 41 ask a tuned file for (`moe_lab.analysis."
            "tuned_files.REQUIRED`): the file its backend reads, the keys of the token grid "
            f"({len(TUNE_TOKENS)} keys) every stage's file holds, its provenance (the tune run, "
-           "its status, candidates timed, when the file was written, the commit) and whether "
-           "it holds the grid (every key, a complete run behind it): "
+           "its status, candidates timed, when the file was written, the commit), whether "
+           "it holds the grid (every key, a complete run behind it) and its search's "
+           "neighbour-key pass (`near_keys`; 0: searched before the pass existed): "
            f"{int(inv['holds_grid'].sum())} of {len(inv)} ({per}).", "", *md_table(show)]
     own = ("aiter-triton", "aiter-triton-silu")
     todo = dict(tune=tf.left("tune", backends=own), vllm=tf.left("tune", backends=("vllm",)),
@@ -316,7 +336,7 @@ def tuned_files_section(runs) -> list[str]:
             + (", ".join(f"{b} {m} {sh} {dt}" for b, m, sh, dt in zip(
                 bare["backend"], bare["model"], bare["sharding"], bare["dtype"])) or "none")
             + ".", "", *md_table(pd.DataFrame(rows))]
-    out += _two_t_routing(tf.two_t_misses(pairs))
+    out += _two_t_routing(tf.two_t_misses(pairs), inv)
     from . import published as pb
     pub = pb.published_pairs(runs)
     pname = next(t.name for t in TARGETS if t.metric == "tuned_over_published")

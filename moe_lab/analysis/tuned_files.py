@@ -53,7 +53,7 @@ REQUIRED = tuple(
 DEVICE = "NVIDIA H200"
 INVENTORY_COLUMNS = ["issue", "backend", "model", "sharding", "dtype", "file", "keys",
                      "missing_keys", "run", "run_status", "candidates", "written", "commit",
-                     "holds_grid"]
+                     "holds_grid", "near_keys"]
 
 
 @functools.lru_cache(maxsize=256)
@@ -83,8 +83,9 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
     """A row per required shape: its file (gemm1's; the gemm2 file beside it where the
     backend has one), the token keys every stage's file holds (of TUNE_TOKENS), the keys
     missing, its provenance (the tune run, its manifest's status, candidates timed, when
-    the file was written, the commit) and `holds_grid`: a file for every stage with all
-    the keys, provenance naming a run, and that run complete."""
+    the file was written, the commit), `holds_grid`: a file for every stage with all
+    the keys, provenance naming a run, and that run complete, and `near_keys`: its search's
+    neighbour-key pass (SearchPlan.near_keys; 0: searched before the pass existed)."""
     from ..core.config_files import read_table
     from ..storage.store import data_dir as default_data
     root = _configs_dir(configs_dir, device)
@@ -101,7 +102,9 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
             except ValueError:  # missing or unreadable: no keys from it
                 keys, found = set(), False
         run = str(prov.get("run") or "")
-        status = str(_json(runs / run / "manifest.json").get("status") or "") if run else ""
+        man = _json(runs / run / "manifest.json") if run else {}
+        status = str(man.get("status") or "")
+        plan = (man.get("config") or {}).get("search") or {}
         missing = [t for t in TUNE_TOKENS if t not in keys]
         rows.append(dict(
             issue=issue, backend=backend, model=model, sharding=sharding_name(tp, ep),
@@ -109,7 +112,9 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
             missing_keys=", ".join(map(str, missing)), run=run, run_status=status,
             candidates=prov.get("candidates_timed"), written=str(prov.get("written") or "")[:10],
             commit=str(prov.get("git_commit") or "")[:7],
-            holds_grid=bool(found and not missing and run and status == "complete")))
+            holds_grid=bool(found and not missing and run and status == "complete"),
+            # the search's neighbour-key pass (0: searched before it; None: no run read)
+            near_keys=int(plan.get("near_keys", 0)) if man else None))
     return pd.DataFrame(rows, columns=INVENTORY_COLUMNS)
 
 
