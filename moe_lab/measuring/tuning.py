@@ -173,14 +173,7 @@ class Tuner(StageSearch):
         if not store.dir.exists():
             return
         check_run_files(store, {"candidates.parquet": ("candidate_id",)})
-        mine = self.settings()
-        try:
-            old = ((store.read_manifest() or {}).get("config") or {}).get("search") or {}
-        except Exception:  # noqa: BLE001 - refuse_other_settings says what is wrong with it
-            old = {}
-        if old and "near_keys" not in old:  # from before the neighbour-key pass: it only
-            mine["search"].pop("near_keys")  # adds timings, so the search resumes with it
-        refuse_other_settings(store, "tune", mine, self.MEANING,
+        refuse_other_settings(store, "tune", self.settings(), self.MEANING,
                               flags=dict(mode="mode (of --device)", warmup_ms="--warmup-ms",
                                          rep_ms="--rep-ms", search="the search plan",
                                          verify="--verify"))

@@ -60,13 +60,16 @@ def _unreadable(path) -> bool:
 
 
 def _same(a, b) -> bool:
+    """Whether the setting a run recorded (`a`) is the one given now (`b`). Within a dict
+    (a search plan), as at the top: a key the run does not record (a setting added since)
+    is not compared."""
     if isinstance(a, numbers.Real) and isinstance(b, numbers.Real) and not isinstance(a, bool) \
             and not isinstance(b, bool):
         return float(a) == float(b)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
-        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+        return set(a) <= set(b) and all(_same(a[k], b[k]) for k in a)
     return a == b
 
 
@@ -82,7 +85,8 @@ def refuse_other_settings(store, kind: str, config: dict, keys: tuple[str, ...],
     one whose settings among `keys` differ from `config` (what a row means: its inputs'
     seed, dtype, timing budget...): a resume must not add rows measured otherwise, nor
     rewrite the manifest to describe rows it did not measure. A key the folder's manifest
-    does not record (an older run) is not compared. `unreadable_ok`: a manifest that
+    does not record (an older run) is not compared, nor one inside a recorded dict (a
+    search plan from before its `near_keys`: the search resumes with the pass). `unreadable_ok`: a manifest that
     cannot be read is passed over (it is to be set aside)."""
     try:
         manifest = store.read_manifest()
