@@ -48,8 +48,8 @@
 # Maverick FP8: per channel), so it is not swept;
 # Qwen3-235B fp8-block128 at TP8 has no whole 128 blocks (refused at the gate).
 # tune: scripts/device_tune.sh with SHAPES (19 keys; default: tuned_files.left, vllm's shapes
-# first, then aiter-triton*'s), the winners in the bundle's configs/<backend>/. tuned: vllm --config tuned, the models of each job
-# with a tuned file.
+# first, then aiter-triton*'s), the winners in the bundle's configs/<backend>/.
+# tuned: vllm --config tuned, the models of each job with a tuned file.
 # align: the points where vLLM won on the routing glue (Qwen3-235B bf16, DeepSeek-R1
 # fp8-block128, TP8, tokens 1,16,64), vllm and aiter-triton default, then aiter-triton tuned,
 # into new run folders h200-vllm-align-<dtype>-tp8 (the align kernels changed after the sweep).

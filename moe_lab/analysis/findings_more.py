@@ -230,8 +230,13 @@ def _tokens(v) -> str:
     return ", ".join(str(int(t)) for t in sorted(v)) or "none"
 
 
+def _int_text(v, missing: str = "") -> str:
+    """A count as the findings print it (`missing` where it is not recorded)."""
+    return missing if pd.isna(v) else f"{int(v)}"
+
+
 def _hit(v) -> str:
-    return "unknown" if pd.isna(v) else f"{int(v)}"
+    return _int_text(v, "unknown")
 
 
 def _two_t_routing(m: pd.DataFrame, inv: pd.DataFrame) -> list[str]:
@@ -293,8 +298,8 @@ def tuned_files_section(runs) -> list[str]:
                     for i, g in inv.groupby("issue"))
     show = inv.assign(keys=[f"{k} of {len(TUNE_TOKENS)}" for k in inv["keys"]],
                       holds_grid=inv["holds_grid"].map({True: "yes", False: "no"}),
-                      candidates=inv["candidates"].map(lambda c: "" if pd.isna(c) else f"{int(c)}"),
-                      near_keys=inv["near_keys"].map(lambda c: "" if pd.isna(c) else f"{int(c)}"))
+                      candidates=inv["candidates"].map(_int_text),
+                      near_keys=inv["near_keys"].map(_int_text))
     out = ["## Tuned files against the token grid", "", runs_line(used), "",
            "Per shape that issues 38 and 41 ask a tuned file for (`moe_lab.analysis."
            "tuned_files.REQUIRED`): the file its backend reads, the keys of the token grid "

@@ -246,10 +246,11 @@ def with_two_t(pairs: pd.DataFrame) -> pd.DataFrame:
     """The pairs with two_t_over_t: the tuned us at 2T over the tuned us at T of the same
     shape and backend (NaN where 2T is not measured; below 1: T is slower than 2T), and
     experts_hit_2t: the local experts the routing hit at 2T (the tuned row's; NaN where 2T
-    is not measured or its run lacks experts_hit)."""
+    is not measured or its run lacks experts_hit, and experts_hit NaN where pairs lack it)."""
     shape = [c for c in PAIR_KEY if c != "tokens"]
-    hit = pairs["experts_hit"] if "experts_hit" in pairs else pd.Series(np.nan, pairs.index)
-    at = pairs.assign(experts_hit=hit).set_index(shape + ["tokens"])[["tuned_us", "experts_hit"]]
+    if "experts_hit" not in pairs:
+        pairs = pairs.assign(experts_hit=np.nan)
+    at = pairs.set_index(shape + ["tokens"])[["tuned_us", "experts_hit"]]
     keys = [tuple(x[c] for c in shape) + (2 * x["tokens"],) for x in pairs.to_dict("records")]
     nxt = at.reindex(pd.MultiIndex.from_tuples(keys, names=at.index.names)) if keys else at
     return pairs.assign(
@@ -264,8 +265,6 @@ def two_t_misses(pairs: pd.DataFrame) -> pd.DataFrame:
     work than 2T: the miss is a property of the routing, not of the tuned configuration);
     False where it hit the same or fewer, or either count is unknown."""
     w = with_two_t(pairs)
-    if "experts_hit" not in w:
-        w = w.assign(experts_hit=np.nan)
     m = w[w["two_t_over_t"] < 1]
     cols = ["backend", "model", "sharding", "dtype", "tokens", "two_t_over_t", "experts_hit",
             "experts_hit_2t", "run_id"]

@@ -244,13 +244,16 @@ class StageSearch:
         # work is often alike (1 and 2 tokens hit one expert each) and the same launch should
         # win; each key's own walk can end elsewhere by a timing's noise. The winner below
         # is then the fastest of them too, so T keeps no launch slower there than 2T's.
-        near = sorted({(_js(best[U]), T): (best[U], T)
-                       for i, T in enumerate(sh.keys) if T in per_key
-                       for U in sh.keys[max(0, i - self.plan.near_keys):i + self.plan.near_keys + 1]
-                       if U != T and best.get(U) is not None
-                       and _js(best[U]) in admissible[T]
-                       and _js(full_of(T, best[U])) not in self._broken}.values(),
-                      key=lambda p: (index[_js(p[0])], p[1]))
+        n, near = self.plan.near_keys, {}
+        for i, T in enumerate(sh.keys):
+            if T not in per_key:
+                continue
+            for U in sh.keys[max(0, i - n):i + n + 1]:
+                c = best.get(U) if U != T else None
+                if c is not None and _js(c) in admissible[T] \
+                        and _js(full_of(T, c)) not in self._broken:
+                    near[_js(c), T] = (c, T)
+        near = sorted(near.values(), key=lambda p: (index[_js(p[0])], p[1]))
         if near:
             self._at(sh, stage, "neighbour keys' bests", sorted({T for _, T in near}))
             self._time_pairs(sh, stage, None, near, full_of, "near")
