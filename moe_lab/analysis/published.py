@@ -129,7 +129,8 @@ def _same_config(configs_dir, runs_dir, device, backend, model, tp, ep, dtype,
         folder = _configs_dir(configs_dir, device) / backend
         ours = nearest(_table(str(folder / name), (folder / name).stat().st_mtime_ns),
                        int(tokens))
-        run = (_json(folder / "provenance.json").get(name) or {}).get("run")
+        prov = folder / "provenance.json"
+        run = (_provenance(str(prov), prov.stat().st_mtime_ns).get(name) or {}).get("run")
     except Exception:  # noqa: BLE001 - a backend or file this checkout does not have
         return None
     f = Path(runs_dir or data_dir()) / str(run) / "candidates.parquet"
@@ -144,6 +145,12 @@ def _table(path: str, mtime_ns: int) -> dict:
     """A tuned file's {M: config}, read once per file version (not once per point)."""
     from ..core.config_files import read_table
     return read_table(Path(path))
+
+
+@functools.lru_cache(maxsize=16)
+def _provenance(path: str, mtime_ns: int) -> dict:
+    """A configs folder's provenance.json, read once per version (not once per point)."""
+    return _json(Path(path))
 
 
 @functools.lru_cache(maxsize=32)
