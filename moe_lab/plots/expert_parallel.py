@@ -114,6 +114,23 @@ def fig_collective_share(run, backend=None, mode=None) -> Figure:
     return style.finish(fig, run, analysis.distributed_rows(run.results))
 
 
+def _model_panels(models):
+    """A figure with one panel per model, side by side: (fig, the panels)."""
+    fig, axes = style.new_figure(1, len(models), squeeze=False,
+                                 figsize=(4.8 * len(models) + 1.8, 3.8))
+    return fig, axes[0]
+
+
+def _layer_axes(ax, model) -> None:
+    """A model's panel: layer time per call against tokens, both log."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("layer us per call")
+    ax.set_title(model, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def fig_variants(run, routing="uniform", backend=None, mode=None) -> Figure:
     """TP against EP: the layer's measured time (end to end) per token count, a panel per
     model, a line per variant; dotted: predicted (slowest rank + collective)."""
@@ -123,20 +140,14 @@ def fig_variants(run, routing="uniform", backend=None, mode=None) -> Figure:
     pts = _main_rows(pts, backend, mode)
     pts = pts[pts["routing"] == routing] if (pts["routing"] == routing).any() else pts
     models = list(dict.fromkeys(pts["model"]))
-    fig, axes = style.new_figure(1, len(models), squeeze=False,
-                                 figsize=(4.8 * len(models) + 1.8, 3.8))
-    for ax, m in zip(axes[0], models):
+    fig, axes = _model_panels(models)
+    for ax, m in zip(axes, models):
         for v, g in pts[pts["model"] == m].groupby("parallel"):
             g = g.sort_values("tokens")
             c = VARIANT_COLOR.get(v)
             ax.plot(g["tokens"], g["layer_us"], "-o", color=c, label=f"{v} measured")
             ax.plot(g["tokens"], g["predicted_us"], ":", color=c, label=f"{v} predicted")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("tokens")
-        ax.set_ylabel("layer us per call")
-        ax.set_title(m, fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
+        _layer_axes(ax, m)
     return style.finish(fig, run, analysis.distributed_rows(run.results),
                         extra=f"{routing} routing")
 
@@ -151,9 +162,8 @@ def fig_estimate(run, est: pd.DataFrame, measured: pd.DataFrame | None = None) -
     e = e[e["backend"] == e["backend"].value_counts().index[0]]
     e = e[e["mode"] == ("graph" if (e["mode"] == "graph").any() else "eager")]
     models = list(dict.fromkeys(e["model"]))
-    fig, axes = style.new_figure(1, len(models), squeeze=False,
-                                 figsize=(4.8 * len(models) + 1.8, 3.8))
-    for ax, m in zip(axes[0], models):
+    fig, axes = _model_panels(models)
+    for ax, m in zip(axes, models):
         for v, g in e[e["model"] == m].groupby("parallel"):
             g = g.sort_values("tokens")
             c = VARIANT_COLOR.get(v)
@@ -165,12 +175,7 @@ def fig_estimate(run, est: pd.DataFrame, measured: pd.DataFrame | None = None) -
                 if len(mm):
                     ax.plot(mm["tokens"], mm["layer_us_measured"], "s-", color=c,
                             label=f"{v} measured, {n} ranks")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("tokens")
-        ax.set_ylabel("layer us per call")
-        ax.set_title(m, fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
+        _layer_axes(ax, m)
     return style.finish(fig, run, analysis.distributed_rows(run.results),
                         extra=f"dashed: an estimate for {n} ranks (fitted per-rank cost + "
                               "collective model), not a measurement")
