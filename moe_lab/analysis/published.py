@@ -31,7 +31,7 @@ from ..cost import ledger as lg
 from ..storage.rows import deployed_rows, published_rows, vllm_named
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_files import PAIR_KEY, _configs_dir, _json, _names
+from .tuned_files import PAIR_KEY, _configs_dir, _names, _provenance
 
 
 def published_pairs(runs, configs_dir=None, data_dir=None) -> pd.DataFrame:
@@ -145,12 +145,6 @@ def _table(path: str, mtime_ns: int) -> dict:
     """A tuned file's {M: config}, read once per file version (not once per point)."""
     from ..core.config_files import read_table
     return read_table(Path(path))
-
-
-@functools.lru_cache(maxsize=16)
-def _provenance(path: str, mtime_ns: int) -> dict:
-    """A configs folder's provenance.json, read once per version (not once per point)."""
-    return _json(Path(path))
 
 
 @functools.lru_cache(maxsize=32)
