@@ -345,3 +345,34 @@ def test_a_miss_at_t_against_2t_is_routing_only_where_t_hit_more_local_experts(t
     m = tf.two_t_misses(bare)
     assert len(m) == 2 and not m["routing"].any() and m["experts_hit_2t"].isna().all()
     assert "(or a count is not recorded)" in " ".join(_two_t_routing(m, inv))
+
+
+def test_the_roof_table_names_the_floor_at_the_lowest_point_and_the_ridge():
+    """roof_from, at each shape's lowest % of roof: which floor sets the roof and how close
+    the other is (by the device's committed ceilings), the bounds across the points and the
+    point nearest the ridge; a row without its FLOPs, bytes or device gives no floors."""
+    from moe_lab.core.devices import ceilings_for
+    from moe_lab.cost.roofline import peak_tflops, roof_bandwidth
+    ceil = ceilings_for("NVIDIA H200")
+    us_per_flop, us_per_byte = 1 / (peak_tflops(ceil, "bf16") * 1e6), 1 / (roof_bandwidth(ceil)[1] * 1e6)
+    # memory floor 100 us at every point; the compute floor 20, 90 (nearest), 200 us
+    memory_bytes = 100 / us_per_byte
+    rows = [dict(tokens=t, flops=c / us_per_flop, pct_of_roof=pct)
+            for t, c, pct in ((256, 20, 80.0), (1024, 90, 50.0), (4096, 200, 60.0))]
+    pairs = pd.DataFrame([{**dict(backend="aiter-triton", model="m", sharding="TP8", dtype="bf16",
+                                  bytes=memory_bytes, device="NVIDIA H200", tuned_us=100.0,
+                                  point_id=f"p{i}"), **r} for i, r in enumerate(rows)])
+    r = tf.roof_from(pairs, None).iloc[0]
+    assert r["lowest_at"] == 1024 and r["bound_at_lowest"] == "memory"
+    assert r["other_floor_pct"] == pytest.approx(90.0)
+    assert r["bounds"] == "memory to compute" and r["nearest_ridge_at"] == 1024
+    # the lowest moves to the compute-bound end: its floor is compute, the memory one 50%
+    pairs.loc[pairs["tokens"] == 4096, "pct_of_roof"] = 10.0
+    r = tf.roof_from(pairs, None).iloc[0]
+    assert (r["lowest_at"], r["bound_at_lowest"]) == (4096, "compute")
+    assert r["other_floor_pct"] == pytest.approx(50.0) and r["nearest_ridge_at"] == 1024
+    # a row from a run that lacks its FLOPs: no floors at that point, the rest still named
+    pairs.loc[pairs["tokens"] == 4096, "flops"] = float("nan")
+    r = tf.roof_from(pairs, None).iloc[0]
+    assert r["bound_at_lowest"] == "" and pd.isna(r["other_floor_pct"])
+    assert r["bounds"] == "memory" and r["nearest_ridge_at"] == 1024

@@ -398,15 +398,26 @@ def tuned_files_section(runs) -> list[str]:
     phased = [r for r in prs if r.phases is not None and len(r.phases)]  # the ledger's rule
     led = lg.of_runs(phased)[1] if phased else None
     roof = tf.roof_from(pairs, led, missing="no phases stored")
+    ridge = ""
     if len(roof):
+        cross = roof[roof["bounds"] == "memory to compute"]
+        at = cross[cross["nearest_ridge_at"] == cross["lowest_at"]]
+        ridge = (f" Of the {_int_text(len(cross))} shapes whose points cross the ridge "
+                 "(memory-bound at their fewest tokens, compute-bound at their most), "
+                 f"{_int_text(len(at))} are lowest at the point nearest it, where the two "
+                 "floors are closest: the roof there asks the kernel to keep the tensor cores "
+                 "and HBM both busy at once." if len(cross) else "")
         roof = roof.assign(**{c: roof[c].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
                               for c in ("median_pct_of_roof", "lowest_pct_of_roof",
-                                        "gemm_over_us", "share_of_layer")})
+                                        "other_floor_pct", "gemm_over_us", "share_of_layer")})
     out += ["", "### The tuned layer's % of roof from 256 tokens", "", provenance(prs, pairs), "",
             "Per shape, over the points above from 256 tokens: the tuned layer's % of its roof "
-            "(median, lowest and where), and of its two GEMMs the one with the most time above "
+            "(median, lowest and where); at the lowest point, the floor that sets the roof "
+            "(compute: FLOPs at the measured matrix peak; memory: bytes at the roof bandwidth) "
+            "and the other floor as % of it; the bounds from the fewest tokens to the most; "
+            "the point nearest the ridge (the other floor the closest); and of its two GEMMs the one with the most time above "
             "its floor over those points (the ledger's over_us, from the runs that stored their "
-            "phases) with that time as % of the layer's.", "", *md_table(roof)]
+            f"phases) with that time as % of the layer's.{ridge}", "", *md_table(roof)]
     return out
 
 

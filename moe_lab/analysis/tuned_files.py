@@ -15,7 +15,8 @@ its file was written is history, not evidence about that file.
                                                local experts routing hit at T and at 2T
     tuning_metrics(pairs)                      the two tuning targets' metric frame
     roof_from(pairs, ledger_df, tokens=256)    per shape: the tuned layer's % of roof from
-                                               `tokens` up, and the GEMM that holds it back
+                                               `tokens` up, the floors at its lowest point,
+                                               and the GEMM that holds it back
     search_spread(root=None, device=None)      per tuned point: the winner beside the search's
                                                best, median and worst candidate
     verify_points(root=None)                   per point a `tune --verify` searched again: the
@@ -219,9 +220,10 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
                         "tuned_us": x["median_us_t"], "point_id": x["point_id_t"],
                         "default_point_id": x["point_id_d"],
                         "pct_of_roof": x["pct_of_roof_t"], "experts_hit": x["experts_hit_t"],
-                        "git_commit": x["git_commit_t"], "run_id": r.run_id})
+                        "git_commit": x["git_commit_t"], "run_id": r.run_id,
+                        "flops": x["flops_t"], "bytes": x["bytes_t"], "device": r.device})
     cols = PAIR_KEY + ["default_us", "tuned_us", "point_id", "default_point_id", "pct_of_roof",
-                       "experts_hit", "git_commit", "run_id"]
+                       "experts_hit", "git_commit", "run_id", "flops", "bytes", "device"]
     p = pd.DataFrame(out, columns=cols)
     p["experts_hit"] = pd.to_numeric(p["experts_hit"], errors="coerce")
     p["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(p["tp"], p["ep"])]
@@ -237,7 +239,7 @@ def default_and_tuned(res: pd.DataFrame) -> pd.DataFrame:
     g = deployed_rows(res)
     g = g[~published_rows(g)].reindex(columns=PAIR_KEY + [
         "config", "median_us", "point_id", "pct_of_roof", "experts_hit", "git_commit",
-        "measured_at"])
+        "measured_at", "flops", "bytes"])
     return g[g["config"] == "default"].merge(g[g["config"] == "tuned"], on=PAIR_KEY,
                                              suffixes=("_d", "_t"))
 
@@ -288,7 +290,10 @@ def tuning_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
 def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int = 256,
               missing: str = NO_KERNELS) -> pd.DataFrame:
     """Per backend, model, sharding and dtype: the tuned layer's % of roof from `tokens`
-    up (median, lowest and where), and the GEMM that holds it back: of gemm1 and gemm2,
+    up (median, lowest and where; at the lowest, which floor sets the roof and the other as
+    % of it, _floors; the bounds from the fewest tokens to the most, e.g. 'memory to
+    compute'; the point nearest the ridge: the other floor the closest), and the GEMM that
+    holds it back: of gemm1 and gemm2,
     the one with the most time above its floor over those points (the ledger's over_us),
     with that time's share of the layer's (NO_KERNELS: the ledger has no GEMM row of
     them; '': neither GEMM is above its floor)."""
@@ -298,6 +303,9 @@ def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int =
     for (b, m, s, dt), g in p.groupby(["backend", "model", "sharding", "dtype"]):
         roof = pd.to_numeric(g["pct_of_roof"], errors="coerce")
         low = g.loc[roof.idxmin()] if roof.notna().any() else None
+        fl = pd.DataFrame([_floors(x) for x in g.sort_values("tokens").to_dict("records")],
+                          index=g.sort_values("tokens").index, columns=["bound", "other"])
+        other, bounds = fl["other"], list(dict.fromkeys(b for b in fl["bound"] if b))
         over, gemm = {}, missing
         if led is not None:
             lg_ = led[led["point_id"].isin(g["point_id"]) & led["phase"].isin(["gemm1", "gemm2"])]
@@ -308,11 +316,35 @@ def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int =
                          tokens=f"{int(g['tokens'].min())}-{int(g['tokens'].max())}",
                          median_pct_of_roof=roof.median(), lowest_pct_of_roof=roof.min(),
                          lowest_at=int(low["tokens"]) if low is not None else np.nan,
+                         **dict(zip(("bound_at_lowest", "other_floor_pct"), _floors(low))),
+                         bounds=" to ".join(bounds),
+                         nearest_ridge_at=(int(g.loc[other.idxmax(), "tokens"])
+                                           if other.notna().any() else np.nan),
                          held_back_by=gemm,
                          gemm_over_us=over.get(gemm, np.nan),
                          share_of_layer=(100 * over[gemm] / g["tuned_us"].sum()
                                          if gemm in over else np.nan)))
     return pd.DataFrame(rows)
+
+
+def _floors(row) -> tuple[str, float]:
+    """At a tuned point: which floor sets its roof, 'compute' (FLOPs at the matrix peak) or
+    'memory' (bytes at the roof bandwidth), by its device's ceilings, and the other floor as
+    % of it (100 at the ridge, where a kernel must keep both busy at once to reach the
+    roof); ('', NaN) where the row lacks its FLOPs, bytes or device."""
+    from ..core.devices import ceilings_for
+    from ..core.errors import UsageError
+    from ..cost.roofline import peak_tflops, roof_bandwidth
+    try:
+        ceil = ceilings_for(str(row["device"]))
+        compute = float(row["flops"]) / (peak_tflops(ceil, str(row["dtype"])) * 1e6)
+        memory = float(row["bytes"]) / (roof_bandwidth(ceil)[1] * 1e6)
+    except (KeyError, TypeError, ValueError, UsageError):
+        return "", np.nan
+    if not (compute > 0 and memory > 0):
+        return "", np.nan
+    hi, lo = max(compute, memory), min(compute, memory)
+    return ("compute" if compute >= memory else "memory"), 100 * lo / hi
 
 
 def newest_of(table: str, root=None, where=None) -> pd.DataFrame:
