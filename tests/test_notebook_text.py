@@ -36,3 +36,57 @@ def test_01_the_profiler_coverage_range_is_the_profilers():
     lo, hi = map(float, said(text, r"should lie in \[([\d.]+), ([\d.]+)\]").groups())
     assert (lo, hi) == profiling.COVERAGE_RANGE
     assert kernel_time.COVERAGE_RANGE is profiling.COVERAGE_RANGE  # defined once
+
+
+def _target(metric: str, lo=None, hi=None):
+    """The one target record on `metric` (and that token range, where given)."""
+    from moe_lab.analysis import targets as tg
+    found = [t for t in tg.TARGETS if t.metric == metric
+             and (lo is None or t.lo == lo) and (hi is None or t.hi == hi)]
+    assert len(found) == 1, (metric, lo, hi, found)
+    return found[0]
+
+
+def test_01_the_fp8_line_is_the_prefill_target():
+    text = markdown("01_kernel_time.ipynb", "## FP8 against bf16")
+    x, lo = said(text, r"dotted line: the ([\d.]+)x target at (\d+)\+ tokens").groups()
+    assert float(x) == _target("fp8_speedup", lo=int(lo), hi=math.inf).limit
+
+
+def test_03_the_fp8_targets_it_lists_are_the_records():
+    text = markdown("03_roofline.ipynb", "## FP8: % of the FP8 roof, and against bf16")
+    hi, pct = said(text, r"below (\d+) tokens >= (\d+)% of the FP8 roof").groups()
+    assert _target("fp8_pct_of_roof", lo=1, hi=int(hi) - 1).limit == float(pct)
+    lo, hi, pct = said(text, r"(\d+) to (\d+) >= (\d+)%").groups()
+    assert _target("fp8_pct_of_roof", lo=int(lo), hi=int(hi)).limit == float(pct)
+    lo, x = said(text, r"(\d+)\+ >= ([\d.]+)x bf16").groups()
+    assert _target("fp8_speedup", lo=int(lo), hi=math.inf).limit == float(x)
+
+
+def test_03_the_fp8_gemms_promise_is_the_records():
+    text = markdown("03_roofline.ipynb", "## FP8: is it the GEMM or the glue?")
+    mem, comp = said(text, r"FP8 promises ([\d.]+)x over bf16 where bf16's GEMMs are "
+                           r"memory-bound and ([\d.]+)x where they are compute-bound").groups()
+    assert float(mem) == _target("fp8_speedup_memory_bound").limit
+    assert float(comp) == _target("fp8_speedup_compute_bound").limit
+
+
+def test_05_the_vllm_goal_is_the_records():
+    text = markdown("05_tuning.ipynb", "## 5. The best own layer against vLLM as shipped")
+    band = said(text, r"no point above ([\d.]+) \(the run-to-run band\)")[1]
+    geo = said(text, r"geometric mean at or below (\d+(?:\.\d+)?)")[1]
+    assert float(band) == _target("own_over_vllm").limit
+    assert float(geo) == _target("own_over_vllm_geomean").limit
+
+
+def test_06_the_expert_parallel_targets_are_the_records():
+    text = markdown("06_expert_parallel.ipynb", "## 5. The targets")
+    pct = said(text, r"within (\d+)% of the measured")[1]
+    x = said(text, r"in at most ([\d.]+)x its one-GPU wall time")[1]
+    assert float(pct) / 100 == _target("prediction_err").limit
+    assert float(x) == _target("spread_ratio").limit
+    # the printed line takes the limit from the record, not a typed copy
+    code = json.loads((NOTEBOOKS / "06_expert_parallel.ipynb").read_text())["cells"]
+    src = "".join("".join(c["source"]) for c in code if c["cell_type"] == "code")
+    assert "predicted within {an.expert_parallel.TOLERANCE:.0%} of measured" in src
+    assert not re.search(r"within \d+% of measured", src)

@@ -99,6 +99,8 @@ def test_two_runs_give_a_compare_section_and_every_figure_with_its_provenance(
     text = open(out / "index.html").read()
     assert "Compare: b over a" in text and "bootstrap 95% interval" in text
     assert "Where eager time goes: a" in text and "Where eager time goes: b" in text
+    from moe_lab.measuring.eager_split import CHECK_TOL  # the split's own limit, not a copy
+    assert f"within {CHECK_TOL:.0%} of the timed eager median" in text
     assert "cpu" in page.figures[0]["caption"]
     # a second export into the same folder leaves no stale figure files behind
     assert main(["report", "--runs", str(a), "--out", str(out)]) == 0

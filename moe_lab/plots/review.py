@@ -126,7 +126,7 @@ def _split_section(run: Run) -> Section | None:
                        f"{len(t)} profiled eager calls (the run's sweep traces), each cut into "
                        "Python and dispatch on the host, launch gaps (device idle between the "
                        "call's kernels) and kernel time; the parts add up to the call's window, "
-                       f"which is within 10% of the timed eager median at {int(t['adds_up'].sum())}"
+                       f"which is within {eager_split.CHECK_TOL:.0%} of the timed eager median at {int(t['adds_up'].sum())}"
                        f" of {len(t)} points; the others say why."))
 
 
