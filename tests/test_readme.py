@@ -249,6 +249,19 @@ def test_the_numbers_the_readme_keeps_are_the_codes():
     assert m and int(m[1]) == len(TUNE_TOKENS)
 
 
+def test_every_count_of_the_tuning_keys_is_the_codes():
+    """Each '<n> keys' the README states (the search's keys, the files that hold them) is
+    len(TUNE_TOKENS), and 'the published H200 tunings' <n> and <m>' are the published keys
+    and the one key added to them."""
+    from moe_lab.core.constants import PUBLISHED_H200_KEYS, TUNE_TOKENS
+    text = " ".join(README.read_text().split())
+    counts = re.findall(r"\b(\d+) (?:token )?keys\b", text)
+    assert len(counts) >= 3 and {int(n) for n in counts} == {len(TUNE_TOKENS)}, counts
+    m = re.search(r"the published H200 tunings' (\d+) and (\d+)", text)
+    assert m and (int(m[1]), int(m[2])) == (len(PUBLISHED_H200_KEYS), TUNE_TOKENS[-1])
+    assert TUNE_TOKENS == PUBLISHED_H200_KEYS + (TUNE_TOKENS[-1],)
+
+
 def test_the_gpu_and_versions_the_readme_names_are_the_manifests():
     """'all GPU numbers so far are from one NVIDIA H200 (torch T, triton R, amd-aiter A ...)':
     every committed run measured on a GPU names that device and those versions."""
