@@ -48,6 +48,18 @@ def test_help_still_lists_every_verb_and_each_verbs_options():
     assert "fp8-block128" in sweep  # --dtype's choices, the dtypes with a correctness limit
     _, tune, _ = _help("tune")
     assert "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096,8192" in "".join(tune.split())
+    from moe_lab.core.problems import SEED_MODELS
+    for verb in ("check", "sweep", "tune"):  # "the four seed models" is SEED_MODELS' count
+        _, out, _ = _help(verb)
+        said = re.findall(r"the (\w+) seed models", " ".join(out.split()))
+        assert said and {["two", "three", "four", "five", "six"].index(w) + 2
+                         for w in said} == {len(SEED_MODELS)}, (verb, said)
+    from moe_lab.backends._aiter_dispatch import CU_GPU
+    _, prof, _ = _help("profile")  # --cu-num's examples are the dispatch's CU table
+    cus = re.search(r"the GPU's CU count \(([^)]*)\)", " ".join(prof.split()))[1]
+    pairs = re.findall(r"(\d+) (MI[\w/]+)", cus)
+    assert len(pairs) == 3 and all(set(g.split("/")) <= set(CU_GPU[int(n)].split("/"))
+                                   for n, g in pairs), pairs
     from moe_lab.core.constants import PUBLISHED_H200_KEYS, TUNE_TOKENS
     m = re.search(r"default: the (\d+) keys of the published tunings for the H200 and (\d+)",
                   " ".join(tune.split()))
