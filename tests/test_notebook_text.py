@@ -90,3 +90,41 @@ def test_06_the_expert_parallel_targets_are_the_records():
     src = "".join("".join(c["source"]) for c in code if c["cell_type"] == "code")
     assert "predicted within {an.expert_parallel.TOLERANCE:.0%} of measured" in src
     assert not re.search(r"within \d+% of measured", src)
+
+
+def test_04_the_claims_batches_and_ranks_are_the_registrys():
+    from moe_lab.core.problems import PRESETS
+    reg = json.loads((ROOT / "data" / "claims" / "registry.json").read_text())["configs"]
+    text = markdown("04_reproduce_claims.ipynb", "## What the claims imply for the kernels")
+    a, b = said(text, r"the benchmark's concurrency \((\d+) or (\d+) tokens per step\)").groups()
+    assert {int(a), int(b)} == {c["concurrency"] for c in reg.values() if c.get("concurrency")}
+    text = markdown("04_reproduce_claims.ipynb", "## AMD's own measurements of the claims' shapes")
+    n = said(text, r"DeepSeek-R1 claim runs TP8 EP8 \((\d+) experts per rank\)")[1]
+    ds = reg["002-deepseek-r1"]
+    assert (ds["tp"], ds["ep"]) == (8, 8) and int(n) == PRESETS[ds["preset"]].experts // ds["ep"]
+    # "aiter's shipped tuning table ... has DeepSeek-R1 at TP8 without EP only"
+    import pandas as pd
+    from moe_lab.analysis.runs import imported_runs
+    rows = pd.concat(pd.read_parquet(ROOT / "data" / "runs" / r / "results.parquet")
+                     for r in imported_runs())
+    ds_rows = rows[rows["model"] == "deepseek-r1"]
+    assert len(ds_rows) and set(ds_rows["ep"]) == {1} and 8 in set(ds_rows["tp"])
+
+
+def test_06_the_committed_run_it_describes_is_the_datas():
+    """'The run committed with this notebook is a CPU run (gloo, 2 processes ...) ... H200
+    2-GPU data is pending ..., and the 8-GPU run of issue 18 too': the newest distributed run
+    is that CPU run, and no distributed run was measured on a GPU or on 8 ranks."""
+    text = markdown("06_expert_parallel.ipynb", "# 06 · Expert parallelism")
+    backend, n = said(text, r"is a \*\*CPU run\*\* \((\w+), (\d+) processes").groups()
+    assert "H200 2-GPU data is pending" in text and "8-GPU run of issue 18 too" in text
+    found = []
+    for m in (ROOT / "data" / "runs").glob("*/manifest.json"):
+        d = json.loads(m.read_text()).get("distributed")
+        if d:
+            found.append((json.loads(m.read_text())["started"], d))
+    assert found
+    newest = max(found, key=lambda x: x[0])[1]
+    assert (newest["backend"], newest["world_size"]) == (backend, int(n))
+    assert all(r["torch_device"] == "cpu" for _, d in found for r in d["ranks"])
+    assert all(d["world_size"] != 8 for _, d in found)
