@@ -77,3 +77,7 @@ def test_help_constants_are_the_owners_values():
     assert constants.TUNE_TOKENS == constants.PUBLISHED_H200_KEYS + (8192,)
     assert SearchPlan().rungs == constants.SEARCH_RUNGS == (1 / 16, 1 / 4, 1.0)
     assert aiter_tables.MAX_ERR == 0.05 and tuning.VERIFY_MARGIN == 1.02
+    from moe_lab.measuring import compile as compile_mod
+    assert compile_mod.COMPILE_BUDGET_S is constants.COMPILE_BUDGET_S  # one definition
+    _, sweep, _ = _help("sweep")  # its help states it from there, not a typed copy
+    assert f"(default {constants.COMPILE_BUDGET_S:g})" in " ".join(sweep.split())

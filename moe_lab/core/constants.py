@@ -19,6 +19,8 @@ TUNE_TOKENS = PUBLISHED_H200_KEYS + (8192,)
 VERIFY_MARGIN = 1.02  # verify: a candidate this much faster than the committed winner is news
 # moe_lab.measuring.tuning_search.SearchPlan.rungs: each successive-halving rung's share of rep_ms
 SEARCH_RUNGS = (1 / 16, 1 / 4, 1.0)
+# moe_lab.measuring.compile: seconds of compile allowed per backend x variant (sweep --compile-budget)
+COMPILE_BUDGET_S = 900.0
 # moe_lab.measuring.timing: (p90 - p10) / median above this marks a point `noisy` (rows read it too)
 NOISE_LIMIT = 0.1
 
