@@ -254,8 +254,9 @@ WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
 
 def test_the_other_constants_the_readme_states_are_the_codes():
     """The verify margin ('over 2% faster'), the noisy mark ('p10-p90 over 10% of the
-    median'), the seed models ('the four seed models') and torch-fp8's row padding ('pads
-    rows to 16'): each the constant the code uses, not a copy that can drift from it."""
+    median'), the seed models ('the four seed models'), torch-fp8's row padding ('pads
+    rows to 16') and compare's interval ('bootstrap 95%'): each the constant the code
+    uses, not a copy that can drift from it."""
     from moe_lab.backends.torch_fp8 import ALIGN
     from moe_lab.core.constants import NOISE_LIMIT, VERIFY_MARGIN
     from moe_lab.core.problems import SEED_MODELS
@@ -268,6 +269,9 @@ def test_the_other_constants_the_readme_states_are_the_codes():
     assert seeds and {WORDS[w] for w in seeds} == {len(SEED_MODELS)}
     m = re.search(r"`torch-fp8` pads rows to (\d+) \(cuBLASLt\)", text)
     assert m and int(m[1]) == ALIGN
+    from moe_lab.analysis.compare import CONFIDENCE  # compare's interval
+    m = re.search(r"B/A ratio of medians with a bootstrap (\d+)% interval", text)
+    assert m and int(m[1]) == round(100 * CONFIDENCE)
 
 
 def test_every_count_of_the_tuning_keys_is_the_codes():

@@ -131,7 +131,7 @@ def _split_section(run: Run) -> Section | None:
 
 
 def _compare_section(a: Run, b: Run, by=None, values=None, mode=None) -> Section:
-    from ..analysis.compare import bands_line, compare, summary
+    from ..analysis.compare import CONFIDENCE, bands_line, compare, summary
     from .compare import fig_ratio
     t = compare(a, b, by, values)
     if mode:
@@ -146,7 +146,8 @@ def _compare_section(a: Run, b: Run, by=None, values=None, mode=None) -> Section
     cols = [c for c in ("model", "tp", "ep", "backend", "mode", "tokens", "a_us", "b_us",
                         "ratio", "low", "high", "band_low", "band_high", "verdict") if c in t]
     drawn = [(a, _matched(a, t))] + ([] if b is a else [(b, _matched(b, t))])
-    text = ("Per matching point, B/A ratio of medians with a bootstrap 95% interval from the "
+    text = (f"Per matching point, B/A ratio of medians with a bootstrap {CONFIDENCE:.0%} "
+            "interval from the "
             "kept samples; a verdict needs the change to clear both that interval and the "
             f"device's between-process noise band in the mode (shaded; {bands_line(t)}): "
             f"{summary(t)}.")
