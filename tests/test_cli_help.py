@@ -4,6 +4,7 @@ from `python -X importtime`, never from a clock: the import list is the property
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,22 @@ def test_help_still_lists_every_verb_and_each_verbs_options():
     assert "fp8-block128" in sweep  # --dtype's choices, the dtypes with a correctness limit
     _, tune, _ = _help("tune")
     assert "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096,8192" in "".join(tune.split())
+    from moe_lab.core.problems import SEED_MODELS
+    for verb in ("check", "sweep", "tune"):  # "the four seed models" is SEED_MODELS' count
+        _, out, _ = _help(verb)
+        said = re.findall(r"the (\w+) seed models", " ".join(out.split()))
+        assert said and {["two", "three", "four", "five", "six"].index(w) + 2
+                         for w in said} == {len(SEED_MODELS)}, (verb, said)
+    from moe_lab.backends._aiter_dispatch import CU_GPU
+    _, prof, _ = _help("profile")  # --cu-num's examples are the dispatch's CU table
+    cus = re.search(r"the GPU's CU count \(([^)]*)\)", " ".join(prof.split()))[1]
+    pairs = re.findall(r"(\d+) (MI[\w/]+)", cus)
+    assert len(pairs) == 3 and all(set(g.split("/")) <= set(CU_GPU[int(n)].split("/"))
+                                   for n, g in pairs), pairs
+    from moe_lab.core.constants import PUBLISHED_H200_KEYS, TUNE_TOKENS
+    m = re.search(r"default: the (\d+) keys of the published tunings for the H200 and (\d+)",
+                  " ".join(tune.split()))
+    assert m and (int(m[1]), int(m[2])) == (len(PUBLISHED_H200_KEYS), TUNE_TOKENS[-1])
 
 
 def test_help_constants_are_the_owners_values():
@@ -57,5 +74,10 @@ def test_help_constants_are_the_owners_values():
     from moe_lab.measuring.tuning_search import SearchPlan
     assert sorted(constants.DTYPE_NAMES) == sorted(correctness.THRESHOLDS) == sorted(problems.DTYPES)
     assert tuning.TUNE_TOKENS == constants.TUNE_TOKENS and len(tuning.TUNE_TOKENS) == 19
+    assert constants.TUNE_TOKENS == constants.PUBLISHED_H200_KEYS + (8192,)
     assert SearchPlan().rungs == constants.SEARCH_RUNGS == (1 / 16, 1 / 4, 1.0)
     assert aiter_tables.MAX_ERR == 0.05 and tuning.VERIFY_MARGIN == 1.02
+    from moe_lab.measuring import compile as compile_mod
+    assert compile_mod.COMPILE_BUDGET_S is constants.COMPILE_BUDGET_S  # one definition
+    _, sweep, _ = _help("sweep")  # its help states it from there, not a typed copy
+    assert f"(default {constants.COMPILE_BUDGET_S:g})" in " ".join(sweep.split())

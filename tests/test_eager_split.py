@@ -102,6 +102,12 @@ def test_committed_h200_traces_add_up_or_say_why():
         assert 0.85 < r["kernel_us"] / k < 1.15
     # at decode (1-2 tokens) the device is idle most of an eager call: the figure's point
     assert (t["kernel_us"] / t["wall_us"] < 0.2).all()
+    # the figure's note states the split's own limit (CHECK_TOL), not a typed copy
+    from moe_lab.plots.eager_split import fig_eager_split
+    from moe_lab.storage.store import open_run
+    fig = fig_eager_split(open_run(H200), t)
+    note = " ".join(" ".join(x.get_text() for x in fig.texts).split())
+    assert f"red where beyond {es.CHECK_TOL:.0%} ({int((~t['adds_up']).sum())} of 4;" in note
 
 
 def test_check_reasons():

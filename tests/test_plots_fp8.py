@@ -54,6 +54,12 @@ def test_fp8_against_bf16_from_two_runs(runs_dir):
     assert "fp8-channel" in fig.texts[-1].get_text()  # the footer names the dtype
     assert any(line.get_label().startswith("fp8-channel eager") for ax in fig.axes
                for line in ax.get_lines())
+    # the dotted line and its note are the prefill target's record, not a typed copy
+    from moe_lab.analysis.targets import by_name
+    lim = by_name("fp8 >= 1.5x bf16, 4096+ tokens").limit
+    assert f"dotted: the {lim:g}x target" in " ".join(t.get_text() for t in fig.texts)
+    assert any(line.get_linestyle() == ":" and list(line.get_ydata()) == [lim, lim]
+               for ax in fig.axes for line in ax.get_lines())
 
 
 def test_no_fp8_rows_says_so(tmp_path, runs_dir):

@@ -249,6 +249,44 @@ def test_the_numbers_the_readme_keeps_are_the_codes():
     assert m and int(m[1]) == len(TUNE_TOKENS)
 
 
+WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+
+
+def test_the_other_constants_the_readme_states_are_the_codes():
+    """The verify margin ('over 2% faster'), the noisy mark ('p10-p90 over 10% of the
+    median'), the seed models ('the four seed models'), torch-fp8's row padding ('pads
+    rows to 16') and compare's interval ('bootstrap 95%'): each the constant the code
+    uses, not a copy that can drift from it."""
+    from moe_lab.backends.torch_fp8 import ALIGN
+    from moe_lab.core.constants import NOISE_LIMIT, VERIFY_MARGIN
+    from moe_lab.core.problems import SEED_MODELS
+    text = " ".join(README.read_text().split())
+    m = re.search(r"any candidate over (\d+)% faster than the committed winner", text)
+    assert m and int(m[1]) == round(100 * (VERIFY_MARGIN - 1))
+    m = re.search(r"Noisy points \(p10-p90 over (\d+)% of the median\)", text)
+    assert m and int(m[1]) == round(100 * NOISE_LIMIT)
+    seeds = re.findall(r"the (\w+) seed models", text)
+    assert seeds and {WORDS[w] for w in seeds} == {len(SEED_MODELS)}
+    m = re.search(r"`torch-fp8` pads rows to (\d+) \(cuBLASLt\)", text)
+    assert m and int(m[1]) == ALIGN
+    from moe_lab.analysis.compare import CONFIDENCE  # compare's interval
+    m = re.search(r"B/A ratio of medians with a bootstrap (\d+)% interval", text)
+    assert m and int(m[1]) == round(100 * CONFIDENCE)
+
+
+def test_every_count_of_the_tuning_keys_is_the_codes():
+    """Each '<n> keys' the README states (the search's keys, the files that hold them) is
+    len(TUNE_TOKENS), and 'the published H200 tunings' <n> and <m>' are the published keys
+    and the one key added to them."""
+    from moe_lab.core.constants import PUBLISHED_H200_KEYS, TUNE_TOKENS
+    text = " ".join(README.read_text().split())
+    counts = re.findall(r"\b(\d+) (?:token )?keys\b", text)
+    assert len(counts) >= 3 and {int(n) for n in counts} == {len(TUNE_TOKENS)}, counts
+    m = re.search(r"the published H200 tunings' (\d+) and (\d+)", text)
+    assert m and (int(m[1]), int(m[2])) == (len(PUBLISHED_H200_KEYS), TUNE_TOKENS[-1])
+    assert TUNE_TOKENS == PUBLISHED_H200_KEYS + (TUNE_TOKENS[-1],)
+
+
 def test_the_gpu_and_versions_the_readme_names_are_the_manifests():
     """'all GPU numbers so far are from one NVIDIA H200 (torch T, triton R, amd-aiter A ...)':
     every committed run measured on a GPU names that device and those versions."""

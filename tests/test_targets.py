@@ -6,6 +6,8 @@ summary names the worst miss (by the us to remove), not the first or the least, 
 median is the median; what holds a point back is the ledger's phase with the most time
 above its floor (the gaps included), one answer for every target."""
 import ast
+import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -215,3 +217,65 @@ def test_the_fp8_targets_count_what_is_met_with_the_median():
 def test_a_value_without_a_roof_is_not_a_point_of_the_target():
     assert evaluate_roof(roof_row(8, float("nan"))).empty
     assert tg.summary(evaluate_roof(roof_row(8, float("nan")))).empty
+
+
+_NUM = r"(?<![\w.])(\d+(?:\.\d+)?)(?:x|%)?(?![\w.])"  # 1.5x, 50%, 16 (not gemm1, 2T)
+_DEFINITIONAL = ("weights at 1 byte, not 2", "2x peak")  # what a measure is, not a limit
+
+
+def _stated(t) -> tuple[list[float], str]:
+    """The numbers a target's name and `measures` text state, and that text."""
+    text = f"{t.name} | {t.measures}"
+    for d in _DEFINITIONAL:
+        text = text.replace(d, "")
+    text = re.sub(r"issues? \d+", "issue", text)  # an issue's number is no limit
+    return [float(x) for x in re.findall(_NUM, text)], text
+
+
+def _renderings(t) -> set[float]:
+    """Every way a record's own fields may be stated: the limit (as is, as a percentage of a
+    fraction, as the margin over 1 in %), the token range (hi + 1 for `<16`) and the
+    allowance."""
+    lim = t.limit
+    out = {lim, round(lim * 100, 6), round((lim - 1) * 100, 6), t.lo, t.allowance_us}
+    if t.hi != math.inf:
+        out |= {t.hi, t.hi + 1}
+    return out
+
+
+def test_every_number_a_targets_name_states_is_its_records():
+    """A target's name is its lookup key and its label in every table (findings, notebook
+    05): each number it (or its `measures` text) states is one of the record's own fields,
+    and its token phrase is the record's range, so a limit changed in the record and not
+    in the name fails here; a name that states no number is a `not slower` / `at or below`
+    target, limit 1."""
+    for t in tg.TARGETS:
+        nums, text = _stated(t)
+        stray = [x for x in nums if x not in _renderings(t)]
+        assert not stray, f"{t.name!r} states {stray}, not its record's {_renderings(t)}"
+        name_nums = [float(x) for x in re.findall(_NUM, t.name)]
+        if not name_nums:
+            assert t.limit == 1.0 and re.search(r"not slower|at or below", t.name), t.name
+        else:
+            shown = {t.limit, round(t.limit * 100, 6), round((t.limit - 1) * 100, 6)}
+            assert shown & set(name_nums), f"{t.name!r} does not state its limit {t.limit}"
+        if m := re.search(r"(\d+)(?:-| to )(\d+) tokens", text):
+            assert (t.lo, t.hi) == (int(m[1]), int(m[2])), t.name
+        if m := re.search(r"(?:<|below )(\d+) tokens", text):
+            assert (t.lo, t.hi) == (1, int(m[1]) - 1), t.name
+        if m := re.search(r"(?:>=(\d+)|(\d+)\+) tokens", text):
+            assert (t.lo, t.hi) == (int(m[1] or m[2]), math.inf), t.name
+        if m := re.search(r"from (\d+) tokens", text):
+            assert t.lo == int(m[1]), t.name
+
+
+def test_a_drifted_name_would_fail():
+    """Not vacuous: the record with another limit, or another range, no longer matches."""
+    from dataclasses import replace
+    t = tg.by_name("16-64 tokens: >= 85% of roof")
+    for bad in (replace(t, limit=80.0), replace(t, hi=128)):
+        nums, text = _stated(bad)
+        assert [x for x in nums if x not in _renderings(bad)] or \
+            (bad.lo, bad.hi) != tuple(map(int, re.search(r"(\d+)-(\d+) tokens", text).groups()))
+    v = tg.by_name("a second search finds nothing 2% faster")
+    assert 2.0 not in _renderings(replace(v, limit=1.05))

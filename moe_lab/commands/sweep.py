@@ -9,6 +9,7 @@ import math
 import os
 import sys
 
+from ..core import constants
 from ..core.errors import UsageError
 from . import default_data_dir_arg, options
 from ..distributed.launch import (add_arguments as add_distributed_arguments, refuse_without_nproc,
@@ -105,7 +106,8 @@ def configure(p):
                    help="compile modes: seconds of compile allowed per backend x variant "
                         "(x wrapped) over the token grid; a compile running past it is "
                         "stopped and it and the remaining token counts become timeout rows. "
-                        "BACKEND=S sets one backend's budget, e.g. 150,torch=30 (default 900)")
+                        "BACKEND=S sets one backend's budget, e.g. 150,torch=30 "
+                        f"(default {constants.COMPILE_BUDGET_S:g})")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="measure part I of N of the points (0 <= I < N), split by point id: the "
                         "same on every machine, so N machines or GPUs can share a sweep; "

@@ -11,7 +11,7 @@ from ..core import constants
 from ..core.errors import UsageError
 from . import default_data_dir_arg, options
 
-TUNE_TOKENS = ",".join(map(str, constants.TUNE_TOKENS))  # the 19 keys, moe_lab.measuring.tuning's
+TUNE_TOKENS = ",".join(map(str, constants.TUNE_TOKENS))  # moe_lab.measuring.tuning's keys
 
 
 def configure(p):
@@ -22,8 +22,9 @@ def configure(p):
     options.shape(p)
     p.add_argument("--tokens", default=TUNE_TOKENS,
                    help="token counts to tune, the keys of the config files (a caller uses "
-                        "the nearest); default: the 18 keys of the published tunings for "
-                        "the H200 and 8192, " + TUNE_TOKENS)
+                        f"the nearest); default: the {len(constants.PUBLISHED_H200_KEYS)} "
+                        "keys of the published tunings for the H200 and "
+                        f"{constants.TUNE_TOKENS[-1]}, " + TUNE_TOKENS)
     options.dtype(p)
     p.add_argument("--routing", default="uniform")
     options.device(p)

@@ -10,13 +10,17 @@ FP8_SCHEMES = ("fp8-tensor", "fp8-channel", "fp8-block128")
 # every dtype a point can take: the keys of core.problems.DTYPES and correctness.THRESHOLDS
 DTYPE_NAMES = ("bf16", "fp16", "fp32") + FP8_SCHEMES
 
-# moe_lab.measuring.tuning: the token counts a tuned file holds by default: the 18 keys of the
-# published tunings of this kernel for the H200, and 8192
-TUNE_TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072,
-               4096, 8192)
+# moe_lab.measuring.tuning: the token counts a tuned file holds by default: the keys of the
+# published tunings of this kernel for the H200 (vLLM's shipped files), and 8192; the text
+# that counts them (README, `tune --help`) takes len() of these
+PUBLISHED_H200_KEYS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048,
+                       3072, 4096)
+TUNE_TOKENS = PUBLISHED_H200_KEYS + (8192,)
 VERIFY_MARGIN = 1.02  # verify: a candidate this much faster than the committed winner is news
 # moe_lab.measuring.tuning_search.SearchPlan.rungs: each successive-halving rung's share of rep_ms
 SEARCH_RUNGS = (1 / 16, 1 / 4, 1.0)
+# moe_lab.measuring.compile: seconds of compile allowed per backend x variant (sweep --compile-budget)
+COMPILE_BUDGET_S = 900.0
 # moe_lab.measuring.timing: (p90 - p10) / median above this marks a point `noisy` (rows read it too)
 NOISE_LIMIT = 0.1
 

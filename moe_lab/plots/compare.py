@@ -10,6 +10,7 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..analysis.compare import CONFIDENCE
 from ..analysis.noise import band_text
 from ..core.problems import sharding_name
 from . import style
@@ -60,7 +61,7 @@ def fig_ratio(table: pd.DataFrame, a, b, by=None, values=None) -> Figure:
             ax.errorbar(err["tokens"], err["ratio"],
                         yerr=[err["ratio"] - err["low"], err["high"] - err["ratio"]],
                         fmt="none", ecolor=c, elinewidth=1.6, capsize=3,
-                        label="bootstrap 95% interval")
+                        label=f"bootstrap {CONFIDENCE:.0%} interval")
             plain = g[~g["verdict"].isin(list(MARK))]
             ax.plot(plain["tokens"], plain["ratio"], "o", color=c, markersize=3.5,
                     markerfacecolor="white", linestyle="none")
@@ -81,7 +82,7 @@ def fig_ratio(table: pd.DataFrame, a, b, by=None, values=None) -> Figure:
     bare = int((t["verdict"] == "no samples").sum())
     nb = (f"; {bare} points without samples: ratio only, no interval" if bare else "")
     from ..analysis.compare import bands_line
-    return style.finish(fig, a, None, f"{what}; bars: bootstrap 95% intervals; shaded: the "
+    return style.finish(fig, a, None, f"{what}; bars: bootstrap {CONFIDENCE:.0%} intervals; shaded: the "
                         "device's between-process noise band in the mode, calibrated from "
                         "A/A' pairs (a verdict needs the whole bar outside it); below 1: B "
                         f"faster{nb}; {bands_line(t)}")

@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from ..measuring.eager_split import PART_LABELS, PARTS
+from ..measuring.eager_split import CHECK_TOL, PART_LABELS, PARTS
 from ..core.problems import sharding_name
 from . import style
 from ..analysis.eager_split_tables import (  # noqa: F401 (the tables)
@@ -68,7 +68,7 @@ def fig_eager_split(run, t: pd.DataFrame | None = None) -> Figure:
     fig.suptitle(f"Where eager time goes, {run.device}", fontsize=11, x=0.01, ha="left")
     n_bad = int((~t["adds_up"]).sum())
     note = ("bars: one profiled call (mean of the calls after the first); over a bar: its sum "
-            f"/ the timed eager median, red where beyond 10% ({n_bad} of {len(t)}; "
+            f"/ the timed eager median, red where beyond {CHECK_TOL:.0%} ({n_bad} of {len(t)}; "
             "`moe-lab profile --split --run` says why)")
     rows = run.results[run.results["backend"].isin(bks) & run.results["model"].isin(t["model"])
                        & run.results["tokens"].isin(t["tokens"])]

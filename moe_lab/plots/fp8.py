@@ -12,6 +12,8 @@ from ..core.problems import sharding_name
 from ..storage.store import Run
 from . import style
 
+PREFILL_TARGET = tg.by_name("fp8 >= 1.5x bf16, 4096+ tokens")  # the dotted line and its note
+
 
 def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | None = None):
     """Speedup of the best FP8 point over the best bf16 point vs tokens, a line (and a
@@ -49,14 +51,13 @@ def fig_fp8_vs_bf16(cmp: pd.DataFrame, run: Run | None, rows: pd.DataFrame | Non
             ax.plot(g["tokens"], g["speedup"], ls, marker="o", ms=3,
                     color=colors[(str(scheme), str(mode))], label=f"{scheme} {mode}: bf16 / fp8")
         ax.axhline(1.0, color="0.6", lw=0.8)
-        ax.axhline(tg.by_name("fp8 >= 1.5x bf16, 4096+ tokens").limit, color="0.6", lw=0.8,
-                   ls=":")
+        ax.axhline(PREFILL_TARGET.limit, color="0.6", lw=0.8, ls=":")
         ax.set_xscale("log", base=2)
         ax.set_title(f"{model} {sharding_name(tp, ep)}", fontsize=8)
         ax.set_xlabel("tokens")
         ax.set_ylabel("speedup over best bf16")
     runs = sorted(set(have["fp8_run"]) | set(have.get("bf16_run", pd.Series(dtype=str)).dropna()))
-    note = f"dotted: the 1.5x target; rows from {', '.join(runs)}"
+    note = f"dotted: the {PREFILL_TARGET.limit:g}x target; rows from {', '.join(runs)}"
     if len(devices) > 1:
         note += f"; {devices.index[0]} shown, {len(devices) - 1} other device(s) in the table"
     drawn = rows[rows["device"] == devices.index[0]] if rows is not None else None

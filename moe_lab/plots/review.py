@@ -126,12 +126,12 @@ def _split_section(run: Run) -> Section | None:
                        f"{len(t)} profiled eager calls (the run's sweep traces), each cut into "
                        "Python and dispatch on the host, launch gaps (device idle between the "
                        "call's kernels) and kernel time; the parts add up to the call's window, "
-                       f"which is within 10% of the timed eager median at {int(t['adds_up'].sum())}"
+                       f"which is within {eager_split.CHECK_TOL:.0%} of the timed eager median at {int(t['adds_up'].sum())}"
                        f" of {len(t)} points; the others say why."))
 
 
 def _compare_section(a: Run, b: Run, by=None, values=None, mode=None) -> Section:
-    from ..analysis.compare import bands_line, compare, summary
+    from ..analysis.compare import CONFIDENCE, bands_line, compare, summary
     from .compare import fig_ratio
     t = compare(a, b, by, values)
     if mode:
@@ -146,7 +146,8 @@ def _compare_section(a: Run, b: Run, by=None, values=None, mode=None) -> Section
     cols = [c for c in ("model", "tp", "ep", "backend", "mode", "tokens", "a_us", "b_us",
                         "ratio", "low", "high", "band_low", "band_high", "verdict") if c in t]
     drawn = [(a, _matched(a, t))] + ([] if b is a else [(b, _matched(b, t))])
-    text = ("Per matching point, B/A ratio of medians with a bootstrap 95% interval from the "
+    text = (f"Per matching point, B/A ratio of medians with a bootstrap {CONFIDENCE:.0%} "
+            "interval from the "
             "kept samples; a verdict needs the change to clear both that interval and the "
             f"device's between-process noise band in the mode (shaded; {bands_line(t)}): "
             f"{summary(t)}.")
