@@ -18,13 +18,13 @@ from ..cost.roofline import add_roofline_columns
 from ..storage.rows import ok_rows
 from ..storage.store import open_run
 from . import metrics
+from .kernel_time import PHASE_TOKENS  # the phase figures' token counts, defined once
 from .runs import open_tuned_run  # noqa: F401 (the run notebook 05 reads)
 
 DEFAULT, TUNED = "default", "tuned"
 BEFORE = (("torch-grouped", DEFAULT), ("aiter-triton", DEFAULT))  # shipped configurations
 AFTER = BEFORE + (("aiter-triton", TUNED),)                       # moe-lab tune's added
 POINT = ["model", "sharding", "tp", "ep", "ep_rank", "dtype", "routing", "tokens"]
-PHASE_TOKENS = (1, 64, 1024, 8192)
 GLUE_BEFORE_RUN = "h200-seed4-20261129"  # torch-grouped with its old fp32 glue
 
 
