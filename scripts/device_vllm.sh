@@ -7,21 +7,20 @@
 #   MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh sweep|tune|tuned|align|stage [tune]
 #
 # Before the first call, here: bash scripts/fetch-device-wheels.sh && bash
-# scripts/fetch-device-wheels.sh vllm (prints the part names; with vllm 0.26.0's wheel and
-# the pinned deps the archive is always vllm-07a891b0: 3 parts of 34.8 MiB when cut beside
-# a tree under ~19 MiB, and they travel (tree + part + 38 KB aiter cut < 64 MiB) until the
-# tree reaches ~29 MiB). The run calls, in order (timeout_s 600 each; <sha>: git rev-parse
-# --short HEAD of the commit whose tree travels):
+# scripts/fetch-device-wheels.sh vllm: it prints the part names, vllm-<id>-K-of-N (with vllm
+# 0.26.0's wheel and the pinned deps the id is always 07a891b0; N follows the tree's size:
+# each part travels with the tree and the 38 KB aiter cut under 64 MiB, so a larger tree
+# means more, smaller parts). The run calls, in order (timeout_s 600 each; <sha>: git
+# rev-parse --short HEAD of the commit whose tree travels):
 #
-#   1. command "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh sweep"
-#      carry [".whl/aiter-cut.tar.gz", ".whl/vllm/parts/vllm-07a891b0-0-of-3"]
-#      ~2-3 min (the machine's start, 50 MiB sent): part 0 staged, nothing measured
-#   2. the same command, carry [".whl/aiter-cut.tar.gz", ".whl/vllm/parts/vllm-07a891b0-1-of-3"]
-#      ~1 min: part 1 staged. Make each next call AT ONCE: the machine keeps /tmp only 30 s
-#      after a call returns; a call that says a part staged before is missing found a fresh
-#      machine: start again from part 0.
-#   3. the same command, carry [".whl/aiter-cut.tar.gz", ".whl/vllm/parts/vllm-07a891b0-2-of-3"]
-#      ~10 min: vLLM unpacked into /tmp/vllm-site (checked: `vllm` available), then the sweep
+#   1. command "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh stage" (or the mode to
+#      run once staged), carry [".whl/aiter-cut.tar.gz", ".whl/vllm/parts/vllm-<id>-0-of-N"]
+#      (the first waits for the machine's start): part 0 staged, nothing measured
+#   2. the same, with part 1, ..., part N-2. Make each next call AT ONCE: the machine keeps
+#      /tmp only 30 s after a call returns; a call that says a part staged before is
+#      missing found a fresh machine: start again from part 0.
+#   3. the mode's command (sweep, tune, ...), carry [".whl/aiter-cut.tar.gz", part N-1]:
+#      vLLM unpacked into /tmp/vllm-site (checked: `vllm` available), then the mode runs
 #   4. the same command, carry [".whl/aiter-cut.tar.gz"]: ~10 min, the sweep goes on; again
 #      until it prints "sweep: every job complete" (one GPU: about 2 calls in all; x2: 1)
 #   5. command "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh tune",
@@ -37,9 +36,9 @@
 # $OUT/bundle.tar.gz (runs/, logs/, configs/): extract it and commit data/runs/h200-vllm-*
 # (and h200-tune-vllm-*) after each call, so a fresh machine resumes from them.
 #
-# sweep: JOBS (dtype:ep:models, TP8), tokens TOKENS, graph mode, checked against the
-# reference, profiled (the phases the ledger reads), one run folder per job,
-# data/runs/h200-vllm-<dtype>-<tp8|tp8ep8>: the job's models with a tuned vLLM file
+# sweep: JOBS (dtype:ep:models, TP8), tokens TOKENS (default core.constants.SEED_SWEEP_TOKENS),
+# graph mode, checked against the reference, profiled (the phases the ledger reads), one run
+# folder per job, data/runs/h200-vllm-<dtype>-<tp8|tp8ep8>: the job's models with a tuned vLLM file
 # committed get every backend of the job with --config default,tuned in one process (vllm
 # as shipped and with moe-lab's file, aiter-triton default and tuned, back to back per token
 # count, beside torch-grouped and the FP8 backends); the others --config default, then
@@ -101,7 +100,7 @@ if [ "$MODE" = align ]; then
   TOKENS=${TOKENS:-1,16,64}
   JOBS=${JOBS:-"bf16:1:qwen3-235b-a22b fp8-block128:1:deepseek-r1"}
 else
-  TOKENS=${TOKENS:-1,16,64,256,1024,2048,4096,8192}
+  TOKENS=${TOKENS:-$(python3 -c "from moe_lab.core.constants import SEED_SWEEP_TOKENS as t; print(','.join(map(str, t)))")}
   JOBS=${JOBS:-"bf16:1:llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b bf16:8:deepseek-r1 fp8-block128:1:deepseek-r1 fp8-block128:8:deepseek-r1 fp8-channel:1:llama4-scout-16e,llama4-maverick-128e"}
 fi
 RUNSTAGE=${VLLM_RUNSTAGE:-/tmp/moe_lab_vllm_runs}; mkdir -p $RUNSTAGE  # a warm machine: the next call resumes here

@@ -209,13 +209,14 @@ def test_parts_that_do_not_join_are_refused_and_another_builds_set_aside(tmp_pat
 
 def test_the_script_header_names_the_parts_fetch_makes():
     """The run calls at the top of scripts/device_vllm.sh carry the parts by the names
-    scripts/fetch-device-wheels.sh gives them (db.PART) and the aiter cut."""
+    scripts/fetch-device-wheels.sh gives them (db.PART, with the id and count it prints
+    put in) and the aiter cut."""
     text = (ROOT / "scripts" / "device_vllm.sh").read_text()
     import re
-    named = set(re.findall(r"\.whl/vllm/parts/(vllm-[0-9a-f]{8}-\d+-of-\d+)", text))
-    assert named and all(db.PART.match(n) for n in named)
-    n = {int(db.PART.match(x)[3]) for x in named}
-    assert len(n) == 1 and {int(db.PART.match(x)[2]) for x in named} == set(range(n.pop()))
+    named = re.findall(r"\.whl/vllm/parts/(vllm-<id>-\d+-of-N)", text)
+    assert named and all(db.PART.match(n.replace("<id>", "07a891b0").replace("N", "4"))
+                         for n in named)
+    assert "vllm-<id>-K-of-N" in text and "07a891b0" in text  # the form, and the id it has
     assert text.count('".whl/aiter-cut.tar.gz"') >= 5
 
 

@@ -272,6 +272,39 @@ def test_what_is_left_searches_started_first_then_sweeps_of_the_files_that_hold_
         tf.left("verify", data_dir=runs, configs_dir=cfg, required=req)
 
 
+def test_a_vllm_file_is_left_for_a_sweep_until_vllm_as_shipped_and_tuned_are_timed_after_it(
+        tmp_path):
+    """left('sweep', backends=('vllm',)): vLLM's own kernel has no default but vLLM as
+    shipped (a published tuning), so its shape is swept until vLLM as shipped and vLLM with
+    the committed file are timed at every SEED_SWEEP_TOKENS count, the tuned rows after the
+    file was written."""
+    from moe_lab.core.constants import SEED_SWEEP_TOKENS
+    cfg, runs = tmp_path / "configs", tmp_path / "runs"
+    name = "E=256,N=256,device_name=NVIDIA_H200.json"
+    _file(cfg / "vllm", name, TUNE_TOKENS)
+    (cfg / "vllm" / "provenance.json").write_text(json.dumps({name: dict(
+        run="tune-v", candidates_timed=10, written="2026-12-02T00:00:00+00:00")}))
+    (runs / "tune-v").mkdir(parents=True)
+    (runs / "tune-v" / "manifest.json").write_text(json.dumps({"kind": "tune",
+                                                               "status": "complete"}))
+    req = ((41, "vllm", "deepseek-r1", 8, 1, "bf16"),)
+
+    def run(at, tokens=SEED_SWEEP_TOKENS):
+        rows = [_row(t, "tuned", 90.0, at, backend="vllm", device="NVIDIA H200") for t in tokens]
+        rows += [_row(t, "default", 100.0, at, backend="vllm", device="NVIDIA H200",
+                      config_file=f"/site/vllm/configs/{name}") for t in tokens]
+        return _run("v", rows)
+
+    def left(r):
+        return tf.left("sweep", backends=("vllm",), data_dir=runs, configs_dir=cfg,
+                       required=req, runs=[r])
+    word = ["vllm:deepseek-r1:8:1:bf16"]
+    assert left(run("2026-12-03T00:00:00+00:00")) == []
+    assert left(run("2026-12-01T00:00:00+00:00")) == word  # timed before the file: history
+    assert left(run("2026-12-03T00:00:00+00:00", SEED_SWEEP_TOKENS[1:])) == word
+    assert tf.left("tune", backends=("vllm",), data_dir=runs, configs_dir=cfg, required=req) == []
+
+
 def test_inside_shared_the_pairs_are_read_once_and_each_caller_gets_its_copy(tmp_path,
                                                                             monkeypatch):
     """findings reads the pairs for the targets and again for its section: inside

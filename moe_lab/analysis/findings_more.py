@@ -310,12 +310,21 @@ def tuned_files_section(runs) -> list[str]:
            f"{int(inv['holds_grid'].sum())} of {len(inv)} ({per}).", "", *md_table(show)]
     own = ("aiter-triton", "aiter-triton-silu")
     todo = dict(tune=tf.left("tune", backends=own), vllm=tf.left("tune", backends=("vllm",)),
-                sweep=tf.left("sweep", backends=own, runs=runs))
+                sweep=tf.left("sweep", backends=own, runs=runs),
+                vsweep=tf.left("sweep", backends=("vllm",), runs=runs))
+    jobs: dict = {}  # device_vllm.sh's JOBS: dtype:ep:models
+    for w in todo["vsweep"]:
+        _, m, _, ep, dt = w.split(":")
+        jobs.setdefault(f"{dt}:{ep}", []).append(m)
+    vjobs = " ".join(f"{k}:{','.join(v)}" for k, v in jobs.items())
     out += ["", "Left for the GPU (`tuned_files.left`: what the device scripts take when no "
             "SHAPES is given, so the same command resumes until nothing is left): searches, "
             f"`device_tune.sh`: {' '.join(todo['tune']) or 'none'}; `device_vllm.sh tune`: "
             f"{' '.join(todo['vllm']) or 'none'}; tuned against default at every key, "
-            f"`device_tune.sh sweep`: {' '.join(todo['sweep']) or 'none'}."]
+            f"`device_tune.sh sweep`: {' '.join(todo['sweep']) or 'none'}; vLLM with its "
+            "tuned file against vLLM as shipped, measured after the file was written: "
+            + (f"`TAG=<a new word> JOBS=\"{vjobs}\" bash scripts/device_vllm.sh sweep`."
+               if vjobs else "none.")]
     pairs, stale = tf.current_pairs(runs)
     prs = [r for r in runs if r.run_id in set(pairs["run_id"])]
     rows = []
@@ -328,7 +337,7 @@ def tuned_files_section(runs) -> list[str]:
                          slower_than_at_2T=_tokens(g.loc[g["two_t_over_t"] < 1, "tokens"]),
                          runs=", ".join(sorted(set(g["run_id"])))))
     have = set(zip(pairs["backend"], pairs["model"], pairs["sharding"], pairs["dtype"]))
-    bare = inv[[(b, m, sh, dt) not in have for b, m, sh, dt in
+    bare = inv[[(b, m, sh, dt) not in have and b != "vllm" for b, m, sh, dt in
                 zip(inv["backend"], inv["model"], inv["sharding"], inv["dtype"])]]
     out += ["", "### Tuned against default with the committed files", "",
             provenance(prs, pairs), "",
@@ -337,7 +346,8 @@ def tuned_files_section(runs) -> list[str]:
             "written, default / tuned over them, and the token counts where tuned is slower "
             "than default or slower than at twice the tokens (the two tuning targets above). "
             f"Tuned points measured only before their file was written, left out: {stale}. "
-            "Required shapes with no such point yet: "
+            "Required shapes with no such point yet (vllm's: against vLLM as shipped, under "
+            "published tunings below): "
             + (", ".join(f"{b} {m} {sh} {dt}" for b, m, sh, dt in zip(
                 bare["backend"], bare["model"], bare["sharding"], bare["dtype"])) or "none")
             + ".", "", *md_table(pd.DataFrame(rows))]

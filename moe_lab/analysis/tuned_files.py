@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.constants import TUNE_TOKENS
+from ..core.constants import SEED_SWEEP_TOKENS, TUNE_TOKENS
 from ..cost import ledger as lg
 from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows, published_rows
@@ -138,7 +138,8 @@ def left(mode: str, backends=None, data_dir=None, configs_dir=None,
     default, so the same command resumes until nothing is left). `tune`: the shapes whose
     file does not hold the grid, searches already started first (they resume). `sweep`:
     the shapes whose file holds the grid but that lack a tuned-against-default point
-    measured with it at some key of TUNE_TOKENS (current_pairs over data_dir's runs).
+    measured with it at some key of TUNE_TOKENS (current_pairs over data_dir's runs); for
+    vllm, against vLLM as shipped at SEED_SWEEP_TOKENS (published_pairs, the same rule).
     `backends`: only these (e.g. ("vllm",)); None: all. `runs`: data_dir's by default."""
     if mode not in ("tune", "sweep"):
         raise ValueError(f"left: mode is tune or sweep, not {mode!r}")
@@ -150,10 +151,15 @@ def left(mode: str, backends=None, data_dir=None, configs_dir=None,
     if mode == "tune":
         started = [w for x, w in todo if not x["holds_grid"] and (root / _search_run(w)).is_dir()]
         return started + [w for x, w in todo if not x["holds_grid"] and w not in started]
-    pairs, _ = current_pairs(find_runs(root) if runs is None else runs, configs_dir)
+    from .published import published_pairs
+    runs = find_runs(root) if runs is None else list(runs)
+    pairs, _ = current_pairs(runs, configs_dir)
+    pub = published_pairs(runs, configs_dir, root)
+    pairs = pd.concat([pairs[pairs["backend"] != "vllm"], pub[pub["backend"] == "vllm"]])
     have = {(b, m, sharding_name(int(tp), int(ep)), dt): set(g["tokens"]) for (b, m, tp, ep, dt), g
             in pairs.groupby(["backend", "model", "tp", "ep", "dtype"])}
-    return [w for x, w in todo if x["holds_grid"] and not set(TUNE_TOKENS) <= have.get(
+    return [w for x, w in todo if x["holds_grid"] and not set(
+        SEED_SWEEP_TOKENS if x["backend"] == "vllm" else TUNE_TOKENS) <= have.get(
         (x["backend"], x["model"], x["sharding"], x["dtype"]), set())]
 
 

@@ -16,6 +16,9 @@ DTYPE_NAMES = ("bf16", "fp16", "fp32") + FP8_SCHEMES
 PUBLISHED_H200_KEYS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048,
                        3072, 4096)
 TUNE_TOKENS = PUBLISHED_H200_KEYS + (8192,)
+# issue 41 item 1: the token counts vLLM's fused MoE is swept at, at every seed shape and scheme,
+# beside the workbook's own layers (scripts/device_vllm.sh's default TOKENS; tuned_files.left)
+SEED_SWEEP_TOKENS = (1, 16, 64, 256, 1024, 2048, 4096, 8192)
 VERIFY_MARGIN = 1.02  # verify: a candidate this much faster than the committed winner is news
 # moe_lab.measuring.tuning_search.SearchPlan.rungs: each successive-halving rung's share of rep_ms
 SEARCH_RUNGS = (1 / 16, 1 / 4, 1.0)
