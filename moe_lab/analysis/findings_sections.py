@@ -79,10 +79,10 @@ def runs_section(runs) -> list[str]:
                          versions=" ".join(f"{k} {env[k]}" for k in ("torch", "triton", "aiter")
                                            if env.get(k))))
     dated = [r for r in runs if r.manifest.get("started")]
-    first, last = dated[-1], dated[0]
+    span = (f", from `{dated[-1].run_id}` ({date(dated[-1])}) to `{dated[0].run_id}` "
+            f"({date(dated[0])})") if dated else ""  # none dated: a folder of tune runs only
     return ["## The runs", "",
-            f"Runs: all {len(runs)} folders, from `{first.run_id}` ({date(first)}) to "
-            f"`{last.run_id}` ({date(last)}) · commits of each below", "",
+            f"Runs: all {len(runs)} folders{span} · commits of each below", "",
             "Every run folder, newest first: its kind, device, dates, status, rows (ok), the "
             "commits that measured them and the libraries its manifest names.", "",
             *md_table(pd.DataFrame(rows))]
@@ -155,7 +155,8 @@ def target_inputs(runs):
             [d], None)
     except UsageError:
         pass
-    ev = tg.evaluate(pd.concat([f for f in frames if len(f)], ignore_index=True),
+    frames = [f for f in frames if len(f)]  # a data folder without a target's runs: none
+    ev = tg.evaluate(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(),
                      pd.concat(leds, ignore_index=True) if leds else None)
     return ev, src
 
