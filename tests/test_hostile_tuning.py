@@ -2,8 +2,8 @@
 and published-tuning readers) against hostile input: each bad input one line (CLI: exit 2
 on stderr; API: UsageError), nothing written where it was not asked, nothing measured lost.
 
-1. findings on data folders other than the committed one: a folder of CPU runs (eager
-   rows only, no target with data) gives the document
+1. findings on data folders other than the committed one: an empty folder is refused; a
+   folder of CPU runs (eager rows only, no target with data) gives the document
 """
 from __future__ import annotations
 
@@ -29,6 +29,16 @@ def cpu_runs(tmp_path_factory):
 
 
 # --- 1. findings on other data folders ----------------------------------------------------------
+
+def test_findings_of_an_empty_data_folder_is_refused_and_writes_nothing(tmp_path, capsys):
+    (tmp_path / "runs").mkdir()
+    out = tmp_path / "findings.md"
+    for check in ([], ["--check"]):
+        assert main(["findings", *check, "--data-dir", str(tmp_path / "runs"),
+                     "--out", str(out)]) == 2
+        assert "holds no run folder" in _one_line(capsys)
+    assert not out.exists()
+
 
 def test_findings_of_a_folder_of_cpu_runs_is_written(cpu_runs, tmp_path, capsys):
     """Before: a traceback (pandas' 'No objects to concatenate' when no target had data;
