@@ -7,13 +7,17 @@ on stderr; API: UsageError), nothing written where it was not asked, nothing mea
 """
 from __future__ import annotations
 
+import json
 import shutil
+from pathlib import Path
 
 import pytest
 
 from moe_lab.cli import main
+from moe_lab.core.errors import UsageError
 from conftest import folder_tree as _tree, one_line_err as _one_line  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 MODEL = "custom:H=64,I=32,E=4,k=2"
 SWEEP = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2", "--backends", "torch",
          "--dtype", "fp32", "--device", "cpu", "--no-progress", "--rep-ms", "2",
@@ -49,3 +53,46 @@ def test_findings_of_a_folder_of_cpu_runs_is_written(cpu_runs, tmp_path, capsys)
     text = out.read_text()
     assert "## The runs" in text and "`cpu`" in text
     assert main(["findings", "--check", "--data-dir", str(cpu_runs), "--out", str(out)]) == 0
+
+
+# --- 2. the tuned files as data ------------------------------------------------------------------
+
+@pytest.fixture
+def configs(tmp_path):
+    """A copy of the committed H200 tuned files."""
+    shutil.copytree(ROOT / "data" / "configs" / "nvidia-h200", tmp_path / "configs")
+    return tmp_path / "configs"
+
+
+def test_a_malformed_provenance_is_said_not_read_as_no_search(configs):
+    """Before: read as {} (no provenance): every vllm file without its complete search
+    behind it, and left('tune') listed the shapes whose searches are complete (the
+    device scripts would have searched them again)."""
+    from moe_lab.analysis import tuned_files as tf
+    (configs / "vllm" / "provenance.json").write_text('{"E=16,N=1024')
+    for call in (lambda: tf.inventory(configs), lambda: tf.left("tune", configs_dir=configs)):
+        with pytest.raises(UsageError, match="vllm/provenance.json is unreadable or corrupt"):
+            call()
+
+
+def test_a_malformed_tuned_file_is_said_not_read_as_missing(configs):
+    from moe_lab.analysis import tuned_files as tf
+    f = next((configs / "vllm").glob("E=*.json"))
+    f.write_text(f.read_text()[:40])
+    with pytest.raises(UsageError, match=f"{f.name} is unreadable or corrupt"):
+        tf.inventory(configs)
+
+
+@pytest.mark.parametrize("keys,says", [
+    ({"\u00b2": 1}, "key '\u00b2' is not a token count"),  # isdigit(), but int() fails
+    ({"\uff11": 1}, "key '\uff11' is not a token count"),  # a full-width 1
+    ({"1": 1, "01": 2}, "token count 1 is a key twice"),  # the later silently won
+])
+def test_a_config_file_whose_keys_are_not_token_counts_is_refused(tmp_path, capsys, keys, says):
+    f = tmp_path / "E=4,N=32,device_name=x.json"
+    f.write_text(json.dumps({k: {"BLOCK_SIZE_M": v} for k, v in keys.items()}))
+    around = _tree(tmp_path)
+    assert main(SWEEP + ["--config", str(f), "--data-dir", str(tmp_path / "runs")]) == 2
+    err = _one_line(capsys)
+    assert str(f) in err and says in err
+    assert _tree(tmp_path) == around

@@ -27,7 +27,6 @@ its file was written is history, not evidence about that file.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import numpy as np
@@ -71,11 +70,11 @@ def _configs_dir(configs_dir, device) -> Path:
 
 
 def _json(path: Path) -> dict:
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return d if isinstance(d, dict) else {}
+    """A provenance.json or manifest: {} when absent; one that is there but unreadable is
+    CorruptFile naming it (was {}: a corrupt provenance read as files without a search
+    behind them, and left('tune') sent every shape of the backend to be searched again)."""
+    from ..storage.store import read_json
+    return read_json(path)
 
 
 def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
@@ -97,10 +96,10 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
         prov = _json(folder / "provenance.json").get(names["gemm1"]) or {}
         keys, found = set(TUNE_TOKENS), True
         for name in names.values():
-            try:
-                keys &= set(read_table(folder / name))
-            except ValueError:  # missing or unreadable: no keys from it
+            if not (folder / name).is_file():  # missing: no keys from it
                 keys, found = set(), False
+                continue
+            keys &= set(read_table(folder / name))  # malformed: CorruptFile, not "missing"
         run = str(prov.get("run") or "")
         man = _json(runs / run / "manifest.json") if run else {}
         status = str(man.get("status") or "")
