@@ -96,3 +96,41 @@ def test_a_config_file_whose_keys_are_not_token_counts_is_refused(tmp_path, caps
     err = _one_line(capsys)
     assert str(f) in err and says in err
     assert _tree(tmp_path) == around
+
+
+# --- 3. tuned_files.left and published_file -------------------------------------------------------
+
+@pytest.mark.parametrize("kw,says", [
+    (dict(mode="tunes"), "left: mode is tune or sweep, not 'tunes'"),  # was ValueError
+    (dict(mode="tune", backends=("aiter_triton",)),  # was [] (nothing left)
+     "left: backends 'aiter_triton' not among the required shapes' (aiter-triton, "
+     "aiter-triton-silu, vllm)"),
+    (dict(mode="sweep", data_dir="/nonexistent/runs"),  # was [] (no run to read)
+     "left: data_dir /nonexistent/runs is not a folder"),
+    (dict(mode="tune", configs_dir="/nonexistent/configs"),  # was every shape
+     "left: configs_dir /nonexistent/configs is not a folder"),
+])
+def test_left_refuses_what_it_cannot_answer(kw, says):
+    from moe_lab.analysis import tuned_files as tf
+    with pytest.raises(UsageError) as exc:
+        tf.left(**kw)
+    assert str(exc.value) == says
+
+
+def test_left_of_one_backend_given_as_a_string_is_that_backend_only(configs):
+    """Before: `b in "aiter-triton-silu"` read the name as a string to search: aiter-triton's
+    shapes came with the silu ones."""
+    from moe_lab.analysis import tuned_files as tf
+    for f in (configs / "aiter-triton").glob("*.json"):  # aiter-triton's searches left too
+        if f.name != "provenance.json":
+            f.unlink()
+    got = tf.left("tune", backends="aiter-triton-silu", configs_dir=configs)
+    assert got == tf.left("tune", backends=("aiter-triton-silu",), configs_dir=configs)
+    assert all(w.startswith("aiter-triton-silu:") for w in got)
+
+
+@pytest.mark.parametrize("word", ["vllm:deepseek-r1:8:8", "vllm:deepseek-r1:eight:8:bf16", ""])
+def test_published_file_of_a_word_that_is_not_a_shape_is_one_line(word):
+    from moe_lab.analysis import tuned_files as tf
+    with pytest.raises(UsageError, match="is not a shape word backend:model:tp:ep:dtype"):
+        tf.published_file(word)

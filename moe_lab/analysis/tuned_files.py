@@ -126,8 +126,18 @@ def published_file(word: str, device: str = DEVICE) -> str:
     """The file name vLLM gives its shipped tuning of a shape (`word`: shape_word's form),
     the same kernel and launch keys as aiter-triton's: what `device_tune.sh sweep` runs
     beside the tuned file when PUBLISHED holds it."""
-    _, model, tp, ep, dtype = word.split(":")
+    _, model, tp, ep, dtype = _word(word)
     return _names("vllm", model, int(tp), int(ep), dtype, device)["gemm1"]
+
+
+def _word(word: str) -> list[str]:
+    """A SHAPES word's five parts; UsageError naming it when it is not of that form."""
+    parts = str(word).split(":")
+    if len(parts) != 5 or not (parts[2].isdigit() and parts[3].isdigit()):
+        from ..core.errors import UsageError
+        raise UsageError(f"{word!r} is not a shape word backend:model:tp:ep:dtype "
+                         "(e.g. vllm:deepseek-r1:8:8:bf16)")
+    return parts
 
 
 def left(mode: str, backends=None, data_dir=None, configs_dir=None,
@@ -138,9 +148,20 @@ def left(mode: str, backends=None, data_dir=None, configs_dir=None,
     the shapes whose file holds the grid but that lack a tuned-against-default point
     measured with it at some key of TUNE_TOKENS (current_pairs over data_dir's runs).
     `backends`: only these (e.g. ("vllm",)); None: all. `runs`: data_dir's by default."""
-    if mode not in ("tune", "sweep"):
-        raise ValueError(f"left: mode is tune or sweep, not {mode!r}")
+    from ..core.errors import UsageError
     from ..storage.store import data_dir as default_data, find_runs
+    if mode not in ("tune", "sweep"):
+        raise UsageError(f"left: mode is tune or sweep, not {mode!r}")
+    if isinstance(backends, str):  # one name (was read as a string to find names in)
+        backends = (backends,)
+    known = sorted({r[1] for r in REQUIRED + tuple(required)})
+    bad = [b for b in backends or () if b not in known]
+    if bad:  # was: nothing left, and a device script that had nothing to do
+        raise UsageError(f"left: backends {', '.join(map(repr, bad))} not among the required "
+                         f"shapes' ({', '.join(known)})")
+    for what, d in (("data_dir", data_dir), ("configs_dir", configs_dir)):
+        if d is not None and not Path(d).is_dir():  # was: every shape left, or none
+            raise UsageError(f"left: {what} {d} is not a folder")
     root = Path(data_dir) if data_dir is not None else default_data()
     inv = inventory(configs_dir, required=required, data_dir=root)
     todo = [(x, shape_word(b, m, tp, ep, dt)) for x, (_, b, m, tp, ep, dt)
