@@ -134,3 +134,72 @@ def test_published_file_of_a_word_that_is_not_a_shape_is_one_line(word):
     from moe_lab.analysis import tuned_files as tf
     with pytest.raises(UsageError, match="is not a shape word backend:model:tp:ep:dtype"):
         tf.published_file(word)
+
+
+# --- 4. tune: the configs folder and --verify, before any timing -----------------------------------
+
+@pytest.fixture
+def chunked():
+    """The tunable CPU test backend (tests/data/plugin/torch_chunked.py), registered."""
+    import importlib.util
+    import sys
+    from moe_lab import backends
+    name = "moe_lab.backends.torch_chunked"
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).parent / "data" / "plugin" / "torch_chunked.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    yield "torch-chunked"
+    backends._REGISTRY.pop("torch-chunked", None)
+    sys.modules.pop(name, None)
+
+
+TUNE = ["tune", "--backend", "torch-chunked", "--models", MODEL, "--tp", "1", "--ep", "1",
+        "--tokens", "1", "--dtype", "fp32", "--device", "cpu", "--no-progress", "--rep-ms", "1",
+        "--warmup-ms", "1"]
+
+
+def _committed(chunked, folder: Path) -> Path:
+    """A committed winner's file of MODEL for the chunked backend under folder/<backend>."""
+    from moe_lab import backends
+    from moe_lab.core.config_files import write_table
+    from moe_lab.core.environment import device_name
+    from moe_lab.core.problems import make_problem
+    name = backends.get(chunked).config_files(make_problem(MODEL, 1, "fp32", 1, 1),
+                                             device_name("cpu"))["gemm1"]
+    return write_table(folder / chunked / name, {1: {"CHUNK": 4}})
+
+
+def _damage_provenance(tmp_path, chunked):
+    f = _committed(chunked, tmp_path / "configs")
+    (f.parent / "provenance.json").write_text('{"E=4')
+    return [], "provenance.json is unreadable or corrupt"
+
+
+def _configs_dir_a_file(tmp_path, chunked):
+    (tmp_path / "configs").write_text("mine")
+    return [], f"--configs-dir {tmp_path / 'configs'}: {tmp_path / 'configs'} is a file, not a folder"
+
+
+def _verify_a_malformed_file(tmp_path, chunked):
+    f = _committed(chunked, tmp_path / "configs")
+    f.write_text(f.read_text()[:12])
+    return ["--verify", "0"], f"{f} is unreadable or corrupt"
+
+
+def _verify_without_a_file(tmp_path, chunked):
+    (tmp_path / "configs").mkdir()
+    return ["--verify", "0"], "--verify: no committed file E=4,N=32,device_name="
+
+
+@pytest.mark.parametrize("damage", [_damage_provenance, _configs_dir_a_file,
+                                    _verify_a_malformed_file, _verify_without_a_file])
+def test_tune_refuses_a_configs_folder_it_cannot_use_before_timing(tmp_path, capsys, chunked,
+                                                                   damage):
+    extra, says = damage(tmp_path, chunked)
+    around = _tree(tmp_path)
+    assert main(TUNE + extra + ["--data-dir", str(tmp_path / "runs"),
+                                "--configs-dir", str(tmp_path / "configs")]) == 2
+    assert says in _one_line(capsys)
+    assert _tree(tmp_path) == around  # no run folder, no table replaced
