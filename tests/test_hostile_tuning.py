@@ -138,9 +138,9 @@ def test_published_file_of_a_word_that_is_not_a_shape_is_one_line(word):
 
 # --- 4. tune: the configs folder and --verify, before any timing -----------------------------------
 
-@pytest.fixture
-def chunked():
-    """The tunable CPU test backend (tests/data/plugin/torch_chunked.py), registered."""
+def _chunked():
+    """Register the tunable CPU test backend (tests/data/plugin/torch_chunked.py); yields
+    its name, then unregisters it."""
     import importlib.util
     import sys
     from moe_lab import backends
@@ -153,6 +153,9 @@ def chunked():
     yield "torch-chunked"
     backends._REGISTRY.pop("torch-chunked", None)
     sys.modules.pop(name, None)
+
+
+chunked = pytest.fixture(_chunked)
 
 
 TUNE = ["tune", "--backend", "torch-chunked", "--models", MODEL, "--tp", "1", "--ep", "1",
@@ -203,3 +206,40 @@ def test_tune_refuses_a_configs_folder_it_cannot_use_before_timing(tmp_path, cap
                                 "--configs-dir", str(tmp_path / "configs")]) == 2
     assert says in _one_line(capsys)
     assert _tree(tmp_path) == around  # no run folder, no table replaced
+
+
+# --- 5. findings over tune runs ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tune_runs(tmp_path_factory):
+    """A data folder holding one small tune run of the chunked backend (winners, candidates)."""
+    from moe_lab.core.problems import make_problem
+    from moe_lab.measuring.tuning import Tuner
+    root = tmp_path_factory.mktemp("tune")
+    for name in _chunked():
+        Tuner(name, "cpu", root / "runs" / "t", root / "configs", rep_ms=1, warmup_ms=1,
+              progress=False).run([[make_problem(MODEL, 1, "fp32", 1, 1)]])
+    return root / "runs"
+
+
+def test_findings_of_a_folder_of_tune_runs_only(tune_runs, tmp_path, capsys):
+    """Before: runs_section's IndexError (no run with results, so none dated)."""
+    assert main(["findings", "--data-dir", str(tune_runs), "--out", str(tmp_path / "f.md")]) == 0
+    assert "`t`" in (tmp_path / "f.md").read_text()
+
+
+@pytest.mark.parametrize("victim", ["candidates.parquet", "winners.parquet", "manifest.json"])
+def test_findings_pass_over_a_tune_run_that_cannot_be_read(tune_runs, cpu_runs, tmp_path,
+                                                           capsys, victim):
+    runs = tmp_path / "runs"
+    shutil.copytree(cpu_runs, runs)
+    shutil.copytree(tune_runs / "t", runs / "t")
+    f = runs / "t" / victim
+    f.write_bytes(f.read_bytes()[:100])
+    around = _tree(runs)
+    capsys.readouterr()
+    assert main(["findings", "--data-dir", str(runs), "--out", str(tmp_path / "f.md")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"passed over run t: {f} is unreadable or corrupt" in err[0]
+    assert "`t`" not in (tmp_path / "f.md").read_text() and "`cpu`" in (tmp_path / "f.md").read_text()
+    assert _tree(runs) == around

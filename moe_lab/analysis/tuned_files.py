@@ -335,18 +335,39 @@ def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int =
     return pd.DataFrame(rows)
 
 
+# the columns a tune run's tables are read by (a table without them: the run passed over)
+TUNE_TABLE_NEEDS = {"candidates": ("model", "tp", "ep", "dtype", "tokens", "stage", "status"),
+                    "winners": ("backend", "model", "tp", "ep", "ep_rank", "dtype", "tokens",
+                                "measured_at"),
+                    "verify": ("backend", "model", "tp", "ep", "ep_rank", "dtype", "tokens",
+                               "measured_at")}
+
+
+def tune_table(folder: Path, table: str) -> tuple[dict, pd.DataFrame | None] | None:
+    """A tune or verify run folder's manifest and `<table>.parquet` (None when absent);
+    None, said once on stderr, when either is unreadable or the table lacks the columns
+    it is read by: one broken run does not hide the others (find_runs' rule)."""
+    from ..core.errors import CorruptFile
+    from ..storage.store import _read, _warn_once, read_json
+    try:
+        return (read_json(folder / "manifest.json"),
+                _read(folder / f"{table}.parquet", TUNE_TABLE_NEEDS.get(table)))
+    except CorruptFile as exc:
+        _warn_once(f"moe-lab: warning: passed over run {folder.name}: {exc}")
+        return None
+
+
 def newest_of(table: str, root=None, where=None) -> pd.DataFrame:
     """The rows of `<table>.parquet` (winners, verify) of every run folder under root
     (default data_dir()) that has one and whose manifest `where` accepts (None: every),
     each with its run_id; per point (backend, model, tp, ep, ep_rank, dtype, tokens) the
     newest (measured_at, then the folder's name). Empty when none."""
-    from ..core.atomic import read_parquet
-    from ..storage.store import data_dir, read_json
+    from ..storage.store import data_dir
     found = []
     for p in sorted(Path(root or data_dir()).iterdir()):
-        f = p / f"{table}.parquet"
-        if f.is_file() and (where is None or where(read_json(p / "manifest.json"))):
-            found.append(read_parquet(f).assign(run_id=p.name))
+        got = tune_table(p, table) if (p / f"{table}.parquet").is_file() else None
+        if got is not None and (where is None or where(got[0])):
+            found.append(got[1].assign(run_id=p.name))
     if not found:
         return pd.DataFrame()
     w = pd.concat(found, ignore_index=True).sort_values(["measured_at", "run_id"])
