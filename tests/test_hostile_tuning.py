@@ -243,3 +243,21 @@ def test_findings_pass_over_a_tune_run_that_cannot_be_read(tune_runs, cpu_runs, 
     assert len(err) == 1 and f"passed over run t: {f} is unreadable or corrupt" in err[0]
     assert "`t`" not in (tmp_path / "f.md").read_text() and "`cpu`" in (tmp_path / "f.md").read_text()
     assert _tree(runs) == around
+
+
+
+@pytest.mark.parametrize("check", [[], ["--check"]])
+@pytest.mark.parametrize("where,says", [("out", "--out {o}: {o} is a folder, not a file"),
+                                        ("notes/f.md", "--out {o}: {t}/notes is a file, not a folder")])
+def test_findings_out_a_folder_or_under_a_file_is_refused(cpu_runs, tmp_path, capsys, check,
+                                                          where, says):
+    """Before: an error naming a hidden .tmp file (or 'File exists'); --check: exit 1 and a
+    diff against nothing."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "notes").write_text("mine")
+    around = _tree(tmp_path)
+    o = tmp_path / where
+    assert main(["findings", *check, "--data-dir", str(cpu_runs), "--out", str(o)]) == 2
+    assert _one_line(capsys) == "moe-lab: error: " + says.format(o=o, t=tmp_path)
+    assert _tree(tmp_path) == around
+
