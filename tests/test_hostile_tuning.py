@@ -261,3 +261,11 @@ def test_findings_out_a_folder_or_under_a_file_is_refused(cpu_runs, tmp_path, ca
     assert _one_line(capsys) == "moe-lab: error: " + says.format(o=o, t=tmp_path)
     assert _tree(tmp_path) == around
 
+
+# --- 6. compare with a run of no points ------------------------------------------------------------
+
+def test_compare_with_a_tune_run_is_refused(tune_runs, cpu_runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # compare's reports/ would go here
+    assert main(["compare", str(cpu_runs / "cpu"), str(tune_runs / "t")]) == 2
+    assert _one_line(capsys) == "moe-lab: error: run t has no measured points to compare (a tune run)"
+    assert not list(tmp_path.iterdir())
