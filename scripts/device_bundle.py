@@ -61,7 +61,11 @@ PART = re.compile(r"^vllm-([0-9a-f]{8})-(\d+)-of-(\d+)$")
 
 def _members(src: str):
     """(name, bytes) of a wheel's files, or of an installed site folder's."""
+    if not os.path.exists(src):
+        raise SystemExit(f"{src}: no such wheel or folder")
     if os.path.isfile(src):
+        if not zipfile.is_zipfile(src):
+            raise SystemExit(f"{src}: not a wheel (not a zip file)")
         with zipfile.ZipFile(src) as z:
             for i in sorted(z.infolist(), key=lambda i: i.filename):
                 if not i.is_dir():
@@ -113,6 +117,8 @@ def vllm_parts(wheel: str, deps: str, out_dir: str, tree_bytes: int, cut_bytes: 
         return (n in VLLM_SO or re.match(r"^vllm-[^/]+\.dist-info/", n) and not n.endswith("RECORD")
                 or n.startswith("vllm/") and not n.startswith(VLLM_SKIP) and not n.endswith(".so"))
     items = [(n, read()) for n, read in _members(wheel) if keep(n)]
+    if not any(n.startswith("vllm/") for n, _ in items):  # was: an empty bundle, exit 0,
+        raise SystemExit(f"{wheel}: no vllm/ files in it (not a vLLM wheel?)")  # parts gone
     for w in sorted(glob.glob(os.path.join(deps, "*.whl"))):
         items.append((f"_wheels/{os.path.basename(w)}", open(w, "rb").read()))
     os.makedirs(out_dir, exist_ok=True)
@@ -311,8 +317,33 @@ def standins(folder: str, names: list[str]) -> list[str]:
     return made
 
 
+USAGE = {"aiter-cut": (2, 2, "WHEEL_OR_SITE OUT.tar.gz"),
+         "vllm-parts": (4, 5, "WHEEL DEPS_DIR OUT_DIR TREE_BYTES [AITER_CUT]"),
+         "stage": (3, 3, "PARTS_DIR STAGE_DIR SITE_DIR"), "standins": (1, None, "DIR NAME...")}
+
+
 def main(argv: list[str]) -> int:
+    """A refusal (wrong arguments, an input that is not what it should be) is one line on
+    stderr and exit 2, nothing written."""
+    try:
+        return _main(argv)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        print(f"device_bundle: error: {exc.code}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str]) -> int:
+    if not argv or argv[0] not in USAGE:
+        print(__doc__)
+        return 2
     cmd, args = argv[0], argv[1:]
+    lo, hi, usage = USAGE[cmd]
+    if len(args) < lo or (hi is not None and len(args) > hi):
+        raise SystemExit(f"usage: device_bundle.py {cmd} {usage}")
+    if cmd == "vllm-parts" and not args[3].isdigit():
+        raise SystemExit(f"vllm-parts: TREE_BYTES {args[3]!r} is not a number of bytes")
     if cmd == "aiter-cut":
         names = aiter_cut(args[0], args[1])
         print(f"{args[1]}: {len(names)} files, {os.path.getsize(args[1]) / MIB:.2f} MiB")

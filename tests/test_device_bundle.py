@@ -471,3 +471,37 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     assert rc == 0 and "device_tune sweep: left: nothing" in out and not calls
     rc, out, calls = call("verify")
     assert rc != 0 and "verify takes no default" in out and not calls
+
+
+# --- wrong arguments ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv,says", [
+    (["aiter-cut"], "usage: device_bundle.py aiter-cut WHEEL_OR_SITE OUT.tar.gz"),  # IndexError
+    (["stage", "parts"], "usage: device_bundle.py stage PARTS_DIR STAGE_DIR SITE_DIR"),  # TypeError
+    (["standins"], "usage: device_bundle.py standins DIR NAME..."),  # IndexError
+    (["vllm-parts", "w.whl", "deps", "out", "7MiB"],
+     "vllm-parts: TREE_BYTES '7MiB' is not a number of bytes"),  # ValueError
+    (["aiter-cut", "{tmp}/nope.whl", "{tmp}/cut.tar.gz"], "{tmp}/nope.whl: no such wheel or folder"),
+    (["aiter-cut", "{tmp}/notes.whl", "{tmp}/cut.tar.gz"],  # zipfile.BadZipFile
+     "{tmp}/notes.whl: not a wheel (not a zip file)"),
+    # was exit 0: an empty bundle written, the parts already in OUT_DIR removed
+    (["vllm-parts", "{tmp}/nope.whl", "{tmp}", "{tmp}/parts", "100"],
+     "{tmp}/nope.whl: no such wheel or folder"),
+    (["vllm-parts", "{tmp}/site", "{tmp}", "{tmp}/parts", "100"],
+     "{tmp}/site: no vllm/ files in it (not a vLLM wheel?)"),
+    (["aiter-cut", "{tmp}/site", "{tmp}/cut.tar.gz"],  # was exit 1
+     "{tmp}/site: no aiter/ops/triton/moe_op.py in it (not amd-aiter?)"),
+])
+def test_wrong_arguments_are_one_line_and_exit_2_and_nothing_written(tmp_path, capsys, argv,
+                                                                       says):
+    (tmp_path / "notes.whl").write_text("not a zip")
+    (tmp_path / "site" / "other").mkdir(parents=True)
+    (tmp_path / "site" / "other" / "x.py").write_text("")
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "vllm-0123abcd-0-of-1").write_bytes(b"a part made before")
+    around = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert db.main([a.format(tmp=tmp_path) for a in argv]) == 2
+    out = capsys.readouterr()
+    assert out.err.strip() == "device_bundle: error: " + says.format(tmp=tmp_path)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == around
+    assert (tmp_path / "parts" / "vllm-0123abcd-0-of-1").read_bytes() == b"a part made before"

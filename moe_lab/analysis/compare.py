@@ -72,7 +72,13 @@ def verdict(lo: float, hi: float, noise: float | None,
 def check_args(a, b, by: str | None = None, values=None, mode: str | None = None) -> None:
     """UsageError (one line, exit 2) for a split or a mode that selects nothing: an unknown
     --by column, a --values value no row has, a --mode no row is in. Without this they
-    gave an empty table (every point `only in A`) and exit 0."""
+    gave an empty table (every point `only in A`) and exit 0. A run without rows (a tune
+    run: its timings are candidates, not points) likewise."""
+    for run in (a, b):
+        if not len(run.results):
+            kind = run.manifest.get("kind") or "sweep"
+            raise UsageError(f"run {run.run_id} has no measured points to compare"
+                             + (f" (a {kind} run)" if kind != "sweep" else ""))
     if by is not None:
         if values is None or len(values) != 2:
             raise UsageError("--by needs two values, e.g. --by config --values default,tuned")

@@ -52,12 +52,27 @@ def generate(root=None) -> str:
     from ..storage.store import find_runs
     with _data_dir(root), pd.option_context("display.width", 200), ledger.shared():
         runs = find_runs()
+        _refuse_no_runs(root)
         parts = [TITLE, PREAMBLE]
         for section in (sec.targets_section, sec.tune_section, sec.tuned_section,
                         findings_more.tuned_files_section,
                         sec.glue_section, findings_more.lines, sec.runs_section):
             parts.append("\n".join(section(runs)).rstrip())
     return "\n\n".join(parts) + "\n"
+
+
+def _refuse_no_runs(root) -> None:
+    """UsageError (one line) when the data folder holds no run folder: a document of empty
+    tables written from nothing would read as data that says nothing."""
+    from ..core.errors import UsageError
+    from ..storage.store import data_dir
+    folder = Path(root) if root is not None else data_dir()
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: not a folder of run folders")
+    if not any((p / "manifest.json").is_file() or (p / "results.parquet").is_file()
+               for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        raise UsageError(f"{folder} holds no run folder (a folder with a manifest.json): "
+                         "nothing to write findings from")
 
 
 def check(path, root=None) -> list[str]:

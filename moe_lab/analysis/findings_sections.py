@@ -79,10 +79,10 @@ def runs_section(runs) -> list[str]:
                          versions=" ".join(f"{k} {env[k]}" for k in ("torch", "triton", "aiter")
                                            if env.get(k))))
     dated = [r for r in runs if r.manifest.get("started")]
-    first, last = dated[-1], dated[0]
+    span = (f", from `{dated[-1].run_id}` ({date(dated[-1])}) to `{dated[0].run_id}` "
+            f"({date(dated[0])})") if dated else ""  # none dated: a folder of tune runs only
     return ["## The runs", "",
-            f"Runs: all {len(runs)} folders, from `{first.run_id}` ({date(first)}) to "
-            f"`{last.run_id}` ({date(last)}) · commits of each below", "",
+            f"Runs: all {len(runs)} folders{span} · commits of each below", "",
             "Every run folder, newest first: its kind, device, dates, status, rows (ok), the "
             "commits that measured them and the libraries its manifest names.", "",
             *md_table(pd.DataFrame(rows))]
@@ -155,7 +155,8 @@ def target_inputs(runs):
             [d], None)
     except UsageError:
         pass
-    ev = tg.evaluate(pd.concat([f for f in frames if len(f)], ignore_index=True),
+    frames = [f for f in frames if len(f)]  # a data folder without a target's runs: none
+    ev = tg.evaluate(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(),
                      pd.concat(leds, ignore_index=True) if leds else None)
     return ev, src
 
@@ -208,13 +209,14 @@ def _keys(v) -> str:
 def tune_runs() -> list:
     """The tune run folders under data_dir() (candidates.parquet, no results: find_runs
     does not list them), newest first, as Runs with empty tables."""
-    from ..storage.store import Run, data_dir, read_json
+    from ..storage.store import Run, data_dir
+    from .tuned_files import tune_table
     out = []
     for p in sorted(data_dir().iterdir()):
         if (p / "candidates.parquet").is_file() and (p / "manifest.json").is_file():
-            m = read_json(p / "manifest.json")
-            if m.get("kind") == "tune":
-                out.append(Run(p, m, pd.DataFrame(), pd.DataFrame()))
+            got = tune_table(p, "candidates")  # unreadable: passed over, said once
+            if got is not None and got[0].get("kind") == "tune":
+                out.append(Run(p, got[0], pd.DataFrame(), pd.DataFrame()))
     return sorted(out, key=lambda r: (str(r.manifest.get("started") or ""), r.run_id),
                   reverse=True)
 
@@ -250,14 +252,16 @@ def tune_section(runs) -> list[str]:
     """Per tune run and shape: the token keys the search set out to cover (each has its
     default timed), those with gemm1 and gemm2 candidates timed, the candidates, the
     winners' speedup over the default in the search, and the manifest's wall time."""
-    from ..core.atomic import read_parquet
+    from .tuned_files import tune_table
     rows, used, full = [], [], {}
     for r in tune_runs():
         m = r.manifest
+        c = tune_table(r.path, "candidates")[1]  # read (and checked) by tune_runs
+        w = tune_table(r.path, "winners")
+        if w is None:  # unreadable: the run passed over, said once
+            continue
         used.append(r)
-        c = read_parquet(r.path / "candidates.parquet")
-        w = read_parquet(r.path / "winners.parquet") if (r.path / "winners.parquet").is_file() \
-            else pd.DataFrame()
+        w = w[1] if w[1] is not None else pd.DataFrame()
         inv = m.get("invocations") or []
         wall = float(m.get("wall_s_total") or m.get("wall_s") or 0)
         timed = bool(inv) and all(i.get("wall_s") is not None for i in inv)  # none killed

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.errors import CorruptFile
 from ..core.problems import sharding_name
 from ..cost import ledger as lg
 from ..storage.rows import deployed_rows, published_rows, vllm_named
@@ -149,7 +150,12 @@ def _same_config(configs_dir, runs_dir, device, backend, model, tp, ep, dtype,
     f = Path(runs_dir or data_dir()) / str(run) / "candidates.parquet"
     if not run or not f.is_file():
         return None
-    shipped = _defaults(str(f), f.stat().st_mtime_ns).get(int(tokens))
+    try:
+        shipped = _defaults(str(f), f.stat().st_mtime_ns).get(int(tokens))
+    except CorruptFile as exc:  # unreadable, or without a default pass: not known, said once
+        from ..storage.store import _warn_once
+        _warn_once(f"moe-lab: warning: passed over run {run}'s default pass: {exc}")
+        return None
     return None if shipped is None else shipped == {k: int(v) for k, v in ours.items()}
 
 
@@ -163,7 +169,8 @@ def _table(path: str, mtime_ns: int) -> dict:
 @functools.lru_cache(maxsize=32)
 def _defaults(path: str, mtime_ns: int) -> dict:
     """{tokens: gemm1 configuration} of a search's default pass (vLLM as shipped)."""
-    c = pd.read_parquet(path, columns=["search_pass", "tokens", "config", "status"])
+    from ..storage.store import _read
+    c = _read(Path(path), ("search_pass", "tokens", "config", "status"))
     c = c[(c["search_pass"] == "default") & (c["status"] == "ok")]
     out = {}
     for t, cfg in zip(c["tokens"], c["config"]):

@@ -14,9 +14,8 @@ its file was written is history, not evidence about that file.
     two_t_misses(pairs)                        the points slower at T than at 2T, with the
                                                local experts routing hit at T and at 2T
     tuning_metrics(pairs)                      the two tuning targets' metric frame
-    roof_from(pairs, ledger_df, tokens=256)    per shape: the tuned layer's % of roof from
-                                               `tokens` up, the floors at its lowest point,
-                                               and the GEMM that holds it back
+    roof_from(pairs, ledger_df, tokens=256)    per shape: the tuned layer's % of roof
+                                               (moe_lab.analysis.tuned_roof's, re-exported)
     search_spread(root=None, device=None)      per tuned point: the winner beside the search's
                                                best, median and worst candidate
     verify_points(root=None)                   per point a `tune --verify` searched again: the
@@ -28,7 +27,6 @@ its file was written is history, not evidence about that file.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +37,8 @@ from ..cost import ledger as lg
 from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows, published_rows
 from . import metrics
-from .targets import METRIC_COLUMNS, NO_KERNELS
+from .targets import METRIC_COLUMNS
+from .tuned_roof import roof_from  # noqa: F401 (findings and the notebooks read it here)
 
 SEEDS = ("llama4-scout-16e", "llama4-maverick-128e", "qwen3-235b-a22b", "deepseek-r1")
 REQUIRED = tuple(
@@ -72,11 +71,11 @@ def _configs_dir(configs_dir, device) -> Path:
 
 
 def _json(path: Path) -> dict:
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return d if isinstance(d, dict) else {}
+    """A provenance.json or manifest: {} when absent; one that is there but unreadable is
+    CorruptFile naming it (was {}: a corrupt provenance read as files without a search
+    behind them, and left('tune') sent every shape of the backend to be searched again)."""
+    from ..storage.store import read_json
+    return read_json(path)
 
 
 def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
@@ -98,10 +97,10 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
         prov = _json(folder / "provenance.json").get(names["gemm1"]) or {}
         keys, found = set(TUNE_TOKENS), True
         for name in names.values():
-            try:
-                keys &= set(read_table(folder / name))
-            except ValueError:  # missing or unreadable: no keys from it
+            if not (folder / name).is_file():  # missing: no keys from it
                 keys, found = set(), False
+                continue
+            keys &= set(read_table(folder / name))  # malformed: CorruptFile, not "missing"
         run = str(prov.get("run") or "")
         man = _json(runs / run / "manifest.json") if run else {}
         status = str(man.get("status") or "")
@@ -128,8 +127,18 @@ def published_file(word: str, device: str = DEVICE) -> str:
     """The file name vLLM gives its shipped tuning of a shape (`word`: shape_word's form),
     the same kernel and launch keys as aiter-triton's: what `device_tune.sh sweep` runs
     beside the tuned file when PUBLISHED holds it."""
-    _, model, tp, ep, dtype = word.split(":")
+    _, model, tp, ep, dtype = _word(word)
     return _names("vllm", model, int(tp), int(ep), dtype, device)["gemm1"]
+
+
+def _word(word: str) -> list[str]:
+    """A SHAPES word's five parts; UsageError naming it when it is not of that form."""
+    parts = str(word).split(":")
+    if len(parts) != 5 or not (parts[2].isdigit() and parts[3].isdigit()):
+        from ..core.errors import UsageError
+        raise UsageError(f"{word!r} is not a shape word backend:model:tp:ep:dtype "
+                         "(e.g. vllm:deepseek-r1:8:8:bf16)")
+    return parts
 
 
 def left(mode: str, backends=None, data_dir=None, configs_dir=None,
@@ -141,9 +150,20 @@ def left(mode: str, backends=None, data_dir=None, configs_dir=None,
     measured with it at some key of TUNE_TOKENS (current_pairs over data_dir's runs); for
     vllm, against vLLM as shipped at SEED_SWEEP_TOKENS (published_pairs, the same rule).
     `backends`: only these (e.g. ("vllm",)); None: all. `runs`: data_dir's by default."""
-    if mode not in ("tune", "sweep"):
-        raise ValueError(f"left: mode is tune or sweep, not {mode!r}")
+    from ..core.errors import UsageError
     from ..storage.store import data_dir as default_data, find_runs
+    if mode not in ("tune", "sweep"):
+        raise UsageError(f"left: mode is tune or sweep, not {mode!r}")
+    if isinstance(backends, str):  # one name (was read as a string to find names in)
+        backends = (backends,)
+    known = sorted({r[1] for r in REQUIRED + tuple(required)})
+    bad = [b for b in backends or () if b not in known]
+    if bad:  # was: nothing left, and a device script that had nothing to do
+        raise UsageError(f"left: backends {', '.join(map(repr, bad))} not among the required "
+                         f"shapes' ({', '.join(known)})")
+    for what, d in (("data_dir", data_dir), ("configs_dir", configs_dir)):
+        if d is not None and not Path(d).is_dir():  # was: every shape left, or none
+            raise UsageError(f"left: {what} {d} is not a folder")
     root = Path(data_dir) if data_dir is not None else default_data()
     inv = inventory(configs_dir, required=required, data_dir=root)
     todo = [(x, shape_word(b, m, tp, ep, dt)) for x, (_, b, m, tp, ep, dt)
@@ -293,64 +313,26 @@ def tuning_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
                             metrics.metric_rows(t2, "two_t_over_t", "two_t_over_t")])
 
 
-def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int = 256,
-              missing: str = NO_KERNELS) -> pd.DataFrame:
-    """Per backend, model, sharding and dtype: the tuned layer's % of roof from `tokens`
-    up (median, lowest and where; at the lowest, which floor sets the roof and the other as
-    % of it, _floors; the bounds from the fewest tokens to the most, e.g. 'memory to
-    compute'; the point nearest the ridge: the other floor the closest), and the GEMM that
-    holds it back: of gemm1 and gemm2,
-    the one with the most time above its floor over those points (the ledger's over_us),
-    with that time's share of the layer's (NO_KERNELS: the ledger has no GEMM row of
-    them; '': neither GEMM is above its floor)."""
-    p = pairs[pairs["tokens"] >= tokens]
-    rows = []
-    led = ledger_df if ledger_df is not None and len(ledger_df) else None
-    for (b, m, s, dt), g in p.groupby(["backend", "model", "sharding", "dtype"]):
-        roof = pd.to_numeric(g["pct_of_roof"], errors="coerce")
-        low = g.loc[roof.idxmin()] if roof.notna().any() else None
-        fl = pd.DataFrame([_floors(x) for x in g.sort_values("tokens").to_dict("records")],
-                          index=g.sort_values("tokens").index, columns=["bound", "other"])
-        other, bounds = fl["other"], list(dict.fromkeys(b for b in fl["bound"] if b))
-        over, gemm = {}, missing
-        if led is not None:
-            lg_ = led[led["point_id"].isin(g["point_id"]) & led["phase"].isin(["gemm1", "gemm2"])]
-            over = lg_.groupby("phase")["over_us"].sum().to_dict()
-        if over:  # the GEMM with the most time above its floor; '' when neither is above
-            gemm = max(over, key=over.get) if max(over.values()) > 0 else ""
-        rows.append(dict(backend=b, model=m, sharding=s, dtype=dt, points=len(g),
-                         tokens=f"{int(g['tokens'].min())}-{int(g['tokens'].max())}",
-                         median_pct_of_roof=roof.median(), lowest_pct_of_roof=roof.min(),
-                         lowest_at=int(low["tokens"]) if low is not None else np.nan,
-                         **dict(zip(("bound_at_lowest", "other_floor_pct"), _floors(low))),
-                         bounds=" to ".join(bounds),
-                         nearest_ridge_at=(int(g.loc[other.idxmax(), "tokens"])
-                                           if other.notna().any() else np.nan),
-                         held_back_by=gemm,
-                         gemm_over_us=over.get(gemm, np.nan),
-                         share_of_layer=(100 * over[gemm] / g["tuned_us"].sum()
-                                         if gemm in over else np.nan)))
-    return pd.DataFrame(rows)
+# the columns a tune run's tables are read by (a table without them: the run passed over)
+TUNE_TABLE_NEEDS = {"candidates": ("model", "tp", "ep", "dtype", "tokens", "stage", "status"),
+                    "winners": ("backend", "model", "tp", "ep", "ep_rank", "dtype", "tokens",
+                                "measured_at"),
+                    "verify": ("backend", "model", "tp", "ep", "ep_rank", "dtype", "tokens",
+                               "measured_at")}
 
 
-def _floors(row) -> tuple[str, float]:
-    """At a tuned point: which floor sets its roof, 'compute' (FLOPs at the matrix peak) or
-    'memory' (bytes at the roof bandwidth), by its device's ceilings, and the other floor as
-    % of it (100 at the ridge, where a kernel must keep both busy at once to reach the
-    roof); ('', NaN) where the row lacks its FLOPs, bytes or device."""
-    from ..core.devices import ceilings_for
-    from ..core.errors import UsageError
-    from ..cost.roofline import peak_tflops, roof_bandwidth
+def tune_table(folder: Path, table: str) -> tuple[dict, pd.DataFrame | None] | None:
+    """A tune or verify run folder's manifest and `<table>.parquet` (None when absent);
+    None, said once on stderr, when either is unreadable or the table lacks the columns
+    it is read by: one broken run does not hide the others (find_runs' rule)."""
+    from ..core.errors import CorruptFile
+    from ..storage.store import _read, _warn_once, read_json
     try:
-        ceil = ceilings_for(str(row["device"]))
-        compute = float(row["flops"]) / (peak_tflops(ceil, str(row["dtype"])) * 1e6)
-        memory = float(row["bytes"]) / (roof_bandwidth(ceil)[1] * 1e6)
-    except (KeyError, TypeError, ValueError, UsageError):
-        return "", np.nan
-    if not (compute > 0 and memory > 0):
-        return "", np.nan
-    hi, lo = max(compute, memory), min(compute, memory)
-    return ("compute" if compute >= memory else "memory"), 100 * lo / hi
+        return (read_json(folder / "manifest.json"),
+                _read(folder / f"{table}.parquet", TUNE_TABLE_NEEDS.get(table)))
+    except CorruptFile as exc:
+        _warn_once(f"moe-lab: warning: passed over run {folder.name}: {exc}")
+        return None
 
 
 def newest_of(table: str, root=None, where=None) -> pd.DataFrame:
@@ -358,13 +340,12 @@ def newest_of(table: str, root=None, where=None) -> pd.DataFrame:
     (default data_dir()) that has one and whose manifest `where` accepts (None: every),
     each with its run_id; per point (backend, model, tp, ep, ep_rank, dtype, tokens) the
     newest (measured_at, then the folder's name). Empty when none."""
-    from ..core.atomic import read_parquet
-    from ..storage.store import data_dir, read_json
+    from ..storage.store import data_dir
     found = []
     for p in sorted(Path(root or data_dir()).iterdir()):
-        f = p / f"{table}.parquet"
-        if f.is_file() and (where is None or where(read_json(p / "manifest.json"))):
-            found.append(read_parquet(f).assign(run_id=p.name))
+        got = tune_table(p, table) if (p / f"{table}.parquet").is_file() else None
+        if got is not None and (where is None or where(got[0])):
+            found.append(got[1].assign(run_id=p.name))
     if not found:
         return pd.DataFrame()
     w = pd.concat(found, ignore_index=True).sort_values(["measured_at", "run_id"])

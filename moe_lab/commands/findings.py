@@ -25,6 +25,11 @@ def run(args) -> int:
     out = Path(args.out) if args.out else findings.default_path()
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise UsageError(f"--data-dir {args.data_dir}: not a folder of run folders")
+    # before the document is computed (was: an error naming a .tmp file, or --check's diff)
+    for p in [out, *out.parents]:
+        if p.exists() and (p.is_dir() if p == out else not p.is_dir()):
+            raise UsageError(f"--out {out}: {p} is a {'folder' if p == out else 'file'}, "
+                             "not " + ("a file" if p == out else "a folder"))
     if args.check:
         diff = findings.check(out, args.data_dir)
         if diff:

@@ -103,7 +103,8 @@ def run(args) -> int:
     ok, why = tuner.backend.available()
     if not ok:  # before: every candidate a `failed` row, "done: 0 points tuned", exit 0
         raise UsageError(f"{tuner.backend_name} cannot run here: {why}")
-    tuner.check()  # another writer's folder, or one tuned otherwise: one line, untouched
+    tuner.check(shards)  # another writer's folder, one tuned otherwise, a configs folder
+    # that cannot take the winners, a --verify without a committed file: one line, untouched
     print(f"{kind} {args.backend}: {sum(len(s) for s in shards)} points -> {run_dir}"
           + ("" if verify else f", configs to {tuner.configs_dir / tuner.backend_name}")
           + (f", compiling ahead in {tuner.compile_workers} processes"

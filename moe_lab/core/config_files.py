@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from .atomic import atomic_write_json
+from .errors import CorruptFile
 
 
 def check_config(cfg: dict, where: str = "config") -> dict:
@@ -23,19 +24,31 @@ def check_config(cfg: dict, where: str = "config") -> dict:
 
 
 def read_table(path: str | Path) -> dict[int, dict]:
-    """{M: configuration} from a config file; ValueError naming the file and the fault."""
+    """{M: configuration} from a config file. A file that cannot be opened: ValueError
+    naming it; one that is not such a table (not JSON, a key that is not a token count or
+    names one twice, a value that is not a configuration): CorruptFile (a UsageError, so
+    one line on the command line) naming the file and the fault."""
     path = Path(path)
     try:
-        obj = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise ValueError(f"{path}: not a readable JSON config file ({exc})") from None
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptFile(path, f"not a JSON config file: {exc}") from None
     if not isinstance(obj, dict) or not obj:
-        raise ValueError(f"{path}: expected an object keyed by token count")
+        raise CorruptFile(path, "expected an object keyed by token count")
     table = {}
     for key, cfg in obj.items():
-        if not str(key).isdigit() or int(key) <= 0:
-            raise ValueError(f"{path}: key {key!r} is not a token count")
-        table[int(key)] = check_config(cfg, f"{path} [{key}]")
+        if not (key.isascii() and key.isdigit()) or int(key) <= 0:
+            raise CorruptFile(path, f"key {key!r} is not a token count")
+        if int(key) in table:  # "1" and "01": the later would silently win
+            raise CorruptFile(path, f"token count {int(key)} is a key twice")
+        try:
+            table[int(key)] = check_config(cfg, f"[{key}]")
+        except ValueError as exc:
+            raise CorruptFile(path, exc) from None
     return table
 
 

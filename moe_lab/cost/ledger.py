@@ -305,9 +305,11 @@ def best_points(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     lowest median, with `choice` ('backend config')."""
     r = ok_rows(results_df[results_df["mode"] == mode]).copy()
     r["config"] = r["config"].fillna("default") if "config" in r else "default"
-    r["choice"] = r["backend"] + " " + r["config"]
-    if "glue" in r:  # the glue variant, where a backend has a choice
-        r["choice"] += [f" glue={g}" if isinstance(g, str) and g else "" for g in r["glue"]]
+    # the glue variant, where a backend has a choice; built per row, so that a run without
+    # rows of `mode` (a CPU run's eager rows) gives no row instead of a str + float error
+    glue = r["glue"] if "glue" in r else [None] * len(r)
+    r["choice"] = [f"{b} {c}" + (f" glue={g}" if isinstance(g, str) and g else "")
+                   for b, c, g in zip(r["backend"], r["config"], glue)]
     r["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(r["tp"], r["ep"])]
     return r.sort_values("median_us").groupby(POINT).head(1).sort_values(POINT) \
         .reset_index(drop=True)

@@ -144,7 +144,7 @@ class Tuner(StageSearch):
         throughout; a folder that is unreadable, not a tune run, or tuned with other
         settings (MEANING) is refused before anything is written."""
         from ..storage.runlock import run_lock
-        self.check()
+        self.check(shards)
         with run_lock(self.run_dir, self.command or "moe-lab tune"):
             self._check_folder()
             return self._run(shards)
@@ -157,15 +157,19 @@ class Tuner(StageSearch):
                     routing=self.routing, warmup_ms=self.warmup_ms, rep_ms=self.rep_ms,
                     search=self.plan.describe(), verify=self.verify)
 
-    def check(self) -> None:
+    def check(self, shards=None) -> None:
         """UsageError (one line, nothing touched) when `run` would be refused now: the
-        folder is another writer's at the moment, unreadable, or tuned otherwise."""
+        folder is another writer's at the moment, unreadable, or tuned otherwise; the
+        configs folder cannot take the winners, or (--verify) lacks a shard's file."""
+        from ..storage.configs import check_configs_dir
         from ..storage.runlock import busy
         who = busy(self.run_dir)
         if who:
             from ..core.errors import RunLocked
             raise RunLocked(who)
         self._check_folder()
+        check_configs_dir(self.configs_dir, self.backend_name,
+                          shards if self.verify else None, self.device_name)
 
     def _check_folder(self) -> None:
         from ..storage.resume import check_run_files, refuse_other_settings
@@ -382,6 +386,7 @@ class Tuner(StageSearch):
         each file's provenance (run, commit, budget, candidates timed)."""
         from ..storage.configs import write_table
         folder = self.configs_dir / self.backend_name
+        prov = read_provenance(folder)  # unreadable: refused before any table is replaced
         written, shard_of = [], {}
         for _, g in winners.groupby(["model", "tp", "ep", "ep_rank", "dtype"]):
             prob = _problem_of(g.iloc[0])
@@ -396,7 +401,6 @@ class Tuner(StageSearch):
                 p = write_table(folder / names[stage], table)
                 written.append(p)
                 shard_of[p.name] = (sorted(table), timed)
-        prov = read_provenance(folder)
         man = self.store.read_manifest() if hasattr(self, "store") else {}
         for p in written:
             keys, timed = shard_of[p.name]

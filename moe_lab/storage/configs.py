@@ -40,6 +40,25 @@ def load_tuned(backend: str, problem: Problem, dev_name: str, configs_dir) -> di
     return ConfigTables(tables, files)
 
 
+def check_configs_dir(configs_dir, backend: str, shards=None, dev_name: str = "") -> None:
+    """Before a search (UsageError, one line; nothing written): the tuned files' folder
+    can be one (no file along its path) and its provenance.json, which the search's end
+    merges into, is readable. `shards` (a --verify: the winners it checks): every shape
+    has a committed file, and it reads."""
+    from .store import read_json
+    folder = Path(configs_dir) / backend
+    for p in [folder, *folder.parents]:
+        if p.exists() and not p.is_dir():
+            raise UsageError(f"--configs-dir {configs_dir}: {p} is a file, not a folder")
+    read_json(folder / "provenance.json")  # CorruptFile naming it
+    for shard in shards or ():
+        if load_tuned(backend, shard[0], dev_name, configs_dir) is None:
+            name = backends.get(backend).config_files(shard[0], dev_name)["gemm1"]
+            raise UsageError(f"--verify: no committed file {name} under {folder} for "
+                             f"{shard[0].model.name} {shard[0].sharding} {shard[0].dtype}: "
+                             "nothing to check (tune it first)")
+
+
 def configs_dir_for(dev_name: str) -> Path:
     """data/configs/<device-slug>: where tuned files for this device live."""
     from ..core.devices import device_slug

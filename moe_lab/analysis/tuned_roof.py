@@ -1,0 +1,74 @@
+"""The tuned layer's % of roof from 256 tokens (issue 38's third target: per model, where it
+stands and what holds it back), over tuned_files.current_pairs' points.
+
+    roof_from(pairs, ledger_df, tokens=256)  per shape: the % of roof from `tokens` up
+                                             (median, lowest and where), the floors at the
+                                             lowest point and the point nearest the ridge,
+                                             and the GEMM the ledger says holds it back
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .targets import NO_KERNELS
+
+
+def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int = 256,
+              missing: str = NO_KERNELS) -> pd.DataFrame:
+    """Per backend, model, sharding and dtype: the tuned layer's % of roof from `tokens`
+    up (median, lowest and where; at the lowest, which floor sets the roof and the other as
+    % of it, _floors; the bounds from the fewest tokens to the most, e.g. 'memory to
+    compute'; the point nearest the ridge: the other floor the closest), and the GEMM that
+    holds it back: of gemm1 and gemm2,
+    the one with the most time above its floor over those points (the ledger's over_us),
+    with that time's share of the layer's (NO_KERNELS: the ledger has no GEMM row of
+    them; '': neither GEMM is above its floor)."""
+    p = pairs[pairs["tokens"] >= tokens]
+    rows = []
+    led = ledger_df if ledger_df is not None and len(ledger_df) else None
+    for (b, m, s, dt), g in p.groupby(["backend", "model", "sharding", "dtype"]):
+        roof = pd.to_numeric(g["pct_of_roof"], errors="coerce")
+        low = g.loc[roof.idxmin()] if roof.notna().any() else None
+        fl = pd.DataFrame([_floors(x) for x in g.sort_values("tokens").to_dict("records")],
+                          index=g.sort_values("tokens").index, columns=["bound", "other"])
+        other, bounds = fl["other"], list(dict.fromkeys(b for b in fl["bound"] if b))
+        over, gemm = {}, missing
+        if led is not None:
+            lg_ = led[led["point_id"].isin(g["point_id"]) & led["phase"].isin(["gemm1", "gemm2"])]
+            over = lg_.groupby("phase")["over_us"].sum().to_dict()
+        if over:  # the GEMM with the most time above its floor; '' when neither is above
+            gemm = max(over, key=over.get) if max(over.values()) > 0 else ""
+        rows.append(dict(backend=b, model=m, sharding=s, dtype=dt, points=len(g),
+                         tokens=f"{int(g['tokens'].min())}-{int(g['tokens'].max())}",
+                         median_pct_of_roof=roof.median(), lowest_pct_of_roof=roof.min(),
+                         lowest_at=int(low["tokens"]) if low is not None else np.nan,
+                         **dict(zip(("bound_at_lowest", "other_floor_pct"), _floors(low))),
+                         bounds=" to ".join(bounds),
+                         nearest_ridge_at=(int(g.loc[other.idxmax(), "tokens"])
+                                           if other.notna().any() else np.nan),
+                         held_back_by=gemm,
+                         gemm_over_us=over.get(gemm, np.nan),
+                         share_of_layer=(100 * over[gemm] / g["tuned_us"].sum()
+                                         if gemm in over else np.nan)))
+    return pd.DataFrame(rows)
+
+
+def _floors(row) -> tuple[str, float]:
+    """At a tuned point: which floor sets its roof, 'compute' (FLOPs at the matrix peak) or
+    'memory' (bytes at the roof bandwidth), by its device's ceilings, and the other floor as
+    % of it (100 at the ridge, where a kernel must keep both busy at once to reach the
+    roof); ('', NaN) where the row lacks its FLOPs, bytes or device."""
+    from ..core.devices import ceilings_for
+    from ..core.errors import UsageError
+    from ..cost.roofline import peak_tflops, roof_bandwidth
+    try:
+        ceil = ceilings_for(str(row["device"]))
+        compute = float(row["flops"]) / (peak_tflops(ceil, str(row["dtype"])) * 1e6)
+        memory = float(row["bytes"]) / (roof_bandwidth(ceil)[1] * 1e6)
+    except (KeyError, TypeError, ValueError, UsageError):
+        return "", np.nan
+    if not (compute > 0 and memory > 0):
+        return "", np.nan
+    hi, lo = max(compute, memory), min(compute, memory)
+    return ("compute" if compute >= memory else "memory"), 100 * lo / hi

@@ -1,0 +1,271 @@
+"""The newest features (tune's search and its resume, `moe-lab findings`, the tuned-files
+and published-tuning readers) against hostile input: each bad input one line (CLI: exit 2
+on stderr; API: UsageError), nothing written where it was not asked, nothing measured lost.
+
+1. findings on data folders other than the committed one: an empty folder is refused; a
+   folder of CPU runs (eager rows only, no target with data) gives the document
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from moe_lab.cli import main
+from moe_lab.core.errors import UsageError
+from conftest import folder_tree as _tree, one_line_err as _one_line  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "custom:H=64,I=32,E=4,k=2"
+SWEEP = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2", "--backends", "torch",
+         "--dtype", "fp32", "--device", "cpu", "--no-progress", "--rep-ms", "2",
+         "--warmup-ms", "1", "--run-id", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(tmp_path_factory):
+    """A data folder holding one small CPU sweep run (eager rows, phases)."""
+    runs = tmp_path_factory.mktemp("data") / "runs"
+    assert main(SWEEP + ["--data-dir", str(runs)]) == 0
+    return runs
+
+
+# --- 1. findings on other data folders ----------------------------------------------------------
+
+def test_findings_of_an_empty_data_folder_is_refused_and_writes_nothing(tmp_path, capsys):
+    (tmp_path / "runs").mkdir()
+    out = tmp_path / "findings.md"
+    for check in ([], ["--check"]):
+        assert main(["findings", *check, "--data-dir", str(tmp_path / "runs"),
+                     "--out", str(out)]) == 2
+        assert "holds no run folder" in _one_line(capsys)
+    assert not out.exists()
+
+
+def test_findings_of_a_folder_of_cpu_runs_is_written(cpu_runs, tmp_path, capsys):
+    """Before: a traceback (pandas' 'No objects to concatenate' when no target had data;
+    then the best points of a run without graph rows, a str + float error)."""
+    out = tmp_path / "findings.md"
+    capsys.readouterr()
+    assert main(["findings", "--data-dir", str(cpu_runs), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## The runs" in text and "`cpu`" in text
+    assert main(["findings", "--check", "--data-dir", str(cpu_runs), "--out", str(out)]) == 0
+
+
+# --- 2. the tuned files as data ------------------------------------------------------------------
+
+@pytest.fixture
+def configs(tmp_path):
+    """A copy of the committed H200 tuned files."""
+    shutil.copytree(ROOT / "data" / "configs" / "nvidia-h200", tmp_path / "configs")
+    return tmp_path / "configs"
+
+
+def test_a_malformed_provenance_is_said_not_read_as_no_search(configs):
+    """Before: read as {} (no provenance): every vllm file without its complete search
+    behind it, and left('tune') listed the shapes whose searches are complete (the
+    device scripts would have searched them again)."""
+    from moe_lab.analysis import tuned_files as tf
+    (configs / "vllm" / "provenance.json").write_text('{"E=16,N=1024')
+    for call in (lambda: tf.inventory(configs), lambda: tf.left("tune", configs_dir=configs)):
+        with pytest.raises(UsageError, match="vllm/provenance.json is unreadable or corrupt"):
+            call()
+
+
+def test_a_malformed_tuned_file_is_said_not_read_as_missing(configs):
+    from moe_lab.analysis import tuned_files as tf
+    f = next((configs / "vllm").glob("E=*.json"))
+    f.write_text(f.read_text()[:40])
+    with pytest.raises(UsageError, match=f"{f.name} is unreadable or corrupt"):
+        tf.inventory(configs)
+
+
+@pytest.mark.parametrize("keys,says", [
+    ({"\u00b2": 1}, "key '\u00b2' is not a token count"),  # isdigit(), but int() fails
+    ({"\uff11": 1}, "key '\uff11' is not a token count"),  # a full-width 1
+    ({"1": 1, "01": 2}, "token count 1 is a key twice"),  # the later silently won
+])
+def test_a_config_file_whose_keys_are_not_token_counts_is_refused(tmp_path, capsys, keys, says):
+    f = tmp_path / "E=4,N=32,device_name=x.json"
+    f.write_text(json.dumps({k: {"BLOCK_SIZE_M": v} for k, v in keys.items()}))
+    around = _tree(tmp_path)
+    assert main(SWEEP + ["--config", str(f), "--data-dir", str(tmp_path / "runs")]) == 2
+    err = _one_line(capsys)
+    assert str(f) in err and says in err
+    assert _tree(tmp_path) == around
+
+
+# --- 3. tuned_files.left and published_file -------------------------------------------------------
+
+@pytest.mark.parametrize("kw,says", [
+    (dict(mode="tunes"), "left: mode is tune or sweep, not 'tunes'"),  # was ValueError
+    (dict(mode="tune", backends=("aiter_triton",)),  # was [] (nothing left)
+     "left: backends 'aiter_triton' not among the required shapes' (aiter-triton, "
+     "aiter-triton-silu, vllm)"),
+    (dict(mode="sweep", data_dir="/nonexistent/runs"),  # was [] (no run to read)
+     "left: data_dir /nonexistent/runs is not a folder"),
+    (dict(mode="tune", configs_dir="/nonexistent/configs"),  # was every shape
+     "left: configs_dir /nonexistent/configs is not a folder"),
+])
+def test_left_refuses_what_it_cannot_answer(kw, says):
+    from moe_lab.analysis import tuned_files as tf
+    with pytest.raises(UsageError) as exc:
+        tf.left(**kw)
+    assert str(exc.value) == says
+
+
+def test_left_of_one_backend_given_as_a_string_is_that_backend_only(configs):
+    """Before: `b in "aiter-triton-silu"` read the name as a string to search: aiter-triton's
+    shapes came with the silu ones."""
+    from moe_lab.analysis import tuned_files as tf
+    for f in (configs / "aiter-triton").glob("*.json"):  # aiter-triton's searches left too
+        if f.name != "provenance.json":
+            f.unlink()
+    got = tf.left("tune", backends="aiter-triton-silu", configs_dir=configs)
+    assert got == tf.left("tune", backends=("aiter-triton-silu",), configs_dir=configs)
+    assert all(w.startswith("aiter-triton-silu:") for w in got)
+
+
+@pytest.mark.parametrize("word", ["vllm:deepseek-r1:8:8", "vllm:deepseek-r1:eight:8:bf16", ""])
+def test_published_file_of_a_word_that_is_not_a_shape_is_one_line(word):
+    from moe_lab.analysis import tuned_files as tf
+    with pytest.raises(UsageError, match="is not a shape word backend:model:tp:ep:dtype"):
+        tf.published_file(word)
+
+
+# --- 4. tune: the configs folder and --verify, before any timing -----------------------------------
+
+def _chunked():
+    """Register the tunable CPU test backend (tests/data/plugin/torch_chunked.py); yields
+    its name, then unregisters it."""
+    import importlib.util
+    import sys
+    from moe_lab import backends
+    name = "moe_lab.backends.torch_chunked"
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).parent / "data" / "plugin" / "torch_chunked.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    yield "torch-chunked"
+    backends._REGISTRY.pop("torch-chunked", None)
+    sys.modules.pop(name, None)
+
+
+chunked = pytest.fixture(_chunked)
+
+
+TUNE = ["tune", "--backend", "torch-chunked", "--models", MODEL, "--tp", "1", "--ep", "1",
+        "--tokens", "1", "--dtype", "fp32", "--device", "cpu", "--no-progress", "--rep-ms", "1",
+        "--warmup-ms", "1"]
+
+
+def _committed(chunked, folder: Path) -> Path:
+    """A committed winner's file of MODEL for the chunked backend under folder/<backend>."""
+    from moe_lab import backends
+    from moe_lab.core.config_files import write_table
+    from moe_lab.core.environment import device_name
+    from moe_lab.core.problems import make_problem
+    name = backends.get(chunked).config_files(make_problem(MODEL, 1, "fp32", 1, 1),
+                                             device_name("cpu"))["gemm1"]
+    return write_table(folder / chunked / name, {1: {"CHUNK": 4}})
+
+
+def _damage_provenance(tmp_path, chunked):
+    f = _committed(chunked, tmp_path / "configs")
+    (f.parent / "provenance.json").write_text('{"E=4')
+    return [], "provenance.json is unreadable or corrupt"
+
+
+def _configs_dir_a_file(tmp_path, chunked):
+    (tmp_path / "configs").write_text("mine")
+    return [], f"--configs-dir {tmp_path / 'configs'}: {tmp_path / 'configs'} is a file, not a folder"
+
+
+def _verify_a_malformed_file(tmp_path, chunked):
+    f = _committed(chunked, tmp_path / "configs")
+    f.write_text(f.read_text()[:12])
+    return ["--verify", "0"], f"{f} is unreadable or corrupt"
+
+
+def _verify_without_a_file(tmp_path, chunked):
+    (tmp_path / "configs").mkdir()
+    return ["--verify", "0"], "--verify: no committed file E=4,N=32,device_name="
+
+
+@pytest.mark.parametrize("damage", [_damage_provenance, _configs_dir_a_file,
+                                    _verify_a_malformed_file, _verify_without_a_file])
+def test_tune_refuses_a_configs_folder_it_cannot_use_before_timing(tmp_path, capsys, chunked,
+                                                                   damage):
+    extra, says = damage(tmp_path, chunked)
+    around = _tree(tmp_path)
+    assert main(TUNE + extra + ["--data-dir", str(tmp_path / "runs"),
+                                "--configs-dir", str(tmp_path / "configs")]) == 2
+    assert says in _one_line(capsys)
+    assert _tree(tmp_path) == around  # no run folder, no table replaced
+
+
+# --- 5. findings over tune runs ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tune_runs(tmp_path_factory):
+    """A data folder holding one small tune run of the chunked backend (winners, candidates)."""
+    from moe_lab.core.problems import make_problem
+    from moe_lab.measuring.tuning import Tuner
+    root = tmp_path_factory.mktemp("tune")
+    for name in _chunked():
+        Tuner(name, "cpu", root / "runs" / "t", root / "configs", rep_ms=1, warmup_ms=1,
+              progress=False).run([[make_problem(MODEL, 1, "fp32", 1, 1)]])
+    return root / "runs"
+
+
+def test_findings_of_a_folder_of_tune_runs_only(tune_runs, tmp_path, capsys):
+    """Before: runs_section's IndexError (no run with results, so none dated)."""
+    assert main(["findings", "--data-dir", str(tune_runs), "--out", str(tmp_path / "f.md")]) == 0
+    assert "`t`" in (tmp_path / "f.md").read_text()
+
+
+@pytest.mark.parametrize("victim", ["candidates.parquet", "winners.parquet", "manifest.json"])
+def test_findings_pass_over_a_tune_run_that_cannot_be_read(tune_runs, cpu_runs, tmp_path,
+                                                           capsys, victim):
+    runs = tmp_path / "runs"
+    shutil.copytree(cpu_runs, runs)
+    shutil.copytree(tune_runs / "t", runs / "t")
+    f = runs / "t" / victim
+    f.write_bytes(f.read_bytes()[:100])
+    around = _tree(runs)
+    capsys.readouterr()
+    assert main(["findings", "--data-dir", str(runs), "--out", str(tmp_path / "f.md")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"passed over run t: {f} is unreadable or corrupt" in err[0]
+    assert "`t`" not in (tmp_path / "f.md").read_text() and "`cpu`" in (tmp_path / "f.md").read_text()
+    assert _tree(runs) == around
+
+
+
+@pytest.mark.parametrize("check", [[], ["--check"]])
+@pytest.mark.parametrize("where,says", [("out", "--out {o}: {o} is a folder, not a file"),
+                                        ("notes/f.md", "--out {o}: {t}/notes is a file, not a folder")])
+def test_findings_out_a_folder_or_under_a_file_is_refused(cpu_runs, tmp_path, capsys, check,
+                                                          where, says):
+    """Before: an error naming a hidden .tmp file (or 'File exists'); --check: exit 1 and a
+    diff against nothing."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "notes").write_text("mine")
+    around = _tree(tmp_path)
+    o = tmp_path / where
+    assert main(["findings", *check, "--data-dir", str(cpu_runs), "--out", str(o)]) == 2
+    assert _one_line(capsys) == "moe-lab: error: " + says.format(o=o, t=tmp_path)
+    assert _tree(tmp_path) == around
+
+
+# --- 6. compare with a run of no points ------------------------------------------------------------
+
+def test_compare_with_a_tune_run_is_refused(tune_runs, cpu_runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # compare's reports/ would go here
+    assert main(["compare", str(cpu_runs / "cpu"), str(tune_runs / "t")]) == 2
+    assert _one_line(capsys) == "moe-lab: error: run t has no measured points to compare (a tune run)"
+    assert not list(tmp_path.iterdir())
