@@ -32,7 +32,7 @@ from ..cost import ledger as lg
 from ..storage.rows import deployed_rows, published_rows, vllm_named
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_files import PAIR_KEY, _configs_dir, _names, _provenance, _written
+from .tuned_paths import PAIR_KEY, _configs_dir, _names, _provenance, _written
 
 
 def published_pairs(runs, configs_dir=None, data_dir=None) -> pd.DataFrame:

@@ -38,6 +38,7 @@ from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows, published_rows
 from . import metrics
 from .targets import METRIC_COLUMNS
+from .tuned_paths import PAIR_KEY, _configs_dir, _json, _names, _provenance, _written  # noqa: F401
 from .tuned_roof import roof_from  # noqa: F401 (findings and the notebooks read it here)
 
 SEEDS = ("llama4-scout-16e", "llama4-maverick-128e", "qwen3-235b-a22b", "deepseek-r1")
@@ -54,28 +55,6 @@ DEVICE = "NVIDIA H200"
 INVENTORY_COLUMNS = ["issue", "backend", "model", "sharding", "dtype", "file", "keys",
                      "missing_keys", "run", "run_status", "candidates", "written", "commit",
                      "holds_grid", "near_keys"]
-
-
-@functools.lru_cache(maxsize=256)
-def _names(backend, model, tp, ep, dtype, device) -> dict:
-    from .. import backends
-    from ..core.problems import make_problem
-    return backends.get(backend).config_files(make_problem(model, 1, dtype, tp, ep), device)
-
-
-def _configs_dir(configs_dir, device) -> Path:
-    if configs_dir is not None:
-        return Path(configs_dir)
-    from ..storage.configs import configs_dir_for
-    return configs_dir_for(device)
-
-
-def _json(path: Path) -> dict:
-    """A provenance.json or manifest: {} when absent; one that is there but unreadable is
-    CorruptFile naming it (was {}: a corrupt provenance read as files without a search
-    behind them, and left('tune') sent every shape of the backend to be searched again)."""
-    from ..storage.store import read_json
-    return read_json(path)
 
 
 def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
@@ -187,30 +166,6 @@ def _search_run(word: str) -> str:
     """The run folder of a shape's search, as scripts/device_tune.sh names it."""
     b, m, tp, ep, dt = word.split(":")
     return f"h200-tune-{b}-{m}-tp{tp}{'' if ep == '1' else f'ep{ep}'}-{dt}"
-
-
-@functools.lru_cache(maxsize=64)
-def _provenance(path: str, mtime_ns: int) -> dict:
-    """A provenance.json, parsed once per version of the file (its mtime is in the key)."""
-    return _json(Path(path))
-
-
-def _written(root: str, backend, model, tp, ep, dtype, device) -> pd.Timestamp | None:
-    """When the tuned file this shape reads was written (its provenance), None if unknown."""
-    try:
-        name = _names(backend, model, tp, ep, dtype, device)["gemm1"]
-    except Exception:  # noqa: BLE001 - a backend or model this install no longer knows
-        return None
-    f = Path(root) / backend / "provenance.json"
-    try:
-        prov = _provenance(str(f), f.stat().st_mtime_ns)
-    except OSError:
-        return None
-    w = (prov.get(name) or {}).get("written")
-    return pd.Timestamp(w) if w else None
-
-
-PAIR_KEY = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend"]
 
 
 def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:

@@ -1,0 +1,62 @@
+"""Where a shape's tuned files are and when they were written: the names its backend reads,
+the configs folder of a device, a provenance.json read once per version. Shared by
+tuned_files (the files as data) and published (the files against published tunings), so
+neither imports the other for them.
+
+    PAIR_KEY                                  the columns a default/tuned pair is keyed by
+    _names(backend, model, tp, ep, dtype, device)  {stage: file name} the backend reads
+    _configs_dir(configs_dir, device)         the folder (this checkout's for the device)
+    _written(root, backend, model, tp, ep, dtype, device)  when the shape's file was written
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pandas as pd
+
+
+@functools.lru_cache(maxsize=256)
+def _names(backend, model, tp, ep, dtype, device) -> dict:
+    from .. import backends
+    from ..core.problems import make_problem
+    return backends.get(backend).config_files(make_problem(model, 1, dtype, tp, ep), device)
+
+
+def _configs_dir(configs_dir, device) -> Path:
+    if configs_dir is not None:
+        return Path(configs_dir)
+    from ..storage.configs import configs_dir_for
+    return configs_dir_for(device)
+
+
+def _json(path: Path) -> dict:
+    """A provenance.json or manifest: {} when absent; one that is there but unreadable is
+    CorruptFile naming it (was {}: a corrupt provenance read as files without a search
+    behind them, and left('tune') sent every shape of the backend to be searched again)."""
+    from ..storage.store import read_json
+    return read_json(path)
+
+
+@functools.lru_cache(maxsize=64)
+def _provenance(path: str, mtime_ns: int) -> dict:
+    """A provenance.json, parsed once per version of the file (its mtime is in the key)."""
+    return _json(Path(path))
+
+
+def _written(root: str, backend, model, tp, ep, dtype, device) -> pd.Timestamp | None:
+    """When the tuned file this shape reads was written (its provenance), None if unknown."""
+    try:
+        name = _names(backend, model, tp, ep, dtype, device)["gemm1"]
+    except Exception:  # noqa: BLE001 - a backend or model this install no longer knows
+        return None
+    f = Path(root) / backend / "provenance.json"
+    try:
+        prov = _provenance(str(f), f.stat().st_mtime_ns)
+    except OSError:
+        return None
+    w = (prov.get(name) or {}).get("written")
+    return pd.Timestamp(w) if w else None
+
+
+PAIR_KEY = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend"]
