@@ -26,7 +26,6 @@ its file was written is history, not evidence about that file.
 """
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
