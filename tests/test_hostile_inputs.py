@@ -237,18 +237,9 @@ def test_a_resume_of_a_run_of_another_schema_is_refused_byte_identical(run, caps
 @pytest.fixture
 def chunked():
     """The tunable CPU test backend (tests/data/plugin/torch_chunked.py), registered."""
-    import importlib.util
-    import sys
-    from moe_lab import backends
-    name = "moe_lab.backends.torch_chunked"
-    spec = importlib.util.spec_from_file_location(
-        name, Path(__file__).parent / "data" / "plugin" / "torch_chunked.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    yield "torch-chunked"
-    backends._REGISTRY.pop("torch-chunked", None)
-    sys.modules.pop(name, None)
+    from conftest import plugin_backend
+    for _ in plugin_backend("torch_chunked.py", "torch-chunked"):
+        yield "torch-chunked"
 
 
 def test_a_tune_resume_with_other_settings_or_into_a_sweep_run_is_refused(tmp_path, chunked, run):

@@ -138,24 +138,12 @@ def test_published_file_of_a_word_that_is_not_a_shape_is_one_line(word):
 
 # --- 4. tune: the configs folder and --verify, before any timing -----------------------------------
 
-def _chunked():
-    """Register the tunable CPU test backend (tests/data/plugin/torch_chunked.py); yields
-    its name, then unregisters it."""
-    import importlib.util
-    import sys
-    from moe_lab import backends
-    name = "moe_lab.backends.torch_chunked"
-    spec = importlib.util.spec_from_file_location(
-        name, Path(__file__).parent / "data" / "plugin" / "torch_chunked.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    yield "torch-chunked"
-    backends._REGISTRY.pop("torch-chunked", None)
-    sys.modules.pop(name, None)
-
-
-chunked = pytest.fixture(_chunked)
+@pytest.fixture
+def chunked():
+    """The tunable CPU test backend (tests/data/plugin/torch_chunked.py), registered."""
+    from conftest import plugin_backend
+    for _ in plugin_backend("torch_chunked.py", "torch-chunked"):
+        yield "torch-chunked"
 
 
 TUNE = ["tune", "--backend", "torch-chunked", "--models", MODEL, "--tp", "1", "--ep", "1",
@@ -215,9 +203,10 @@ def tune_runs(tmp_path_factory):
     """A data folder holding one small tune run of the chunked backend (winners, candidates)."""
     from moe_lab.core.problems import make_problem
     from moe_lab.measuring.tuning import Tuner
+    from conftest import plugin_backend
     root = tmp_path_factory.mktemp("tune")
-    for name in _chunked():
-        Tuner(name, "cpu", root / "runs" / "t", root / "configs", rep_ms=1, warmup_ms=1,
+    for _ in plugin_backend("torch_chunked.py", "torch-chunked"):
+        Tuner("torch-chunked", "cpu", root / "runs" / "t", root / "configs", rep_ms=1, warmup_ms=1,
               progress=False).run([[make_problem(MODEL, 1, "fp32", 1, 1)]])
     return root / "runs"
 
