@@ -258,3 +258,22 @@ def test_compare_with_a_tune_run_is_refused(tune_runs, cpu_runs, tmp_path, capsy
     assert main(["compare", str(cpu_runs / "cpu"), str(tune_runs / "t")]) == 2
     assert _one_line(capsys) == "moe-lab: error: run t has no measured points to compare (a tune run)"
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("manifest", [None, "{}"])
+def test_a_resume_into_rows_without_a_manifest_is_refused(tune_runs, cpu_runs, tmp_path, capsys,
+                                                          chunked, manifest):
+    """A tune or sweep folder holding rows but no manifest (gone, or `{}`) records no
+    settings to check a resume against. Before: resumed, and the old rows kept beside new
+    ones measured with whatever settings the command had. Now: one line, nothing written."""
+    runs = tmp_path / "runs"
+    shutil.copytree(tune_runs / "t", runs / "t")
+    shutil.copytree(cpu_runs / "cpu", runs / "cpu")
+    for run in ("t", "cpu"):
+        f = runs / run / "manifest.json"
+        f.unlink() if manifest is None else f.write_text(manifest)
+    around = _tree(tmp_path)
+    for argv in (TUNE + ["--run-id", "t", "--configs-dir", str(tmp_path / "configs")], SWEEP):
+        assert main(argv + ["--data-dir", str(runs)]) == 2
+        assert "no manifest.json recording their settings" in _one_line(capsys)
+    assert _tree(tmp_path) == around

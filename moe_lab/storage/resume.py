@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import numbers
 import sys
+from pathlib import Path
 
 from ..core.errors import CorruptFile, UsageError
 from .rows import check_manifest, check_table  # noqa: F401 (the schema checks, re-exported)
@@ -80,14 +81,18 @@ def _show(v) -> str:
 
 
 def refuse_other_settings(store, kind: str, config: dict, keys: tuple[str, ...],
-                          flags: dict[str, str] | None = None, unreadable_ok: bool = False) -> None:
+                          flags: dict[str, str] | None = None, unreadable_ok: bool = False,
+                          no_manifest_ok: bool = False) -> None:
     """UsageError when the folder holds a run of another kind (sweep, tune, import), or
     one whose settings among `keys` differ from `config` (what a row means: its inputs'
     seed, dtype, timing budget...): a resume must not add rows measured otherwise, nor
     rewrite the manifest to describe rows it did not measure. A key the folder's manifest
     does not record (an older run) is not compared, nor one inside a recorded dict (a
-    search plan from before its `near_keys`: the search resumes with the pass). `unreadable_ok`: a manifest that
-    cannot be read is passed over (it is to be set aside)."""
+    search plan from before its `near_keys`: the search resumes with the pass). A folder
+    with rows but no manifest (absent or empty) is refused: nothing says how they were
+    measured (`no_manifest_ok`: a sweep asked to set unreadable files aside, whose manifest
+    may be one of them). `unreadable_ok`: a manifest that cannot be read is passed over (it
+    is to be set aside)."""
     try:
         manifest = store.read_manifest()
     except CorruptFile:
@@ -95,6 +100,11 @@ def refuse_other_settings(store, kind: str, config: dict, keys: tuple[str, ...],
             return
         raise
     if not manifest:
+        rows = sorted(p.name for p in Path(store.dir).glob("*.parquet"))
+        if rows and not no_manifest_ok:  # was: resumed, rows kept unchecked
+            raise UsageError(f"{store.dir} holds measured rows ({', '.join(rows)}) but no "
+                             "manifest.json recording their settings: a resume cannot check "
+                             "them; restore its manifest or write another run id")
         return
     theirs = manifest.get("kind") or ("sweep" if "config" in manifest else None)
     if theirs is not None and theirs != kind:
@@ -143,7 +153,8 @@ def check_sweep(sweep, locked: bool) -> None:
     check_run_files(store, unreadable_ok=later)
     config = dict(sweep.grid.config(), device=sweep.device, seed=sweep.seed,
                   warmup_ms=sweep.warmup_ms, rep_ms=sweep.rep_ms)
-    refuse_other_settings(store, "sweep", config, SWEEP_MEANING, SWEEP_FLAGS, unreadable_ok=later)
+    refuse_other_settings(store, "sweep", config, SWEEP_MEANING, SWEEP_FLAGS, unreadable_ok=later,
+                          no_manifest_ok=sweep.set_aside_corrupt)
 
 
 @contextlib.contextmanager
