@@ -277,3 +277,33 @@ def test_a_resume_into_rows_without_a_manifest_is_refused(tune_runs, cpu_runs, t
         assert main(argv + ["--data-dir", str(runs)]) == 2
         assert "no manifest.json recording their settings" in _one_line(capsys)
     assert _tree(tmp_path) == around
+
+
+def test_a_tune_that_cannot_write_its_provenance_replaces_no_table(tmp_path, chunked,
+                                                                     monkeypatch):
+    """The winners' tables and provenance.json are one set: a write failing at the
+    provenance (a full disk) leaves the old tables and provenance as they were (was: new
+    tables beside the old provenance, whose `written` then vouched for rows timed before
+    them)."""
+    import errno
+    import moe_lab.core.atomic as atomic
+    from moe_lab.core.problems import make_problem
+    from moe_lab.measuring.tuning import Tuner
+    configs = tmp_path / "configs"
+
+    def tune(run):
+        Tuner(chunked, "cpu", tmp_path / "runs" / run, configs, rep_ms=1, warmup_ms=1,
+              progress=False).run([[make_problem(MODEL, t, "fp32", 1, 1) for t in (1, 2)]])
+    tune("a")
+    before = _tree(configs)
+    assert any(n.endswith("provenance.json") for n in before) and len(before) > 2
+    real = atomic._stage
+
+    def full_at_the_provenance(path, write):
+        if Path(path).name == "provenance.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, write)
+    monkeypatch.setattr(atomic, "_stage", full_at_the_provenance)
+    with pytest.raises((OSError, UsageError)):
+        tune("b")
+    assert _tree(configs) == before  # no table replaced, no temporary file left

@@ -20,9 +20,9 @@ def _umask() -> int:
     return mask
 
 
-def _atomic_write_bytes(path: Path, write) -> None:
-    """write(tmp_path) then rename over `path`; the tmp file lives in the same folder."""
-    path = Path(path)
+def _stage(path: Path, write) -> str:
+    """write(tmp_path) into a synced temporary file beside `path` (the mode open() would
+    give it); the caller renames it over `path`. A failure removes it and raises."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -33,11 +33,47 @@ def _atomic_write_bytes(path: Path, write) -> None:
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return tmp
+
+
+def _atomic_write_bytes(path: Path, write) -> None:
+    """write(tmp_path) then rename over `path`; the tmp file lives in the same folder."""
+    path = Path(path)
+    tmp = _stage(path, write)
+    try:
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def atomic_write_files(files: dict) -> None:
+    """Several text files ({path: text}), all or none: each is staged beside its path
+    first, and only when every one is written and synced are they renamed over the old
+    ones, so a failure while writing (a full disk, a folder in the way) leaves every old
+    file as it was, never new tables beside an old provenance."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, text in files.items():
+            path = Path(path)
+            staged.append((_stage(path, lambda tmp, t=text: Path(tmp).write_text(t)), path))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        raise
+
+
+def json_text(obj: dict) -> str:
+    """The text atomic_write_json writes."""
+    return json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -48,7 +84,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_json(path: Path, obj: dict) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    atomic_write_text(path, json_text(obj))
 
 
 def atomic_write_parquet(path: Path, df: pd.DataFrame) -> None:

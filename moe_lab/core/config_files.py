@@ -54,9 +54,13 @@ def read_table(path: str | Path) -> dict[int, dict]:
 
 def write_table(path: str | Path, table: dict[int, dict]) -> Path:
     """The upstream format: keys are token counts as strings, ascending."""
-    out = {str(m): {k: int(v) for k, v in check_config(table[m]).items()} for m in sorted(table)}
-    atomic_write_json(Path(path), out)
+    atomic_write_json(Path(path), table_json(table))
     return Path(path)
+
+
+def table_json(table: dict[int, dict]) -> dict:
+    """{tokens: config} as the upstream file holds it (checked; keys as strings)."""
+    return {str(m): {k: int(v) for k, v in check_config(table[m]).items()} for m in sorted(table)}
 
 
 def nearest(table: dict[int, dict], tokens: int) -> dict:

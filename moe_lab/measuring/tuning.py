@@ -72,7 +72,6 @@ from pathlib import Path
 import pandas as pd
 
 from .. import backends
-from ..core.atomic import atomic_write_json
 from ..core.environment import capture_environment, device_name, now_iso
 from ..core.errors import terminate_gracefully
 from ..core.problems import Problem
@@ -384,7 +383,8 @@ class Tuner(StageSearch):
     def write_files(self, winners: pd.DataFrame) -> list[Path]:
         """One file per stage and shard: {tokens: config}, every winner tuned so far, and
         each file's provenance (run, commit, budget, candidates timed)."""
-        from ..storage.configs import write_table
+        from ..core.atomic import atomic_write_files, json_text
+        from ..core.config_files import table_json
         folder = self.configs_dir / self.backend_name
         prov = read_provenance(folder)  # unreadable: refused before any table is replaced
         written, shard_of = [], {}
@@ -398,11 +398,11 @@ class Tuner(StageSearch):
             timed = int(g["candidates_timed"].fillna(0).sum()) \
                 if "candidates_timed" in g.columns else None
             for stage, table in tables.items():
-                p = write_table(folder / names[stage], table)
-                written.append(p)
+                p = folder / names[stage]
+                written.append((p, json_text(table_json(table))))
                 shard_of[p.name] = (sorted(table), timed)
         man = self.store.read_manifest() if hasattr(self, "store") else {}
-        for p in written:
+        for p, _ in written:
             keys, timed = shard_of[p.name]
             prov[p.name] = dict(run=self.run_dir.name, git_commit=self.git_commit,
                                 device=self.device_name, written=now_iso(),
@@ -414,8 +414,9 @@ class Tuner(StageSearch):
                                 search=self.plan.describe(),
                                 note="winners of moe-lab tune; every candidate's time is in "
                                      f"data/runs/{self.run_dir.name}/candidates.parquet")
-        atomic_write_json(folder / "provenance.json", prov)
-        return written
+        # the tables and their provenance all or none (a failure leaves the old set whole)
+        atomic_write_files({**dict(written), folder / "provenance.json": json_text(prov)})
+        return [p for p, _ in written]
 
 
 def read_provenance(folder: Path) -> dict:
