@@ -399,6 +399,14 @@ def test_the_roof_table_names_the_floor_at_the_lowest_point_and_the_ridge():
     assert r["lowest_at"] == 1024 and r["bound_at_lowest"] == "memory"
     assert r["other_floor_pct"] == pytest.approx(90.0)
     assert r["bounds"] == "memory to compute" and r["nearest_ridge_at"] == 1024
+    # the ledger: gemm2 has the most time above its floor; at the lowest point (p1) it ran
+    # 40 us against a 30 us floor
+    led = pd.DataFrame([dict(point_id=f"p{i}", phase=ph, measured_us=m, floor_us=f, over_us=m - f)
+                        for i in range(3) for ph, m, f in (("gemm1", 20, 19), ("gemm2", 40, 30))])
+    r = tf.roof_from(pairs, led).iloc[0]
+    assert r["held_back_by"] == "gemm2" and r["gemm_over_us"] == pytest.approx(30)
+    assert r["gemm_pct_of_floor_at_lowest"] == pytest.approx(75.0)
+    assert pd.isna(tf.roof_from(pairs, None).iloc[0]["gemm_pct_of_floor_at_lowest"])
     # the lowest moves to the compute-bound end: its floor is compute, the memory one 50%
     pairs.loc[pairs["tokens"] == 4096, "pct_of_roof"] = 10.0
     r = tf.roof_from(pairs, None).iloc[0]

@@ -419,7 +419,8 @@ def tuned_files_section(runs) -> list[str]:
                  "and HBM both busy at once." if len(cross) else "")
         roof = roof.assign(**{c: roof[c].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
                               for c in ("median_pct_of_roof", "lowest_pct_of_roof",
-                                        "other_floor_pct", "gemm_over_us", "share_of_layer")})
+                                        "other_floor_pct", "gemm_over_us", "share_of_layer",
+                                        "gemm_pct_of_floor_at_lowest")})
     out += ["", "### The tuned layer's % of roof from 256 tokens", "", provenance(prs, pairs), "",
             "Per shape, over the points above from 256 tokens: the tuned layer's % of its roof "
             "(median, lowest and where); at the lowest point, the floor that sets the roof "
@@ -427,7 +428,8 @@ def tuned_files_section(runs) -> list[str]:
             "and the other floor as % of it; the bounds from the fewest tokens to the most; "
             "the point nearest the ridge (the other floor the closest); and of its two GEMMs the one with the most time above "
             "its floor over those points (the ledger's over_us, from the runs that stored their "
-            f"phases) with that time as % of the layer's.{ridge}", "", *md_table(roof)]
+            "phases) with that time as % of the layer's and, at the lowest point, its floor as "
+            f"% of its measured time.{ridge}", "", *md_table(roof)]
     return out
 
 

@@ -5,6 +5,7 @@ stands and what holds it back), over tuned_files.current_pairs' points.
                                              (median, lowest and where), the floors at the
                                              lowest point and the point nearest the ridge,
                                              and the GEMM the ledger says holds it back
+                                             (and how near its own floor it runs there)
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int =
     compute'; the point nearest the ridge: the other floor the closest), and the GEMM that
     holds it back: of gemm1 and gemm2,
     the one with the most time above its floor over those points (the ledger's over_us),
-    with that time's share of the layer's (NO_KERNELS: the ledger has no GEMM row of
-    them; '': neither GEMM is above its floor)."""
+    with that time's share of the layer's and, at the lowest point, its floor as % of its
+    measured time (NO_KERNELS: the ledger has no GEMM row of them; '': neither GEMM is
+    above its floor)."""
     p = pairs[pairs["tokens"] >= tokens]
     rows = []
     led = ledger_df if ledger_df is not None and len(ledger_df) else None
@@ -33,12 +35,16 @@ def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int =
         fl = pd.DataFrame([_floors(x) for x in g.sort_values("tokens").to_dict("records")],
                           index=g.sort_values("tokens").index, columns=["bound", "other"])
         other, bounds = fl["other"], list(dict.fromkeys(b for b in fl["bound"] if b))
-        over, gemm = {}, missing
+        over, gemm, at_low = {}, missing, np.nan
         if led is not None:
             lg_ = led[led["point_id"].isin(g["point_id"]) & led["phase"].isin(["gemm1", "gemm2"])]
             over = lg_.groupby("phase")["over_us"].sum().to_dict()
         if over:  # the GEMM with the most time above its floor; '' when neither is above
             gemm = max(over, key=over.get) if max(over.values()) > 0 else ""
+            here = lg_[(lg_["phase"] == gemm) & (lg_["point_id"] == low["point_id"])] \
+                if low is not None else lg_.iloc[:0]
+            if len(here) and here["measured_us"].iloc[0] > 0:  # its floor / its time there
+                at_low = 100 * here["floor_us"].iloc[0] / here["measured_us"].iloc[0]
         rows.append(dict(backend=b, model=m, sharding=s, dtype=dt, points=len(g),
                          tokens=f"{int(g['tokens'].min())}-{int(g['tokens'].max())}",
                          median_pct_of_roof=roof.median(), lowest_pct_of_roof=roof.min(),
@@ -50,7 +56,8 @@ def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int =
                          held_back_by=gemm,
                          gemm_over_us=over.get(gemm, np.nan),
                          share_of_layer=(100 * over[gemm] / g["tuned_us"].sum()
-                                         if gemm in over else np.nan)))
+                                         if gemm in over else np.nan),
+                         gemm_pct_of_floor_at_lowest=at_low))
     return pd.DataFrame(rows)
 
 
