@@ -104,6 +104,24 @@ def test_merge_refuses_a_corrupt_phases_file_and_writes_nothing(data, capsys):
              contains=f"{bad} is unreadable or corrupt")
 
 
+def test_a_merge_that_fails_while_writing_leaves_no_folder(data, capsys, monkeypatch):
+    """A merge is a whole run or nothing: a write failing after the first table (a full
+    disk) removes the folder it made (was: kept, holding the tables written so far)."""
+    import errno
+    from moe_lab.storage import merging
+    real, calls = merging.atomic_write_parquet, []
+
+    def full_after_the_first(path, df):
+        calls.append(path)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, df)
+    monkeypatch.setattr(merging, "atomic_write_parquet", full_after_the_first)
+    _refused(capsys, ["merge", str(data / "merged"), str(data / "s0"), str(data / "s1")], data,
+             contains="no space left")
+    assert len(calls) == 2  # it failed part-way, after a table was written
+
+
 def test_report_run_of_a_folder_ending_in_dotdot(data, tmp_path, capsys):
     """`--run <run>/x/..` is the run: its pages go under OUT/<run id>/, never over a file
     beside OUT; `--run <data>/base/..` (the data folder) is no run folder."""

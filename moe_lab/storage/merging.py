@@ -32,7 +32,7 @@ def merge_runs(dst: str | os.PathLike, sources: list, command: str | None = None
     other tables and traces, and a manifest listing every source's manifest. A point in two sources is an error
     (ValueError naming it). Holds `dst`'s lock (moe_lab.storage.runlock) for the whole write; a
     source another writer holds is refused. `command`: what the manifest says made it."""
-    from .runlock import LOCK_NAME, busy, run_lock
+    from .runlock import busy, run_lock
     for s in sources:
         s = s.path if isinstance(s, Run) else s
         src = Path(s) if Path(s).is_dir() else data_dir() / str(s)
@@ -55,8 +55,8 @@ def merge_runs(dst: str | os.PathLike, sources: list, command: str | None = None
         with run_lock(dst, command):
             return _merge_runs(dst, runs, tables, traces, command, t0)
     except BaseException:
-        if created and Path(dst).is_dir() and not any(p.name != LOCK_NAME for p in Path(dst).iterdir()):
-            shutil.rmtree(dst, ignore_errors=True)  # the empty folder the lock made
+        if created and Path(dst).is_dir():  # all of it this merge's: whole run or nothing
+            shutil.rmtree(dst, ignore_errors=True)  # (was: kept the files written so far)
         raise
 
 
