@@ -26,6 +26,7 @@ its file was written is history, not evidence about that file.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -278,7 +279,14 @@ TUNE_TABLE_NEEDS = {"candidates": ("model", "tp", "ep", "dtype", "tokens", "stag
 def tune_table(folder: Path, table: str) -> tuple[dict, pd.DataFrame | None] | None:
     """A tune or verify run folder's manifest and `<table>.parquet` (None when absent);
     None, said once on stderr, when either is unreadable or the table lacks the columns
-    it is read by: one broken run does not hide the others (find_runs' rule)."""
+    it is read by: one broken run does not hide the others (find_runs' rule). Read once
+    per folder and table inside ledger.shared() (findings asks for a run's candidates in
+    tune_runs and again in tune_section)."""
+    return lg.memo(("tune_table", os.path.realpath(folder), table),
+                   lambda: _tune_table(Path(folder), table))
+
+
+def _tune_table(folder: Path, table: str) -> tuple[dict, pd.DataFrame | None] | None:
     from ..core.errors import CorruptFile
     from ..storage.store import _read, _warn_once, read_json
     try:
