@@ -27,13 +27,14 @@ def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int =
     measured time (NO_KERNELS: the ledger has no GEMM row of them; '': neither GEMM is
     above its floor)."""
     p = pairs[pairs["tokens"] >= tokens]
-    rows = []
+    rows, ceils = [], {}  # the ceilings of each device, read once per call
     led = ledger_df if ledger_df is not None and len(ledger_df) else None
     for (b, m, s, dt), g in p.groupby(["backend", "model", "sharding", "dtype"]):
         roof = pd.to_numeric(g["pct_of_roof"], errors="coerce")
         low = g.loc[roof.idxmin()] if roof.notna().any() else None
-        fl = pd.DataFrame([_floors(x) for x in g.sort_values("tokens").to_dict("records")],
-                          index=g.sort_values("tokens").index, columns=["bound", "other"])
+        by_tokens = g.sort_values("tokens")
+        fl = pd.DataFrame([_floors(x, ceils) for x in by_tokens.to_dict("records")],
+                          index=by_tokens.index, columns=["bound", "other"])
         other, bounds = fl["other"], list(dict.fromkeys(b for b in fl["bound"] if b))
         over, gemm, at_low = {}, missing, np.nan
         if led is not None:
@@ -49,7 +50,8 @@ def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int =
                          tokens=f"{int(g['tokens'].min())}-{int(g['tokens'].max())}",
                          median_pct_of_roof=roof.median(), lowest_pct_of_roof=roof.min(),
                          lowest_at=int(low["tokens"]) if low is not None else np.nan,
-                         **dict(zip(("bound_at_lowest", "other_floor_pct"), _floors(low))),
+                         **dict(zip(("bound_at_lowest", "other_floor_pct"),
+                                    fl.loc[low.name] if low is not None else ("", np.nan))),
                          bounds=" to ".join(bounds),
                          nearest_ridge_at=(int(g.loc[other.idxmax(), "tokens"])
                                            if other.notna().any() else np.nan),
@@ -61,21 +63,24 @@ def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int =
     return pd.DataFrame(rows)
 
 
-def _floors(row) -> tuple[str, float]:
-    """At a tuned point: which floor sets its roof, 'compute' (FLOPs at the matrix peak) or
-    'memory' (bytes at the roof bandwidth), by its device's ceilings, and the other floor as
-    % of it (100 at the ridge, where a kernel must keep both busy at once to reach the
-    roof); ('', NaN) where the row lacks its FLOPs, bytes or device."""
+def _floors(row, ceils: dict) -> tuple[str, float]:
+    """At a tuned point: which floor sets its roof (roofline.bound: 'compute', FLOPs at the
+    matrix peak, or 'memory', bytes at the roof bandwidth, by its device's ceilings; the
+    floors roofline.floor_us takes the larger of), and the other floor as % of it (100 at
+    the ridge, where a kernel must keep both busy at once to reach the roof); ('', NaN)
+    where the row lacks its FLOPs, bytes or device. `ceils`: {device: ceilings} read so far."""
     from ..core.devices import ceilings_for
     from ..core.errors import UsageError
-    from ..cost.roofline import peak_tflops, roof_bandwidth
+    from ..cost.roofline import Cost, bound, compute_us, memory_us
     try:
-        ceil = ceilings_for(str(row["device"]))
-        compute = float(row["flops"]) / (peak_tflops(ceil, str(row["dtype"])) * 1e6)
-        memory = float(row["bytes"]) / (roof_bandwidth(ceil)[1] * 1e6)
+        dev, dtype = str(row["device"]), str(row["dtype"])
+        ceil = ceils[dev] if dev in ceils else ceils.setdefault(dev, ceilings_for(dev))
+        c = Cost(flops=float(row["flops"]), bytes=float(row["bytes"]), weight_bytes=0.0,
+                 act_bytes=0.0, inter_bytes=0.0, experts_hit=0.0)
+        compute, memory = compute_us(c, ceil, dtype), memory_us(c, ceil)
     except (KeyError, TypeError, ValueError, UsageError):
         return "", np.nan
     if not (compute > 0 and memory > 0):
         return "", np.nan
-    hi, lo = max(compute, memory), min(compute, memory)
-    return ("compute" if compute >= memory else "memory"), 100 * lo / hi
+    return bound(c, ceil, dtype), 100 * min(compute, memory) / max(compute, memory)
+
