@@ -38,7 +38,7 @@ from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows, published_rows
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_paths import PAIR_KEY, _configs_dir, _json, _names, _provenance, _written  # noqa: F401
+from .tuned_paths import PAIR_KEY, _configs_dir, _names, _provenance, _written  # noqa: F401
 from .tuned_roof import roof_from  # noqa: F401 (findings and the notebooks read it here)
 
 SEEDS = ("llama4-scout-16e", "llama4-maverick-128e", "qwen3-235b-a22b", "deepseek-r1")
@@ -66,14 +66,14 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
     the keys, provenance naming a run, and that run complete, and `near_keys`: its search's
     neighbour-key pass (SearchPlan.near_keys; 0: searched before the pass existed)."""
     from ..core.config_files import read_table
-    from ..storage.store import data_dir as default_data
+    from ..storage.store import data_dir as default_data, read_json
     root = _configs_dir(configs_dir, device)
     runs = Path(data_dir) if data_dir is not None else default_data()
     rows = []
     for issue, backend, model, tp, ep, dtype in required:
         names = _names(backend, model, tp, ep, dtype, device)
         folder = root / backend
-        prov = _json(folder / "provenance.json").get(names["gemm1"]) or {}
+        prov = read_json(folder / "provenance.json").get(names["gemm1"]) or {}
         keys, found = set(TUNE_TOKENS), True
         for name in names.values():
             if not (folder / name).is_file():  # missing: no keys from it
@@ -81,7 +81,7 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
                 continue
             keys &= set(read_table(folder / name))  # malformed: CorruptFile, not "missing"
         run = str(prov.get("run") or "")
-        man = _json(runs / run / "manifest.json") if run else {}
+        man = read_json(runs / run / "manifest.json") if run else {}
         status = str(man.get("status") or "")
         plan = (man.get("config") or {}).get("search") or {}
         missing = [t for t in TUNE_TOKENS if t not in keys]

@@ -30,18 +30,12 @@ def _configs_dir(configs_dir, device) -> Path:
     return configs_dir_for(device)
 
 
-def _json(path: Path) -> dict:
-    """A provenance.json or manifest: {} when absent; one that is there but unreadable is
-    CorruptFile naming it (was {}: a corrupt provenance read as files without a search
-    behind them, and left('tune') sent every shape of the backend to be searched again)."""
-    from ..storage.store import read_json
-    return read_json(path)
-
-
 @functools.lru_cache(maxsize=64)
 def _provenance(path: str, mtime_ns: int) -> dict:
-    """A provenance.json, parsed once per version of the file (its mtime is in the key)."""
-    return _json(Path(path))
+    """A provenance.json, parsed once per version of the file (its mtime is in the key):
+    {} when absent, CorruptFile naming it when unreadable (store.read_json)."""
+    from ..storage.store import read_json
+    return read_json(Path(path))
 
 
 def _written(root: str, backend, model, tp, ep, dtype, device) -> pd.Timestamp | None:
