@@ -32,7 +32,7 @@ from ..cost import ledger as lg
 from ..storage.rows import deployed_rows, published_rows, vllm_named
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_paths import PAIR_KEY, _configs_dir, _names, _provenance, _written
+from .tuned_paths import PAIR_KEY, _configs_dir, _history, _names, _provenance
 
 
 def published_pairs(runs, configs_dir=None, data_dir=None) -> pd.DataFrame:
@@ -66,7 +66,7 @@ def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
         root = str(_configs_dir(configs_dir, r.device))
         for x in j.to_dict("records"):
             k = tuple(x[c] for c in PAIR_KEY)
-            if k in seen or _before_file(root, x, r.device):
+            if k in seen or _history(root, x, r.device):
                 continue
             seen.add(k)
             same = _same_launch(x["launch_config_p"], x["launch_config_t"])
@@ -84,18 +84,6 @@ def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
                                               "apart_min", "machines"])
     p["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(p["tp"], p["ep"])]
     return p.assign(value=p["published_us"] / p["tuned_us"], median_us=p["tuned_us"])
-
-
-def _before_file(root: str, x: dict, device: str) -> bool:
-    """Whether the pair's tuned row was measured before the tuned file now committed was
-    written (tuned_files' rule: such a row is history, not evidence about the file; a
-    file whose writing is not recorded, e.g. a `--config PATH` row's, never is)."""
-    w = _written(root, str(x["backend"]), str(x["model"]), int(x["tp"]), int(x["ep"]),
-                 str(x["dtype"]), device)
-    try:
-        return w is not None and pd.Timestamp(x["measured_at_t"]) < w
-    except (TypeError, ValueError):
-        return False
 
 
 def _minutes(a, b) -> float:

@@ -38,7 +38,7 @@ from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows, published_rows
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_paths import PAIR_KEY, _configs_dir, _names, _provenance, _written  # noqa: F401
+from .tuned_paths import PAIR_KEY, _configs_dir, _history, _names
 from .tuned_roof import roof_from  # noqa: F401 (findings and the notebooks read it here)
 
 SEEDS = ("llama4-scout-16e", "llama4-maverick-128e", "qwen3-235b-a22b", "deepseek-r1")
@@ -191,9 +191,7 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
             k = tuple(x[c] for c in PAIR_KEY)
             if k in seen:
                 continue
-            w = _written(root, str(x["backend"]), str(x["model"]), int(x["tp"]), int(x["ep"]),
-                         str(x["dtype"]), r.device)
-            if w is None or pd.Timestamp(x["measured_at_t"]) < w:
+            if _history(root, x, r.device):
                 stale.add(k)
                 continue
             seen.add(k)

@@ -7,6 +7,7 @@ neither imports the other for them.
     _names(backend, model, tp, ep, dtype, device)  {stage: file name} the backend reads
     _configs_dir(configs_dir, device)         the folder (this checkout's for the device)
     _written(root, backend, model, tp, ep, dtype, device)  when the shape's file was written
+    _history(root, pair, device)              a tuned row measured before its file: history
 """
 from __future__ import annotations
 
@@ -51,6 +52,16 @@ def _written(root: str, backend, model, tp, ep, dtype, device) -> pd.Timestamp |
         return None
     w = (prov.get(name) or {}).get("written")
     return pd.Timestamp(w) if w else None
+
+
+def _history(root: str, x: dict, device: str) -> bool:
+    """Whether a pair's tuned row (`x`: backend, model, tp, ep, dtype, measured_at_t) is
+    history, not evidence about the tuned file now committed: measured before the file was
+    written, or the file's writing is not recorded (the one rule of current_pairs and
+    published_pairs)."""
+    w = _written(root, str(x["backend"]), str(x["model"]), int(x["tp"]), int(x["ep"]),
+                 str(x["dtype"]), device)
+    return w is None or pd.Timestamp(x["measured_at_t"]) < w
 
 
 PAIR_KEY = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend"]
