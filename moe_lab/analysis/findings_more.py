@@ -426,8 +426,8 @@ def tuned_files_section(runs) -> list[str]:
             "(median, lowest and where); at the lowest point, the floor that sets the roof "
             "(compute: FLOPs at the measured matrix peak; memory: bytes at the roof bandwidth) "
             "and the other floor as % of it; the bounds from the fewest tokens to the most; "
-            "the point nearest the ridge (the other floor the closest); and of its two GEMMs the one with the most time above "
-            "its floor over those points (the ledger's over_us, from the runs that stored their "
+            "the point nearest the ridge (the other floor the closest); and of its two GEMMs "
+            "the one with the most time above its floor over those points (the ledger's over_us, from the runs that stored their "
             "phases) with that time as % of the layer's and, at the lowest point, its floor as "
             f"% of its measured time.{ridge}", "", *md_table(roof)]
     return out
