@@ -8,13 +8,20 @@ Here (scripts/fetch-device-wheels.sh calls these):
       Triton MoE, align, activation and quant modules, what they import, aiter's MoE
       config JSONs) and its METADATA (for its version), from the wheel or an installed
       site folder; a few hundred KB instead of 40 MB.
-  vllm-parts WHEEL DEPS_DIR OUT_DIR TREE_BYTES
+  vllm-parts WHEEL DEPS_DIR OUT_DIR TREE_BYTES [AITER_CUT [ARCH]]
       vLLM's fused-MoE files (VLLM_SKIP: no flash-attention, DeepGEMM, FMHA, no vllm-rs
       binary, no .so but the two VLLM_SO) and the wheels of DEPS_DIR under _wheels/, one
       tar.gz with a fixed order and times (the same inputs give the same bytes), split
       into N equal parts `vllm-<id>-K-of-N` (id: the first 8 hex digits of the whole
       archive's sha256), N the fewest that keep tree + aiter cut + one part under the
-      limit with MARGIN to spare. Prints the parts.
+      limit with MARGIN to spare. Prints the parts. ARCH (a number, 90 for the H200's
+      sm_90; `all`, the default, keeps everything): in the two libraries' CUDA fat
+      binaries, each module keeps the image the driver loads on that GPU (its sm_ARCH
+      code, else its newest PTX at or below ARCH, which the driver compiles) and the other
+      GPUs' images are zeroed in place, nvprune's cut without moving a byte: the code
+      that runs is the wheel's, the archive a third of the size (fewer calls to carry it).
+      MOE_LAB_DEVICE_CODE.json in the archive says what was kept; the vllm backend puts
+      it in every run's manifest.
 On the device (scripts/device_vllm.sh):
   stage PARTS_DIR STAGE_DIR SITE_DIR
       copies the parts found in PARTS_DIR into STAGE_DIR (kept while the machine stays
@@ -34,9 +41,11 @@ from __future__ import annotations
 import glob
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -56,6 +65,8 @@ AITER_KEEP = re.compile(
 VLLM_SO = ("vllm/_C_stable_libtorch.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so")
 VLLM_SKIP = ("vllm/vllm_flash_attn/", "vllm/third_party/deep_gemm/",
              "vllm/third_party/fmha_sm100/", "vllm/third_party/tml_fa4/", "vllm/vllm-rs")
+FATBIN_MAGIC = 0xBA55ED50  # a CUDA fat binary's container header (nvcc's fatbinary format)
+PTX, CUBIN = 1, 2  # the kinds of image a container holds
 PART = re.compile(r"^vllm-([0-9a-f]{8})-(\d+)-of-(\d+)$")
 
 
@@ -104,6 +115,60 @@ def aiter_cut(src: str, out: str) -> list[str]:
     return names
 
 
+def _elf_section(data: bytes, name: bytes) -> tuple[int, int] | None:
+    """(offset, size) of a 64-bit little-endian ELF file's section, None if it has none
+    (or the file is not such an ELF)."""
+    if data[:6] != b"\x7fELF\x02\x01":
+        return None
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    head = lambda i: struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)  # noqa: E731
+    strings = head(shstrndx)[4]
+    for i in range(shnum):
+        at, _, _, _, off, size = head(i)
+        start = strings + at
+        if data[start:data.index(b"\0", start)] == name:
+            return off, size
+    return None
+
+
+def device_code_cut(data: bytes, arch: int) -> tuple[bytes, dict]:
+    """A shared library with the images its CUDA fat binaries hold for other GPUs zeroed
+    in place: each container keeps its sm_<arch> cubins, else its newest PTX at or below
+    arch (what the driver of an sm_<arch> GPU loads; a container with neither is of no use
+    there and keeps nothing), and images of a kind it does not know. Headers, sizes and
+    offsets stay as they are. Returns the bytes and what was kept and zeroed."""
+    where = _elf_section(data, b".nv_fatbin")
+    report = dict(arch=f"sm_{arch}", kept_bytes=0, zeroed_bytes=0, modules=0, modules_without=0)
+    if where is None:
+        return data, report
+    out, (pos, size) = bytearray(data), where
+    end_all = pos + size
+    while pos + 16 <= end_all:
+        magic, _, hsize, fsize = struct.unpack_from("<IHHQ", out, pos)
+        if magic != FATBIN_MAGIC:  # the padding between containers
+            pos += 8
+            continue
+        images, e, end = [], pos + hsize, pos + hsize + fsize
+        while e < end:
+            kind, _, ehsize, psize = struct.unpack_from("<HHIQ", out, e)
+            images.append((kind, struct.unpack_from("<I", out, e + 28)[0], e + ehsize, psize))
+            e += ehsize + psize
+        keep = {i for i, (k, a, _, _) in enumerate(images) if k == CUBIN and a == arch} or \
+            {max(((a, i) for i, (k, a, _, _) in enumerate(images) if k == PTX and a <= arch),
+                 default=(0, None))[1]} - {None}
+        report["modules"] += 1
+        report["modules_without"] += not keep
+        for i, (kind, _, at, n) in enumerate(images):
+            if i in keep or kind not in (PTX, CUBIN):
+                report["kept_bytes"] += n
+            else:
+                out[at:at + n] = bytes(n)
+                report["zeroed_bytes"] += n
+        pos = end
+    return bytes(out), report
+
+
 def parts_needed(total: int, tree_bytes: int, cut_bytes: int) -> int:
     room = LIMIT - tree_bytes - cut_bytes - MARGIN
     if room < MIN_PART:
@@ -112,13 +177,25 @@ def parts_needed(total: int, tree_bytes: int, cut_bytes: int) -> int:
     return -(-total // room)
 
 
-def vllm_parts(wheel: str, deps: str, out_dir: str, tree_bytes: int, cut_bytes: int = 0):
+def vllm_parts(wheel: str, deps: str, out_dir: str, tree_bytes: int, cut_bytes: int = 0,
+               arch: int | None = None):
     def keep(n):
         return (n in VLLM_SO or re.match(r"^vllm-[^/]+\.dist-info/", n) and not n.endswith("RECORD")
                 or n.startswith("vllm/") and not n.startswith(VLLM_SKIP) and not n.endswith(".so"))
     items = [(n, read()) for n, read in _members(wheel) if keep(n)]
     if not any(n.startswith("vllm/") for n, _ in items):  # was: an empty bundle, exit 0,
         raise SystemExit(f"{wheel}: no vllm/ files in it (not a vLLM wheel?)")  # parts gone
+    if arch is not None:
+        code = {}
+        for i, (n, data) in enumerate(items):
+            if n in VLLM_SO:
+                data, code[n] = device_code_cut(data, arch)
+                items[i] = (n, data)
+        items.append(("MOE_LAB_DEVICE_CODE.json", (json.dumps(dict(
+            wheel=os.path.basename(wheel), arch=f"sm_{arch}", libraries=code,
+            rule=f"in each fat-binary module, the sm_{arch} cubins, else the newest PTX at or "
+                 f"below {arch}, are the wheel's bytes; other GPUs' images zeroed in place"),
+            indent=1, sort_keys=True) + "\n").encode()))
     for w in sorted(glob.glob(os.path.join(deps, "*.whl"))):
         items.append((f"_wheels/{os.path.basename(w)}", open(w, "rb").read()))
     os.makedirs(out_dir, exist_ok=True)
@@ -318,7 +395,7 @@ def standins(folder: str, names: list[str]) -> list[str]:
 
 
 USAGE = {"aiter-cut": (2, 2, "WHEEL_OR_SITE OUT.tar.gz"),
-         "vllm-parts": (4, 5, "WHEEL DEPS_DIR OUT_DIR TREE_BYTES [AITER_CUT]"),
+         "vllm-parts": (4, 6, "WHEEL DEPS_DIR OUT_DIR TREE_BYTES [AITER_CUT [ARCH]]"),
          "stage": (3, 3, "PARTS_DIR STAGE_DIR SITE_DIR"), "standins": (1, None, "DIR NAME...")}
 
 
@@ -344,17 +421,22 @@ def _main(argv: list[str]) -> int:
         raise SystemExit(f"usage: device_bundle.py {cmd} {usage}")
     if cmd == "vllm-parts" and not args[3].isdigit():
         raise SystemExit(f"vllm-parts: TREE_BYTES {args[3]!r} is not a number of bytes")
+    if cmd == "vllm-parts" and len(args) > 5 and not (args[5] == "all" or args[5].isdigit()):
+        raise SystemExit(f"vllm-parts: ARCH {args[5]!r} is not a GPU architecture number "
+                         f"(90 for sm_90) or `all`")
     if cmd == "aiter-cut":
         names = aiter_cut(args[0], args[1])
         print(f"{args[1]}: {len(names)} files, {os.path.getsize(args[1]) / MIB:.2f} MiB")
         return 0
     if cmd == "vllm-parts":
         cut = os.path.getsize(args[4]) if len(args) > 4 and os.path.isfile(args[4]) else 0
-        names, total, files = vllm_parts(args[0], args[1], args[2], int(args[3]), cut)
+        arch = int(args[5]) if len(args) > 5 and args[5] != "all" else None
+        names, total, files = vllm_parts(args[0], args[1], args[2], int(args[3]), cut, arch)
         print(f"vLLM bundle: {files} files, {total / MIB:.1f} MiB packed, in {len(names)} parts "
               f"of {os.path.getsize(names[0]) / MIB:.1f} MiB (tree {int(args[3]) / MIB:.1f} MiB"
               f" + aiter cut {cut / MIB:.1f} MiB + a part stays under {LIMIT // MIB} MiB "
-              f"with {MARGIN // MIB} MiB to spare)")
+              f"with {MARGIN // MIB} MiB to spare); device code: "
+              + (f"sm_{arch} (other GPUs' images zeroed)" if arch else "every GPU's"))
         for n in names:
             print(f"  {n}")
         return 0

@@ -8,9 +8,12 @@
 #
 # Before the first call, here: bash scripts/fetch-device-wheels.sh && bash
 # scripts/fetch-device-wheels.sh vllm: it prints the part names, vllm-<id>-K-of-N (with vllm
-# 0.26.0's wheel and the pinned deps the id is always 07a891b0; N follows the tree's size:
-# each part travels with the tree and the 38 KB aiter cut under 64 MiB, so a larger tree
-# means more, smaller parts). The run calls, in order (timeout_s 600 each; <sha>: git
+# 0.26.0's wheel, the pinned deps and sm_90 code only, the default, the id is always
+# 491b3c53, 40 MiB: N = 2 while the tree is under 32 MiB; VLLM_ARCH=all keeps every GPU's
+# code, 07a891b0, 109 MiB: N = 4 or more. Each part travels with the tree and the 38 KB
+# aiter cut under 64 MiB, so a larger tree means more, smaller parts). Rows that say "no
+# kernel image is available" would mean the sm_90 cut left out code the H200 loads: fetch
+# again with VLLM_ARCH=all. The run calls, in order (timeout_s 600 each; <sha>: git
 # rev-parse --short HEAD of the commit whose tree travels):
 #
 #   1. command "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh stage" (or the mode to

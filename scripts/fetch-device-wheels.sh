@@ -23,6 +23,9 @@
 # safetensors, huggingface-hub, aiohttp and regex). One archive (the same inputs give the
 # same bytes), split into the fewest equal parts that fit beside today's working tree and
 # the aiter cut. scripts/device_vllm.sh gathers them on the device, one part per call.
+# VLLM_ARCH (default 90, the H200): of the two libraries' compiled GPU code only what an
+# sm_90 GPU's driver loads travels, as the wheel has it (device_bundle.py: the other GPUs'
+# images zeroed in place; 40 MB instead of 109, two parts instead of four); `all` keeps it all.
 set -eu
 EXCLUDE=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
 mkdir -p "$(dirname "$EXCLUDE")"
@@ -65,7 +68,8 @@ rm -f $D/deps/regex-*.whl  # the image has regex: one version only
 TREE=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 -r stat -c %s 2>/dev/null \
         | awk '{s += $1} END {print s + 0}')
 [ -f .whl/aiter-cut.tar.gz ] || bash "$0"
-python3 scripts/device_bundle.py vllm-parts "$WHEEL" $D/deps $D/parts "$TREE" .whl/aiter-cut.tar.gz
+python3 scripts/device_bundle.py vllm-parts "$WHEEL" $D/deps $D/parts "$TREE" .whl/aiter-cut.tar.gz \
+  "${VLLM_ARCH:-90}"
 # vLLM's published H200 tunings of the fused-MoE kernel (a few KB): what `device_tune.sh
 # sweep` with PUBLISHED=.whl/published times aiter-triton with, beside default and tuned
 rm -rf .whl/published && mkdir -p .whl/published

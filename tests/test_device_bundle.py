@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import io
+import json
 import os
+import struct
 import subprocess
 import sys
 import tarfile
@@ -65,7 +67,7 @@ def test_the_aiter_cut_alone_serves_the_aiter_triton_backends(tmp_path):
 
 # --- vLLM's parts ---------------------------------------------------------------------------
 
-def _fake_wheel(path: Path, so_mib: float = 1.0) -> Path:
+def _fake_wheel(path: Path, so_mib: float = 1.0, instead: dict | None = None) -> Path:
     rnd = lambda n: os.urandom(int(n))  # noqa: E731 (compiled code does not compress)
     files = {"vllm/__init__.py": b"__version__ = '0.26.0'\n",
              "vllm/model_executor/layers/fused_moe/fused_moe.py": b"# the fused MoE\n",
@@ -77,6 +79,7 @@ def _fake_wheel(path: Path, so_mib: float = 1.0) -> Path:
              "vllm/_flashmla_C.abi3.so": rnd(2 ** 16), "vllm/vllm-rs": rnd(2 ** 18),
              "vllm-0.26.0.dist-info/METADATA": b"Name: vllm\nVersion: 0.26.0\n",
              "vllm-0.26.0.dist-info/RECORD": b""}
+    files.update(instead or {})
     with zipfile.ZipFile(path, "w") as z:
         for n, d in files.items():
             z.writestr(n, d)
@@ -140,6 +143,94 @@ def test_the_same_inputs_give_the_same_parts(tmp_path, monkeypatch):
                                 int(7 * 2 ** 20 - 2.2 * 2 ** 20 / 3), 0)
     assert [Path(n).name for n in names] == [p.name for p in a]
     assert all(Path(n).read_bytes() == p.read_bytes() for n, p in zip(names, a))
+
+
+# --- only the H200's compiled code travels ----------------------------------------------------
+
+def _image(kind: int, arch: int, payload: bytes) -> bytes:
+    """One image of a fat-binary container: nvcc's 64-byte entry header (kind, header size,
+    payload size, the SM number at byte 28), then the payload."""
+    head = bytearray(64)
+    struct.pack_into("<HHIQ", head, 0, kind, 0x101, 64, len(payload))
+    struct.pack_into("<I", head, 28, arch)
+    return bytes(head) + payload
+
+
+def _container(*images: bytes) -> bytes:
+    body = b"".join(images)
+    return struct.pack("<IHHQ", db.FATBIN_MAGIC, 1, 16, len(body)) + body
+
+
+def _elf(fatbin: bytes, text: bytes = b"host code") -> bytes:
+    """A 64-bit little-endian ELF file with a .text and a .nv_fatbin section."""
+    names = b"\0.shstrtab\0.text\0.nv_fatbin\0"
+    body = names + text + fatbin
+    shoff = 64 + len(body)
+    head = bytearray(64)
+    head[:7] = b"\x7fELF\x02\x01\x01"
+    struct.pack_into("<Q", head, 0x28, shoff)
+    struct.pack_into("<HHH", head, 0x3A, 64, 4, 1)
+    sections = [(0, 0, 0), (1, 64, len(names)), (11, 64 + len(names), len(text)),
+                (17, 64 + len(names) + len(text), len(fatbin))]
+    table = b"".join(struct.pack("<IIQQQQIIQQ", n, 1, 0, 0, off, size, 0, 0, 1, 0)
+                     for n, off, size in sections)
+    return bytes(head) + body + table
+
+
+def test_the_h200_cut_keeps_what_its_driver_loads_byte_for_byte_and_zeroes_the_rest():
+    sm90, ptx80, ptx90 = b"SASS-90" * 9, b"PTX-80" * 11, b"PTX-90" * 5
+    fatbin = (_container(_image(2, 80, b"SASS-80" * 7), _image(2, 90, sm90), _image(1, 80, ptx80))
+              + bytes(8)  # the padding between containers
+              + _container(_image(2, 80, b"x" * 30), _image(1, 75, b"y" * 20),
+                           _image(1, 80, ptx80), _image(1, 100, b"z" * 40))
+              + _container(_image(2, 100, b"w" * 50), _image(4, 90, b"ltoir" * 3))
+              + _container(_image(1, 80, b"q" * 12), _image(1, 90, ptx90)))
+    lib = _elf(fatbin)
+    cut, report = db.device_code_cut(lib, 90)
+    assert len(cut) == len(lib)  # nothing moves: offsets, headers and the host code as they were
+    changed = [i for i in range(len(lib)) if cut[i] != lib[i]]
+    assert changed and all(cut[i] == 0 for i in changed)  # only zeroed, never rewritten
+    for kept in (sm90, ptx80, ptx90, b"ltoir" * 3, b"host code"):
+        assert kept in cut  # module 1: its sm_90 cubin; 2: newest PTX <= 90; 4: PTX 90
+    for gone in (b"SASS-80", b"x" * 30, b"y" * 20, b"z" * 40, b"w" * 50, b"q" * 12):
+        assert gone not in cut
+    assert cut.count(ptx80) == 1  # module 1 has sm_90 code: its PTX is not what loads
+    assert report == dict(arch="sm_90", modules=4, modules_without=1,  # module 3: sm_100 only
+                          kept_bytes=len(sm90) + len(ptx80) + len(ptx90) + 15,
+                          zeroed_bytes=49 + 66 + 30 + 20 + 40 + 50 + 12)
+    # a file that is not such an ELF, or one without CUDA code, passes as it is
+    assert db.device_code_cut(b"not an elf", 90)[0] == b"not an elf"
+    plain = _elf(b"", b"host only")
+    assert db.device_code_cut(plain, 90) == (plain, dict(arch="sm_90", kept_bytes=0,
+                                                         zeroed_bytes=0, modules=0,
+                                                         modules_without=0))
+
+
+def test_the_archive_says_which_code_it_carries_and_the_backend_reports_it(tmp_path, monkeypatch):
+    wheel = _fake_wheel(tmp_path / "vllm-0.26.0-a.whl", instead={  # a library with two GPUs' code
+        "vllm/_moe_C_stable_libtorch.abi3.so": _elf(_container(
+            _image(2, 90, b"sm90" * 4), _image(2, 120, b"sm120" * 4)))})
+    deps = tmp_path / "deps"
+    _fake_dep(deps)
+    names, _, _ = db.vllm_parts(str(wheel), str(deps), str(tmp_path / "parts"), 0, 0, 90)
+    with tarfile.open(names[0]) as t:
+        t.extractall(tmp_path / "site", filter="data")
+    said = json.loads((tmp_path / "site" / "MOE_LAB_DEVICE_CODE.json").read_text())
+    lib = said["libraries"]["vllm/_moe_C_stable_libtorch.abi3.so"]
+    assert (said["arch"], lib["kept_bytes"], lib["zeroed_bytes"]) == ("sm_90", 16, 20)
+    data = (tmp_path / "site" / "vllm" / "_moe_C_stable_libtorch.abi3.so").read_bytes()
+    assert b"sm90" * 4 in data and b"sm120" not in data
+    # what the vllm backend writes into every run's manifest
+    from moe_lab.backends import vllm_fused as vb
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert vb.device_code().startswith("sm_90 only, from vllm-0.26.0-a.whl: in each fat-binary")
+    (tmp_path / "site" / "MOE_LAB_DEVICE_CODE.json").unlink()
+    assert vb.device_code() == "as installed"
+    # without ARCH every image travels, and the archive has no such file
+    names, _, _ = db.vllm_parts(str(wheel), str(deps), str(tmp_path / "all"), 0, 0)
+    with tarfile.open(names[0]) as t:
+        assert "MOE_LAB_DEVICE_CODE.json" not in t.getnames()
+        assert b"sm120" * 4 in t.extractfile("vllm/_moe_C_stable_libtorch.abi3.so").read()
 
 
 # --- the device script gathers them ---------------------------------------------------------
@@ -214,9 +305,9 @@ def test_the_script_header_names_the_parts_fetch_makes():
     text = (ROOT / "scripts" / "device_vllm.sh").read_text()
     import re
     named = re.findall(r"\.whl/vllm/parts/(vllm-<id>-\d+-of-N)", text)
-    assert named and all(db.PART.match(n.replace("<id>", "07a891b0").replace("N", "4"))
+    assert named and all(db.PART.match(n.replace("<id>", "491b3c53").replace("N", "2"))
                          for n in named)
-    assert "vllm-<id>-K-of-N" in text and "07a891b0" in text  # the form, and the id it has
+    assert "vllm-<id>-K-of-N" in text and "491b3c53" in text  # the form, and the id it has
     assert text.count('".whl/aiter-cut.tar.gz"') >= 5
 
 
@@ -481,6 +572,8 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     (["standins"], "usage: device_bundle.py standins DIR NAME..."),  # IndexError
     (["vllm-parts", "w.whl", "deps", "out", "7MiB"],
      "vllm-parts: TREE_BYTES '7MiB' is not a number of bytes"),  # ValueError
+    (["vllm-parts", "w.whl", "deps", "out", "100", "cut.tar.gz", "sm_90"],
+     "vllm-parts: ARCH 'sm_90' is not a GPU architecture number (90 for sm_90) or `all`"),
     (["aiter-cut", "{tmp}/nope.whl", "{tmp}/cut.tar.gz"], "{tmp}/nope.whl: no such wheel or folder"),
     (["aiter-cut", "{tmp}/notes.whl", "{tmp}/cut.tar.gz"],  # zipfile.BadZipFile
      "{tmp}/notes.whl: not a wheel (not a zip file)"),
