@@ -224,3 +224,28 @@ def test_fp8_over_bf16_says_whether_the_verdict_needs_vllms_kernel():
     assert (s["points"], s["fp8_faster"], s["fp8_faster_own"]) == (2, 2, 1)
     assert s["speedup"] == "1.14-1.67" and s["speedup_own"] == "0.83-1.29"
     assert vc.fp8_over_bf16(pd.DataFrame(rows[:2])).empty  # no FP8 row: nothing to say
+
+
+def test_each_shape_names_the_own_layers_its_points_are_read_from():
+    """The verdict of a shape rests on which own layer is the best at each point: by_shape
+    names them, with how many points each, most first (run a's bf16 points: aiter-triton
+    tuned at 1, vllm tuned at 64, torch-grouped at 4096; run b wins the 1-token point)."""
+    t = vc.best_over_vllm(_results())
+    s = vc.by_shape(t[t.run_id == "a"]).set_index("dtype")
+    assert s.loc["bf16", "best"] == \
+        "aiter-triton tuned (1), torch-grouped default (1), vllm tuned (1)"
+    assert s.loc["fp8-block128", "best"] == "aiter-triton tuned (1), torch-fp8 default (1)"
+    assert vc.by_shape(t).set_index("dtype").loc["bf16", "best"] == \
+        "aiter-triton tuned (1), torch-grouped default (1), vllm tuned (1)"
+
+
+def test_the_findings_name_every_own_layer_the_comparison_reads():
+    """The findings' vLLM section says which layers are the workbook's own: every one of
+    OWN, by the name the table's `best` gives it (it named four backends and left out
+    vllm tuned, the best at every fp8-channel point of the committed runs)."""
+    from moe_lab.analysis import findings_more
+    text = "\n".join(findings_more.vllm_section(None)).split("| model |")[0]
+    for backend, config in vc.OWN:
+        assert f"{backend} {config}" in text, (backend, config)
+    _, t = vc.compared(vc.vllm_runs())
+    assert "vllm tuned" in set(vc.newest(t)["best"])  # what the sentence left out decides

@@ -190,16 +190,17 @@ def vllm_section(runs) -> list[str]:
            provenance(vruns, t.assign(point_id=t["vllm_point_id"])), "",
            f"vLLM ({', '.join(versions) or 'version not recorded'}): its Triton `fused_experts` "
            "with its own configuration files (`--config default`), checked against the "
-           "reference and timed in the same runs as the workbook's own layers (aiter-triton "
-           "default and tuned, torch-grouped, the FP8 backends). Per shape and scheme: the "
+           "reference and timed in the same runs as the workbook's own layers "
+           f"({vc.own_text()}). Per shape and scheme: the "
            f"best own layer over vLLM per token count (the newest measurement of each point: a "
            "point measured again after a change is read from its new run, still against the "
            "vLLM row of that run), its geometric mean, the worst point, "
-           f"the points slower than the run-to-run band ({vc.BAND:.2f}x), and whether the goal "
+           f"the points slower than the run-to-run band ({vc.BAND:.2f}x), whether the goal "
            "(no point above the band, geomean at or below 1.00) is met "
-           f"({int(shapes['met'].sum())} of {len(shapes)} shapes).", "",
+           f"({int(shapes['met'].sum())} of {len(shapes)} shapes), and which own layers are "
+           "the best at its points (how many each).", "",
            *md_table(show[["model", "sharding", "dtype", "points", "geomean_ratio",
-                           "worst_ratio", "worst_tokens", "slower", "met", "run_id"]])]
+                           "worst_ratio", "worst_tokens", "slower", "met", "best", "run_id"]])]
     if len(slow):
         out += ["", "The slower points, with the phase that loses the most time against "
                 "vLLM's (the ledger's phases of both points) and by how much (us):", "",

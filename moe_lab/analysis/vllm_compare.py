@@ -17,8 +17,10 @@ figure is moe_lab.plots.vllm_compare's.
         BAND is the per-point one's limit)
     by_shape(table) -> per shape and scheme, over the newest measurement of each point:
         points, geomean_ratio, worst_ratio and its tokens, slower points, met (every point
-        within BAND and the geomean at or below 1.00: issue 41's goal) and run_id (the runs
-        the points come from, newest first)
+        within BAND and the geomean at or below 1.00: issue 41's goal), best (the own
+        layers that are the best at its points, with how many, most first) and run_id (the
+        runs the points come from, newest first)
+    own_text(own=OWN) -> the own layers as the findings name them ('backend config' each)
     vllm_runs(runs=None) -> the runs holding ok `vllm` default rows (ids or folders given:
         those), chosen by analysis.runs' one rule (GPU runs first; every such run on the
         chosen one's device, newest first); [] when none
@@ -133,6 +135,18 @@ def newest(table: pd.DataFrame) -> pd.DataFrame:
     return table.loc[table.index.isin(keep)]
 
 
+def own_text(own=OWN) -> str:
+    """Module doc: each own layer as `best` names it, vllm tuned said to be vLLM's kernel."""
+    return ", ".join(f"{b} {c}" + (" (vLLM's kernel with moe-lab's tuned files)"
+                                    if (b, c) == (BASE[0], "tuned") else "") for b, c in own)
+
+
+def bests(g: pd.DataFrame) -> str:
+    """The own layers that are the best at a frame's points, with how many, most first."""
+    n = g["best"].astype(str).value_counts()
+    return ", ".join(f"{b} ({n[b]})" for b in sorted(n.index, key=lambda b: (-n[b], b)))
+
+
 def runs_of(g: pd.DataFrame) -> str:
     """The run ids of a frame's rows, newest measurement first, comma-separated."""
     g = g.sort_values("measured_at", ascending=False, kind="stable")
@@ -142,7 +156,7 @@ def runs_of(g: pd.DataFrame) -> str:
 def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
     """Module doc; empty when the table is."""
     cols = SHAPE + ["points", "geomean_ratio", "worst_ratio", "worst_tokens", "slower", "met",
-                    "run_id"]
+                    "best", "run_id"]
     rows = []
     for k, g in newest(table).groupby(SHAPE, sort=True):
         worst = g.loc[g["ratio"].idxmax()]
@@ -150,7 +164,8 @@ def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
         rows.append(dict(zip(SHAPE, k), points=len(g), geomean_ratio=gm,
                          worst_ratio=float(worst["ratio"]), worst_tokens=int(worst["tokens"]),
                          slower=int(g["slower"].sum()),
-                         met=bool(not g["slower"].any() and gm <= 1.0), run_id=runs_of(g)))
+                         met=bool(not g["slower"].any() and gm <= 1.0), best=bests(g),
+                         run_id=runs_of(g)))
     return pd.DataFrame(rows, columns=cols)
 
 
