@@ -249,3 +249,14 @@ def test_the_findings_name_every_own_layer_the_comparison_reads():
         assert f"{backend} {config}" in text, (backend, config)
     _, t = vc.compared(vc.vllm_runs())
     assert "vllm tuned" in set(vc.newest(t)["best"])  # what the sentence left out decides
+
+
+def test_aiters_fused_silu_kernel_is_one_of_the_workbooks_own_layers():
+    """aiter-triton-silu (aiter's Triton MoE with SiLU*mul fused into gemm1) is the
+    workbook's own layer like aiter-triton: where it is the fastest, it is the best."""
+    res = pd.DataFrame([_row("a", 256, "vllm", "default", 10.0),
+                        _row("a", 256, "aiter-triton-silu", "tuned", 7.0),
+                        _row("a", 256, "aiter-triton", "tuned", 8.0)])
+    t = vc.best_over_vllm(res).set_index("tokens")
+    assert t.at[256, "best"] == "aiter-triton-silu tuned"
+    assert t.at[256, "ratio"] == pytest.approx(0.7)

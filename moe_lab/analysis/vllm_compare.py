@@ -36,9 +36,9 @@ figure is moe_lab.plots.vllm_compare's.
     fp8_summary(table) -> per model, sharding and scheme: points, FP8 faster at how many
         (with vLLM and own only), the speedup's range and its best FP8 backends
 
-OWN, the workbook's own layers: aiter-triton (aiter's shipped or moe-lab's tuned
-configurations), torch-grouped, the FP8 backends (torch-fp8, torch-fp8-grouped) and vLLM's
-own kernel with moe-lab's tuned files (`vllm` tuned). Only rows of the default glue
+OWN, the workbook's own layers: aiter-triton and aiter-triton-silu (aiter's shipped or
+moe-lab's tuned configurations), torch-grouped, the FP8 backends (torch-fp8,
+torch-fp8-grouped) and vLLM's own kernel with moe-lab's tuned files (`vllm` tuned). Only rows of the default glue
 (a deployment's) are compared; every point is compared within its run, never across runs
 (a run resumed on a fresh lease spans two machines: its invocations' boot_id and gpu_uuid
 say which, and its manifest's provenance_note where they were not yet recorded).
@@ -55,7 +55,8 @@ from ..storage.rows import deployed_rows
 from .metrics import span
 from .runs import VLLM_AS_SHIPPED as BASE
 from .targets import METRIC_COLUMNS, by_name, metric_rows
-OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("torch-grouped", "default"),
+OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("aiter-triton-silu", "default"),
+       ("aiter-triton-silu", "tuned"), ("torch-grouped", "default"),
        ("torch-fp8", "default"), ("torch-fp8-grouped", "default"), ("vllm", "tuned"))
 BAND = by_name("own layer within 1.03x of vLLM as shipped").limit  # issue 41's band
 KEY = ["run_id", "model", "tp", "ep", "ep_rank", "dtype", "routing", "mode", "tokens"]
