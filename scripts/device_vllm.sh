@@ -192,6 +192,9 @@ for run in runs:  # every job's run, started or not
         continue
     n = res.groupby(["backend", "config", "status"]).size()
     print(f"{run}: {man.get('status')}; " + ", ".join(f"{b} {c} {s} {k}" for (b, c, s), k in n.items()))
+    if "error" in res and res["error"].fillna("").astype(str).str.contains("no kernel image").any():
+        print(f"{run}: rows say 'no kernel image is available': vLLM's libraries lack code this "
+              f"GPU loads; here: VLLM_ARCH=all bash scripts/fetch-device-wheels.sh vllm, then stage again")
     done &= man.get("status") == "complete"
 print(f"{mode}: every job complete" if done else f"{mode}: not complete: call again")
 PY

@@ -328,7 +328,10 @@ json.dump({"status": "complete"}, open(os.path.join(d, "manifest.json"), "w"))
 p = os.path.join(d, "results.parquet")
 old = pd.read_parquet(p) if os.path.exists(p) else pd.DataFrame()
 cfg = a[a.index("--config") + 1]
-new = pd.DataFrame([dict(backend=b, config=cfg, status="ok") for b in a[a.index("--backends") + 1].split(",")])
+err = os.environ.get("DRY_ERROR")  # what vllm rows say, where a test sets it
+new = pd.DataFrame([dict(backend=b, config=cfg, status="error" if err and b == "vllm" else "ok",
+                         error=err if b == "vllm" else None)
+                    for b in a[a.index("--backends") + 1].split(",")])
 pd.concat([old, new]).to_parquet(p)
 print("done")' "$@"
 fi
@@ -428,6 +431,16 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
         names = t.getnames()
     assert all(f"bundle/runs/{r}/results.parquet" in names for r in want)
     assert "bundle/logs/backends.txt" in names
+    assert "no kernel image" not in out
+    # vLLM's libraries brought with too little GPU code (fetch-device-wheels.sh's sm_90
+    # cut, on another GPU): the summary says how to bring them whole
+    env["DRY_ERROR"] = "CUDA error: no kernel image is available for execution on the device"
+    env["TAG"], env["JOBS"] = "kernels", "bf16:8:deepseek-r1"
+    rc, out, _ = call("sweep")
+    assert rc == 0 and "h200-vllm-kernels-bf16-tp8ep8: rows say 'no kernel image is available'" in out
+    assert "VLLM_ARCH=all bash scripts/fetch-device-wheels.sh vllm" in out
+    for k in ("DRY_ERROR", "TAG", "JOBS"):
+        del env[k]
     # tune: device_tune.sh with the 8 vllm shapes first, then the aiter-triton* searches
     # left (so a call whose vLLM searches end early spends the rest of its budget)
     log.write_text("")
