@@ -204,3 +204,47 @@ def test_the_published_tunings_count_their_points_and_ties(default_outputs):
             points |= {(b, *x) for x in j[KEY].itertuples(index=False)}
     assert int(m[1]) == len(points) and int(m[2]) + int(m[4]) == len(points) > 0
     assert "left for the GPU, searches:" in text and "left for the GPU, grid sweeps:" in text
+
+
+def _cell(needle: str):
+    """The executed default notebook's code cell whose source holds `needle` (the same
+    cached execution run_notebook reads)."""
+    import os
+
+    from conftest import NOTEBOOKS, execute_cached
+    nb = execute_cached(os.path.join(NOTEBOOKS, NB))
+    return next(c for c in nb.cells if c.cell_type == "code" and needle in c.source)
+
+
+def test_the_vllm_section_draws_its_figure_and_lists_the_slower_points_it_counts():
+    """Section 5: its figure is shown (a Figure returned inside an if/else block is not
+    displayed by Jupyter: the figure never appeared), and the table of slower points is
+    the points by_shape counts as slower (the newest measurement of each point), not every
+    run's: a point superseded by a newer run's measurement is neither counted nor listed."""
+    from moe_lab.analysis import vllm_compare as vc
+    cell = _cell("fig_best_over_vllm(")
+    vruns = vc.vllm_runs()
+    assert vruns  # the committed runs have vLLM as shipped
+    assert any("image/png" in o.get("data", {}) for o in cell.outputs), \
+        "section 5 shows no figure"
+    text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+    t = vc.best_over_vllm(*vc.frames(vruns))
+    counted = int(vc.by_shape(t)["slower"].sum())
+    m = re.search(r"^(\d+) points? above the ([0-9.]+)x band", text, re.M)
+    assert m, text[-1500:]
+    assert (int(m[1]), float(m[2])) == (counted, vc.BAND)
+    tables = [o for o in cell.outputs if "text/html" in o.get("data", {})]
+    assert len(tables) == 1 + (counted > 0)  # by_shape, then the slower points if any
+    if counted:
+        assert tables[1]["data"]["text/html"].count("<tr>") == counted + 1  # + the header
+
+
+def test_the_vllm_section_names_every_own_layer_the_comparison_reads():
+    """Section 5's text lists the layers vllm_compare.OWN compares (aiter-triton-silu
+    joined them; the text did not say so)."""
+    nb = json.loads((Path(ROOT) / "notebooks" / NB).read_text())
+    md = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"
+              and "The best own layer against vLLM as shipped" in "".join(c["source"]))
+    from moe_lab.analysis import vllm_compare as vc
+    for backend, _ in vc.OWN:
+        assert re.search(rf"(?<![\w-]){re.escape(backend)}(?![\w-])", md), backend
