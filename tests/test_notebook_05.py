@@ -248,3 +248,15 @@ def test_the_vllm_section_names_every_own_layer_the_comparison_reads():
     from moe_lab.analysis import vllm_compare as vc
     for backend, _ in vc.OWN:
         assert re.search(rf"(?<![\w-]){re.escape(backend)}(?![\w-])", md), backend
+
+
+def test_one_runs_page_names_the_phase_that_holds_each_miss_back():
+    """With `run` given (what `moe-lab report --run ID` renders) the ledger runs are that
+    run, so the target table's ledger held its rows twice and held_back_by printed a
+    pandas Series ("177    gaps\\n177    gaps\\nName: phase, dtype: str") for every miss."""
+    outputs = run_notebook(NB, edit=with_params(run="h200-vllm-vtuned-bf16-tp8"))
+    text = printed(outputs) + "".join(o.get("data", {}).get("text/plain", "") for o in outputs)
+    assert "Name: phase" not in text, text[:3000]
+    m = re.search(r"<16 tokens: >= 50% of roof\s+\d+\s+\d+\s+(\d+)\s+.*\s(gaps|gemm1|gemm2|align|"
+                  r"act|combine|quant|other|no kernels)\s+[0-9.]+\s*$", printed(outputs), re.M)
+    assert m and int(m[1]) > 0, printed(outputs)[:3000]  # a miss, and the phase named
