@@ -81,3 +81,22 @@ def test_help_constants_are_the_owners_values():
     assert compile_mod.COMPILE_BUDGET_S is constants.COMPILE_BUDGET_S  # one definition
     _, sweep, _ = _help("sweep")  # its help states it from there, not a typed copy
     assert f"(default {constants.COMPILE_BUDGET_S:g})" in " ".join(sweep.split())
+
+
+def test_the_config_and_backend_help_name_every_tunable_backend():
+    """`--config` (sweep, check) said "launch configurations of tunable backends
+    (aiter-triton)" and `tune --backend` "a backend with tunable configurations": a user
+    reproducing the `vllm tuned` rows read that vllm takes no tuned files. The names are
+    the registry's tunable backends (constants.TUNABLE_BACKENDS, torch-free for --help)."""
+    from moe_lab import backends
+    from moe_lab.core.constants import TUNABLE_BACKENDS
+    tunable = {b.name for b in backends.all_backends() if b.tunable}
+    assert set(TUNABLE_BACKENDS) == tunable
+    for verb, opt in (("sweep", "--config"), ("check", "--config"), ("tune", "--backend")):
+        _, out, _ = _help(verb)
+        text = re.sub(r"(?<=\w)- (?=\w)", "-", " ".join(out.split()))  # argparse wraps at hyphens
+        entry = text[text.index("options:"):]
+        entry = entry[entry.index(opt + " "):]  # the option's own entry, its help first
+        said = re.search(r"tunable[^(]*\(([\w, -]+)\)", entry)
+        assert said, (verb, text[:2000])
+        assert {s.strip() for s in said[1].split(",")} == tunable, (verb, said[1])

@@ -88,3 +88,16 @@ def test_a_run_measured_on_cpu_by_ml_measure_against_a_vendor_spec(tmp_path):
     assert len(pngs(outputs)) >= 2  # roofline, floor vs tokens: this run's only
     assert "predicted floors: left out (no run's rows; this page draws run cpu-run only)" \
         in printed(outputs)
+
+
+def test_the_fp8_gemm_section_shows_its_figure():
+    """The FP8 GEMM against its speed of light: where the section displays its tables it
+    shows its figure too (a Figure returned inside an if block is not displayed)."""
+    import os
+
+    from conftest import NOTEBOOKS, execute_cached
+    nb = execute_cached(os.path.join(NOTEBOOKS, NB))
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "fig_gemm_sol(" in c.source)
+    tables = [o for o in cell.outputs if "text/html" in o.get("data", {})]
+    assert tables, "the committed runs have FP8 points with stored phases: the tables show"
+    assert any("image/png" in o.get("data", {}) for o in cell.outputs), "no FP8 GEMM figure"

@@ -78,3 +78,25 @@ def test_a_runs_folder_measured_on_cpu_by_ml_measure(tmp_path):
     assert got["runs_dir"] == str(tmp_path / "runs") and got["runs"] == ["cpu-run"]
     assert got["counts"] == expected_counts()[1]
     assert got["measured"] and set(got["measured"].values()) == {"-"}
+
+
+@pytest.mark.parametrize("show, want", [("warn", {"warn"}), (["warn", "fail"], {"warn", "fail"})])
+def test_show_takes_a_status_or_a_list_of_them(show, want):
+    """`show` (the parameters cell: None or a list such as ['warn', 'fail']); `moe-lab report
+    -p show warn` hands it a string, which raised pandas' TypeError from `isin`."""
+    outputs = run_notebook(NB, edit=with_params(show=show))
+    tables = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    table = next(t for t in tables if "recomputed_gain_pct" in t)
+    cells = set(re.findall(r'<td id="T_\w+_row\d+_col0" class="data row\d+ col0" >(\w+)</td>',
+                           table))
+    assert cells == want
+
+
+def test_show_of_an_unknown_status_is_one_line():
+    from nbclient.exceptions import CellExecutionError
+    for bad in ("warning", ["pass", "bogus"], 3):
+        with pytest.raises(CellExecutionError) as exc:
+            run_notebook(NB, edit=with_params(show=bad))
+        assert exc.value.ename == "UsageError", exc.value.ename
+        assert "show" in exc.value.evalue and "pass, warn, fail" in exc.value.evalue
+        assert "\n" not in exc.value.evalue.strip()

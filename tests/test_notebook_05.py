@@ -204,3 +204,111 @@ def test_the_published_tunings_count_their_points_and_ties(default_outputs):
             points |= {(b, *x) for x in j[KEY].itertuples(index=False)}
     assert int(m[1]) == len(points) and int(m[2]) + int(m[4]) == len(points) > 0
     assert "left for the GPU, searches:" in text and "left for the GPU, grid sweeps:" in text
+
+
+def _cell(needle: str):
+    """The executed default notebook's code cell whose source holds `needle` (the same
+    cached execution run_notebook reads)."""
+    import os
+
+    from conftest import NOTEBOOKS, execute_cached
+    nb = execute_cached(os.path.join(NOTEBOOKS, NB))
+    return next(c for c in nb.cells if c.cell_type == "code" and needle in c.source)
+
+
+def test_the_vllm_section_draws_its_figure_and_lists_the_slower_points_it_counts():
+    """Section 5: its figure is shown (a Figure returned inside an if/else block is not
+    displayed by Jupyter: the figure never appeared), and the table of slower points is
+    the points by_shape counts as slower (the newest measurement of each point), not every
+    run's: a point superseded by a newer run's measurement is neither counted nor listed."""
+    from moe_lab.analysis import vllm_compare as vc
+    cell = _cell("fig_best_over_vllm(")
+    vruns = vc.vllm_runs()
+    assert vruns  # the committed runs have vLLM as shipped
+    assert any("image/png" in o.get("data", {}) for o in cell.outputs), \
+        "section 5 shows no figure"
+    text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+    t = vc.best_over_vllm(*vc.frames(vruns))
+    counted = int(vc.by_shape(t)["slower"].sum())
+    m = re.search(r"^(\d+) points? above the ([0-9.]+)x band", text, re.M)
+    assert m, text[-1500:]
+    assert (int(m[1]), float(m[2])) == (counted, vc.BAND)
+    tables = [o for o in cell.outputs if "text/html" in o.get("data", {})]
+    assert len(tables) == 1 + (counted > 0)  # by_shape, then the slower points if any
+    if counted:
+        assert tables[1]["data"]["text/html"].count("<tr>") == counted + 1  # + the header
+
+
+def test_the_vllm_section_names_every_own_layer_the_comparison_reads():
+    """Section 5's text lists the layers vllm_compare.OWN compares (aiter-triton-silu
+    joined them; the text did not say so)."""
+    nb = json.loads((Path(ROOT) / "notebooks" / NB).read_text())
+    md = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"
+              and "The best own layer against vLLM as shipped" in "".join(c["source"]))
+    from moe_lab.analysis import vllm_compare as vc
+    for backend, _ in vc.OWN:
+        assert re.search(rf"(?<![\w-]){re.escape(backend)}(?![\w-])", md), backend
+
+
+def test_one_runs_page_names_the_phase_that_holds_each_miss_back():
+    """With `run` given (what `moe-lab report --run ID` renders) the ledger runs are that
+    run, so the target table's ledger held its rows twice and held_back_by printed a
+    pandas Series ("177    gaps\\n177    gaps\\nName: phase, dtype: str") for every miss."""
+    outputs = run_notebook(NB, edit=with_params(run="h200-vllm-vtuned-bf16-tp8"))
+    text = printed(outputs) + "".join(o.get("data", {}).get("text/plain", "") for o in outputs)
+    assert "Name: phase" not in text, text[:3000]
+    m = re.search(r"<16 tokens: >= 50% of roof\s+\d+\s+\d+\s+(\d+)\s+.*\s(gaps|gemm1|gemm2|align|"
+                  r"act|combine|quant|other|no kernels)\s+[0-9.]+\s*$", printed(outputs), re.M)
+    assert m and int(m[1]) > 0, printed(outputs)[:3000]  # a miss, and the phase named
+
+
+def _glue_point_runs() -> list[str]:
+    """The runs (newest first by the manifest's started, not marked running or failed, the
+    seed4 `before` left out) with an ok torch-grouped default row of DeepSeek-R1 TP8 at 4096
+    tokens in graph mode, the deployed glue (fused, or no glue column), and its kernels."""
+    found = []
+    for d in RUNS.iterdir():
+        f = d / "results.parquet"
+        if d.name == "h200-seed4-20261129" or not f.is_file() or not (d / "kernels.parquet").is_file():
+            continue
+        status = str(json.loads((d / "manifest.json").read_text()).get("status") or "")
+        if "running" in status or "failed" in status:
+            continue
+        r = graph_ok(pd.read_parquet(f))
+        cfg = r["config"].fillna("default") if "config" in r else pd.Series("default", r.index)
+        glue = r["glue"].fillna("") if "glue" in r else pd.Series("", r.index)
+        r = r[(r["model"] == "deepseek-r1") & (r["tp"] == 8) & (r["ep"] == 1)
+              & (r["tokens"] == 4096) & (r["backend"] == "torch-grouped") & (cfg == "default")
+              & glue.isin(["", "fused"])]
+        k = pd.read_parquet(d / "kernels.parquet")
+        if r["point_id"].isin(k["point_id"]).any():
+            found.append((json.loads((d / "manifest.json").read_text())["started"], d.name))
+    return [n for _, n in sorted(found, reverse=True)]
+
+
+def test_the_glue_before_and_after_reads_an_after_that_has_the_point(default_outputs):
+    """Section 3's torch-grouped before/after its bf16 glue compared seed4 with the run shown;
+    the default run (aiter-triton rows only) has no torch-grouped point, so the figure drew
+    `before` alone and the kernel table said every kernel went to 0.0 after. The after is now
+    the run shown where it has the point, else the newest run that has it, named."""
+    text = printed(default_outputs)
+    shown = re.search(r"^run (\S+): \d+ points", text, re.M)[1]
+    runs = _glue_point_runs()
+    assert shown not in runs and runs  # the committed data: the scenario this test is about
+    m = re.search(r"^after: run (\S+), the newest run with torch-grouped default", text, re.M)
+    assert m and m[1] == runs[0], text[-4000:]
+    cell = _cell("glue_kernels.head(12)")
+    html = [o["data"]["text/html"] for o in cell.outputs if "text/html" in o.get("data", {})]
+    table = next(h for h in html if "<th>change</th>" in h)  # the kernel table, before/after
+    gemm = [re.findall(r"<td>([^<]*)</td>", row) for row in table.split("<tr>")
+            if "cutlass grouped GEMM" in row]
+    assert gemm and all(float(after) > 0 for _, after, _ in gemm), table  # after: measured
+    assert any("image/png" in o.get("data", {}) for o in _cell("glue_after_run(").outputs)
+
+
+def test_one_runs_page_leaves_the_glue_before_and_after_out_when_its_run_lacks_the_point():
+    outputs = run_notebook(NB, edit=with_params(run="h200-vllm-vtuned-bf16-tp8"))
+    text = printed(outputs)
+    assert ("torch-grouped before and after its bf16 glue: left out (run "
+            "h200-vllm-vtuned-bf16-tp8 has no torch-grouped default") in text, text[-4000:]
+    assert "after: run" not in text

@@ -122,6 +122,12 @@ def test_what_holds_a_point_back_is_the_ledgers_largest_excess_over_its_floor_or
     assert tg.held_back_by(led, "a", exclude=("act", lg.GAPS)) == "gemm1"  # gaps: 95 us
     assert tg.held_back_by(led, "b") == lg.GAPS  # 55 us of gaps, 25 of align
     assert tg.held_back_by(led, "c") == tg.NO_KERNELS
+    # a ledger put together from frames that repeat index labels (notebook 05 with `run`
+    # given concatenates that run's ledger with the ledger runs', the same run): still one
+    # phase's name, not a Series' repr ("177    gaps\n177    gaps\nName: phase, ...")
+    twice = pd.concat([led, led])
+    assert tg.held_back_by(twice, "a") == "act" and tg.held_back_by(twice, "b") == lg.GAPS
+    assert tg.held_back_by(pd.concat([led, led.iloc[::-1]]), "a") == "act"
 
 
 def _res(pid, tokens, dtype, backend, median, mode="graph", status="ok"):

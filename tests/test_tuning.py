@@ -212,3 +212,15 @@ def test_config_for_default_is_the_backends_own(chunked):
     prob = make_problem(MODEL, 4, "fp32", 1, 1)
     assert config_for("torch-chunked", "default", prob, "cpu") == (None, "")
     assert config_for("torch", "tuned", prob, "cpu") == (None, "")  # not tunable: its own
+
+
+def test_glue_before_after_never_reads_a_missing_point_as_zero():
+    """A run without the torch-grouped point leaves the `after` column NaN: filled with 0.0
+    it said every kernel of the old glue went to 0 (notebook 05's default run has no
+    torch-grouped rows)."""
+    from moe_lab.analysis import tuning as tn
+    glue, kern = tn.glue_before_after("h200-vllm-vtuned-bf16-tp8")
+    assert list(glue["rank"]) == ["before"]
+    assert len(kern) and kern["after"].isna().all() and kern["change"].isna().all()
+    after, why = tn.glue_after_run("h200-vllm-vtuned-bf16-tp8", given=True)
+    assert after is None and "left out" in why

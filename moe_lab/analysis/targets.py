@@ -163,7 +163,8 @@ def held_back_by(ledger_df: pd.DataFrame | None, point_id, exclude=(), run_id=No
     if g.empty:
         return NO_KERNELS
     g = g[~g["phase"].isin(exclude) & (g["over_us"] > 0)]
-    return "" if g.empty else str(g.loc[g["over_us"].idxmax(), "phase"])
+    # by position: a ledger concatenated from several frames repeats index labels
+    return "" if g.empty else str(g["phase"].iloc[int(np.argmax(g["over_us"].to_numpy()))])
 
 
 EVAL_COLUMNS = ["target", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",

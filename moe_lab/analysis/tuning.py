@@ -15,7 +15,7 @@ from ..core.devices import Ceilings, ceilings_for
 from ..core.problems import sharding_name
 from ..measuring.profiling import PHASES
 from ..cost.roofline import add_roofline_columns
-from ..storage.rows import ok_rows
+from ..storage.rows import deployed_rows, ok_rows
 from ..storage.store import open_run
 from . import metrics
 from .kernel_time import PHASE_TOKENS  # the phase figures' token counts, defined once
@@ -154,15 +154,59 @@ def phase_best_worst(run, rows, model="deepseek-r1", sharding="TP8", tokens=PHAS
         .sort_values(["tokens", "rank"]).reset_index(drop=True)
 
 
+GLUE_POINT = dict(model="deepseek-r1", sharding="TP8", tokens=4096, backend="torch-grouped",
+                  mode="graph")  # the point glue_before_after puts side by side
+
+
+def _glue_rows(rows: pd.DataFrame, model, sharding, tokens, backend, mode) -> pd.DataFrame:
+    """The point's ok row of `backend` default with the glue a deployment runs (sharding
+    and config as measured() sets them)."""
+    r = deployed_rows(rows, mode)
+    return r[(r["model"] == model) & (r["sharding"] == sharding) & (r["tokens"] == tokens)
+             & (r["backend"] == backend) & (r["config"] == DEFAULT)]
+
+
+def _has_glue_point(run, point: dict) -> bool:
+    res = run.results
+    if not len(res) or not len(run.kernels):
+        return False
+    res = res.assign(config=res["config"].fillna(DEFAULT) if "config" in res else DEFAULT,
+                     sharding=[sharding_name(int(t), int(e)) for t, e in zip(res["tp"], res["ep"])])
+    r = _glue_rows(res, **point)
+    return bool(r["point_id"].isin(run.kernels["point_id"]).any())
+
+
+def glue_after_run(run, given: bool = False, before_run=GLUE_BEFORE_RUN, **point):
+    """(the run whose point is glue_before_after's `after`, one line saying which and why):
+    `run` where it has the point (GLUE_POINT, with its kernels); else, unless the run was
+    given (a page about that run alone), the newest run by analysis.runs' rule that has it;
+    (None, the line) when none."""
+    from .runs import on_gpu
+    from ..storage.store import find_runs
+    point = {**GLUE_POINT, **point}
+    run = open_run(run)
+    what = (f"{point['backend']} default at {point['model']} {point['sharding']}, "
+            f"{point['tokens']} tokens ({point['mode']}) with its kernels")
+    if _has_glue_point(run, point):
+        return run, f"after: run {run.run_id} (the run shown)"
+    if given:
+        return None, (f"torch-grouped before and after its bf16 glue: left out (run "
+                      f"{run.run_id} has no {what})")
+    for r in sorted(find_runs(defaults=True), key=lambda r: not on_gpu(r)):
+        if r.run_id != before_run and _has_glue_point(r, point):
+            return r, (f"after: run {r.run_id}, the newest run with {what} (run {run.run_id} "
+                       "has none)")
+    return None, f"torch-grouped before and after its bf16 glue: no run has {what}"
+
+
 def glue_before_after(after_run, before_run=GLUE_BEFORE_RUN, model="deepseek-r1",
                       sharding="TP8", tokens=4096, backend="torch-grouped", mode="graph"):
-    """One point (default config) in two runs: (its phases, rank before/after, as
-    phase_best_worst; us per kernel_label before, after, change: largest change first)."""
+    """One point (default config, the deployed glue) in two runs: (its phases, rank
+    before/after, as phase_best_worst; us per kernel_label before, after, change: largest
+    change first; a run without the point leaves its column NaN, never 0)."""
     tabs, kern = [], {}
     for rank, run in (("before", open_run(before_run)), ("after", open_run(after_run))):
-        r = measured(run, mode)[0]
-        r = _ok(r[(r["model"] == model) & (r["sharding"] == sharding) & (r["tokens"] == tokens)],
-                [(backend, DEFAULT)])
+        r = _glue_rows(measured(run, mode)[0], model, sharding, tokens, backend, mode)
         if r.empty:  # this run has no such point: nothing to put beside the other
             continue
         tabs.append(_with_phases(r.assign(rank=rank), run.kernels, run.run_id))
@@ -170,10 +214,10 @@ def glue_before_after(after_run, before_run=GLUE_BEFORE_RUN, model="deepseek-r1"
         kern[rank] = k.groupby(["phase", [kernel_label(n) for n in k["kernel"]]])["total_us"].sum()
     if not tabs:
         return pd.DataFrame(), pd.DataFrame(columns=["before", "after", "change"])
-    k = pd.concat(kern, axis=1).reindex(columns=["before", "after"]).fillna(0.0)
+    k = pd.concat(kern, axis=1).fillna(0.0).reindex(columns=["before", "after"])
     k = k.assign(change=k["after"] - k["before"]).rename_axis(["phase", "kernel"])
     return (pd.concat(tabs, ignore_index=True).fillna(0.0),
-            k.loc[k["change"].abs().sort_values(ascending=False).index].round(1))
+            k.loc[k["change"].abs().sort_values(ascending=False, na_position="last").index].round(1))
 
 
 def kernel_label(name: str) -> str:

@@ -342,6 +342,18 @@ def summary(df) -> dict[str, int]:
     return {s: int((df["status"] == s).sum()) for s in ORDER}
 
 
+def shown(df, show=None):
+    """The checks of the statuses in `show`: None (every check), a status or a list of them
+    (notebook 04's `show`, `moe-lab report -p show warn`); UsageError, one line, for any other."""
+    from ..core.errors import UsageError
+    items = [show] if isinstance(show, str) else show
+    if show is not None and not (isinstance(items, (list, tuple, set)) and items and all(
+            isinstance(x, str) and x in ORDER for x in items)):
+        raise UsageError(f"show {show!r}: give None, a status or a list of them "
+                         f"({', '.join(ORDER)})")
+    return df if show is None else df[df["status"].isin(list(items))]
+
+
 def format_report(df, width: int = 0) -> str:
     lines = []
     for _, r in df.iterrows():

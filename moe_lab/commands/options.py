@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+from ..core import constants
 from ..core.constants import DTYPE_NAMES  # correctness.THRESHOLDS' keys, torch-free
 
 TP_DEFAULT = 8  # every seed claim is a TP8 deployment
@@ -53,7 +54,8 @@ def data_dir(p) -> None:
 def config(p, many: bool = True) -> None:
     p.add_argument("--config", default="default",
                    metavar="default|tuned|PATH" + ("[,...]" if many else ""),
-                   help="launch configurations of tunable backends (aiter-triton): their own "
+                   help="launch configurations of the tunable backends "
+                        f"({', '.join(constants.TUNABLE_BACKENDS)}): their own "
                         "(default), the tuned files of this device under data/configs/<device>/ "
                         "(tuned; a shape without one is refused or an unsupported row saying so), "
                         "or a config file" + ("; several, each its own point: default,tuned"

@@ -15,7 +15,9 @@ TUNE_TOKENS = ",".join(map(str, constants.TUNE_TOKENS))  # moe_lab.measuring.tun
 
 
 def configure(p):
-    p.add_argument("--backend", default="aiter-triton", help="a backend with tunable configurations")
+    p.add_argument("--backend", default="aiter-triton",
+                   help="a backend with tunable launch configurations "
+                        f"({', '.join(constants.TUNABLE_BACKENDS)}); default: aiter-triton")
     p.add_argument("--models", default=None,
                    help="presets or custom:... (default: the four seed models on GPU, "
                         "qwen3-30b-a3b on CPU)")

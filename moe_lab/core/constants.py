@@ -10,6 +10,9 @@ FP8_SCHEMES = ("fp8-tensor", "fp8-channel", "fp8-block128")
 # every dtype a point can take: the keys of core.problems.DTYPES and correctness.THRESHOLDS
 DTYPE_NAMES = ("bf16", "fp16", "fp32") + FP8_SCHEMES
 
+# the backends with launch configurations `moe-lab tune` searches (Backend.tunable; the
+# --help of --config and tune --backend names them)
+TUNABLE_BACKENDS = ("aiter-triton", "aiter-triton-silu", "vllm")
 # moe_lab.measuring.tuning: the token counts a tuned file holds by default: the keys of the
 # published tunings of this kernel for the H200 (vLLM's shipped files), and 8192; the text
 # that counts them (README, `tune --help`) takes len() of these
