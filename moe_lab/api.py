@@ -124,9 +124,16 @@ def runs(data_dir=None, has: str | None = None) -> pd.DataFrame:
     ok rows, commits, path. has: None, 'ok', 'compile', 'distributed' or a mode name."""
     from .core import validate
     validate.path(data_dir, "data_dir")
+    if data_dir is not None and not Path(data_dir).is_dir():  # was: an empty table
+        raise UsageError(f"data_dir {str(data_dir)!r}: no such folder")
+    kinds = "None or a kind of rows: 'ok', 'compile', 'distributed' or a mode name such as 'graph'"
     if has is not None:
-        validate.text(has, "has", "None or a kind of rows: 'ok', 'compile', 'distributed' or "
-                      "a mode name such as 'graph'")
+        validate.text(has, "has", kinds)
+        if has not in ("results", "ok", "compile", "distributed", "aiter-tuner"):
+            try:  # any other is a mode name; was: an empty table for any word
+                parse_mode(has)
+            except UsageError:
+                raise UsageError(f"has {has!r}: give {kinds}") from None
     rows = []
     for r in find_runs(data_dir, has=has):
         res = r.results

@@ -425,6 +425,13 @@ ROUTING = "a routing (uniform, balanced, zipf:S, hot:P), a comma string or a lis
     (lambda t: ml.runs(data_dir=5), "data_dir=5: give a folder or file path (str or Path), or None"),
     (lambda t: ml.runs(has=["x"]), "has ['x']: give None or a kind of rows: 'ok', 'compile', "
      "'distributed' or a mode name such as 'graph'"),
+    # these two were an empty table: a typo read as "no runs"
+    (lambda t: ml.runs(data_dir="/nonexistent/moe-lab-runs"),
+     "data_dir '/nonexistent/moe-lab-runs': no such folder"),
+    (lambda t: ml.runs(has="grpah"), "has 'grpah': give None or a kind of rows: 'ok', 'compile', "
+     "'distributed' or a mode name such as 'graph'"),
+    # was "{cwd} is a folder but not a run folder" (Path('') is the working folder)
+    (lambda t: ml.open_run(""), "run '': give a run folder (a path) or a run id (a str)"),
     (lambda t: _check(model=5), "model 5: give a model name, e.g. 'qwen3-30b-a3b' or "
      "'custom:H=4096,I=14336,E=8,k=2'"),
     (lambda t: _check(seed=None), "seed None: give a whole number >= 0"),

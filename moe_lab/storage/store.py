@@ -383,7 +383,7 @@ def open_run(run: str | os.PathLike | Run | None = None, has: str | None = None)
     such data, or none found: UsageError saying why; CorruptFile: a file cannot be read."""
     if isinstance(run, Run):
         return run
-    if run is not None and not isinstance(run, (str, os.PathLike)):
+    if run is not None and (not isinstance(run, (str, os.PathLike)) or not str(run).strip()):
         raise UsageError(f"run {run!r}: give a run folder (a path) or a run id (a str)")
     if run is None:
         found = find_runs(has=has, defaults=True)
