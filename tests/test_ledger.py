@@ -344,3 +344,24 @@ def test_shared_reads_runs_once_and_each_caller_gets_its_own_frames(monkeypatch)
     pd.testing.assert_frame_equal(again_led, want_led)
     lg.of_runs(runs)
     assert computed == ["graph", None, "graph"]
+
+
+def test_a_bar_set_apart_by_a_config_file_is_labelled_by_what_the_file_is():
+    """Points of a panel that differ in configuration: a `--config PATH` point's tick says
+    `published` (device_tune.sh's published tunings) or `file <name>`, never the path, and
+    the ticks stand upright so that neighbours' labels do not run into each other."""
+    import pandas as pd
+    from moe_lab.plots import style
+    from moe_lab.plots.ledger import fig_ledger
+    pub = ".whl/published/E=128,N=1024,device_name=NVIDIA_H200.json"
+    rows = [dict(point_id=f"p{i}", run_id="r", model="llama4-maverick-128e", sharding="TP8",
+                 tokens=t, dtype="bf16", backend="aiter-triton", config=c, glue="fused",
+                 mode="graph", phase="gemm1", measured_us=100.0, floor_us=90.0, over_us=10.0)
+            for i, (t, c) in enumerate([(256, "tuned"), (4096, pub), (8192, "/home/me/x.json")])]
+    ax = fig_ledger(pd.DataFrame(rows), run_id="r").axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["256 tuned", "4096 published", "8192 file x"]
+    assert {t.get_rotation() for t in ax.get_xticklabels()} == {90.0}
+    assert style.config_label(None) == "default" and style.config_label(float("nan")) == "default"
+    assert style.config_label("/a/E=128,N=1024,device_name=NVIDIA_H200.json") == \
+        "file E=128,N=1024,devic…"

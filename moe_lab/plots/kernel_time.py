@@ -61,7 +61,7 @@ def fig_time_vs_tokens(run, models=None) -> Figure:
                         configs.index(cfg) % len(CONFIG_MARKERS)],
                     markersize=None if cfg == "default" else 4, color=c,
                     label=f"{style.backend_label(b)} {mode}"
-                    + ("" if cfg == "default" else f" [{cfg}]"))
+                    + ("" if cfg == "default" else f" [{style.config_label(cfg)}]"))
             ax.fill_between(g["tokens"], g["p10_us"], g["p90_us"], color=c, alpha=0.12,
                             linewidth=0)
             n = g[g["noisy"]]

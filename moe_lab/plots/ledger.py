@@ -35,7 +35,8 @@ VARIANT = ("dtype", "backend", "config", "glue", "mode")  # what tells two point
 def _labels(g: pd.DataFrame) -> list[str]:
     """Per point, the VARIANT fields that differ within its panel ('' when none do)."""
     cols = [c for c in VARIANT if c in g and g[c].astype(str).nunique() > 1]
-    return [" ".join(str(r[c]) for c in cols) for _, r in g.iterrows()]
+    return [" ".join(style.config_label(r[c]) if c == "config" else str(r[c]) for c in cols)
+            for _, r in g.iterrows()]
 
 
 def fig_ledger(ledger_df: pd.DataFrame, run=None, run_id: str | None = None,
@@ -100,9 +101,9 @@ def fig_ledger(ledger_df: pd.DataFrame, run=None, run_id: str | None = None,
             if np.isfinite(p.get("roof_us", np.nan)):
                 ax.scatter([x], [p["roof_us"]], marker="x", s=18, color="k", zorder=4,
                            label="layer roof (one fused kernel)")
-        if any(labels):  # a tick per bar: its token count and what sets it apart
-            ax.set_xticks(xs, [f"{t}\n" + "\n".join(lab.split()) for t, lab in
-                               zip(g["tokens"], labels)], fontsize=6.5)
+        if any(labels):  # a tick per bar, upright: its token count and what sets it apart
+            ax.set_xticks(xs, [f"{t} {lab}" for t, lab in zip(g["tokens"], labels)],
+                          fontsize=6.5, rotation=90)
         else:
             ax.set_xticks(range(len(toks)), [str(t) for t in toks])
         ax.set(title=f"{m} {s}", xlabel="tokens", ylabel="us per call")

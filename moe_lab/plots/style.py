@@ -73,6 +73,21 @@ def backend_label(name: str) -> str:
     return (cls.label or cls.name) if cls is not None else str(name)
 
 
+def config_label(config) -> str:
+    """A point's configuration as a figure prints it: default and tuned as they are; a file
+    (`--config PATH`) by what it is, `published` for the published tunings that
+    device_tune.sh sweep times (a folder named published), else `file <name>` (at most 24
+    characters): a path in a tick label or a legend ran over its neighbours."""
+    c = "default" if config is None or config != config else str(config)  # None, NaN
+    if "/" not in c and "\\" not in c and not c.endswith(".json"):
+        return c
+    from pathlib import PureWindowsPath
+    p = PureWindowsPath(c)  # reads / and \ alike
+    if p.parent.name == "published":
+        return "published"
+    return "file " + (p.stem if len(p.stem) <= 19 else p.stem[:18] + "…")
+
+
 def mode_of(mode, wrapped=False) -> Mode:
     """A Mode from a Mode, a stored row (dict or Series) or a mode name; a name that is
     no mode moe-lab knows stays usable as an eager-like kind (never raises)."""
