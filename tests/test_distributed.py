@@ -260,3 +260,21 @@ def test_gpus_runs_one_part_per_gpu_and_merges_them_into_the_whole_sweep(tmp_pat
     assert main(base + ["--gpus", "2", "--run-id", "spread"]) == 0
     again = pd.read_parquet(tmp_path / "spread" / "results.parquet")
     assert sorted(again["measured_at"]) == sorted(spread["measured_at"])
+
+
+def test_a_collective_time_that_does_not_grow_with_bytes_gives_no_bandwidth():
+    """The collective model reads a bandwidth only where the time grows with the bytes: a
+    CPU run's flat or falling times gave 1e9 GB/s (a clamp's artefact) in notebook 06."""
+    import numpy as np
+    import pandas as pd
+    from moe_lab.analysis.expert_parallel import collective_model
+
+    def pts(us):
+        return pd.DataFrame(dict(parallel="ep-allreduce", mode="eager", world_size=2,
+                                 sent_bytes=[1e3, 1e4, 1e5], collective_us=us))
+    grows = collective_model(pts([11.0, 20.0, 110.0])).iloc[0]
+    assert grows["fit"] == "latency + bytes / bandwidth"
+    assert grows["gb_per_s"] == pytest.approx(1e-3 / np.polyfit([1e3, 1e4, 1e5], [11, 20, 110], 1)[0])
+    flat = collective_model(pts([30.0, 25.0, 20.0])).iloc[0]
+    assert np.isnan(flat["gb_per_s"]) and flat["fit"].startswith("latency only")
+    assert flat["latency_us"] == pytest.approx(25.0)  # the constant nearest the times

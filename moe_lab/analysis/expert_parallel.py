@@ -77,7 +77,11 @@ def prediction_target(pts: pd.DataFrame, tol: float = TOLERANCE) -> dict:
 
 def collective_model(pts: pd.DataFrame) -> pd.DataFrame:
     """Per parallel x mode x world size: latency_us and gb_per_s of t = latency + bytes / bw,
-    fitted to the measured collective times (the slowest rank's) by least squares."""
+    fitted to the measured collective times (the slowest rank's) by least squares. Where the
+    time does not grow with the bytes over the points (slope <= 0: latency-bound, or too
+    noisy to tell), no bandwidth is read from them: gb_per_s NaN, latency_us their mean and
+    `fit` says so (it printed 1e9 GB/s, a clamp's artefact); the estimate counts latency
+    alone."""
     rows = []
     for (par, mode, n), g in pts.groupby(["parallel", "mode", "world_size"]):
         x, y = g["sent_bytes"].astype(float).to_numpy(), g["collective_us"].to_numpy()
@@ -85,12 +89,17 @@ def collective_model(pts: pd.DataFrame) -> pd.DataFrame:
             slope, icpt = np.polyfit(x, y, 1)
         else:
             slope, icpt = 0.0, float(np.mean(y))
-        slope, icpt = max(slope, 1e-12), max(icpt, 0.0)
+        fitted = slope > 0
+        if not fitted:  # latency alone: the constant nearest the times is their mean
+            slope, icpt = 0.0, float(np.mean(y))
+        icpt = max(icpt, 0.0)
         pred = icpt + slope * x
         ss = float(((y - y.mean()) ** 2).sum())
         rows.append(dict(parallel=par, mode=mode, world_size=int(n), latency_us=icpt,
-                         gb_per_s=1e-3 / slope, points=len(g),
-                         r2=1 - float(((y - pred) ** 2).sum()) / ss if ss > 0 else np.nan))
+                         gb_per_s=1e-3 / slope if fitted else np.nan, points=len(g),
+                         r2=1 - float(((y - pred) ** 2).sum()) / ss if ss > 0 else np.nan,
+                         fit="latency + bytes / bandwidth" if fitted else
+                         "latency only: the time does not grow with the bytes here"))
     return pd.DataFrame(rows)
 
 
@@ -164,7 +173,8 @@ def estimate(res: pd.DataFrame, n: int = 8) -> pd.DataFrame:
             ys.append(row.get("expert_sync_us", row["expert_us"]))
         coef = _nnls(np.array(feats), np.array(ys))
         c = coll.loc[(par, mode, world)]
-        lat, bw = c["latency_us"], c["gb_per_s"] * 1e3  # bytes per us
+        lat = c["latency_us"]  # no bandwidth fitted: the bytes cost nothing measurable
+        bw = c["gb_per_s"] * 1e3 if c["gb_per_s"] > 0 else np.inf  # bytes per us
         for (tokens, routing), p in g.groupby(["tokens", "routing"]):
             w = work(model, tokens, routing, p["seed"].iloc[0], par, n)
             per_rank_us = coef[0] + coef[1] * w["flops"] + coef[2] * w["weight_bytes"]
