@@ -72,10 +72,12 @@ def phase_table(run, tokens=PHASE_TOKENS, mode: str | None = None) -> pd.DataFra
     piv = k.pivot_table(index="point_id", columns="phase", values="total_us", aggfunc="sum",
                         fill_value=0.0)
     cols = [p for p in PHASES if p in piv.columns]
-    out = r.set_index("point_id")[["model", "sharding", "backend", "mode", "tokens",
+    # config: a default and a tuned point of one backend and token count are two rows
+    r = r.assign(config=r["config"].fillna("default") if "config" in r else "default")
+    out = r.set_index("point_id")[["model", "sharding", "backend", "config", "mode", "tokens",
                                     "median_us"]].join(piv[cols], how="inner")
     out["kernel_us"] = out[cols].sum(axis=1)
-    return out.reset_index().sort_values(["model", "sharding", "tokens", "backend"]) \
+    return out.reset_index().sort_values(["model", "sharding", "tokens", "backend", "config"]) \
         .reset_index(drop=True)
 
 

@@ -125,13 +125,19 @@ def plot_implications(reg: dict, imp):
                       + f"\nfloor: {r.gpu}" + (" (assumed)" if r.config in assumed else "")
                       for r in imp.itertuples()], fontsize=8)
     ax.set_ylabel("µs per MoE layer per decode step")
-    ax.legend(fontsize=7)
+    # above the panel, not on it: inside, the legend lay over the tallest bars
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0, 1.01), frameon=False)
     gpus = ", ".join(sorted(set(imp["gpu"])))
-    fig.text(0.01, 0.005, "sources: " + ", ".join(sorted(set(imp["source"])))
-             + f"\nfloors on {gpus} from moe_lab.cost.roofline ((assumed): the PR names no GPU); "
-             "saving = (mean TPOT baseline - new) / MoE layers, or mean ITL's\n"
-             + measured_provenance(imp), fontsize=7, va="bottom")
-    fig.tight_layout(rect=(0, 0.13, 1, 1))
+    import textwrap
+    width = int(fig.get_figwidth() * 72 / (7 * 0.6))  # the footer's lines within the figure
+    foot = "\n".join(textwrap.fill(line, width, break_long_words=False) for line in (
+        "sources: " + ", ".join(sorted(set(imp["source"]))),
+        f"floors on {gpus} from moe_lab.cost.roofline ((assumed): the PR names no GPU); "
+        "saving = (mean TPOT baseline - new) / MoE layers, or mean ITL's",
+        measured_provenance(imp)))
+    fig.text(0.01, 0.005, foot, fontsize=7, va="bottom")
+    fig.set_figheight(fig.get_figheight() + 0.12 * foot.count("\n"))
+    fig.tight_layout(rect=(0, ((foot.count("\n") + 1) * 0.125 + 0.15) / fig.get_figheight(), 1, 1))
     return fig
 
 

@@ -42,9 +42,8 @@ def _note_early(ax, ends: dict) -> None:
     last = max(ends.values())
     early = [f"{lab.removeprefix('_')} at {t}" for lab, t in sorted(ends.items()) if t < last]
     if early:
-        ax.text(0.02, 0.02, "ends early (no ok row past): " + "; ".join(early[:4])
-                + (f"; +{len(early) - 4}" if len(early) > 4 else ""), transform=ax.transAxes,
-                fontsize=6.5, color="0.3", va="bottom", wrap=True)
+        style.panel_note(ax, "ends early (no ok row past): " + "; ".join(early[:4])
+                         + (f"; +{len(early) - 4}" if len(early) > 4 else ""))
 
 
 def _rows(run, point_ids) -> pd.DataFrame:

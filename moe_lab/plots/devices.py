@@ -37,9 +37,8 @@ def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> F
             else:
                 no_roof.append(s)
         if no_roof:  # said on the panel, not a series silently missing
-            axes[i][1].text(0.02, 0.98, "no % of roof (no spec for the GPU): "
-                            + "; ".join(no_roof), transform=axes[i][1].transAxes, fontsize=7,
-                            va="top", wrap=True, color="0.3")
+            style.panel_note(axes[i][1], "no % of roof (no spec for the GPU): "
+                             + "; ".join(no_roof), fontsize=7)
         shard = sharding_name(int(sub["tp"].iloc[0]), int(sub["ep"].iloc[0]))
         for ax, ylab in zip(axes[i], ("us per MoE call\n(H200: graph replay; AMD: aiter's "
                                       "tuner)", "% of the device's roof")):

@@ -19,9 +19,11 @@ def fig_gemm_sol(table: pd.DataFrame, run=None, rows=None):
         return style.note_figure("No FP8 point with stored phases and a bf16 point beside it.",
                                  run)
     panels = sorted({(m, s) for m, s in zip(table["model"], table["sharding"])})
-    fig, axes = style.new_figure(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    # at most three panels a row: five in one row were 21 inches wide, their text shrunk to
+    # nothing at the width a pull request shows
+    fig, _, flat = style.wrapped_panels(len(panels), 3, 3.9, 3.0, 2.6, 0.8)
     colors = dict(zip(list(FP8_SCHEMES) + ["sol", "bf16"], style.CYCLE))
-    for ax, (model, sh) in zip(axes[0], panels):
+    for ax, (model, sh) in zip(flat, panels):
         d = table[(table["model"] == model) & (table["sharding"] == sh)].sort_values("tokens")
         for scheme, g in d.groupby("scheme"):
             ax.plot(g["tokens"], g["fp8_tflops"], "-o", ms=3, color=colors[scheme],

@@ -93,7 +93,10 @@ def fig_phases(run, table: pd.DataFrame) -> Figure:
     phases = [p for p in style.PHASE_COLOR if p in table.columns]
     for ax, (m, s) in zip(axes, groups):
         sub = table[(table["model"] == m) & (table["sharding"] == s)]
-        labels = [f"T={t}\n{style.backend_label(b)}" for t, b in zip(sub["tokens"], sub["backend"])]
+        cfg = sub["config"] if "config" in sub else pd.Series("default", index=sub.index)
+        named = (cfg.astype(str) != "default").any()  # two bars of one T told apart
+        labels = [f"T={t}\n{style.backend_label(b)}" + (f"\n{style.config_label(c)}" if named else "")
+                  for t, b, c in zip(sub["tokens"], sub["backend"], cfg)]
         x = np.arange(len(sub))
         share = sub[phases].div(sub["kernel_us"].replace(0, np.nan), axis=0) * 100
         bottom = np.zeros(len(sub))

@@ -60,8 +60,17 @@ def fig_ledger(ledger_df: pd.DataFrame, run=None, run_id: str | None = None,
              if ((pts["model"] == m) & (pts["sharding"] == s)).any()]
     ncols = 2 if len(shards) == 1 and len(cells) > 1 else max(len(shards), 1)
     nrows = -(-len(cells) // ncols)
-    fig = Figure(figsize=(4.4 * ncols + 2.2, 3.0 * nrows + 3.4), layout="constrained")
-    gs = fig.add_gridspec(nrows + 1, ncols, height_ratios=[1] * nrows + [0.9])
+    # a row's upright tick labels take their own height (6.5 pt a character), not the
+    # bars': with one height for every row, long labels left bars a few pixels tall
+    tick_in = [0.0] * nrows
+    for i, (m, s) in enumerate(cells):
+        g = pts[(pts["model"] == m) & (pts["sharding"] == s)]
+        longest = max((len(f"{t} {lab}") for t, lab in zip(g["tokens"], _labels(g)) if lab),
+                      default=0)
+        tick_in[i // ncols] = max(tick_in[i // ncols], longest * 6.5 * 0.6 / 72)
+    heights = [3.0 + t for t in tick_in] + [2.7]
+    fig = Figure(figsize=(4.4 * ncols + 2.2, sum(heights) + 0.7), layout="constrained")
+    gs = fig.add_gridspec(nrows + 1, ncols, height_ratios=heights)
     piv = ledger_df.pivot_table(index="point_id", columns="phase", values="measured_us",
                                 aggfunc="sum", fill_value=0.0)
     flo = ledger_df.pivot_table(index="point_id", columns="phase", values="floor_us",
@@ -128,6 +137,8 @@ def _recoverable(ax, ledger_df: pd.DataFrame, phases: list) -> None:
             bottom += v
     for xi, b in zip(x, bottom):
         ax.text(xi, b * 1.01, f"{b:.0f}", ha="center", va="bottom", fontsize=6)
+    if bottom.any():  # room for the tallest bar's number inside the panel, not on its frame
+        ax.set_ylim(top=float(bottom.max()) * 1.15)
     ax.set_xticks(x, [f"{t}\n({n[t]} pt)" for t in rec.index], fontsize=7)
     ax.set_title("recoverable us by phase (measured - floor, all points drawn)", fontsize=9)
     ax.set(xlabel="tokens", ylabel="us above the floors")

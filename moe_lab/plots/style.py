@@ -211,6 +211,20 @@ def shared_legend(fig: Figure, handles=None, labels=None, title: str | None = No
                       title_fontsize=fontsize, frameon=False)
 
 
+def panel_note(ax, text: str, fontsize: float = 6.5):
+    """A panel's note (what a panel leaves out, and why) under its x label, wrapped to the
+    panel's width: inside the panel it lay over the data, and a long one ran across the
+    next panels (constrained layout then widened the panel's column around it)."""
+    fig = ax.get_figure()
+    # the panel's width before the layout, less what the layout takes for labels
+    width_in = ax.get_position().width * fig.get_figwidth() * 0.8
+    chars = max(int(width_in * 72 / (fontsize * 0.6)), 20)
+    wrapped = textwrap.fill(text, width=chars, break_long_words=False, break_on_hyphens=False)
+    return ax.annotate(wrapped, xy=(0, 0), xycoords=(ax.transAxes, ax.xaxis.label), xytext=(0, -2),
+                       textcoords="offset points", ha="left", va="top", fontsize=fontsize,
+                       color="0.3", annotation_clip=False)
+
+
 ok_rows = row_schema.ok_rows  # every figure and table selects its rows with this one rule
 
 

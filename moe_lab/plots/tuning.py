@@ -124,7 +124,8 @@ def fig_search_spread(run, spread: pd.DataFrame) -> Figure:
             ax.scatter(g["tokens"], g["default_us"] / w, marker="x", s=14, color=c)
         ax.axhline(1, color="k", lw=0.8)
         ax.set_xscale("log", base=2)
-        ax.set(yscale="log", title=f"{style.backend_label(b)}: {m}", xlabel="tokens")
+        ax.set(yscale="log", xlabel="tokens")  # two lines: on one, titles ran into each other
+        ax.set_title(f"{style.backend_label(b)}\n{m}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
     # one entry per colour (sharding, dtype) and one per mark, not every pair of them
     from matplotlib.lines import Line2D
