@@ -86,6 +86,8 @@ def test_the_implications_legend_hides_no_bar_and_the_footer_stays_on_the_figure
     for t in fig.texts:
         b = _box(t, r)
         assert b.x1 <= page.x1 and b.x0 >= page.x0, t.get_text()[:60]
+        assert t.get_text().count("\n") < 3  # a footer of at most three lines
+    assert "h200-grid-aiter-triton-silu-llama4-scout-16e-tp8-bf16" in fig._moe_lab_provenance
 
 
 @pytest.fixture(scope="module")

@@ -128,22 +128,22 @@ def plot_implications(reg: dict, imp):
     # above the panel, not on it: inside, the legend lay over the tallest bars
     ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0, 1.01), frameon=False)
     gpus = ", ".join(sorted(set(imp["gpu"])))
-    import textwrap
-    width = int(fig.get_figwidth() * 72 / (7 * 0.6))  # the footer's lines within the figure
-    foot = "\n".join(textwrap.fill(line, width, break_long_words=False) for line in (
-        "sources: " + ", ".join(sorted(set(imp["source"]))),
-        f"floors on {gpus} from moe_lab.cost.roofline ((assumed): the PR names no GPU); "
-        "saving = (mean TPOT baseline - new) / MoE layers, or mean ITL's",
-        measured_provenance(imp)))
+    from ..plots import style  # the footer's rule: wrapped to the figure, at most 3 lines
+    text = " | ".join(["sources: " + ", ".join(sorted(set(imp["source"]))),
+                       f"floors on {gpus} from moe_lab.cost.roofline ((assumed): the PR names "
+                       "no GPU); saving = (mean TPOT baseline - new) / MoE layers, or mean ITL's",
+                       measured_provenance(imp, short=True)])
+    foot = style._summarised(text, int(fig.get_figwidth() * 72 / (7 * 0.62)))
+    setattr(fig, style.PROVENANCE, text + " | " + measured_provenance(imp))  # the probe's
     fig.text(0.01, 0.005, foot, fontsize=7, va="bottom")
-    fig.set_figheight(fig.get_figheight() + 0.12 * foot.count("\n"))
     fig.tight_layout(rect=(0, ((foot.count("\n") + 1) * 0.125 + 0.15) / fig.get_figheight(), 1, 1))
     return fig
 
 
-def measured_provenance(imp) -> str:
+def measured_provenance(imp, short: bool = False) -> str:
     """Where the measured bars come from: each run with its device and commit(s), or that
-    no run has the claims' shapes."""
+    no run has the claims' shapes. short: the devices, the runs and the commits as three
+    lists (a footer's; the whole one is the figure's probe)."""
     import json
     from pathlib import Path
 
@@ -151,7 +151,7 @@ def measured_provenance(imp) -> str:
     m = imp[imp["measured_run"].fillna("").astype(str) != ""]
     if m.empty:
         return "measured: none (no run has the claims' shapes)"
-    parts = []
+    parts, commits = [], set()
     for run_id, g in m.groupby("measured_run", sort=True):
         commit = ""
         try:
@@ -159,9 +159,14 @@ def measured_provenance(imp) -> str:
             commit = str((man.get("environment") or {}).get("git_commit") or "")[:7]
         except (OSError, ValueError):
             pass
+        commits |= {commit} if commit else set()
         dev = ", ".join(sorted({str(d) for d in g["measured_device"] if d})) or "?"
         parts.append(f"run {run_id} ({dev}{', commit ' + commit if commit else ''}: "
                      f"{', '.join(g['config'])})")
+    if short:
+        devs = sorted({str(d) for d in m["measured_device"] if d}) or ["?"]
+        return (f"measured on {', '.join(devs)}: runs {', '.join(sorted(set(m['measured_run'])))}"
+                f" | commits {', '.join(sorted(commits)) or 'unknown'}")
     return "measured: " + "; ".join(parts)
 
 
