@@ -132,3 +132,18 @@ def test_the_collective_share_title_counts_the_points_it_draws():
     said = int(re.search(r"(\d+) point\(s\) above 100%", ax.get_title()).group(1))
     assert said == drawn > 0
     assert "median over 2 models" in fig.texts[-1].get_text()
+
+
+@pytest.mark.parametrize("run_id, says, never", [
+    ("h200-vllm-bf16-tp8", ["solid graph"], ["dashed", "eager"]),
+    ("h200-seed4-20261129", ["dashed eager", "solid graph"], []),
+])
+def test_the_time_figures_footer_names_only_the_line_styles_it_draws(run_id, says, never):
+    from moe_lab.plots import kernel_time as kt
+    run = open_run(run_id)
+    fig = kt.fig_time_vs_tokens(run)
+    footer = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
+    for s in says:
+        assert s in footer, footer
+    for s in never:
+        assert s not in footer.split("; ", 2)[1], footer  # the styles' clause

@@ -74,7 +74,7 @@ def fig_time_vs_tokens(run, models=None) -> Figure:
         ax.grid(True, which="both", alpha=0.3)
     if noisy:
         noisy_legend(cells[0][0])
-    return style.finish(fig, run, r, "median, band p10-p90; dashed eager, solid graph"
+    return style.finish(fig, run, r, "median, band p10-p90; " + style.mode_note(r["mode"])
                         + (f"; ringed: {noisy} noisy points (p10-p90 spread > "
                            f"{NOISE_LIMIT:.0%} of the median)" if noisy else ""))
 

@@ -77,7 +77,7 @@ def _slug(text: str) -> str:
 def _time_section(run: Run) -> Section:
     import dataclasses
 
-    from . import kernel_time
+    from . import kernel_time, style
     res = run.results
     sharded = res[res["tp"].notna() & res["ep"].notna()] if len(res) else res
     run_ = dataclasses.replace(run, results=sharded)
@@ -87,7 +87,9 @@ def _time_section(run: Run) -> Section:
     left = len(res) - len(sharded)
     return Section(f"Time per call: {run.run_id}", fig=fig, drawn=[(run, ok)],
                    text=f"{len(ok)} ok points of {len(res)}; median per call, band "
-                        "p10-p90; dashed eager (host included), solid graph replay."
+                        "p10-p90; " + style.mode_note(
+                            ok["mode"], {"eager": "eager (host included)",
+                                         "graph": "graph replay"}) + "."
                         + (f" {left} rows of shapes without a TP/EP sharding (custom) are not "
                            "drawn." if left else ""))
 

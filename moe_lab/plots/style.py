@@ -108,6 +108,20 @@ def mode_style(mode, wrapped=False) -> str:
     return WRAPPED_STYLE if m.wrapped else MODE_STYLE.get(m.kind, "-.")
 
 
+def mode_note(modes, extra: dict | None = None) -> str:
+    """What the line styles mean, for the modes drawn only ('dashed eager, solid graph';
+    '' for none): a footer never names a style no line has. `extra` words a mode's kind."""
+    names = {"--": "dashed", "-": "solid", ":": "dotted", "-.": "dash-dot"}
+    seen: dict[str, list[str]] = {}
+    for m in dict.fromkeys(mode_of(x) for x in modes):
+        what = (extra or {}).get(m.kind, m.kind if m.kind in ("eager", "graph") else
+                                 f"compile {m.label}")
+        kept = seen.setdefault(names.get(mode_style(m), "dash-dot"), [])
+        if what not in kept:
+            kept.append(what)
+    return ", ".join(f"{k} {', '.join(v)}" for k, v in seen.items())
+
+
 def mode_color(mode) -> str:
     """One colour per mode name (wrapped or not), the same in every figure."""
     name = mode_of(mode).name
