@@ -263,8 +263,6 @@ def stage(parts_dir: str, stage_dir: str, site: str) -> int:
               + " (call again at once, carrying the next: the machine keeps /tmp for 30 s)")
         return 3
     h, tmp = hashlib.sha256(), site + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
     joined = os.path.join(stage_dir, f"vllm-{want}.tar.gz")
     with open(joined, "wb") as out:
         for k in range(d["n"]):
@@ -277,7 +275,9 @@ def stage(parts_dir: str, stage_dir: str, site: str) -> int:
         os.remove(joined)
         print(f"stage: the {d['n']} parts of {want} do not join into it (sha256 "
               f"{h.hexdigest()[:8]}): removed; carry them again from part 0")
-        return 1
+        return 1  # (was: an empty SITE_DIR.tmp left beside SITE_DIR)
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
     with tarfile.open(joined) as t:
         try:
             t.extractall(tmp, filter="data")

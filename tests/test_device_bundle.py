@@ -611,3 +611,16 @@ def test_wrong_arguments_are_one_line_and_exit_2_and_nothing_written(tmp_path, c
     assert out.err.strip() == "device_bundle: error: " + says.format(tmp=tmp_path)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == around
     assert (tmp_path / "parts" / "vllm-0123abcd-0-of-1").read_bytes() == b"a part made before"
+
+
+@pytest.mark.parametrize("names", [["vllm-0123abcd-0-of-2", "vllm-0123abcd-1-of-2"],
+                                   ["vllm-0123abcd-0-of-1", "vllm-4567abcd-0-of-1"]])
+def test_parts_that_do_not_join_leave_no_stray_site_tmp(tmp_path, capsys, names):
+    """Before: stage made SITE_DIR.tmp before it checked the parts' sha256, and a refusal
+    left it behind, empty, beside SITE_DIR."""
+    (tmp_path / "parts").mkdir()
+    for n in names:
+        (tmp_path / "parts" / n).write_bytes(b"not a part of " + n.encode())
+    assert db.stage(str(tmp_path / "parts"), str(tmp_path / "stage"), str(tmp_path / "site")) == 1
+    assert "do not join" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["parts", "stage"]
