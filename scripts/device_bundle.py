@@ -394,6 +394,15 @@ def standins(folder: str, names: list[str]) -> list[str]:
     return made
 
 
+def _parents(path: str) -> list[str]:
+    """The folders above `path`, nearest first."""
+    out, p = [], os.path.dirname(os.path.abspath(path))
+    while p not in out:
+        out.append(p)
+        p = os.path.dirname(p)
+    return out
+
+
 USAGE = {"aiter-cut": (2, 2, "WHEEL_OR_SITE OUT.tar.gz"),
          "vllm-parts": (4, 6, "WHEEL DEPS_DIR OUT_DIR TREE_BYTES [AITER_CUT [ARCH]]"),
          "stage": (3, 3, "PARTS_DIR STAGE_DIR SITE_DIR"), "standins": (1, None, "DIR NAME...")}
@@ -412,13 +421,23 @@ def main(argv: list[str]) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    if not argv or argv[0] not in USAGE:
+    if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 2
+    if argv[0] not in USAGE:  # was: the whole doc on stdout, nothing on stderr
+        raise SystemExit(f"unknown command {argv[0]!r}; one of {', '.join(USAGE)}")
     cmd, args = argv[0], argv[1:]
     lo, hi, usage = USAGE[cmd]
     if len(args) < lo or (hi is not None and len(args) > hi):
         raise SystemExit(f"usage: device_bundle.py {cmd} {usage}")
+    folders = {"stage": args[1:3], "standins": args[:1]}.get(cmd, [])
+    for f in folders:  # was: a traceback (FileExistsError, NotADirectoryError)
+        up = next((p for p in [f, *_parents(f)] if os.path.exists(p)), None)
+        if up is not None and not os.path.isdir(up):
+            raise SystemExit(f"{cmd}: {f}: {up} is a file, not a folder")
+    bad = [n for n in args[1:] if not n.isidentifier()] if cmd == "standins" else []
+    if bad:  # was: a traceback ('a.b', '../x') or a stand-in written into DIR itself ('')
+        raise SystemExit(f"standins: {bad[0]!r} is not a top-level module name")
     if cmd == "vllm-parts" and not args[3].isdigit():
         raise SystemExit(f"vllm-parts: TREE_BYTES {args[3]!r} is not a number of bytes")
     if cmd == "vllm-parts" and len(args) > 5 and not (args[5] == "all" or args[5].isdigit()):

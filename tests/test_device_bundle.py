@@ -597,6 +597,19 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
      "{tmp}/site: no vllm/ files in it (not a vLLM wheel?)"),
     (["aiter-cut", "{tmp}/site", "{tmp}/cut.tar.gz"],  # was exit 1
      "{tmp}/site: no aiter/ops/triton/moe_op.py in it (not amd-aiter?)"),
+    # was: the whole doc on stdout, nothing on stderr
+    (["stgae", "a", "b", "c"], "unknown command 'stgae'; one of aiter-cut, vllm-parts, stage, "
+                               "standins"),
+    (["stage", "{tmp}/parts", "{tmp}/notes.whl", "{tmp}/s"],  # was: FileExistsError
+     "stage: {tmp}/notes.whl: {tmp}/notes.whl is a file, not a folder"),
+    (["stage", "{tmp}/parts", "{tmp}/stage", "{tmp}/notes.whl/site"],
+     "stage: {tmp}/notes.whl/site: {tmp}/notes.whl is a file, not a folder"),
+    (["standins", "{tmp}/notes.whl", "foo"],  # was: NotADirectoryError
+     "standins: {tmp}/notes.whl: {tmp}/notes.whl is a file, not a folder"),
+    (["standins", "{tmp}/si", "../evil"], "standins: '../evil' is not a top-level module name"),
+    (["standins", "{tmp}/si", "a.b"], "standins: 'a.b' is not a top-level module name"),
+    # was: exit 0, a stand-in __init__.py written into DIR itself
+    (["standins", "{tmp}/si", ""], "standins: '' is not a top-level module name"),
 ])
 def test_wrong_arguments_are_one_line_and_exit_2_and_nothing_written(tmp_path, capsys, argv,
                                                                        says):
