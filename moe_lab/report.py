@@ -6,6 +6,7 @@ Output: <out>/<notebook>.html and <out>/figures/<notebook>_<n>.png.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 
@@ -96,9 +97,21 @@ def notebook_parameters(path: str) -> dict:
 
     from .core.errors import CorruptFile
     try:
-        return {k: v.get("default") for k, v in inspect_notebook(str(path)).items()}
+        with _quiet_nbformat():  # a cell without an id: a warning, not a refusal's 2nd line
+            return {k: v.get("default") for k, v in inspect_notebook(str(path)).items()}
     except Exception as exc:  # nbformat's and json's errors for a truncated or foreign file
         raise CorruptFile(path, exc) from None
+
+
+@contextlib.contextmanager
+def _quiet_nbformat():
+    """nbformat's validation warnings (MissingIDFieldWarning: a cell saved without an id,
+    as notebook 05's were) silenced: they printed two lines to stderr on every `report`,
+    its one-line refusals included."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Cell is missing an id field")
+        yield
 
 
 def check_parameter(name: str, value, declared: dict[str, dict]) -> None:
@@ -139,7 +152,8 @@ def execute_notebook(path: str, timeout: int = 900, edit=None, params: dict | No
     the exception's `.nb`."""
     import nbformat
     from nbclient import NotebookClient
-    nb = nbformat.read(path, as_version=4)
+    with _quiet_nbformat():
+        nb = nbformat.read(path, as_version=4)
     inject_parameters(nb, params or {})
     if edit is not None:
         edit(nb)

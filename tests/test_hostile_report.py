@@ -1,0 +1,43 @@
+"""`moe-lab report` against hostile input (the features added since tests/test_hostile_37.py):
+each refusal one line on stderr, exit 2, nothing written."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from moe_lab.cli import main
+from conftest import one_line_err as _one_line  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _notebook_without_cell_ids(folder: Path) -> Path:
+    """A notebook saved as nbformat 4.5 with cells that have no id (notebook 05 had 4)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    nb = {"nbformat": 4, "nbformat_minor": 5, "cells": [
+        {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "run = None\n",
+         "outputs": [], "execution_count": None},
+        {"cell_type": "code", "metadata": {}, "source": "print(run)\n", "outputs": [],
+         "execution_count": None}], "metadata": {"kernelspec": {
+            "name": "python3", "display_name": "Python 3", "language": "python"}}}
+    p = folder / "01_x.ipynb"
+    p.write_text(json.dumps(nb))
+    return p
+
+
+def test_a_refusal_over_notebooks_without_cell_ids_is_one_line(tmp_path):
+    """Before: nbformat's MissingIDFieldWarning printed two more lines on stderr before the
+    refusal's one (every `report --run X` or `-p` refusal over the committed notebooks)."""
+    nbs = tmp_path / "nbs"
+    _notebook_without_cell_ids(nbs)
+    r = subprocess.run([sys.executable, "-m", "moe_lab", "report", "--notebooks", str(nbs),
+                        "-p", "nosuch", "1", "--out", str(tmp_path / "out")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONWARNINGS="default"))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "moe-lab: error: -p 'nosuch': no notebook run here takes it (they take: run)"]
+    assert not (tmp_path / "out").exists()
