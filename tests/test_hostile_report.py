@@ -41,3 +41,14 @@ def test_a_refusal_over_notebooks_without_cell_ids_is_one_line(tmp_path):
     assert r.stderr.strip().splitlines() == [
         "moe-lab: error: -p 'nosuch': no notebook run here takes it (they take: run)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_review_values_without_by_is_refused_as_compare_refuses_it(tmp_path, capsys):
+    """Before: `report --runs A --values x,y` ignored --values and wrote a review of the
+    whole run (exit 0); `compare A --values x,y` refuses it."""
+    out = tmp_path / "review"
+    assert main(["report", "--runs", "h200-review-a-20261201", "--values", "default,tuned",
+                 "--out", str(out)]) == 2
+    assert _one_line(capsys) == ("moe-lab: error: --values default,tuned: give the column "
+                                 "they are values of, --by COLUMN")
+    assert not out.exists()

@@ -49,6 +49,8 @@ def review(args) -> int:
         raise UsageError("--runs needs at least one run folder or run id")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UsageError(f"--out {args.out} is a file, not a folder")
+    if args.values and not args.by:  # before: ignored, B/A compared everything (compare refuses it)
+        raise UsageError(f"--values {args.values}: give the column they are values of, --by COLUMN")
     if args.by and len(names) > 2:
         raise UsageError("--by compares one run (or two): give at most two --runs")
     values = [v.strip() for v in args.values.split(",")] if args.values else None
