@@ -39,7 +39,7 @@ def published_pairs(runs, configs_dir=None, data_dir=None) -> pd.DataFrame:
     """Module doc (the newest run per point; the tuned files of configs_dir and the
     searches of data_dir, this checkout's by default). Once per runs inside
     ledger.shared()."""
-    runs = list(runs)
+    runs = lg.opened(runs)
     return lg.memo(("published_pairs", str(configs_dir), str(data_dir), lg.run_paths(runs)),
                    lambda: _published_pairs(runs, configs_dir, data_dir))
 

@@ -174,7 +174,7 @@ def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
     row was measured after its committed file was written: default_us, tuned_us,
     default_over_tuned, tuned_point_id, tuned pct_of_roof, run_id, sharding; `stale`: the
     points whose tuned rows all predate their file. Once per runs inside ledger.shared()."""
-    runs = list(runs)
+    runs = lg.opened(runs)
     return lg.memo(("current_pairs", str(configs_dir), lg.run_paths(runs)),
                    lambda: _current_pairs(runs, configs_dir))
 

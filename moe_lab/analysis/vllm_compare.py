@@ -194,7 +194,7 @@ def compared(runs) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results, table): frames(runs)'s results and best_over_vllm over them, once per
     runs inside ledger.shared() (the findings' targets and their vLLM section read both)."""
     from ..cost import ledger as lg
-    runs = list(runs)
+    runs = lg.opened(runs)
 
     def compute():
         res, led = frames(runs)
@@ -204,9 +204,9 @@ def compared(runs) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def frames(runs, mode: str | None = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Module doc."""
-    from ..cost.ledger import ledger
+    from ..cost.ledger import ledger, opened
     res, led = [], []
-    for r in runs:
+    for r in opened(runs):
         rows = r.results if mode is None else r.results[r.results["mode"] == mode]
         res.append(rows.assign(run_id=r.run_id))
         led.append(ledger(rows, r.kernels, r.phases).assign(run_id=r.run_id))

@@ -353,6 +353,23 @@ def memo(key, compute):
     return _copied(_SHARED[key])
 
 
+def opened(runs) -> list:
+    """`runs` (Runs, run ids or folders, or one of them) as a list of Runs: a run id or a
+    folder is opened (storage.open_run; an unknown one is a UsageError in one line). Before,
+    an id where a Run was expected was an AttributeError ('str' object has no attribute 'path')."""
+    from ..core.errors import UsageError
+    from ..storage.store import Run, open_run
+    if runs is None:
+        raise UsageError("runs: give a list of runs (Runs, run ids or folders), not None")
+    if isinstance(runs, (str, os.PathLike, Run)):
+        runs = [runs]
+    try:
+        runs = list(runs)
+    except TypeError:
+        raise UsageError(f"runs {runs!r}: give a list of runs (Runs, run ids or folders)") from None
+    return [r if hasattr(r, "results") and hasattr(r, "path") else open_run(r) for r in runs]
+
+
 def run_paths(runs) -> tuple:
     """The runs' folders, resolved: the part of a memo key that names runs."""
     return tuple(os.path.realpath(r.path) for r in runs)
@@ -362,7 +379,7 @@ def of_runs(runs, mode: str = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results, ledger) of several runs read together, each row with its `run_id`; the
     results of `mode` only (None: every mode). A point measured by more than one of the
     runs (a baseline sweep repeating another's point) is taken from the first run given."""
-    runs = list(runs)
+    runs = opened(runs)
     return memo((mode, run_paths(runs)), lambda: _of_runs(runs, mode))
 
 
