@@ -50,3 +50,32 @@ def test_runs_that_cannot_be_opened_are_one_line(committed, i, runs, says):
     with pytest.raises(UsageError) as exc:
         _calls()[i](runs)
     assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("call,says", [
+    # before: a table of every required shape "missing" (no file found), as if nothing were tuned
+    (lambda tf, tmp: tf.inventory(tmp / "nope"), "inventory: configs_dir {tmp}/nope is not a folder"),
+    (lambda tf, tmp: tf.inventory(tmp / "a-file"), "inventory: configs_dir {tmp}/a-file is not a folder"),
+    (lambda tf, tmp: tf.inventory(data_dir=tmp / "nope"), "inventory: data_dir {tmp}/nope is not a folder"),
+    # before: FileNotFoundError / NotADirectoryError from Path.iterdir
+    (lambda tf, tmp: tf.search_spread(root=tmp / "nope"),
+     "the winners runs: root {tmp}/nope is not a folder"),
+    (lambda tf, tmp: tf.verify_points(root=tmp / "a-file"),
+     "the verify runs: root {tmp}/a-file is not a folder"),
+    # before: an empty Run (no manifest, no rows) that a figure's footer then read as a run
+    (lambda tf, tmp: tf.tune_run("no-such-run", root=tmp),
+     "tune_run: no run folder 'no-such-run' with a manifest under {tmp}"),
+    (lambda tf, tmp: tf.tune_run("", root=tmp), "tune_run: no run folder '' with a manifest under {tmp}"),
+])
+def test_tuned_files_readers_refuse_a_folder_that_is_not_there(tmp_path, call, says):
+    from moe_lab.analysis import tuned_files as tf
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(UsageError) as exc:
+        call(tf, tmp_path)
+    assert str(exc.value) == says.format(tmp=tmp_path)
+
+
+def test_tune_run_of_a_committed_search_is_read(committed):
+    from moe_lab.analysis import tuned_files as tf
+    r = tf.tune_run("h200-tune-vllm-qwen3-235b-a22b-tp8-bf16")
+    assert r.manifest.get("kind") == "tune"

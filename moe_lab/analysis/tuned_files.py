@@ -67,6 +67,7 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
     neighbour-key pass (SearchPlan.near_keys; 0: searched before the pass existed)."""
     from ..core.config_files import read_table
     from ..storage.store import data_dir as default_data, read_json
+    _folders("inventory", configs_dir=configs_dir, data_dir=data_dir)  # was: all "missing"
     root = _configs_dir(configs_dir, device)
     runs = Path(data_dir) if data_dir is not None else default_data()
     rows = []
@@ -95,6 +96,15 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
             # the search's neighbour-key pass (0: searched before it; None: no run read)
             near_keys=int(plan.get("near_keys", 0)) if man else None))
     return pd.DataFrame(rows, columns=INVENTORY_COLUMNS)
+
+
+def _folders(who: str, **given) -> None:
+    """UsageError for a folder given (not None) that is not one: a typo read as an empty
+    folder answered as if nothing were tuned or searched."""
+    from ..core.errors import UsageError
+    for what, d in given.items():
+        if d is not None and not Path(d).is_dir():
+            raise UsageError(f"{who}: {what} {d} is not a folder")
 
 
 def shape_word(backend, model, tp, ep, dtype) -> str:
@@ -140,9 +150,7 @@ def left(mode: str, backends=None, data_dir=None, configs_dir=None,
     if bad:  # was: nothing left, and a device script that had nothing to do
         raise UsageError(f"left: backends {', '.join(map(repr, bad))} not among the required "
                          f"shapes' ({', '.join(known)})")
-    for what, d in (("data_dir", data_dir), ("configs_dir", configs_dir)):
-        if d is not None and not Path(d).is_dir():  # was: every shape left, or none
-            raise UsageError(f"left: {what} {d} is not a folder")
+    _folders("left", data_dir=data_dir, configs_dir=configs_dir)  # was: every shape left, or none
     root = Path(data_dir) if data_dir is not None else default_data()
     inv = inventory(configs_dir, required=required, data_dir=root)
     todo = [(x, shape_word(b, m, tp, ep, dt)) for x, (_, b, m, tp, ep, dt)
@@ -301,8 +309,10 @@ def newest_of(table: str, root=None, where=None) -> pd.DataFrame:
     each with its run_id; per point (backend, model, tp, ep, ep_rank, dtype, tokens) the
     newest (measured_at, then the folder's name). Empty when none."""
     from ..storage.store import data_dir
+    root = Path(root or data_dir())
+    _folders(f"the {table} runs", root=root)  # was: FileNotFoundError, or NotADirectoryError
     found = []
-    for p in sorted(Path(root or data_dir()).iterdir()):
+    for p in sorted(root.iterdir()):
         got = tune_table(p, table) if (p / f"{table}.parquet").is_file() else None
         if got is not None and (where is None or where(got[0])):
             found.append(got[1].assign(run_id=p.name))
@@ -345,8 +355,12 @@ def search_spread(root=None, device: str | None = DEVICE, backend: str | None = 
 def tune_run(run_id: str, root=None):
     """The tune run folder `run_id` (under root, default data_dir()) as a Run with empty
     tables (its manifest for the footer, the rows drawn for the commits)."""
+    from ..core.errors import UsageError
     from ..storage.store import Run, data_dir, read_json
     p = Path(root or data_dir()) / str(run_id)
+    if not str(run_id).strip() or not (p / "manifest.json").is_file():  # was: an empty Run
+        raise UsageError(f"tune_run: no run folder {run_id!r} with a manifest under "
+                         f"{Path(root or data_dir())}")
     return Run(p, read_json(p / "manifest.json"), pd.DataFrame(), pd.DataFrame())
 
 
