@@ -79,3 +79,11 @@ def test_tune_run_of_a_committed_search_is_read(committed):
     from moe_lab.analysis import tuned_files as tf
     r = tf.tune_run("h200-tune-vllm-qwen3-235b-a22b-tp8-bf16")
     assert r.manifest.get("kind") == "tune"
+
+
+def test_choose_of_a_question_that_is_not_one_is_one_line():
+    """Before: KeyError: 'kernel-time'."""
+    from moe_lab.analysis import runs
+    with pytest.raises(UsageError) as exc:
+        runs.choose("kernel-time")
+    assert str(exc.value).startswith("choose: no question 'kernel-time'; one of kernel_time, ")

@@ -138,6 +138,8 @@ def choose(question: str, run=None, required: bool = True) -> Choice:
     or the first by the rule (module docs). Its `why` is one line for the notebook to print.
     UsageError when the run given cannot answer, or (required) when no run can; a Choice
     with run None otherwise."""
+    if question not in QUESTIONS:  # was: KeyError
+        raise UsageError(f"choose: no question {question!r}; one of {', '.join(QUESTIONS)}")
     q = QUESTIONS[question]
     if run is not None:
         if question == "tuning":
