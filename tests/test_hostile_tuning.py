@@ -307,3 +307,23 @@ def test_a_tune_that_cannot_write_its_provenance_replaces_no_table(tmp_path, chu
     with pytest.raises((OSError, UsageError)):
         tune("b")
     assert _tree(configs) == before  # no table replaced, no temporary file left
+
+
+def test_a_config_file_named_for_another_shape_is_an_unsupported_row(tmp_path, capsys, chunked):
+    """`sweep --config PATH` with a file vLLM's naming says is another shape's (E, N): the
+    point is an `unsupported` row saying so. Before: measured with it, its row labelled
+    with the file as if it were the shape's own (exit 0, status ok)."""
+    import pandas as pd
+    mine = _committed(chunked, tmp_path / "configs")  # E=4,N=32: MODEL's own name
+    other = mine.with_name(mine.name.replace("E=4,N=32", "E=8,N=64"))
+    other.write_text(mine.read_text())
+    sweep = ["sweep", "--backends", chunked, "--models", MODEL, "--tp", "1", "--tokens", "1",
+             "--dtype", "fp32", "--device", "cpu", "--no-progress", "--rep-ms", "1",
+             "--warmup-ms", "1", "--no-profile", "--data-dir", str(tmp_path / "runs")]
+    assert main(sweep + ["--run-id", "other", "--config", str(other)]) == 0
+    row = pd.read_parquet(tmp_path / "runs" / "other" / "results.parquet").iloc[0]
+    assert row["status"] == "unsupported"
+    assert row["error"].startswith(f"config file {other.name} is for E=8,N=64; this point's "
+                                   "shape is E=4,N=32")
+    assert main(sweep + ["--run-id", "own", "--config", str(mine)]) == 0
+    assert pd.read_parquet(tmp_path / "runs" / "own" / "results.parquet").iloc[0]["status"] == "ok"

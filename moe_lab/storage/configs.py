@@ -95,7 +95,22 @@ def config_for(backend: str, config: str, problem: Problem, dev_name: str):
                           f"{_shown(folder / backend)}: "
                           f"run `moe-lab tune --backend {backend}` for this shape first")
         return table, ""
-    return read_config_path(backend, config), ""
+    table = read_config_path(backend, config)
+    return table, _other_shape(backend, config, problem, dev_name)
+
+
+def _other_shape(backend: str, path, problem: Problem, dev_name: str) -> str:
+    """Why a config file named for another shape (vLLM's naming: E=<local experts>,N=<I per
+    rank>) cannot be this point's configuration, "" when its name names none or this one.
+    Before: read as the point's own, and its row labelled with the file as if it were."""
+    import re
+    shape = re.compile(r"(?:^|,)E=(\d+),N=(\d+)(?:,|\.json$|$)")
+    mine = backends.get(backend).config_files(problem, dev_name)["gemm1"]
+    a, b = shape.search(Path(path).name), shape.search(mine)
+    if a and b and a.groups() != b.groups():
+        return (f"config file {Path(path).name} is for E={a[1]},N={a[2]}; this point's shape "
+                f"is E={b[1]},N={b[2]} ({mine})")
+    return ""
 
 
 def validate_config_arg(text: str) -> list[str]:
