@@ -297,6 +297,17 @@ def test_claims_implications_refuses_a_missing_runs_folder(tmp_path, capsys):
     assert not missing.exists()
 
 
+def test_claims_implications_refuses_a_data_folder_that_is_a_file(tmp_path, capsys, monkeypatch):
+    """Before: MOE_LAB_DATA a file was read as no run at all (every claim 'no committed run
+    yet', exit 0), where every other reader refuses it."""
+    f = tmp_path / "runs"
+    f.write_text("not a folder")
+    monkeypatch.setenv("MOE_LAB_DATA", str(f))
+    assert main(["claims", "implications"]) == 2
+    assert _one_line(capsys) == (f"moe-lab: error: the data folder {f} ($MOE_LAB_DATA) is a "
+                                 "file, not a folder")
+
+
 # --- 10. compare <one run>: one line, exit 2, every time ------------------------------------------
 
 def test_compare_of_one_run_is_one_line_and_exit_2_every_time(measured):

@@ -132,6 +132,9 @@ def load_measured(runs_dir: str | Path | None = None):
     from ..core.atomic import read_parquet
     if runs_dir is not None and Path(runs_dir).exists() and not Path(runs_dir).is_dir():
         raise UsageError(f"runs directory {runs_dir} is not a directory")
+    if runs_dir is None and data_dir().exists() and not data_dir().is_dir():
+        # was: read as no run at all ("no committed run yet in data/runs"), exit 0
+        raise UsageError(f"the data folder {data_dir()} ($MOE_LAB_DATA) is a file, not a folder")
     if runs_dir is not None and not Path(runs_dir).exists() and not (
             data_dir() / str(runs_dir)).is_dir():
         return None  # a folder not made yet: nothing measured there
