@@ -56,7 +56,6 @@ def test_runs_that_cannot_be_opened_are_one_line(committed, i, runs, says):
     # before: a table of every required shape "missing" (no file found), as if nothing were tuned
     (lambda tf, tmp: tf.inventory(tmp / "nope"), "inventory: configs_dir {tmp}/nope is not a folder"),
     (lambda tf, tmp: tf.inventory(tmp / "a-file"), "inventory: configs_dir {tmp}/a-file is not a folder"),
-    (lambda tf, tmp: tf.inventory(data_dir=tmp / "nope"), "inventory: data_dir {tmp}/nope is not a folder"),
     # before: FileNotFoundError / NotADirectoryError from Path.iterdir
     (lambda tf, tmp: tf.search_spread(root=tmp / "nope"),
      "the winners runs: root {tmp}/nope is not a folder"),

@@ -67,7 +67,8 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
     neighbour-key pass (SearchPlan.near_keys; 0: searched before the pass existed)."""
     from ..core.config_files import read_table
     from ..storage.store import data_dir as default_data, read_json
-    _folders("inventory", configs_dir=configs_dir, data_dir=data_dir)  # was: all "missing"
+    _folders("inventory", configs_dir=configs_dir)  # was: every shape "missing"
+    # (data_dir may not exist yet: a fresh machine has searched nothing, as left() reads it)
     root = _configs_dir(configs_dir, device)
     runs = Path(data_dir) if data_dir is not None else default_data()
     rows = []
