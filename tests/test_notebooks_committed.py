@@ -24,6 +24,17 @@ def test_committed_without_outputs_with_parameters_cell(path):
 
 
 @pytest.mark.parametrize("path", PATHS, ids=os.path.basename)
+def test_every_cell_is_saved_with_its_id(path):
+    """nbformat 4.5 cells carry an id; one saved without makes nbformat warn on every read
+    (papermill and `moe-lab report` printed it above their one-line refusals)."""
+    import json
+    with open(path) as fh:
+        cells = json.load(fh)["cells"]
+    ids = [c.get("id") for c in cells]
+    assert all(ids) and len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=os.path.basename)
 def test_one_parameter_name_for_the_run(path):
     """Every notebook takes `run` (None: the newest run with data for it), nothing else
     names a run, and it prints which run it shows."""
