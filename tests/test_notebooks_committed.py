@@ -45,3 +45,16 @@ def test_no_stale_references(path):
     for stale in ("../" + "shared", "plots_compile", "plots_roofline", "from moe_lab import plots\\n",
                   "claims.check", "demo_run"):
         assert stale not in text, stale
+
+
+@pytest.mark.parametrize("path", PATHS, ids=os.path.basename)
+def test_every_cell_has_its_own_id(path):
+    """nbformat 4.5 wants an id on every cell: 05's four cells without one made nbformat
+    print a MissingIDFieldWarning (two lines) before `moe-lab report --run <unknown id>`'s
+    one line and on every `moe-lab report` (the README audit)."""
+    import json
+    with open(path) as f:
+        cells = json.load(f)["cells"]
+    ids = [c.get("id") for c in cells]
+    assert None not in ids, f"{sum(i is None for i in ids)} cells without an id"
+    assert len(set(ids)) == len(ids)
