@@ -114,10 +114,12 @@ def _quiet_nbformat():
         yield
 
 
-def check_parameter(name: str, value, declared: dict[str, dict]) -> None:
-    """UsageError unless some notebook declares `name` (declared: notebook -> its
-    parameters) and `value` is of its default's kind there: a number for a number, True or
-    False for a flag; never a non-finite number (papermill would write float('inf'))."""
+def check_parameter(name: str, value, declared: dict[str, dict]):
+    """The value to inject; UsageError unless some notebook declares `name` (declared:
+    notebook -> its parameters) and `value` is of its default's kind there: a number for a
+    number, True or False for a flag, a comma-separated list of whole numbers for a list of
+    them (03's `tokens`: `-p tokens 1,64` is [1, 64]); never a non-finite number (papermill
+    would write float('inf'))."""
     import ast
     import math
 
@@ -135,12 +137,30 @@ def check_parameter(name: str, value, declared: dict[str, dict]) -> None:
             default = ast.literal_eval(default)
         except (ValueError, SyntaxError, TypeError):
             continue
+        if isinstance(default, list) and all(type(x) is int for x in default):
+            value = _int_list(value, nb, name, default)
+            continue
         flag = isinstance(default, bool)
         number = isinstance(default, (int, float)) and not flag
         if (flag and not isinstance(value, bool)) or (
                 number and not (isinstance(value, (int, float)) and not isinstance(value, bool))):
             raise UsageError(f"-p {name} {value!r}: {nb} takes {'True or False' if flag else 'a number'} "
                              f"(its default is {default!r})")
+    return value
+
+
+def _int_list(value, nb: str, name: str, default: list) -> list[int]:
+    """`-p NAME 1,64` (papermill reads a str) or `-p NAME 64` (an int) as [1, 64] or [64]."""
+    import re
+
+    from .core.errors import UsageError
+    if isinstance(value, list):
+        return value
+    text = str(value) if type(value) is int else value
+    if not isinstance(text, str) or not re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", text):
+        raise UsageError(f"-p {name} {value!r}: {nb} takes a comma-separated list of whole "
+                         f"numbers, e.g. 1,64,1024 (its default is {default!r})")
+    return [int(x) for x in text.split(",")]
 
 
 def execute_notebook(path: str, timeout: int = 900, edit=None, params: dict | None = None,

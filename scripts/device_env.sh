@@ -5,6 +5,12 @@
 # (/tmp/vllm-site, its stand-ins in /tmp/vllm-standins); the bundle folders under $OUT, and
 # the lease's STAMP (the first lease's YYYYMMDD, for resuming).
 set -uo pipefail
+# the lent GPU machine only: its run command sets OUT and torch sees its GPUs; elsewhere one
+# line, exit 2 (a CPU machine ran the sweeps on its CPU, or stopped at `OUT: unbound variable`)
+[ -n "${OUT:-}" ] || { echo "$(basename "$0"): OUT is not set: this script runs on the lent GPU machine, whose run command sets OUT (here: moe-lab sweep, tune)"; exit 2; }
+NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())" 2>/dev/null)
+[ "${NGPU:-0}" -gt 0 ] 2>/dev/null || { echo "$(basename "$0"): no GPU visible to torch here (python3: ${NGPU:-no torch}): this script runs on the lent GPU machine"; exit 2; }
+[ -n "${DEVICE_CHECK_ONLY:-}" ] && return 0
 SITE=${AITER_SITE:-/tmp/site}; mkdir -p $SITE
 if [ -f .whl/aiter-cut.tar.gz ]; then tar xzf .whl/aiter-cut.tar.gz -C $SITE || exit 1; fi
 if compgen -G ".whl/*.whl" > /dev/null; then
@@ -16,7 +22,6 @@ VLLM_SITE=${VLLM_SITE:-/tmp/vllm-site}; VLLM_STANDINS=${VLLM_STANDINS:-/tmp/vllm
 [ -f "$VLLM_SITE/BUNDLE" ] && export PYTHONPATH=$PYTHONPATH:$VLLM_SITE:$VLLM_STANDINS
 B=$OUT/bundle; mkdir -p $B/runs $B/logs $B/checks
 STAMP=${STAMP:-$(date -u +%Y%m%d)}
-NGPU=$(python3 -c "import torch; print(max(torch.cuda.device_count(), 1))")
 deal() {  # fn items...: the items dealt to the GPUs in turn, `fn gpu item` one after another
   local fn=$1 g i; shift; local all=("$@")  # on each GPU, the GPUs side by side; waits
   for (( g = 0; g < NGPU; g++ )); do

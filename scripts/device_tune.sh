@@ -29,9 +29,9 @@
 # BUDGET: seconds for the whole command (each shape's command gets what is left, less a
 # margin for its last writes). Everything lands in $OUT/bundle.tar.gz; adopt a
 # run folder with `git add -f data/runs/<run>` (.gitignore keeps users' runs out of data/runs).
-source "$(dirname "$0")/device_env.sh"
 MODE=${1:-tune}
 case $MODE in tune|verify|sweep) ;; *) echo "usage: bash scripts/device_tune.sh [tune|verify|sweep]"; exit 2 ;; esac
+source "$(dirname "$0")/device_env.sh"
 BUDGET=${BUDGET:-540}
 TOKENS=${TOKENS:-$(python3 -c "from moe_lab.core.constants import TUNE_TOKENS as t; print(','.join(map(str, t)))")}
 if [ -z "${SHAPES:-}" ] && [ "$MODE" != verify ]; then  # what is left (tuned_files.left)

@@ -64,6 +64,7 @@ set -uo pipefail
 MODE=${1:-sweep} THEN=${2:-}
 case $MODE:$THEN in stage:|sweep:|tune:|tuned:|align:|sweep:tune|tuned:tune|align:tune) ;;
   *) echo "usage: bash scripts/device_vllm.sh sweep|tune|tuned|align|stage [tune]"; exit 2 ;; esac
+[ "$MODE" = stage ] || DEVICE_CHECK_ONLY=1 source "$(dirname "$0")/device_env.sh"  # a GPU, OUT
 t0=$(date +%s)
 BUDGET=${BUDGET:-540}
 left() { echo $(( BUDGET - ($(date +%s) - t0) )); }

@@ -104,6 +104,21 @@ def test_check_catches_a_wrong_backend():
     assert rel_err(nan, ref) == float("inf")
 
 
+def test_a_point_whose_inputs_cannot_be_made_says_why_on_every_row(monkeypatch):
+    """The weights drawn, the inputs failing (a router that cannot route them, an OOM):
+    each backend's row names that error, never `KeyError: 'inp'` (what `moe-lab check`
+    printed as its '(reference)' line: the half-drawn point's facts were read)."""
+    from moe_lab.measuring import correctness
+
+    def broken(*a, **k):
+        raise RuntimeError("inputs cannot be made")
+    monkeypatch.setattr(correctness, "make_inputs", broken)
+    prob = make_problem("custom:H=32,I=16,E=8,k=2", 4, "bf16")
+    rows = check_problem(prob, ["torch", "torch-grouped"], "cpu", seed=3)
+    assert [r["status"] for r in rows] == ["failed", "failed"]
+    assert all("inputs cannot be made" in r["error"] for r in rows), [r["error"] for r in rows]
+
+
 def test_backend_registry_names_match_design():
     assert {"torch", "torch-grouped", "aiter", "aiter-triton", "vllm"} <= set(backends.names())
     for b in backends.all_backends():

@@ -577,6 +577,41 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     assert rc != 0 and "verify takes no default" in out and not calls
 
 
+@pytest.mark.parametrize("script,mode", [("device_tune.sh", "tune"), ("device_tune.sh", "sweep"),
+                                         ("device_tune.sh", "verify"), ("device_vllm.sh", "sweep"),
+                                         ("device_vllm.sh", "tune")])
+def test_the_device_scripts_refuse_a_machine_that_is_not_the_gpu_one(tmp_path, script, mode):
+    """The README's `bash scripts/device_tune.sh [tune|verify|sweep]` and `device_vllm.sh
+    sweep|tune` typed on a machine without a GPU: one line, exit 2, nothing staged or
+    written. Without OUT they stopped at `OUT: unbound variable` (exit 1); with it,
+    device_tune.sh ran its sweeps on the CPU for the whole budget and said rc=0."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text('#!/bin/sh\ncase "$2" in *"device_count()"*) echo 0; exit 0 ;; '
+                                  'esac\nexec "$REAL_PY" "$@"\n')
+    (fake / "python3").chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}", REAL_PY=sys.executable,
+               VLLM_PARTS=str(tmp_path / "parts"), VLLM_STAGE=str(tmp_path / "stage"),
+               VLLM_SITE=str(tmp_path / "site"), VLLM_STANDINS=str(tmp_path / "standins"),
+               AITER_SITE=str(tmp_path / "aiter-site"), TUNE_STAGE=str(tmp_path / "tunestage"),
+               SHAPES="aiter-triton:qwen3-30b-a3b:8:1:bf16", BUDGET="60")
+    env.pop("OUT", None)
+    for with_out, says in ((False, "OUT is not set"), (True, "no GPU visible to torch here")):
+        r = subprocess.run(["bash", f"scripts/{script}", mode], cwd=ROOT, timeout=120,
+                           env=dict(env, OUT=str(out)) if with_out else env,
+                           capture_output=True, text=True)
+        lines = (r.stdout + r.stderr).strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and says in lines[0], (r.returncode, lines)
+        assert "this script runs on the lent GPU machine" in lines[0]
+    assert not any(out.iterdir())
+    assert not [p.name for p in tmp_path.iterdir() if p.name not in ("bin", "out")]
+    r = subprocess.run(["bash", f"scripts/{script}", "bogus"], cwd=ROOT, env=env, timeout=60,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and (r.stdout + r.stderr).startswith("usage: bash scripts/")
+
+
 # --- wrong arguments ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv,says", [

@@ -206,6 +206,32 @@ def test_report_a_value_of_another_kind_than_the_default_is_refused(tmp_path, ca
              says="-p n 'many': 00_tiny.ipynb takes a number (its default is 4)")
 
 
+def test_report_a_list_parameter_takes_a_comma_separated_list(tmp_path, capsys):
+    """Notebook 03's `tokens` and 01's `phase_tokens` default to lists of token counts: `-p
+    tokens 1,64` handed the notebook the string '1,64' (03 then failed on `str / float`)
+    and `-p tokens abc` ran every notebook before 03 failed; the README promises a value
+    unlike its default refused before any notebook runs. Now 1,64 is [1, 64], 64 is [64],
+    and anything else is one line, exit 2, nothing run."""
+    import nbformat
+    d = tmp_path / "nbs"
+    d.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("ts = [1, 64, 1024]", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("print('ts', repr(ts), sum(ts))")])
+    nb.metadata["kernelspec"] = dict(name="python3", display_name="Python 3", language="python")
+    nbformat.write(nb, d / "00_list.ipynb")
+    for bad in ("abc", "1,x", "2.5", "True", "1,,2"):
+        _refused(capsys, ["report", "--notebooks", str(d), "-p", "ts", bad, "--out",
+                          str(tmp_path / "o")], tmp_path,
+                 contains="00_list.ipynb takes a comma-separated list of whole numbers, e.g. "
+                          "1,64,1024 (its default is [1, 64, 1024])")
+    for given, want in (("1,64", "[1, 64]"), ("64", "[64]")):
+        assert main(["report", "--notebooks", str(d), "-p", "ts", given, "--out",
+                     str(tmp_path / given)]) == 0
+        capsys.readouterr()
+        assert f"ts {want}" in (tmp_path / given / "00_list.html").read_text()
+
+
 def test_report_p_run_is_run_and_papermill_injects(data, tmp_path, capsys):
     nbs = _tiny_notebooks(tmp_path)
     assert main(["report", "--notebooks", str(nbs), "-p", "run", "base", "-p", "n", "7",

@@ -56,3 +56,4 @@ def test_no_stale_references(path):
     for stale in ("../" + "shared", "plots_compile", "plots_roofline", "from moe_lab import plots\\n",
                   "claims.check", "demo_run"):
         assert stale not in text, stale
+

@@ -102,3 +102,18 @@ def test_custom_deepseek_router_runs():
     spec = parse_model("custom:H=64,I=32,E=16,k=4,router=deepseek")
     w, ids, _ = make_routing(spec, 8, "uniform")
     assert ids.shape == (8, 4)
+
+
+@pytest.mark.parametrize("experts", [8, 16, 24, 64])
+def test_a_custom_deepseek_router_routes_or_is_refused_at_the_spec(experts):
+    """The README's `custom:H=4096,I=14336,E=8,k=2[,router=...deepseek]`: DeepSeek's group
+    score is the sum of each group's two best experts, so its 8 groups need 2 experts each.
+    E=8 was accepted and every point then failed ('selected index k out of range');
+    now the spec is refused in one line, and what it accepts routes."""
+    text = f"custom:H=64,I=32,E={experts},k=2,router=deepseek"
+    if experts < 16:
+        with pytest.raises(ProblemError, match="at least 2 experts in each of its 8 groups"):
+            parse_model(text)
+        return
+    w, ids, _ = make_routing(parse_model(text), 8, "uniform")
+    assert ids.shape == (8, 2)

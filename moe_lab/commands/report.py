@@ -82,9 +82,7 @@ def _for_run(args, declared: dict[str, dict]) -> tuple[str, dict]:
                 raise UsageError(f"--run {args.run} and -p run {text} name two runs: give one")
             args.run = text
             continue
-        value = parse_value(text)
-        check_parameter(name, value, declared)
-        params[name] = value
+        params[name] = check_parameter(name, parse_value(text), declared)
     if args.run is None:
         return args.out, params
     if args.runs is not None:

@@ -123,8 +123,9 @@ def parse_model(text: str) -> ModelSpec:
         raise ProblemError("the llama4 router (weight on input) is top-1 only")
     extra = {}
     if router == "deepseek":
-        if e % 8:
-            raise ProblemError("the deepseek router needs E divisible by its 8 groups")
+        if e % 8 or e < 16:  # a group's score is the sum of its two best experts' (vLLM's)
+            raise ProblemError("the deepseek router needs E divisible by its 8 groups, with at "
+                               f"least 2 experts in each of its 8 groups (E >= 16), not E={e}")
         extra = dict(n_group=8, topk_group=4, routed_scaling=2.5)
     return ModelSpec(text, "", h, i, e, k, 0, layers, router,
                      renormalize=router != "llama4", **extra)

@@ -149,12 +149,14 @@ class Drawn:
         self.input_seed, self.routing, self.made = input_seed, routing, {}
 
     def _draw(self) -> dict:
-        m, p = self.made, self.problem
-        if not m:
-            m["w"] = make_weights(p, self.device, self.seed)
-            m["inp"] = make_inputs(p, self.device, self.input_seed, self.routing)
-            m["ref"] = reference(p, m["w"], m["inp"])
-        return m
+        """All three or nothing: a draw that fails leaves `made` empty (facts() {}, never a
+        half-drawn point's KeyError), so the next backend draws again and says its error."""
+        p = self.problem
+        if not self.made:
+            w = make_weights(p, self.device, self.seed)
+            inp = make_inputs(p, self.device, self.input_seed, self.routing)
+            self.made = dict(w=w, inp=inp, ref=reference(p, w, inp))
+        return self.made
 
     @property
     def inputs(self) -> Inputs:
