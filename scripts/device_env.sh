@@ -10,6 +10,11 @@ set -uo pipefail
 [ -n "${OUT:-}" ] || { echo "$(basename "$0"): OUT is not set: this script runs on the lent GPU machine, whose run command sets OUT (here: moe-lab sweep, tune)"; exit 2; }
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())" 2>/dev/null)
 [ "${NGPU:-0}" -gt 0 ] 2>/dev/null || { echo "$(basename "$0"): no GPU visible to torch here (python3: ${NGPU:-no torch}): this script runs on the lent GPU machine"; exit 2; }
+# the H200's scripts: their runs are named h200-*, their files go to data/configs/nvidia-h200
+# and they time against the H200's committed files; another GPU (the lent H100) is refused
+# before anything is staged (moe-lab sweep and tune, run directly, name any device's data)
+GPU=$(python3 -c "import torch; print(torch.cuda.get_device_name(0))" 2>/dev/null)
+case "$GPU" in *H200*) ;; *) echo "$(basename "$0"): this machine's GPU is '${GPU:-unknown}', not an H200: these scripts write the H200's data (h200-* runs, data/configs/nvidia-h200); on this GPU run moe-lab sweep and tune directly (README, 'Verbs')"; exit 2 ;; esac
 [ -n "${DEVICE_CHECK_ONLY:-}" ] && return 0
 SITE=${AITER_SITE:-/tmp/site}; mkdir -p $SITE
 if [ -f .whl/aiter-cut.tar.gz ]; then tar xzf .whl/aiter-cut.tar.gz -C $SITE || exit 1; fi

@@ -339,6 +339,7 @@ fi
 case "$2" in
   *"get('vllm').available()"*) echo "vllm: available"; exit 0 ;;
   *"device_count()"*) echo "${DRY_NGPU:-1}"; exit 0 ;;
+  *"get_device_name"*) echo "${DRY_GPU:-NVIDIA H200}"; exit 0 ;;
 esac
 exec "$REAL_PY" "$@"
 '''
@@ -605,6 +606,17 @@ def test_the_device_scripts_refuse_a_machine_that_is_not_the_gpu_one(tmp_path, s
         lines = (r.stdout + r.stderr).strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and says in lines[0], (r.returncode, lines)
         assert "this script runs on the lent GPU machine" in lines[0]
+    assert not any(out.iterdir())
+    assert not [p.name for p in tmp_path.iterdir() if p.name not in ("bin", "out")]
+    # a GPU that is not an H200 (the lent H100): its times would be written as the H200's
+    (fake / "python3").write_text('#!/bin/sh\ncase "$2" in *"device_count()"*) echo 1; exit 0 ;; '
+                                  '*"get_device_name"*) echo "NVIDIA H100 80GB HBM3"; exit 0 ;; '
+                                  'esac\nexec "$REAL_PY" "$@"\n')
+    r = subprocess.run(["bash", f"scripts/{script}", mode], cwd=ROOT, timeout=120,
+                       env=dict(env, OUT=str(out)), capture_output=True, text=True)
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, (r.returncode, lines)
+    assert "'NVIDIA H100 80GB HBM3', not an H200" in lines[0]
     assert not any(out.iterdir())
     assert not [p.name for p in tmp_path.iterdir() if p.name not in ("bin", "out")]
     r = subprocess.run(["bash", f"scripts/{script}", "bogus"], cwd=ROOT, env=env, timeout=60,
