@@ -23,8 +23,21 @@ else
     echo "setup: no torch found; installing the CPU build torch==2.13.0 from $CPU_INDEX"
     pip_q torch==2.13.0 --index-url "$CPU_INDEX"
   else
-    echo "setup: no torch found and $CPU_INDEX cannot be reached; installing torch==2.13.0" \
-         "from the configured index (check that it is the CPU build: no nvidia-* packages)"
+    # the configured index (a mirror, a wheel folder): only if what it resolves is the CPU
+    # build; PyPI's Linux torch is the CUDA build and pulls gigabytes of nvidia-* packages
+    plan=$("$PY" -m pip install --dry-run --quiet --disable-pip-version-check --report - \
+           torch==2.13.0 2>/dev/null | "$PY" -c "import json, sys
+try: print(' '.join(i['metadata']['name'].lower() + '==' + i['metadata']['version'] for i in json.load(sys.stdin)['install']))
+except ValueError: pass") || true
+    what=$(grep -oE 'torch==[^ ]+' <<< "$plan") || true
+    if [ -z "$what" ] || grep -qE 'nvidia-|torch==[^ ]*\+cu' <<< "$plan"; then
+      echo "setup: no torch found, $CPU_INDEX cannot be reached and the configured index" \
+           "offers ${what:+$what, a CUDA build with $(grep -oE 'nvidia-' <<< "$plan" | wc -l) nvidia-* packages}${what:-no torch==2.13.0}:" \
+           "install PyTorch's CPU build yourself (pip install torch --index-url $CPU_INDEX), then run this again" >&2
+      exit 2
+    fi
+    echo "setup: no torch found and $CPU_INDEX cannot be reached; the configured index has" \
+         "the CPU build: installing $(grep -oE 'torch==[^ ]+' <<< "$plan")"
     pip_q torch==2.13.0
   fi
 fi

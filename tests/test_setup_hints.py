@@ -90,3 +90,56 @@ def test_a_notebook_run_prints_no_kernel_tcp_warning(tmp_path):
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == "2", r.stderr
     assert "without encryption" not in r.stderr, r.stderr
+
+
+def _plan(*pkgs: str) -> str:
+    """pip's --dry-run --report JSON installing these name==version packages."""
+    import json
+    return json.dumps({"install": [{"metadata": dict(zip(("name", "version"), p.split("==")))}
+                                   for p in pkgs]})
+
+
+@pytest.mark.parametrize("plan,installs", [
+    (_plan("torch==2.13.0+cpu", "sympy==1.14.0"), True),  # a mirror holding the CPU wheel
+    (_plan("torch==2.13.0", "nvidia-cublas==13.1", "nvidia-cudnn-cu13==9.1", "sympy==1.14.0"), False),
+    (_plan("torch==2.13.0+cu130"), False),
+    ("", False),  # the index has no torch==2.13.0 (pip's dry run fails)
+])
+def test_setup_never_pulls_a_cuda_build_where_the_cpu_index_is_out_of_reach(tmp_path, plan,
+                                                                                installs):
+    """No torch, no GPU, PyTorch's CPU index out of reach: the configured index is taken only
+    where what it resolves is the CPU build; PyPI's Linux torch (nvidia-* packages, gigabytes)
+    is refused in one line, exit 2, nothing installed."""
+    log = tmp_path / "pip.log"
+    (tmp_path / "plan.json").write_text(plan)
+    py = tmp_path / "python"
+    py.write_text(textwrap.dedent(f"""\
+        #!/usr/bin/env bash
+        if [ "$1" = -m ] && [ "$2" = pip ]; then
+          case "$*" in *--dry-run*) [ -s {tmp_path}/plan.json ] || exit 1
+                                    cat {tmp_path}/plan.json; exit 0 ;; esac
+          echo "$@" >> {log}; exit 0
+        fi
+        case "$2" in
+          *"import json"*) exec {sys.executable} "$@" ;;
+          *urlopen*|*"import torch"*|*"import triton"*) exit 1 ;;
+        esac
+        exit 0
+        """))
+    py.chmod(py.stat().st_mode | stat.S_IEXEC)
+    bin_ = tmp_path / "bin"  # no nvidia-smi on the path
+    bin_.mkdir()
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], capture_output=True,
+                       text=True, timeout=60,
+                       env={**os.environ, "PYTHON": str(py),
+                            "PATH": f"{bin_}{os.pathsep}/usr/bin{os.pathsep}/bin"})
+    done = log.read_text().splitlines() if log.exists() else []
+    torch_installs = [l for l in done if "torch==2.13.0" in l]
+    if installs:
+        assert r.returncode == 0, r.stderr
+        assert torch_installs and "--index-url" not in torch_installs[0]
+        assert "torch==2.13.0+cpu" in r.stdout
+    else:
+        assert r.returncode == 2 and not done, (r.returncode, done)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "install PyTorch's CPU build yourself" in lines[0], lines
