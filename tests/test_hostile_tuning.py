@@ -196,6 +196,34 @@ def test_tune_refuses_a_configs_folder_it_cannot_use_before_timing(tmp_path, cap
     assert _tree(tmp_path) == around  # no run folder, no table replaced
 
 
+def test_tune_into_a_data_dir_elsewhere_is_told_where_the_tuned_files_go(tmp_path, capsys,
+                                                                          chunked, monkeypatch):
+    """`tune --data-dir X` without --configs-dir: before, the runs went to X and the winners
+    into the data folder's configs (the checkout's data/configs), a place the user had not
+    named. Now: one line naming --configs-dir (and MOE_LAB_DATA), nothing written anywhere."""
+    monkeypatch.setenv("MOE_LAB_DATA", str(tmp_path / "default" / "runs"))
+    around = _tree(tmp_path)
+    assert main(TUNE + ["--data-dir", str(tmp_path / "mine" / "runs")]) == 2
+    err = _one_line(capsys)
+    assert "--configs-dir" in err and "MOE_LAB_DATA=" in err
+    assert _tree(tmp_path) == around
+
+
+def test_tuned_files_of_a_moved_data_folder_are_read_back_by_sweep(tmp_path, chunked,
+                                                                    monkeypatch):
+    """With MOE_LAB_DATA=X (or --data-dir X, the same folder) tune writes its winners beside
+    X, in X/../configs, and `sweep --config tuned` measures with them from there."""
+    import pandas as pd
+    runs = tmp_path / "mine" / "runs"
+    monkeypatch.setenv("MOE_LAB_DATA", str(runs))
+    assert main(TUNE + ["--data-dir", str(runs), "--run-id", "t"]) == 0
+    assert list((tmp_path / "mine" / "configs").glob(f"*/{chunked}/E=4,N=32,*.json"))
+    argv = [a if a != "torch" else chunked for a in SWEEP[:-1]] + ["s", "--tokens", "1"]
+    assert main(argv + ["--config", "tuned", "--data-dir", str(runs)]) == 0
+    rows = pd.read_parquet(runs / "s" / "results.parquet")
+    assert list(rows["config"]) == ["tuned"] and list(rows["status"]) == ["ok"]
+
+
 # --- 5. findings over tune runs ----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,9 @@ def configure(p):
     options.data_dir(p)
     p.add_argument("--configs-dir", default=None,
                    help="where the winners go, and where --verify reads the committed ones "
-                        "(default: data/configs/<device-slug>)")
+                        "(default: data/configs/<device-slug>, beside $MOE_LAB_DATA's runs, "
+                        "where `sweep --config tuned` reads them; required with a --data-dir "
+                        "elsewhere)")
     p.add_argument("--budget", type=float, default=None, metavar="S",
                    help="stop this command S seconds after it started (its imports and "
                         "set-up count; it stops at the next timing): every "
@@ -63,6 +65,23 @@ def configure(p):
     p.add_argument("--no-progress", action="store_true")
 
 
+def _configs_beside(data_dir, configs_dir) -> None:
+    """A --data-dir elsewhere than the data folder with no --configs-dir: UsageError (one
+    line, nothing written). Before, the runs went where --data-dir said and the winners into
+    the checkout's data/configs (or $MOE_LAB_DATA's), which the user had not named; the
+    tuned files' default folder is the data folder's (`sweep --config tuned` reads it there
+    whatever its --data-dir), so it is kept only for that data folder."""
+    from pathlib import Path
+
+    from ..storage.store import data_dir as default
+    if data_dir is None or Path(data_dir).resolve() == default().resolve():
+        return
+    raise UsageError(f"--data-dir {data_dir}: say where the tuned files go with --configs-dir "
+                     f"(without it they would go to {configs_dir}, outside it); or set "
+                     f"MOE_LAB_DATA={data_dir}: runs there, tuned files beside it in "
+                     f"{Path(data_dir).parent / 'configs'}, where `sweep --config tuned` reads them")
+
+
 def run(args) -> int:
     from ..measuring import tuning
     from ..storage.configs import configs_dir_for
@@ -72,6 +91,7 @@ def run(args) -> int:
     from ..core.routing import parse_routing
     from ..measuring.correctness import resolve_device
     from ..measuring.tuning import Tuner
+    given_data_dir = args.data_dir
     args.data_dir = args.data_dir or default_data_dir_arg()
     options.timing(args.warmup_ms, args.rep_ms)
     if args.run_id is not None:
@@ -105,6 +125,8 @@ def run(args) -> int:
     ok, why = tuner.backend.available()
     if not ok:  # before: every candidate a `failed` row, "done: 0 points tuned", exit 0
         raise UsageError(f"{tuner.backend_name} cannot run here: {why}")
+    if not verify and args.configs_dir is None:
+        _configs_beside(given_data_dir, tuner.configs_dir)
     tuner.check(shards)  # another writer's folder, one tuned otherwise, a configs folder
     # that cannot take the winners, a --verify without a committed file: one line, untouched
     print(f"{kind} {args.backend}: {sum(len(s) for s in shards)} points -> {run_dir}"
