@@ -55,6 +55,31 @@ def test_findings_of_a_folder_of_cpu_runs_is_written(cpu_runs, tmp_path, capsys)
     assert main(["findings", "--check", "--data-dir", str(cpu_runs), "--out", str(out)]) == 0
 
 
+def test_findings_pass_over_a_run_whose_phases_cannot_be_read(cpu_runs, tmp_path, capsys):
+    """One run's phases.parquet corrupt: before, `moe-lab findings` stopped on it (one line,
+    nothing written) or, where the ledger's question caught it, dropped every run's phases
+    and the targets made from them without a word. Now that run is named once and passed
+    over; the findings are those of the other runs, and --check agrees with them."""
+    only, both = tmp_path / "only", tmp_path / "both"
+    shutil.copytree(cpu_runs / "cpu", only / "cpu")
+    shutil.copytree(cpu_runs / "cpu", both / "cpu")
+    shutil.copytree(cpu_runs / "cpu", both / "other")
+    f = both / "other" / "phases.parquet"
+    f.write_bytes(f.read_bytes()[:100])
+    around = _tree(both)
+    assert main(["findings", "--data-dir", str(only), "--out", str(tmp_path / "only.md")]) == 0
+    capsys.readouterr()
+    for check in ([], ["--check"]):
+        out = tmp_path / ("only.md" if check else "both.md")
+        assert main(["findings", *check, "--data-dir", str(both), "--out", str(out)]) == 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert not check or not err  # said once per process
+        assert check or (len(err) == 1 and f"passed over run other: {f} is unreadable" in err[0])
+    assert (tmp_path / "both.md").read_text() == (tmp_path / "only.md").read_text()
+    assert "stored phases" in (tmp_path / "both.md").read_text()
+    assert _tree(both) == around
+
+
 # --- 2. the tuned files as data ------------------------------------------------------------------
 
 @pytest.fixture

@@ -431,6 +431,7 @@ def find_runs(data_dir_: str | os.PathLike | None = None, has: str | None = None
     for p in paths:
         try:
             r = open_run(p)
+            r.phases  # read later (the ledger): a corrupt one stopped `findings` or lost all
         except CorruptFile as exc:  # one broken run does not hide the others: said, passed
             _warn_once(f"moe-lab: warning: passed over run {p.name}: {exc}")
             continue
