@@ -88,6 +88,17 @@ def test_a_run_measured_on_cpu_by_ml_measure_against_a_vendor_spec(tmp_path):
     assert len(pngs(outputs)) >= 2  # roofline, floor vs tokens: this run's only
     assert "predicted floors: left out (no run's rows; this page draws run cpu-run only)" \
         in printed(outputs)
+    # every line and table on the page is this run's: none names, or holds rows of, another
+    # run (was: the FP8 summary and target table of the newest H200 FP8 run, and the table
+    # of AMD's imported rows against their floors)
+    tables = "".join(o.get("data", {}).get(k, "") for o in outputs
+                     for k in ("text/plain", "text/html"))
+    others = {d.name for d in RUNS.iterdir() if (d / "manifest.json").is_file()}
+    assert not [r for r in others if r in printed(outputs) + tables]
+    assert "AMD" not in tables and "H200" not in tables  # no other device's rows
+    for what in ("FP8 against bf16", "the model against AMD's own measurements",
+                 "FP8 GEMM against its speed of light"):
+        assert f"{what}: left out" in printed(outputs)
 
 
 def test_the_fp8_gemm_section_shows_its_figure():
