@@ -118,8 +118,9 @@ def check_parameter(name: str, value, declared: dict[str, dict]):
     """The value to inject; UsageError unless some notebook declares `name` (declared:
     notebook -> its parameters) and `value` is of its default's kind there: a number for a
     number, True or False for a flag, a comma-separated list of whole numbers for a list of
-    them (03's `tokens`: `-p tokens 1,64` is [1, 64]); never a non-finite number (papermill
-    would write float('inf'))."""
+    them (03's `tokens`: `-p tokens 1,64` is [1, 64]), a name or None where the default is
+    None (each such parameter takes run ids, a dtype, a device, a path or a status); never a
+    non-finite number (papermill would write float('inf'))."""
     import ast
     import math
 
@@ -140,6 +141,12 @@ def check_parameter(name: str, value, declared: dict[str, dict]):
         if isinstance(default, list) and all(type(x) is int for x in default):
             value = _int_list(value, nb, name, default)
             continue
+        if default is None and not (value is None or isinstance(value, str)):
+            # was: handed on, then `dtype = 5` showed '0 points' as if the run had none and
+            # `ledger_runs = 7` failed in the notebook ('int' object is not iterable)
+            raise UsageError(f"-p {name} {value!r}: {nb} takes a name (run ids, a dtype, a "
+                             "device, a path, a status) or None, its default; not "
+                             + ("True or False" if isinstance(value, bool) else "a number"))
         flag = isinstance(default, bool)
         number = isinstance(default, (int, float)) and not flag
         if (flag and not isinstance(value, bool)) or (

@@ -206,6 +206,28 @@ def test_report_a_value_of_another_kind_than_the_default_is_refused(tmp_path, ca
              says="-p n 'many': 00_tiny.ipynb takes a number (its default is 4)")
 
 
+@pytest.mark.parametrize("only,name,value,kind", [
+    ("03", "ledger_runs", "7", "a number"),  # was: FAIL 'int' object is not iterable, exit 0
+    ("01", "dtype", "5", "a number"),        # was: 'run ...: 0 points (0 ok)', as if empty
+    ("04", "show", "True", "True or False"),
+    ("05", "vllm_runs", "1.5", "a number"),
+])
+def test_report_a_parameter_defaulting_to_none_takes_a_name(tmp_path, capsys, only, name,
+                                                              value, kind):
+    """The notebooks' parameters whose default is None (run ids, a dtype, a device, a path, a
+    status) are refused a number or a flag before any notebook runs; a name or None passes."""
+    from moe_lab.commands.report import NOTEBOOKS_DIR
+    from moe_lab.report import check_parameter, notebook_parameters, parse_value
+    nb = next(NOTEBOOKS_DIR.glob(f"{only}_*.ipynb"))
+    _refused(capsys, ["report", "--only", only, "-p", name, value, "--out", str(tmp_path / "o")],
+             tmp_path, contains=f"-p {name} {parse_value(value)!r}: {nb.name} takes a name "
+                                f"(run ids, a dtype, a device, a path, a status) or None, its "
+                                f"default; not {kind}")
+    declared = {nb.name: notebook_parameters(str(nb))}
+    assert check_parameter(name, parse_value("fp8-channel"), declared) == "fp8-channel"
+    assert check_parameter(name, parse_value("None"), declared) is None
+
+
 def test_report_a_list_parameter_takes_a_comma_separated_list(tmp_path, capsys):
     """Notebook 03's `tokens` and 01's `phase_tokens` default to lists of token counts: `-p
     tokens 1,64` handed the notebook the string '1,64' (03 then failed on `str / float`)
