@@ -86,3 +86,84 @@ def test_choose_of_a_question_that_is_not_one_is_one_line():
     with pytest.raises(UsageError) as exc:
         runs.choose("kernel-time")
     assert str(exc.value).startswith("choose: no question 'kernel-time'; one of kernel_time, ")
+
+
+# --- frames lacking the columns a public function needs ------------------------------------------
+
+def _frame_calls():
+    """(the name the one line gives, a call on one frame): every analysis function a notebook
+    hands a DataFrame (their frame arguments; the others left to their own values)."""
+    import pandas as pd
+
+    from moe_lab import analysis as an
+    from moe_lab import claims
+    e = pd.DataFrame()
+    return [
+        ("roofline_tables.best_pct_of_roof", an.roofline_tables.best_pct_of_roof),
+        ("roofline_tables.pct_of_roof_table", an.roofline_tables.pct_of_roof_table),
+        ("fp8.fp8_vs_bf16", an.fp8.fp8_vs_bf16), ("fp8.targets", an.fp8.targets),
+        ("fp8_gemm.verdict", an.fp8_gemm.verdict), ("fp8_gemm.sources", an.fp8_gemm.sources),
+        ("devices.floors_against_aiter", an.devices.floors_against_aiter),
+        ("devices.summary", an.devices.summary),
+        ("tuning.tuned_vs_default", an.tuning.tuned_vs_default),
+        ("tuning.tuned_summary", an.tuning.tuned_summary),
+        ("tuning.by_tokens", lambda f: an.tuning.by_tokens(f, "default_over_tuned")),
+        ("tuning.before_after", an.tuning.before_after),
+        ("tuning.target_metrics", lambda f: an.tuning.target_metrics(f, "r")),
+        ("tuning.phase_best_worst", lambda f: an.tuning.phase_best_worst(None, f)),
+        ("ledger.ledger", lambda f: an.ledger.ledger(f, e)),
+        ("ledger.best_points", an.ledger.best_points),
+        ("ledger.layer_summary", an.ledger.layer_summary),
+        ("metrics.ledger_metrics", lambda f: an.metrics.ledger_metrics(f, f)),
+        ("targets.evaluate", an.evaluate), ("targets.summary", an.summary),
+        ("published.ties_by_run", an.published.ties_by_run),
+        ("tuned_files.roof_from", lambda f: an.tuned_files.roof_from(f, None)),
+        ("vllm_compare.best_over_vllm", an.vllm_compare.best_over_vllm),
+        ("vllm_compare.by_shape", an.vllm_compare.by_shape),
+        ("vllm_compare.newest", an.vllm_compare.newest),
+        ("expert_parallel.points", an.expert_parallel.points),
+        ("expert_parallel.collective_model", an.expert_parallel.collective_model),
+        ("expert_parallel.prediction_target", an.expert_parallel.prediction_target),
+        ("expert_parallel.estimate", an.expert_parallel.estimate),
+        ("expert_parallel.estimate_vs_measured",
+         lambda f: an.expert_parallel.estimate_vs_measured(f, f)),
+        ("claims.summary", claims.summary),
+    ]
+
+
+@pytest.mark.parametrize("i", range(31))
+def test_a_frame_without_the_columns_is_one_line_naming_them(i):
+    """Before: pandas' KeyError of the first column missing, from deep inside the function."""
+    import pandas as pd
+    name, call = _frame_calls()[i]
+    with pytest.raises(UsageError) as exc:
+        call(pd.DataFrame({"x": [1.0, 2.0]}))
+    line = str(exc.value)
+    assert line.startswith(name + ": ") and " lacks the column" in line and "\n" not in line
+    assert "(it has: x)" in line
+
+
+def test_a_run_s_rows_short_of_one_column_are_told_which(committed):
+    from moe_lab import analysis as an
+    from moe_lab.storage.store import open_run
+    res = open_run(VLLM_RUN).results
+    assert len(an.ledger.best_points(res))  # as they are: answered
+    for call, col in ((an.ledger.best_points, "routing"), (an.tuning.tuned_vs_default, "config"),
+                      (an.fp8.fp8_vs_bf16, "point_id")):
+        with pytest.raises(UsageError, match=rf"lacks the column {col} \(it has: "):
+            call(res.assign(run_id=VLLM_RUN).drop(columns=[col]))
+
+
+def test_frames_without_rows_keep_their_empty_answers():
+    import pandas as pd
+
+    from moe_lab import analysis as an
+    assert an.fp8.fp8_vs_bf16(pd.DataFrame()).empty
+    assert an.evaluate(pd.DataFrame()).empty and an.vllm_compare.newest(pd.DataFrame()).empty
+    assert an.devices.floors_against_aiter(pd.DataFrame()).empty  # was: KeyError 'series'
+    # a ledger without rows or a point_id column (of_runs' when no run has phases): as before
+    assert an.metrics.ledger_metrics(pd.DataFrame(columns=["phase"]), pd.DataFrame(
+        columns=["model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens", "routing",
+                 "median_us", "point_id"])).empty
+    with pytest.raises(UsageError, match="targets.summary: evaluation lacks the columns target"):
+        an.summary(pd.DataFrame())  # no rows, and a KeyError where it answered: the one line

@@ -8,6 +8,7 @@ from ..cost.roofline import add_roofline_columns
 from ..storage.store import open_run
 from ..storage.rows import ok_rows
 from .runs import _imported, imported_runs, richest_run  # noqa: F401
+from ..core.validate import frames
 
 
 # the H200 series worth drawing beside AMD's: the best of what moe-lab measured
@@ -56,10 +57,12 @@ def rows_for(runs, models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, dtype=
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
+@frames(rows=("model", "tp", "ep", "tokens", "median_us", "device", "roof_us",
+        "pct_of_roof", "series"))
 def floors_against_aiter(rows: pd.DataFrame) -> pd.DataFrame:
     """Per AMD row: the roofline floor on its device beside aiter's reported time, and
     how far the model is from AMD's measurement (reported / floor)."""
-    amd = rows[rows["series"].str.contains("imported")]
+    amd = rows[rows["series"].str.contains("imported")] if len(rows) else rows
     if amd.empty:
         return pd.DataFrame()
     out = amd[["model", "tp", "ep", "device", "tokens", "median_us", "roof_us",
@@ -76,6 +79,7 @@ def _ceiling_source(device: str) -> str:
         return "none (no spec for this GPU)"
 
 
+@frames(rows=("device", "series"))
 def summary(rows: pd.DataFrame) -> str:
     """One line: how many rows of each source the side-by-side figure draws."""
     amd = rows["series"].str.contains("imported") if len(rows) else pd.Series(dtype=bool)

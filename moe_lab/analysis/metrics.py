@@ -21,6 +21,7 @@ import pandas as pd
 from ..cost import ledger as lg
 from ..core.problems import sharding_name
 from .targets import METRIC_COLUMNS, metric_rows
+from ..core.validate import frames
 
 
 def span(values, fmt="{:.2f}") -> str:
@@ -47,6 +48,8 @@ def _sharding(d: pd.DataFrame) -> pd.DataFrame:
     return d
 
 
+@frames(ledger_df=("point_id", "phase", "measured_us", "floor_us"), results_df=("model", "tp",
+        "ep", "ep_rank", "dtype", "backend", "mode", "tokens", "routing", "median_us", "point_id"))
 def ledger_metrics(ledger_df: pd.DataFrame, results_df: pd.DataFrame,
                    mode: str = "graph") -> pd.DataFrame:
     """The ledger's metrics on the best `mode` row per point (ledger.best_points): per glue

@@ -33,6 +33,7 @@ from ..storage.rows import deployed_rows, published_rows, vllm_named
 from . import metrics
 from .targets import METRIC_COLUMNS
 from .tuned_paths import PAIR_KEY, _configs_dir, _history, _names, _provenance
+from ..core.validate import frames
 
 
 def published_pairs(runs, configs_dir=None, data_dir=None) -> pd.DataFrame:
@@ -100,6 +101,7 @@ def _machines(run) -> str:
     return str(len(set(ids))) if ids and all(ids) else "not recorded"
 
 
+@frames(pairs=("run_id", "same_config", "apart_min", "machines", "value"))
 def ties_by_run(pairs: pd.DataFrame) -> pd.DataFrame:
     """Per run, its ties by construction: how many, published/tuned lo and hi, the most
     minutes between a tie's two rows, and the machines its invocations name."""

@@ -11,6 +11,7 @@ from ..core.problems import sharding_name
 from ..cost.roofline import add_roofline_columns
 from ..storage.store import open_run
 from ..storage.rows import ok_rows
+from ..core.validate import frames
 
 
 
@@ -26,6 +27,7 @@ def measured(run, device: str | None = None) -> tuple[pd.DataFrame, Ceilings]:
     return add_roofline_columns(ok_rows(run.results), device), ceil
 
 
+@frames(df=lambda a: ("model", "tp", "ep", "backend", "tokens", a["values"]))
 def pct_of_roof_table(df: pd.DataFrame, values: str = "pct_of_roof") -> pd.DataFrame:
     """% of roof (median over repeats/ranks), rows model x sharding x tokens, columns
     backend (x mode when there are several). Needs the roofline columns (measured())."""
@@ -36,6 +38,8 @@ def pct_of_roof_table(df: pd.DataFrame, values: str = "pct_of_roof") -> pd.DataF
                          aggfunc="median").round(1)
 
 
+@frames(df=("model", "tp", "ep", "backend", "mode", "tokens", "median_us", "roof_us",
+        "pct_of_roof"))
 def best_pct_of_roof(df: pd.DataFrame) -> str:
     """One line: the point closest to its roof (highest pct_of_roof)."""
     d = ok_rows(df)

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.constants import VERIFY_MARGIN
+from ..core.validate import frames
 
 GEMMS = ("gemm1", "gemm2")
 NO_KERNELS = "no kernels"
@@ -172,6 +173,7 @@ EVAL_COLUMNS = ["target", "model", "sharding", "tokens", "dtype", "backend", "ph
                 "run_id"]
 
 
+@frames(metrics=METRIC_COLUMNS, ledger_df=("point_id", "phase", "over_us"), before=METRIC_COLUMNS)
 def evaluate(metrics: pd.DataFrame, ledger_df: pd.DataFrame | None = None, targets=TARGETS,
              before: pd.DataFrame | None = None) -> pd.DataFrame:
     """A row per (target, metric row in its token range with a value and a limit: a point
@@ -216,6 +218,8 @@ def evaluate(metrics: pd.DataFrame, ledger_df: pd.DataFrame | None = None, targe
     return ev
 
 
+@frames(evaluation=("target", "model", "sharding", "tokens", "backend", "value", "met", "by",
+        "by_us", "held_back_by"))
 def summary(evaluation: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
     """The target table: per target with points, in the order of `targets`: points, met,
     missed, met_before (where the evaluation has it), the worst miss (the largest `by`, in

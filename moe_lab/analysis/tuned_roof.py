@@ -13,8 +13,13 @@ import numpy as np
 import pandas as pd
 
 from .targets import NO_KERNELS
+from ..core.validate import frames
 
 
+@frames(where="tuned_files.roof_from",
+        pairs=("backend", "model", "sharding", "dtype", "tokens", "pct_of_roof", "point_id",
+               "tuned_us"),
+        ledger_df=("point_id", "phase", "measured_us", "floor_us", "over_us"))
 def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int = 256,
               missing: str = NO_KERNELS) -> pd.DataFrame:
     """Per backend, model, sharding and dtype: the tuned layer's % of roof from `tokens`

@@ -20,6 +20,7 @@ from ..storage.store import open_run
 from . import metrics
 from .kernel_time import PHASE_TOKENS  # the phase figures' token counts, defined once
 from .runs import open_tuned_run  # noqa: F401 (the run notebook 05 reads)
+from ..core.validate import frames
 
 DEFAULT, TUNED = "default", "tuned"
 BEFORE = (("torch-grouped", DEFAULT), ("aiter-triton", DEFAULT))  # shipped configurations
@@ -54,6 +55,7 @@ def measured(run, mode: str = "graph") -> tuple[pd.DataFrame, Ceilings]:
     return r.assign(pct_of_gemm_peak=100 * r["achieved_tflops"] / ceil.tflops_bf16), ceil
 
 
+@frames(table=lambda a: (*a["index"], "tokens", a["values"]))
 def by_tokens(table: pd.DataFrame, values: str, index=("model", "sharding")) -> pd.DataFrame:
     """One column of a table by `index` and tokens (NaN where a point has no value)."""
     return table.pivot_table(index=list(index), columns="tokens", values=values, dropna=False)
@@ -61,6 +63,8 @@ def by_tokens(table: pd.DataFrame, values: str, index=("model", "sharding")) -> 
 
 # --- 1. tuned over default -----------------------------------------------------------------
 
+@frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
+        "status", "error", "median_us", "point_id", "sharding"))
 def tuned_vs_default(rows: pd.DataFrame) -> pd.DataFrame:
     """Per backend with tuned rows and point: default_us, tuned_us and default_over_tuned
     (> 1: tuned faster); tuned_status and tuned_error say why a tuned time is missing."""
@@ -77,6 +81,8 @@ def tuned_vs_default(rows: pd.DataFrame) -> pd.DataFrame:
     return j.sort_values(key).reset_index(drop=True)
 
 
+@frames(table=("model", "sharding", "tokens", "backend", "tuned_status", "tuned_error",
+        "default_over_tuned"))
 def tuned_summary(table: pd.DataFrame) -> str:
     """Where tuned is faster, default/tuned's median and extremes; the points without one."""
     ok, r = table[table["default_over_tuned"].notna()], table["default_over_tuned"].dropna()
@@ -104,6 +110,8 @@ def best_per_point(rows: pd.DataFrame, candidates=AFTER) -> pd.DataFrame:
     return r.groupby(POINT).head(1).sort_values(POINT).reset_index(drop=True)
 
 
+@frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
+        "median_us", "sharding"))
 def before_after(rows: pd.DataFrame, before=BEFORE, after=AFTER) -> pd.DataFrame:
     """Per point, the best before and after: before_/after_ choice, us, pct_of_roof, point_id;
     after_pct_of_gemm_peak; gain (before_us / after_us); after_over_dense (/ dense_gemm_us)."""
@@ -125,6 +133,8 @@ def phases_of(kernels: pd.DataFrame, point_ids) -> pd.DataFrame:
     return piv[[p for p in PHASES if p in piv.columns]]
 
 
+@frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
+        "median_us", "pct_of_roof", "sharding", "pct_of_gemm_peak"))
 def target_metrics(rows: pd.DataFrame, run_id: str = "", candidates=AFTER) -> pd.DataFrame:
     """The roof targets' metric frame (analysis.metrics.roof_metrics) of the best of the
     candidates per point (before: BEFORE, the shipped configurations)."""
@@ -141,6 +151,7 @@ def _with_phases(pick: pd.DataFrame, kernels: pd.DataFrame, run_id: str) -> pd.D
     return out.assign(kernel_us=out[list(ph.columns)].sum(axis=1), run=run_id).reset_index()
 
 
+@frames(rows=("model", "tokens", "median_us", "point_id", "sharding", "choice"))
 def phase_best_worst(run, rows, model="deepseek-r1", sharding="TP8", tokens=PHASE_TOKENS,
                      candidates=None) -> pd.DataFrame:
     """Per token count, the best and the worst ok backend/config (candidates; None: all),

@@ -55,6 +55,7 @@ from ..storage.rows import deployed_rows
 from .metrics import span
 from .runs import VLLM_AS_SHIPPED as BASE
 from .targets import METRIC_COLUMNS, by_name, metric_rows
+from ..core.validate import frames
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("aiter-triton-silu", "default"),
        ("aiter-triton-silu", "tuned"), ("torch-grouped", "default"),
        ("torch-fp8", "default"), ("torch-fp8-grouped", "default"), ("vllm", "tuned"))
@@ -78,6 +79,8 @@ def _candidates(results: pd.DataFrame, mode: str | None) -> pd.DataFrame:
     return r
 
 
+@frames(results=("model", "tp", "ep", "dtype", "backend", "mode", "tokens", "median_us",
+        "point_id"), ledger=("point_id", "phase", "measured_us"))
 def best_over_vllm(results: pd.DataFrame, ledger: pd.DataFrame | None = None,
                    mode: str | None = "graph", own=OWN, band: float = BAND) -> pd.DataFrame:
     """Module doc. Points without an ok vLLM-default row or without an ok own row are left
@@ -126,6 +129,8 @@ def best_over_vllm(results: pd.DataFrame, ledger: pd.DataFrame | None = None,
         .reset_index(drop=True)
 
 
+@frames(table=("model", "sharding", "tp", "ep", "dtype", "mode", "tokens",
+        "measured_at"))
 def newest(table: pd.DataFrame) -> pd.DataFrame:
     """Module doc; the table's order kept."""
     if table.empty:
@@ -154,6 +159,8 @@ def runs_of(g: pd.DataFrame) -> str:
     return ", ".join(dict.fromkeys(g["run_id"].astype(str)))
 
 
+@frames(table=("run_id", "model", "sharding", "tp", "ep", "dtype", "mode", "tokens", "best",
+        "ratio", "slower", "measured_at"))
 def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
     """Module doc; empty when the table is."""
     cols = SHAPE + ["points", "geomean_ratio", "worst_ratio", "worst_tokens", "slower", "met",

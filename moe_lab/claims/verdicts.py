@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from .registry import load_registry
+from ..core.validate import frames
 
 ORDER = {"pass": 0, "warn": 1, "fail": 2}
 GSM8K_N = 1319  # GSM8K test split; gsm8k_cot uses the same questions
@@ -338,6 +339,7 @@ def run_checks(registry: dict | None = None):
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+@frames(where="claims.summary", df=("status",))
 def summary(df) -> dict[str, int]:
     return {s: int((df["status"] == s).sum()) for s in ORDER}
 

@@ -69,6 +69,7 @@ from ..core.problems import Problem, make_problem
 from ..core.quant import BLOCK, scale_bytes
 from ..core.problems import sharding_name
 from .roofline import _ELEM_BYTES, cost, peak_tflops, roof_bandwidth
+from ..core.validate import frames
 
 GLUE = ("quant", "act", "align", "combine")
 GEMMS = ("gemm1", "gemm2")
@@ -226,6 +227,8 @@ def _ceilings(device, cache: dict):
 ok_rows = row_schema.ok_rows  # the one rule for which rows are points
 
 
+@frames(results_df=("model", "tp", "ep", "ep_rank", "dtype",
+        "tokens", "median_us", "point_id"), kernels_df=("point_id", "phase", "calls", "total_us"))
 def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
            phases_df: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per ok point and phase: measured_us, floor_us, over_us (max(measured - floor, 0):
@@ -282,6 +285,7 @@ def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
     return out.drop(columns="_p")[cols].reset_index(drop=True)
 
 
+@frames(ledger_df=("point_id", "phase", "measured_us", "floor_us", "over_us"))
 def layer_summary(ledger_df: pd.DataFrame) -> pd.DataFrame:
     """Per point: median_us, the kernel sum, the sum of the phase floors (beside the layer
     roof, roof_us), the recoverable us and the phase holding the most of it."""
@@ -300,6 +304,8 @@ def layer_summary(ledger_df: pd.DataFrame) -> pd.DataFrame:
 
 # --- the best point (what the targets are evaluated on) --------------------------------------
 
+@frames(results_df=("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens",
+        "routing", "median_us"))
 def best_points(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     """Per point (model, sharding, dtype, routing, tokens), the ok row of `mode` with the
     lowest median, with `choice` ('backend config')."""
