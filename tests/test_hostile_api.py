@@ -167,3 +167,17 @@ def test_frames_without_rows_keep_their_empty_answers():
                  "median_us", "point_id"])).empty
     with pytest.raises(UsageError, match="targets.summary: evaluation lacks the columns target"):
         an.summary(pd.DataFrame())  # no rows, and a KeyError where it answered: the one line
+
+
+def test_a_dtype_the_run_has_no_rows_of_is_one_line(committed):
+    """Notebooks 01 and 03's `dtype` parameter (`report -p dtype fp9`): a dtype the run has
+    no rows of showed a page of empty tables; it is refused naming the run's dtypes."""
+    from moe_lab.analysis.fp8 import with_dtype
+    from moe_lab.storage.store import open_run
+    run = open_run(VLLM_RUN)
+    assert len(with_dtype(run, "bf16").results) == (run.results["dtype"] == "bf16").sum() > 0
+    for bad in ("fp9", "fp8-block128"):  # not a dtype; a dtype this run lacks
+        with pytest.raises(UsageError) as e:
+            with_dtype(run, bad)
+        msg = str(e.value)
+        assert "\n" not in msg and repr(bad) in msg and "its dtypes: bf16" in msg, msg

@@ -306,9 +306,15 @@ def test_the_glue_before_and_after_reads_an_after_that_has_the_point(default_out
     assert any("image/png" in o.get("data", {}) for o in _cell("glue_after_run(").outputs)
 
 
-def test_one_runs_page_leaves_the_glue_before_and_after_out_when_its_run_lacks_the_point():
-    outputs = run_notebook(NB, edit=with_params(run="h200-vllm-vtuned-bf16-tp8"))
+def test_one_runs_page_leaves_the_glue_before_and_after_out_when_its_run_lacks_the_point(tmp_path):
+    """The run given as a folder outside data/runs (a copy: what a user's run is): its
+    ledger is that run's (the page named it by id, which the ledger looked up in data/runs
+    and refused for a run that lies elsewhere)."""
+    import shutil
+    folder = shutil.copytree(RUNS / "h200-vllm-vtuned-bf16-tp8", tmp_path / "h200-vllm-vtuned-bf16-tp8")
+    outputs = run_notebook(NB, edit=with_params(run=str(folder)))
     text = printed(outputs)
+    assert re.search(r"^ledger runs: h200-vllm-vtuned-bf16-tp8$", text, re.M), text[:3000]
     assert ("torch-grouped before and after its bf16 glue: left out (run "
             "h200-vllm-vtuned-bf16-tp8 has no torch-grouped default") in text, text[-4000:]
     assert "after: run" not in text

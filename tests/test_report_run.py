@@ -28,6 +28,7 @@ RUNS = Path(RUNS_DIR)
 COMPILE = "h200-compile-deepseek-r1-20261129"  # notebook 02's kind
 TUNED = "h200-tuned-20261130"       # tuned and default, both shardings (05)
 GLOO = "cpu-gloo-x2-expert-parallel-20261130"  # the committed `sweep --nproc` run (06)
+AMD = "aiter-tuned-fmoe-0-1-7-post2-dev18"  # imported AMD tuner rows, custom shapes among them
 MODEL = "custom:H=64,I=32,E=4,k=2"
 NOTEBOOKS = ("01_kernel_time", "02_eager_vs_compile", "03_roofline", "04_reproduce_claims",
              "05_tuning", "06_expert_parallel")
@@ -61,7 +62,7 @@ def reports(tmp_path_factory, cpu_run) -> dict:
         # the seed run, 05's refusal of it) is executed once: conftest.execute_cached
         mp.setattr("moe_lab.commands.report.execute_notebook", execute_cached)
         for run, only in ((SEED, None), (COMPILE, "02"), (TUNED, "05"), (GLOO, "06"),
-                          (str(cpu_run), "01")):
+                          (str(cpu_run), "01"), (AMD, "01,03")):
             rc, text = _report(["--run", run, "--out", str(out)]
                                + (["--only", only] if only else []))
             got[Path(run).name] = (rc, text, out / Path(run).name, run)
@@ -109,6 +110,25 @@ def test_each_notebook_on_an_h200_run_of_its_kind(reports):
         assert shown(page(folder, name)) == (run, *counts(RUNS / run))
     p06 = page(reports[GLOO][2], "06_expert_parallel")  # a CPU run, said so
     assert "NOT GPU results" in p06 and "predicted within 5% of measured" in p06
+
+
+def test_the_imported_amd_run_kernel_time_and_roofline(reports):
+    """aiter's tuner table as imported: 13 rows are shapes no seed model has (their model is
+    the shape one rank holds, tp and ep empty) and one is int8, which has no roof here;
+    notebooks 01 and 03 show every row, those with a 'rank shape' sharding, the int8 row
+    without a roof (they raised int() of NA and a TypeError on an empty error)."""
+    rc, text, folder, _ = reports[AMD]
+    assert rc == 0 and "ok   01_kernel_time:" in text and "ok   03_roofline:" in text, text
+    n, ok = counts(RUNS / AMD)
+    for name in ("01_kernel_time", "03_roofline"):
+        assert shown(page(folder, name)) == (AMD, n, ok)
+    from moe_lab.analysis import roofline_tables
+    df, _ = roofline_tables.measured(AMD)
+    rank = df[df["tp"].isna()]
+    assert len(rank) == 13 and rank[rank["dtype"] == "int8-tensor"]["roof_us"].isna().all()
+    assert rank[rank["dtype"] != "int8-tensor"]["pct_of_roof"].between(1, 100).all()
+    table = roofline_tables.pct_of_roof_table(df)
+    assert "rank shape" in set(table.index.get_level_values("sharding"))
 
 
 def test_a_cpu_run_made_by_sweep(reports, cpu_run):

@@ -9,14 +9,13 @@ from ..cost import ledger as lg
 from .runs import runs_with_phases
 from .targets import TARGETS
 from ..core.errors import UsageError
-from .findings_sections import md_table, provenance, runs_line, span
+from .findings_sections import chosen, md_table, provenance, runs_line, span
 
 
 def fp8_gemm_section(runs) -> list[str]:
     from . import fp8_gemm
-    try:
-        lruns = runs_with_phases(None)
-    except UsageError:
+    lruns = chosen(lambda: runs_with_phases(None))
+    if not lruns:
         return []
     t = fp8_gemm.gemm_table(lruns)
     if not len(t):
@@ -114,9 +113,8 @@ def ceilings_section(runs) -> list[str]:
 def expert_parallel_section(runs) -> list[str]:
     from ..storage.store import open_run
     from . import expert_parallel as ep, targets as tg
-    try:
-        d = open_run(None, has="distributed")
-    except UsageError:
+    d = chosen(lambda: open_run(None, has="distributed"))
+    if d is None:
         return []
     pts = ep.points(d.results)
     rows = [dict(mode=m, points=t["points"], within=t["within"],

@@ -60,7 +60,7 @@ def runs_line(runs, what: str = "") -> str:
 
 
 def _sharding(df: pd.DataFrame) -> list[str]:
-    return [sharding_name(int(t), int(e)) for t, e in zip(df["tp"], df["ep"])]
+    return [sharding_name(t, e) for t, e in zip(df["tp"], df["ep"])]
 
 
 # --- the runs -------------------------------------------------------------------------------
@@ -90,13 +90,23 @@ def runs_section(runs) -> list[str]:
 
 # --- the targets ------------------------------------------------------------------------------
 
+def chosen(pick):
+    """pick(): the run(s) a section reads, or None where the data has none (the choice's
+    UsageError). Only the choice is caught: what is read from the runs chosen raises, so a
+    corrupt or short file stops the findings in one line instead of its section vanishing."""
+    try:
+        return pick()
+    except UsageError:
+        return None
+
+
 def target_inputs(runs):
     """(evaluation, sources): every target evaluated on the data that answers it, and
     per group of targets the runs it read (for the provenance lines)."""
     from . import fp8_gemm, tuning as tu
     frames, leds, src = [], [], {}
-    try:
-        tuned = tu.open_tuned_run()
+    tuned = chosen(tu.open_tuned_run)
+    if tuned is not None:
         rows, _ = tu.measured(tuned)
         frames.append(tu.target_metrics(rows, tuned.run_id))
         leds.append(lg.ledger(tuned.results, tuned.kernels, tuned.phases)
@@ -104,10 +114,8 @@ def target_inputs(runs):
         best = tu.best_per_point(rows).assign(run_id=tuned.run_id)
         src["the roof targets (the run with the most points both tuned and default, its "
             "best candidate per point)"] = ([tuned], best)
-    except UsageError:
-        pass
-    try:
-        lruns = runs_with_phases(None)
+    lruns = chosen(lambda: runs_with_phases(None))
+    if lruns:
         lres, led = lg.of_runs(lruns)
         best = lg.best_points(lres)
         frames += [metrics.ledger_metrics(led, lres), metrics.fp8_roof_metrics(lres)]
@@ -117,8 +125,6 @@ def target_inputs(runs):
             [r for r in lruns if r.run_id in set(best["run_id"])], best)
         gemm = fp8_gemm.gemm_table(lruns)
         frames.append(metrics.promise_metrics(gemm))
-    except UsageError:
-        pass
     from . import tuned_files as tf
     pairs, _ = tf.current_pairs(runs)
     if len(pairs):
@@ -147,14 +153,12 @@ def target_inputs(runs):
                                          vt.assign(point_id=vt["vllm_point_id"]))
     from . import expert_parallel as dist
     from ..storage.store import open_run
-    try:
-        d = open_run(None, has="distributed")
+    d = chosen(lambda: open_run(None, has="distributed"))
+    if d is not None:
         pts = dist.points(d.results).assign(run_id=d.run_id)
         frames.append(metrics.prediction_metrics(pts))
         src["the expert-parallel prediction target (the newest run with distributed rows)"] = (
             [d], None)
-    except UsageError:
-        pass
     frames = [f for f in frames if len(f)]  # a data folder without a target's runs: none
     ev = tg.evaluate(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(),
                      pd.concat(leds, ignore_index=True) if leds else None)
@@ -274,12 +278,12 @@ def tune_section(runs) -> list[str]:
             ws = w[(w["model"] == model) & (w["tp"] == tp) & (w["ep"] == ep)
                    & (w["dtype"] == dt)] if len(w) else w
             left = [x for x in (m.get("left") or []) if str(x.get("shape", "")).startswith(
-                f"{model} {sharding_name(int(tp), int(ep))} ")]
+                f"{model} {sharding_name(tp, ep)} ")]
             backend = (m.get("config") or {}).get("backend", "")
             stages = _stages(backend, model, tp, ep, dt)
             rows.append(dict(
                 run=f"`{r.run_id}`", backend=backend,
-                shape=f"{model} {sharding_name(int(tp), int(ep))} {dt}", keys=_keys(keys),
+                shape=f"{model} {sharding_name(tp, ep)} {dt}", keys=_keys(keys),
                 gemm1_not_searched=_keys(keys - g1),
                 gemm2_not_searched=_keys(keys - g2) if stages > 1
                 else "(one configuration for both GEMMs)",

@@ -45,9 +45,16 @@ def dtype_table(run: Run) -> pd.DataFrame:
 
 
 def with_dtype(run: Run, dtype: str | None) -> Run:
-    """The run with only the rows of `dtype` (None: unchanged)."""
+    """The run with only the rows of `dtype` (None: unchanged). UsageError, one line, for a
+    dtype the run has no rows of (a typo such as 'fp9' showed an empty page)."""
     if dtype is None:
         return run
+    have = sorted(set(run.results["dtype"].dropna().astype(str))) if "dtype" in run.results else []
+    if dtype not in have:
+        from ..core.errors import UsageError
+        from ..core.problems import DTYPES
+        raise UsageError(f"dtype {dtype!r}: run {run.run_id} has no rows of it (its dtypes: "
+                         f"{', '.join(have) or 'none'}; moe-lab's: {', '.join(DTYPES)})")
     return dataclasses.replace(run, results=run.results[run.results["dtype"] == dtype])
 
 

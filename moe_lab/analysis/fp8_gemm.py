@@ -43,7 +43,7 @@ def _points(res: pd.DataFrame, led: pd.DataFrame) -> pd.DataFrame:
                                    gemm_floor_flops=("floor_flops", "sum"))
     bound = g[g["phase"] == "gemm1"].set_index("point_id")["bound"]
     r = ok_rows(res).copy()
-    r["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(r["tp"], r["ep"])]
+    r["sharding"] = [sharding_name(t, e) for t, e in zip(r["tp"], r["ep"])]
     r = r.join(per, on="point_id").assign(bound=r["point_id"].map(bound))
     return r[r["gemm_us"].notna() & (r["gemm_us"] > 0)]
 

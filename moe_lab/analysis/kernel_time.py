@@ -26,7 +26,7 @@ def ok_times(rows: pd.DataFrame) -> pd.DataFrame:
     """Only correct, timed points (status ok and a median), with a `sharding` column and
     `spread` ((p90 - p10) / median) and `noisy` (flagged, or spread above the limit)."""
     r = ok_rows(rows).copy()
-    r["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(r["tp"], r["ep"])]
+    r["sharding"] = [sharding_name(t, e) for t, e in zip(r["tp"], r["ep"])]
     return r.assign(spread=row_schema.spread(r), noisy=row_schema.noisy(r))
 
 
@@ -41,7 +41,7 @@ def status_table(run) -> pd.DataFrame:
     res = open_run(run).results
     g = res.groupby(["backend", "mode", "status"], dropna=False)
     out = g.size().rename("points").reset_index()
-    out["reason"] = g["error"].agg(lambda s: "; ".join(sorted({x for x in s if x}))[:160]).values
+    out["reason"] = g["error"].agg(lambda s: "; ".join(sorted({x for x in s if isinstance(x, str) and x}))[:160]).values
     return out
 
 

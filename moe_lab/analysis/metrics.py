@@ -44,7 +44,7 @@ def _concat(frames) -> pd.DataFrame:
 
 def _sharding(d: pd.DataFrame) -> pd.DataFrame:
     if "sharding" not in d and len(d):
-        d = d.assign(sharding=[sharding_name(int(t), int(e)) for t, e in zip(d["tp"], d["ep"])])
+        d = d.assign(sharding=[sharding_name(t, e) for t, e in zip(d["tp"], d["ep"])])
     return d
 
 

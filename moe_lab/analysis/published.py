@@ -83,7 +83,7 @@ def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
     p = pd.DataFrame(out, columns=PAIR_KEY + ["published", "published_us", "tuned_us",
                                               "point_id", "git_commit", "run_id", "same_config",
                                               "apart_min", "machines"])
-    p["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(p["tp"], p["ep"])]
+    p["sharding"] = [sharding_name(t, e) for t, e in zip(p["tp"], p["ep"])]
     return p.assign(value=p["published_us"] / p["tuned_us"], median_us=p["tuned_us"])
 
 

@@ -32,7 +32,7 @@ def pct_of_roof_table(df: pd.DataFrame, values: str = "pct_of_roof") -> pd.DataF
     """% of roof (median over repeats/ranks), rows model x sharding x tokens, columns
     backend (x mode when there are several). Needs the roofline columns (measured())."""
     d = ok_rows(df).copy()
-    d["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(d["tp"], d["ep"])]
+    d["sharding"] = [sharding_name(t, e) for t, e in zip(d["tp"], d["ep"])]
     cols = ["backend"] + (["mode"] if "mode" in d.columns and d["mode"].nunique() > 1 else [])
     return d.pivot_table(index=["model", "sharding", "tokens"], columns=cols, values=values,
                          aggfunc="median").round(1)
@@ -48,6 +48,6 @@ def best_pct_of_roof(df: pd.DataFrame) -> str:
         return "highest pct_of_roof: none (no ok row with a roof)"
     r = d.loc[d["pct_of_roof"].idxmax()]
     return (f"highest pct_of_roof: {r['pct_of_roof']:.4g}% ({r['backend']} {r['mode']}, "
-            f"{r['model']} {sharding_name(int(r['tp']), int(r['ep']))}, {int(r['tokens'])} "
+            f"{r['model']} {sharding_name(r['tp'], r['ep'])}, {int(r['tokens'])} "
             f"tokens, {r['median_us']:.4g} us against a {r['roof_us']:.4g} us roof); median "
             f"over {len(d)} rows: {d['pct_of_roof'].median():.4g}%")

@@ -164,7 +164,7 @@ def left(mode: str, backends=None, data_dir=None, configs_dir=None,
     pairs, _ = current_pairs(runs, configs_dir)
     pub = published_pairs(runs, configs_dir, root)
     pairs = pd.concat([pairs[pairs["backend"] != "vllm"], pub[pub["backend"] == "vllm"]])
-    have = {(b, m, sharding_name(int(tp), int(ep)), dt): set(g["tokens"]) for (b, m, tp, ep, dt), g
+    have = {(b, m, sharding_name(tp, ep), dt): set(g["tokens"]) for (b, m, tp, ep, dt), g
             in pairs.groupby(["backend", "model", "tp", "ep", "dtype"])}
     return [w for x, w in todo if x["holds_grid"] and not set(
         SEED_SWEEP_TOKENS if x["backend"] == "vllm" else TUNE_TOKENS) <= have.get(
@@ -214,7 +214,7 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
                        "experts_hit", "git_commit", "run_id", "flops", "bytes", "device"]
     p = pd.DataFrame(out, columns=cols)
     p["experts_hit"] = pd.to_numeric(p["experts_hit"], errors="coerce")
-    p["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(p["tp"], p["ep"])]
+    p["sharding"] = [sharding_name(t, e) for t, e in zip(p["tp"], p["ep"])]
     p["default_over_tuned"] = p["default_us"] / p["tuned_us"]
     return p, len(stale - seen)
 
@@ -343,7 +343,7 @@ def search_spread(root=None, device: str | None = DEVICE, backend: str | None = 
     w = w[w["search_best_us"].notna()]
     if backend is not None:
         w = w[w["backend"] == backend]
-    w = w.assign(sharding=[sharding_name(int(t), int(e)) for t, e in zip(w["tp"], w["ep"])])
+    w = w.assign(sharding=[sharding_name(t, e) for t, e in zip(w["tp"], w["ep"])])
     cols = ["backend", "model", "sharding", "dtype", "tokens", "median_us", "default_us",
             "search_best_us", "search_median_us", "search_worst_us", "search_candidates",
             "run_id", "git_commit", "device"]
@@ -379,7 +379,7 @@ def verify_points(root=None) -> pd.DataFrame:
     found_us = v["fastest_us"].where(v["fastest_us"].notna(), v["search_best_us"])
     v = v.assign(found_us=found_us, value=v["committed_us"] / found_us,
                  median_us=v["committed_us"],
-                 sharding=[sharding_name(int(t), int(e)) for t, e in zip(v["tp"], v["ep"])])
+                 sharding=[sharding_name(t, e) for t, e in zip(v["tp"], v["ep"])])
     return v.reset_index(drop=True)
 
 

@@ -49,7 +49,7 @@ def measured(run, mode: str = "graph") -> tuple[pd.DataFrame, Ceilings]:
     r = pd.concat([add_roofline_columns(ok, run.device) if len(ok) else ok,
                    r[~r.index.isin(ok.index)]]).sort_index()
     ceil = ceilings_for(run.device)
-    r["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(r["tp"], r["ep"])]
+    r["sharding"] = [sharding_name(t, e) for t, e in zip(r["tp"], r["ep"])]
     r["choice"] = r["backend"] + " " + r["config"]
     r["achieved_tflops"] = r["flops"] / r["median_us"] / 1e6
     return r.assign(pct_of_gemm_peak=100 * r["achieved_tflops"] / ceil.tflops_bf16), ceil
@@ -182,7 +182,7 @@ def _has_glue_point(run, point: dict) -> bool:
     if not len(res) or not len(run.kernels):
         return False
     res = res.assign(config=res["config"].fillna(DEFAULT) if "config" in res else DEFAULT,
-                     sharding=[sharding_name(int(t), int(e)) for t, e in zip(res["tp"], res["ep"])])
+                     sharding=[sharding_name(t, e) for t, e in zip(res["tp"], res["ep"])])
     r = _glue_rows(res, **point)
     return bool(r["point_id"].isin(run.kernels["point_id"]).any())
 

@@ -106,7 +106,7 @@ def best_over_vllm(results: pd.DataFrame, ledger: pd.DataFrame | None = None,
         return pd.DataFrame(columns=COLUMNS)
     if "vllm_config_file" not in t:
         t["vllm_config_file"] = ""
-    t["sharding"] = [sharding_name(int(a), int(b)) for a, b in zip(t["tp"], t["ep"])]
+    t["sharding"] = [sharding_name(a, b) for a, b in zip(t["tp"], t["ep"])]
     t["ratio"] = t["best_us"] / t["vllm_us"]
     t["slower"] = t["ratio"] > band
     t["loses_in"], t["loses_us"] = "", math.nan
@@ -251,7 +251,7 @@ def fp8_over_bf16(results: pd.DataFrame, mode: str | None = "graph") -> pd.DataF
     t = out[0].merge(out[1], on=FP8_KEY + ["dtype"], how="left")
     if t.empty:
         return pd.DataFrame(columns=cols)
-    t["sharding"] = [sharding_name(int(a), int(b)) for a, b in zip(t["tp"], t["ep"])]
+    t["sharding"] = [sharding_name(a, b) for a, b in zip(t["tp"], t["ep"])]
     t["speedup"] = t["bf16_us"] / t["fp8_us"]
     t["speedup_own"] = t["bf16_own_us"] / t["fp8_own_us"]
     return t[cols].sort_values(["model", "sharding", "dtype", "tokens"]).reset_index(drop=True)

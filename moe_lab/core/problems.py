@@ -25,8 +25,14 @@ class ProblemError(UsageError):
 
 
 def sharding_name(tp: int, ep: int) -> str:
-    """'TP8' or 'TP8+EP8': the one label of a sharding (rows, figures, the aiter import)."""
-    return f"TP{int(tp)}" + (f"+EP{int(ep)}" if int(ep) > 1 else "")
+    """'TP8' or 'TP8+EP8': the one label of a sharding (rows, figures, the aiter import).
+    A row without one (an imported tuner row of a shape no seed model has: its model is the
+    shape as one rank holds it, tp and ep empty) is 'rank shape'."""
+    try:
+        tp, ep = int(tp), int(ep)
+    except (TypeError, ValueError):
+        return "rank shape"
+    return f"TP{tp}" + (f"+EP{ep}" if ep > 1 else "")
 
 
 @dataclass(frozen=True)

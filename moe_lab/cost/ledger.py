@@ -228,7 +228,8 @@ ok_rows = row_schema.ok_rows  # the one rule for which rows are points
 
 
 @frames(results_df=("model", "tp", "ep", "ep_rank", "dtype",
-        "tokens", "median_us", "point_id"), kernels_df=("point_id", "phase", "calls", "total_us"))
+        "tokens", "median_us", "point_id"), kernels_df=("point_id", "phase", "calls", "total_us"),
+        phases_df=PHASE_COLUMNS)
 def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
            phases_df: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per ok point and phase: measured_us, floor_us, over_us (max(measured - floor, 0):
@@ -275,7 +276,7 @@ def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
     if not recs:
         return pd.DataFrame(columns=cols)
     out = pd.DataFrame(recs)
-    out["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(out["tp"], out["ep"])]
+    out["sharding"] = [sharding_name(t, e) for t, e in zip(out["tp"], out["ep"])]
     out["over_us"] = (out["measured_us"] - out["floor_us"]).clip(lower=0)
     out["x_floor"] = out["measured_us"] / out["floor_us"].where(out["floor_us"] > 0)
     out["share"] = out["measured_us"] / out["median_us"].astype(float)
@@ -316,7 +317,7 @@ def best_points(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     glue = r["glue"] if "glue" in r else [None] * len(r)
     r["choice"] = [f"{b} {c}" + (f" glue={g}" if isinstance(g, str) and g else "")
                    for b, c, g in zip(r["backend"], r["config"], glue)]
-    r["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(r["tp"], r["ep"])]
+    r["sharding"] = [sharding_name(t, e) for t, e in zip(r["tp"], r["ep"])]
     return r.sort_values("median_us").groupby(POINT).head(1).sort_values(POINT) \
         .reset_index(drop=True)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core.devices import Ceilings, DeviceSpec, ceilings_for
-from ..core.problems import Problem, make_problem, sharding_name  # noqa: F401 (re-exported)
+from ..core.problems import Problem, ProblemError, make_problem, sharding_name  # noqa: F401 (re-exported)
 
 
 # --- cost -----------------------------------------------------------------------------
@@ -262,24 +262,17 @@ def add_roofline_columns(df, device_name: str, data_dir=None):
     cache: dict = {}
     for row in out.itertuples(index=False):
         hit, pairs = given(row, "experts_hit"), given(row, "pairs")
-        key = (row.model, int(row.tp), int(row.ep), int(row.ep_rank), row.dtype,
+        # no tp/ep: an imported row whose model is the shape one rank holds (custom:...)
+        tp, ep = (int(given(row, c) or 1) for c in ("tp", "ep"))
+        key = (row.model, tp, ep, int(row.ep_rank), row.dtype,
                int(row.tokens), row.backend, hit, pairs)
         if key not in cache:
-            p = make_problem(row.model, row.tokens, row.dtype, row.tp, row.ep, row.ep_rank)
-            c = cost(p, experts_hit=hit, pairs=pairs)
             try:
-                roof, bnd = floor_us(c, ceil, row.dtype), bound(c, ceil, row.dtype)
-            except ValueError:
-                roof, bnd = math.nan, None
-            bb = broof = math.nan
-            if _declares_intermediates(row.backend):
-                cb = cost(p, backend=row.backend, experts_hit=hit, pairs=pairs)
-                bb = cb.bytes
-                try:
-                    broof = floor_us(cb, ceil, row.dtype)
-                except ValueError:
-                    pass
-            cache[key] = (c.experts_hit, c.pairs, c.flops, c.bytes, roof, bnd, bb, broof)
+                p = make_problem(row.model, row.tokens, row.dtype, tp, ep, row.ep_rank)
+            except ProblemError:  # a scheme the cost model has no bytes for (int8-tensor)
+                p = None
+            cache[key] = ((hit, pairs, math.nan, math.nan, math.nan, None, math.nan, math.nan)
+                          if p is None else _roof_entry(p, row, ceil, hit, pairs))
         for name, v in zip(cols, cache[key]):
             cols[name].append(v)
     for name, vals in cols.items():
@@ -290,6 +283,25 @@ def add_roofline_columns(df, device_name: str, data_dir=None):
     bases = {d: roof_basis(ceil, d) for d in set(out["dtype"])}
     out["roof_basis"] = [bases[d] for d in out["dtype"]]
     return out
+
+
+def _roof_entry(p, row, ceil, hit, pairs) -> tuple:
+    """add_roofline_columns' values of one point: experts_hit, pairs, flops, bytes, roof_us,
+    bound, backend_bytes, backend_roof_us."""
+    c = cost(p, experts_hit=hit, pairs=pairs)
+    try:
+        roof, bnd = floor_us(c, ceil, row.dtype), bound(c, ceil, row.dtype)
+    except ValueError:
+        roof, bnd = math.nan, None
+    bb = broof = math.nan
+    if _declares_intermediates(row.backend):
+        cb = cost(p, backend=row.backend, experts_hit=hit, pairs=pairs)
+        bb = cb.bytes
+        try:
+            broof = floor_us(cb, ceil, row.dtype)
+        except ValueError:
+            pass
+    return c.experts_hit, c.pairs, c.flops, c.bytes, roof, bnd, bb, broof
 
 
 def _declares_intermediates(backend: str) -> bool:

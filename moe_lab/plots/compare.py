@@ -75,7 +75,7 @@ def fig_ratio(table: pd.DataFrame, a, b, by=None, values=None) -> Figure:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("tokens")
         ax.set_ylabel("B / A (median time)")
-        ax.set_title(f"{m} {sharding_name(int(tp), int(ep))} {mode}, {band}", fontsize=9)
+        ax.set_title(f"{m} {sharding_name(tp, ep)} {mode}, {band}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
     what = (f"A = {by} {values[0]}, B = {by} {values[1]} in {a.run_id}" if by else
             f"A = {a.run_id}, B = {b.run_id}")

@@ -39,7 +39,7 @@ def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> F
         if no_roof:  # said on the panel, not a series silently missing
             style.panel_note(axes[i][1], "no % of roof (no spec for the GPU): "
                              + "; ".join(no_roof), fontsize=7)
-        shard = sharding_name(int(sub["tp"].iloc[0]), int(sub["ep"].iloc[0]))
+        shard = sharding_name(sub["tp"].iloc[0], sub["ep"].iloc[0])
         for ax, ylab in zip(axes[i], ("us per MoE call\n(H200: graph replay; AMD: aiter's "
                                       "tuner)", "% of the device's roof")):
             ax.set_xscale("log", base=2)

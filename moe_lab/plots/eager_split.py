@@ -23,7 +23,7 @@ def fig_eager_split(run, t: pd.DataFrame | None = None) -> Figure:
     t = table(run) if t is None else t
     if t.empty:
         return style.note_figure("this run has no sweep traces to split (sweep --traces N)", run)
-    t = t.assign(sharding=[sharding_name(int(a), int(b)) for a, b in zip(t["tp"], t["ep"])])
+    t = t.assign(sharding=[sharding_name(a, b) for a, b in zip(t["tp"], t["ep"])])
     labels = dict(PART_LABELS)
     if not t["device_timeline"].any():  # a CPU run: the ops are the work, no device
         labels.update(host_us="Python between ops (host)", kernel_us="aten ops (CPU)",

@@ -111,7 +111,7 @@ def _split_section(run: Run) -> Section | None:
     if t.empty:
         return None
     fig = eager_split.fig_eager_split(run, t)
-    names = [f"{m} {sharding_name(int(tp), int(ep))} T={n} {b}" for m, tp, ep, n, b in
+    names = [f"{m} {sharding_name(tp, ep)} T={n} {b}" for m, tp, ep, n, b in
              zip(t["model"], t["tp"], t["ep"], t["tokens"], t["backend"])]
     shown = pd.DataFrame({
         "point": names, "host us": t["host_us"].round(0), "gaps us": t["gap_us"].round(0),

@@ -62,7 +62,7 @@ def fig_floor_vs_tokens(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
     d = ok_rows(df).copy()
     if d.empty:
         return style.note_figure("no ok row to draw", run, d)
-    d["sharding"] = [sharding_name(int(t), int(e)) for t, e in zip(d["tp"], d["ep"])]
+    d["sharding"] = [sharding_name(t, e) for t, e in zip(d["tp"], d["ep"])]
     models = sorted(d["model"].unique())
     shards = sorted(d["sharding"].unique(), key=len)
     fig, axes = style.new_figure(1, len(models), squeeze=False,
