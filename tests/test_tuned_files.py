@@ -89,6 +89,33 @@ def _run(run_id, rows):
                            results=pd.DataFrame(rows), manifest={}, device="NVIDIA H200")
 
 
+def test_a_newer_run_on_another_gpu_is_its_own_points_not_the_newer_measurement(tmp_path):
+    """An H100 run with the same points as the H200 run, newer: the H200 pairs stay the H200
+    run's (keyed without the device, the newer run's H100 times stood for the H200 points),
+    the H100 ones are beside them, and T against 2T is read within one GPU."""
+    from moe_lab.analysis.tuned_paths import _names
+    cfg, _ = _configs(tmp_path)
+    prov = cfg / "aiter-triton" / "provenance.json"  # an H100 file too, written before its run
+    h100_file = _names("aiter-triton", "deepseek-r1", 8, 1, "bf16", "NVIDIA H100 80GB HBM3")["gemm1"]
+    prov.write_text(json.dumps({**json.loads(prov.read_text()), h100_file: dict(
+        run="tune-h100", candidates_timed=10, written="2026-12-02T00:00:00+00:00")}))
+    at, later = "2026-12-03T00:00:00+00:00", "2026-12-04T00:00:00+00:00"
+    h200 = _run("h200", [_row(t, c, us, at) for t, c, us in
+                         ((2048, "default", 200.0), (2048, "tuned", 150.0),
+                          (4096, "default", 300.0), (4096, "tuned", 280.0))])
+    h100 = _run("h100", [_row(2048, "default", 260.0, later, device="NVIDIA H100 80GB HBM3"),
+                         _row(2048, "tuned", 250.0, later, device="NVIDIA H100 80GB HBM3")])
+    h100.device = "NVIDIA H100 80GB HBM3"
+    pairs, _ = tf.current_pairs([h100, h200], cfg)
+    got = {(d, t): (r, us) for d, t, r, us in
+           zip(pairs["device"], pairs["tokens"], pairs["run_id"], pairs["tuned_us"])}
+    assert got == {("NVIDIA H200", 2048): ("h200", 150.0), ("NVIDIA H200", 4096): ("h200", 280.0),
+                   ("NVIDIA H100 80GB HBM3", 2048): ("h100", 250.0)}
+    two_t = tf.with_two_t(pairs).set_index(["device", "tokens"])["two_t_over_t"]
+    assert two_t[("NVIDIA H200", 2048)] == pytest.approx(280 / 150)
+    assert pd.isna(two_t[("NVIDIA H100 80GB HBM3", 2048)])  # no H100 4096: not the H200's
+
+
 def test_only_tuned_rows_measured_after_their_file_are_evidence_and_the_newest_run_wins(tmp_path):
     cfg, _ = _configs(tmp_path)
     before, after, later = ("2026-12-01T00:00:00+00:00", "2026-12-03T00:00:00+00:00",

@@ -32,7 +32,7 @@ from ..cost import ledger as lg
 from ..storage.rows import deployed_rows, published_rows, vllm_named
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_paths import PAIR_KEY, _configs_dir, _history, _names, _provenance
+from .tuned_paths import PAIR_KEY, with_device, _configs_dir, _history, _names, _provenance
 from ..core.validate import frames
 
 
@@ -48,7 +48,7 @@ def published_pairs(runs, configs_dir=None, data_dir=None) -> pd.DataFrame:
 def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
     out, seen = [], set()
     for r in runs:
-        res = r.results
+        res = with_device(r)
         if "config" not in res or not len(res):
             continue
         g = deployed_rows(res)

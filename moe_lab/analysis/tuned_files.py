@@ -38,7 +38,7 @@ from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows, published_rows
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_paths import PAIR_KEY, _configs_dir, _history, _names
+from .tuned_paths import PAIR_KEY, with_device, _configs_dir, _history, _names
 from .tuned_roof import roof_from  # noqa: F401 (findings and the notebooks read it here)
 
 SEEDS = ("llama4-scout-16e", "llama4-maverick-128e", "qwen3-235b-a22b", "deepseek-r1")
@@ -191,7 +191,7 @@ def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
 def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
     out, seen, stale = [], set(), set()
     for r in runs:
-        res = r.results
+        res = with_device(r)
         if r.manifest.get("kind") in ("tune", "import") or "config" not in res or not len(res):
             continue
         j = default_and_tuned(res)
@@ -209,9 +209,9 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
                         "default_point_id": x["point_id_d"],
                         "pct_of_roof": x["pct_of_roof_t"], "experts_hit": x["experts_hit_t"],
                         "git_commit": x["git_commit_t"], "run_id": r.run_id,
-                        "flops": x["flops_t"], "bytes": x["bytes_t"], "device": r.device})
+                        "flops": x["flops_t"], "bytes": x["bytes_t"]})
     cols = PAIR_KEY + ["default_us", "tuned_us", "point_id", "default_point_id", "pct_of_roof",
-                       "experts_hit", "git_commit", "run_id", "flops", "bytes", "device"]
+                       "experts_hit", "git_commit", "run_id", "flops", "bytes"]
     p = pd.DataFrame(out, columns=cols)
     p["experts_hit"] = pd.to_numeric(p["experts_hit"], errors="coerce")
     p["sharding"] = [sharding_name(t, e) for t, e in zip(p["tp"], p["ep"])]

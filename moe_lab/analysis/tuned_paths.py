@@ -64,4 +64,13 @@ def _history(root: str, x: dict, device: str) -> bool:
     return w is None or pd.Timestamp(x["measured_at_t"]) < w
 
 
-PAIR_KEY = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend"]
+# device first: a point is one GPU's (an H100 run beside the H200 runs is its own points, never
+# the newer measurement of an H200 one)
+PAIR_KEY = ["device", "model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend"]
+
+
+def with_device(r) -> "pd.DataFrame":
+    """A run's results with PAIR_KEY's device: the rows' own, else (rows written before it
+    was a column, a table built by hand) the run's."""
+    res = r.results
+    return res if "device" in res or not len(res) else res.assign(device=r.device)
