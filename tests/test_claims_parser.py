@@ -350,3 +350,29 @@ def test_comparison_garbage_and_lmeval_garbage():
     with pytest.raises(ParseError, match="lm_eval"):
         parse_text("|Tasks|Version|Filter|n-shot|Metric| |Value| |Stderr|\n"
                    "|gsm8k|3|strict|5|exact_match|↑|high|±|0.01|\n", "t.txt")
+
+
+@pytest.mark.parametrize("edit", [
+    lambda ln: ln + "\t",                              # a trailing TAB on every line
+    lambda ln: "\t" + ln,                              # the paste indented by a TAB
+    lambda ln: ln.replace(":" + " " * 5, ":\t\t", 1),  # TABs between "label:" and the value
+    lambda ln: ln + "\r",                              # Windows line endings
+])
+def test_serving_blocks_with_tab_or_crlf_whitespace_read_as_pasted(edit):
+    """A TAB used as whitespace in a serving block (an editor's or a terminal's copy) is not a
+    table cell: every line was refused as 'not a field' and the file as 'serving benchmark
+    block has no numeric fields'."""
+    text = S000.read_text(encoding="utf-8")
+    want = [(b.label, b.values()) for b in serving(parse_text(text, S000.name))]
+    edited = "\n".join(edit(ln) for ln in text.splitlines())
+    got = [(b.label, b.values()) for b in serving(parse_text(edited, S000.name))]
+    assert got == want and len(got) == 4
+
+
+def test_a_tab_table_after_a_cut_block_still_ends_it():
+    text = ("============ Serving Benchmark Result ============\n"
+            "Successful requests:\t160\n"
+            "Metric\tA\tB\tGain\nMean TPOT (ms):\t1.0\t2.0\t+100%\n")
+    a, t = parse_text(text, "x.txt")
+    assert a.values() == {"completed": 160} and t.kind == "comparison"
+

@@ -150,8 +150,11 @@ class _Parser:
                 members.append(i)
                 i += 1
                 continue
-            # tables (TAB or pipe cells) and lines without "label: value" are not fields
-            fm = None if "\t" in line or raw.startswith("|") else FIELD_RE.match(raw)
+            # tables (TAB or pipe cells) and lines without "label: value" are not fields; a
+            # TAB as whitespace (around the line, between "label:" and its value) is not a cell
+            fm = None if raw.startswith("|") else FIELD_RE.match(raw)
+            if fm and "\t" in fm.group("label") + fm.group("value"):
+                fm = None
             if not fm:
                 cut_by = f"line {i + 1} is not a field ({raw[:40]!r})"
                 break
