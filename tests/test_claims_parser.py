@@ -376,3 +376,8 @@ def test_a_tab_table_after_a_cut_block_still_ends_it():
     a, t = parse_text(text, "x.txt")
     assert a.values() == {"completed": 160} and t.kind == "comparison"
 
+
+def test_a_folder_is_not_called_a_missing_file(tmp_path):
+    with pytest.raises(UsageError) as ei:
+        parse_file(tmp_path)
+    assert "is a folder" in str(ei.value) and "no such file" not in str(ei.value)

@@ -361,6 +361,8 @@ def parse_text(text: str, name: str = "<text>", require: bool = True) -> list[Bl
 
 def parse_file(path: str | Path, require: bool = True) -> list[Block]:
     p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{p} is a folder, not a text file: give the file to parse")
     if not p.is_file():
         raise UsageError(f"no such file: {p}")
     try:
