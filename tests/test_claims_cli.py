@@ -188,3 +188,18 @@ def test_implications_results_without_its_columns_or_bad_manifest_exit_2(capsys,
     assert rc == 0
     row = {r["config"]: r for r in json.loads(out)}["000-scout-bf16"]
     assert row["measured_device"] == "NVIDIA H200"
+
+
+def test_parse_json_is_json_when_a_value_is_inf(capsys):
+    """SGLang and `vllm bench serve` print 'Traffic request rate: inf': --format json wrote
+    the bare token Infinity, which no strict JSON reader (jq, JSON.parse) accepts."""
+    src = ROOT / "tests" / "data" / "claims" / "sglang_bench_serving.txt"
+    rc, out, err = run_main(capsys, "parse", src, "--format", "json")
+    assert rc == 0
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+    rows = json.loads(out, parse_constant=refuse)
+    rate = [r for r in rows if r["metric"] == "request_rate"]
+    assert rate and all(r["value"] is None for r in rate)
+    assert any(r["metric"] == "mean_tpot" and r["value"] > 0 for r in rows)

@@ -41,10 +41,11 @@ def _registry(path):
 def _emit(df, fmt: str) -> None:
     if fmt == "csv":
         df.to_csv(sys.stdout, index=False)
-    elif fmt == "json":
-        rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-                for r in df.to_dict(orient="records")]
-        print(json.dumps(rows, indent=1, default=str))
+    elif fmt == "json":  # JSON has no NaN or Infinity (SGLang's 'Traffic request rate: inf'):
+        # a value that is not a finite number is null, so the output stays JSON
+        rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                 for k, v in r.items()} for r in df.to_dict(orient="records")]
+        print(json.dumps(rows, indent=1, default=str, allow_nan=False))
     else:
         import pandas as pd
         with pd.option_context("display.width", 200, "display.max_columns", 40,
