@@ -203,3 +203,84 @@ def test_parse_json_is_json_when_a_value_is_inf(capsys):
     rate = [r for r in rows if r["metric"] == "request_rate"]
     assert rate and all(r["value"] is None for r in rate)
     assert any(r["metric"] == "mean_tpot" and r["value"] > 0 for r in rows)
+
+
+def _edit(path, value):
+    """An edit of the committed registry: `path` a list of keys/indices, `value` the new
+    value (DROP removes the key)."""
+    def edit(reg):
+        *head, last = path
+        node = reg
+        for k in head:
+            node = node[k]
+        if value is DROP:
+            del node[last]
+        else:
+            node[last] = value
+    return edit
+
+
+DROP = object()
+_PERF, _TABLE, _ACC, _PAR = 0, 40, 44, 64  # a perf claim, one with a stated gain, ...
+
+
+@pytest.mark.parametrize("edit,why", [
+    # each was a traceback (TypeError, KeyError, ValueError, ZeroDivisionError)
+    (_edit(["claims", _TABLE, "stated_gain_pct"], "x"), "'stated_gain_pct' is 'x'"),
+    (_edit(["claims", _PERF, "decimals"], "two"), "'decimals' is 'two'"),
+    (_edit(["claims", 1, "work"], {"baseline": {}}), "'work'"),
+    (_edit(["claims", 1, "work", "baseline", "total_output_tokens"], "many"), "'many'"),
+    (_edit(["claims", _ACC, "stderr"], "x"), "'stderr' is 'x'"),
+    (_edit(["claims", _PAR, "baseline_config"], DROP), "no 'baseline_config'"),
+    (_edit(["blocks", 0, "kind"], "weird"), "kind 'weird'"),
+    (_edit(["blocks", 0, "values", "mean_itl"], "x"), "'mean_itl' is 'x'"),
+    (_edit(["blocks", 4, "values", "No AITER"], 5), "values['No AITER'] is not an object"),
+    (_edit(["configs", "000-scout-bf16"], 5), "configs['000-scout-bf16'] is not an object"),
+    (_edit(["configs", "000-scout-bf16", "concurrency"], "lots"), "'concurrency' is 'lots'"),
+    (_edit(["configs", "000-scout-bf16", "source"], DROP), "has no 'source'"),
+    # each was checked and given a verdict the numbers cannot support
+    (_edit(["claims", _PERF, "new"], 0), "'new' is 0, not above 0"),
+    (_edit(["claims", _PERF, "new"], -5), "'new' is -5"),
+    (_edit(["claims", _PERF, "direction"], "sideways"), "direction 'sideways'"),
+    (_edit(["claims", _PERF, "unit"], "furlongs"), "unit 'furlongs'"),
+    (_edit(["claims", _TABLE, "stated_gain_pct"], float("nan")), "'stated_gain_pct' is nan"),
+    (_edit(["claims", _TABLE, "stated_gain_pcx"], -35.0), "unknown key 'stated_gain_pcx'"),
+    (_edit(["claims", _PERF, "decimals"], -1), "'decimals' is -1"),
+    (_edit(["claims", _PERF, "kind"], "vibes"), "kind 'vibes'"),
+    (_edit(["claims", _PERF, "config"], "nope"), "config 'nope' is not in 'configs'"),
+    (_edit(["claims", _ACC, "stderr"], -0.01), "'stderr' is -0.01"),
+    (_edit(["claims", _PAR, "new_stderr"], -0.5), "'new_stderr' is -0.5"),
+    (_edit(["blocks", 0, "values", "duration"], 0), "'duration' is 0"),
+    (_edit(["blocks", 0, "config"], "nope"), "config 'nope' is not in 'configs'"),
+    (_edit(["configs", "000-scout-bf16", "tp"], 0), "'tp' is 0"),
+    (lambda reg: reg["claims"].append(dict(reg["claims"][0])), "given twice"),
+])
+def test_check_registry_with_a_bad_claim_block_or_config(capsys, tmp_path, edit, why):
+    """The committed registry with one thing wrong: one line naming the file and what is
+    wrong, exit 2, for check and implications; the API refuses the same dict in one line.
+    Before, the first half were tracebacks and the second half were checked as given
+    (a perf claim whose new value is 0 or negative, a stderr below 0, a misspelt key, a
+    direction or unit no check knows, a claim of no configuration, ...)."""
+    import copy
+    from moe_lab import claims
+    from moe_lab.core.errors import UsageError
+    reg = copy.deepcopy(claims.load_registry())
+    edit(reg)
+    p = tmp_path / "reg.json"
+    p.write_text(json.dumps(reg))
+    for cmd in ("check", "implications"):
+        rc, out, err = run_main(capsys, cmd, "--registry", p, "--runs", tmp_path)[:3] \
+            if cmd == "implications" else run_main(capsys, cmd, "--registry", p)
+        assert_one_line_error(rc, out, err, p, "not a claims registry", why)
+    for api in (claims.run_checks, claims.implications):
+        with pytest.raises(UsageError) as exc:
+            api(reg)
+        assert why in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_committed_registry_and_a_minimal_one_are_registries():
+    from moe_lab.claims.registry import build_registry, load_registry
+    from moe_lab.claims.schema import registry_problem
+    assert registry_problem(load_registry()) is None
+    assert registry_problem(build_registry()) is None
+    assert registry_problem({"claims": [], "configs": {}}) is None

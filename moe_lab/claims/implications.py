@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 
 from ..core.errors import UsageError
-from .registry import load_registry
+from .registry import checked, load_registry
 
 # Weight quantisation of the FP8 checkpoints of the seeds (per-config dtype "fp8").
 FP8_SCALES = {
@@ -192,7 +192,7 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
     import pandas as pd
 
     from ..core.problems import PRESETS
-    reg = registry if registry is not None else load_registry()
+    reg = checked(registry) if registry is not None else load_registry()
     if gpu is not None:
         check_gpu(gpu)
     measured = load_measured(runs_dir)

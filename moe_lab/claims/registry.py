@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..core.errors import UsageError
 from .parser import Block, parse_file
+from .schema import registry_problem
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLAIMS_DIR = REPO_ROOT / "data" / "claims"
@@ -269,49 +270,13 @@ def build_registry(sources_dir: str | Path = SOURCES_DIR) -> dict:
         configs=configs, blocks=blocks_out, claims=claims)
 
 
-# Keys every claim of a kind needs (what the verdicts and implications read), and the
-# ones that must be numbers.
-_CLAIM_KEYS = ("id", "kind", "source", "section", "config", "metric")
-_KIND_NUMBERS = {"perf": ("baseline", "new"), "accuracy": ("value",),
-                 "parity": ("baseline", "new", "baseline_stderr", "new_stderr")}
-_KIND_KEYS = {"perf": ("direction",)}
-_BLOCK_KEYS = ("source", "kind", "section", "label", "config", "values")
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def registry_problem(reg) -> str | None:
-    """What makes `reg` not a claims registry (the first problem found), or None."""
-    if not isinstance(reg, dict):
-        return f"top level is a JSON {type(reg).__name__}, not an object"
-    for key, typ in (("claims", list), ("configs", dict)):
-        if not isinstance(reg.get(key), typ):
-            return f"no {key!r} {typ.__name__}"
-    if not isinstance(reg.get("blocks", []), list):
-        return "'blocks' is not a list"
-    for i, c in enumerate(reg["claims"]):
-        if not isinstance(c, dict):
-            return f"claims[{i}] is not an object"
-        what = f"claims[{i}] ({c.get('id', 'no id')})"
-        for k in _CLAIM_KEYS + _KIND_KEYS.get(c.get("kind"), ()):
-            if k not in c:
-                return f"{what} has no {k!r}"
-        for k in _KIND_NUMBERS.get(c["kind"], ()):
-            if not _is_number(c.get(k)):
-                return f"{what}: {k!r} is {c.get(k)!r}, not a finite number"
-        if c["kind"] == "perf" and c["baseline"] <= 0:
-            return f"{what}: baseline {c['baseline']!r} is not positive"
-    for i, b in enumerate(reg.get("blocks", [])):
-        if not isinstance(b, dict):
-            return f"blocks[{i}] is not an object"
-        for k in _BLOCK_KEYS:
-            if k not in b:
-                return f"blocks[{i}] has no {k!r}"
-        if not isinstance(b["values"], dict):
-            return f"blocks[{i}]: 'values' is not an object"
-    return None
+def checked(reg) -> dict:
+    """`reg` itself when it is a claims registry (schema.registry_problem); else a
+    UsageError in one line saying what is wrong (a dict handed to the API, not a file)."""
+    problem = registry_problem(reg)
+    if problem:
+        raise UsageError(f"not a claims registry ({' '.join(problem.split())[:300]})")
+    return reg
 
 
 def load_registry(path: str | Path = REGISTRY_PATH) -> dict:

@@ -24,7 +24,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from .registry import load_registry
+from .registry import checked, load_registry
 from ..core.validate import frames
 
 ORDER = {"pass": 0, "warn": 1, "fail": 2}
@@ -179,7 +179,7 @@ def _cons(name: str, stated: float, num: float, den: float, dn: float, dd: float
     h = half_ulp(decimals)
     if overlaps((lo, hi), (stated - h, stated + h)):
         return Verdict("pass", f"{name} {stated} = {num:g}/{den:g} ({(lo + hi) / 2:.2f})")
-    rel = stated / ((lo + hi) / 2) - 1
+    rel = stated / ((lo + hi) / 2) - 1 if lo + hi else math.inf  # 0 requests: no rate
     status = "warn" if abs(rel) < 0.01 else "fail"
     return Verdict(status, f"{name} stated {stated} but {num:g}/{den:g} = "
                    f"{(lo + hi) / 2:.2f} ({_fmt_pct(rel * 100)})")
@@ -308,6 +308,7 @@ def run_checks(registry: dict | None = None):
     """One row per claim and per block consistency check, as a pandas DataFrame."""
     import pandas as pd
     reg = registry if registry is not None else load_registry()
+    checked(reg)
     rows = []
     for c in reg["claims"]:
         if c["kind"] == "perf":
