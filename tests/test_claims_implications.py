@@ -103,3 +103,38 @@ def test_aiter_vs_vllm_per_token_count_beside_the_claims_implied_gain(reg, tmp_p
                       backend="vllm", tokens=32, status="ok", median_us=[400.0])
                  ).to_parquet(run / "results.parquet")
     assert aiter_vs_vllm(tmp_path, imp).empty
+
+
+def test_a_latency_claim_in_seconds_is_read_in_ms(reg, tmp_path):
+    """A registry whose TPOT/ITL claims are in s (a unit the parser reads from
+    'Mean TPOT (s)'): the saving per layer was computed as if they were ms, 1000x small."""
+    import copy
+    in_s = copy.deepcopy(reg)
+    for c in in_s["claims"]:
+        if c["kind"] == "perf" and c["unit"] == "ms":
+            c.update(unit="s", baseline=c["baseline"] / 1000, new=c["new"] / 1000)
+    want = implications(reg, runs_dir=tmp_path).set_index("config")
+    got = implications(in_s, runs_dir=tmp_path).set_index("config")
+    for col in ("tpot_base_ms", "step_saved_ms", "saved_per_layer_us", "saved_per_layer_itl_us"):
+        assert got[col].to_numpy() == pytest.approx(want[col].to_numpy()), col
+
+
+def test_a_latency_claim_in_a_unit_that_is_no_time_is_refused(reg, tmp_path):
+    import copy
+    from moe_lab.core.errors import UsageError
+    bad = copy.deepcopy(reg)
+    next(c for c in bad["claims"] if c["metric"] == "mean_tpot")["unit"] = "tok/s"
+    with pytest.raises(UsageError, match="'tok/s' is not a time"):
+        implications(bad, runs_dir=tmp_path)
+
+
+def test_a_serving_config_of_a_model_moe_lab_does_not_know_is_refused(reg, tmp_path):
+    """It was left out of the implications without a word (four rows of five)."""
+    import copy
+    from moe_lab.core.errors import UsageError
+    bad = copy.deepcopy(reg)
+    bad["configs"]["000-scout-bf16"]["preset"] = "gpt-oss-120b"
+    with pytest.raises(UsageError) as exc:
+        implications(bad, runs_dir=tmp_path)
+    assert "000-scout-bf16" in str(exc.value) and "'gpt-oss-120b'" in str(exc.value)
+    assert "\n" not in str(exc.value)

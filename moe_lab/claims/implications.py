@@ -44,10 +44,19 @@ COLUMNS = ["config", "source", "model", "dtype", "gpu", "tp", "ep", "tokens", "m
            "measured_device", "measured_run", "note"]
 
 
+MS_PER = {"s": 1000.0, "ms": 1.0, "us": 0.001}  # a latency claim's unit, in ms
+
+
 def _metric(reg: dict, config: str, metric: str) -> tuple[float, float]:
+    """(baseline, new) of the config's perf claim of a latency metric, in ms whatever unit
+    the claim is in (a registry in s read as ms made every saving 1000x too small); NaN
+    without such a claim; a UsageError for a unit that is not a time."""
     for c in reg["claims"]:
         if c["kind"] == "perf" and c["config"] == config and c["metric"] == metric:
-            return c["baseline"], c["new"]
+            if c["unit"] not in MS_PER:
+                raise UsageError(f"claim {c['id']}: unit {c['unit']!r} is not a time "
+                                 f"({', '.join(MS_PER)}); {metric} is a latency")
+            return c["baseline"] * MS_PER[c["unit"]], c["new"] * MS_PER[c["unit"]]
     return math.nan, math.nan
 
 
@@ -198,8 +207,11 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
     measured = load_measured(runs_dir)
     rows = []
     for cid, cfg in reg["configs"].items():
-        if "concurrency" not in cfg or cfg.get("preset") not in PRESETS:
+        if "concurrency" not in cfg:
             continue  # accuracy configurations
+        if cfg.get("preset") not in PRESETS:  # was: left out of the table without a word
+            raise UsageError(f"config {cid}: model {cfg.get('preset')!r} is not one moe-lab "
+                             f"knows ({', '.join(sorted(PRESETS))}): no layers, no floor")
         preset = cfg["preset"]
         spec = PRESETS[preset]
         tb, tn = _metric(reg, cid, "mean_tpot")

@@ -137,7 +137,7 @@ def honest_alternative(claim: dict, registry: dict) -> str:
         return "compare per-token metrics (TPOT/ITL) instead"
     g = gain_pct(pick["baseline"], pick["new"])
     eq = (pick["baseline"] / pick["new"] - 1) * 100
-    return (f"the honest metric is {why} ({pick['baseline']} -> {pick['new']} ms, "
+    return (f"the honest metric is {why} ({pick['baseline']} -> {pick['new']} {pick['unit']}, "
             f"{_fmt_pct(g)}, i.e. {_fmt_pct(eq)} decode throughput per sequence); "
             "request throughput compares only at equal work")
 
