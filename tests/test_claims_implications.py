@@ -26,7 +26,8 @@ def test_per_layer_savings_without_runs(reg, tmp_path):
     assert (d["tokens"], d["ep"], d["moe_layers"]) == (64, 8, 58)
     assert "ITL" in d["note"]  # TPOT and ITL disagree there
     assert df["measured_us"].isna().all()
-    assert df["note"].str.contains("no committed run yet").all()
+    # the folder it was given, not 'no committed run yet in data/runs'
+    assert df["note"].str.contains(f"no run in {tmp_path}: measured_us is NaN").all()
     assert (df["gpu"] == "mi300x").all()
 
 
@@ -138,3 +139,28 @@ def test_a_serving_config_of_a_model_moe_lab_does_not_know_is_refused(reg, tmp_p
         implications(bad, runs_dir=tmp_path)
     assert "000-scout-bf16" in str(exc.value) and "'gpt-oss-120b'" in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+def test_a_run_given_as_a_folder_elsewhere_is_credited_with_its_own_commit(reg, tmp_path):
+    """Notebook 04's implications footer took each run's commit from the data folder's run
+    of the same name: a run given as a folder elsewhere showed 'commits unknown', and a copy
+    of a committed run measured at another commit showed the committed run's commit."""
+    import json
+    import shutil
+
+    from moe_lab.claims import figures
+    from moe_lab.storage.store import data_dir
+    rid = "h200-glue-bf16-tp8-20261201"
+    if not (data_dir() / rid / "results.parquet").is_file():
+        pytest.skip(f"no committed run {rid}")
+    mine = tmp_path / "runs" / rid
+    shutil.copytree(data_dir() / rid, mine)
+    man = json.loads((mine / "manifest.json").read_text())
+    committed = man["environment"]["git_commit"][:7]
+    man["environment"]["git_commit"] = "abcdef0123456789"
+    (mine / "manifest.json").write_text(json.dumps(man))
+    for given in (mine, mine.parent):
+        imp = implications(reg, runs_dir=given)
+        assert set(imp.loc[imp["measured_run"] == rid, "measured_commit"]) == {"abcdef0123456789"}
+        text = figures.measured_provenance(imp) + figures.measured_provenance(imp, short=True)
+        assert "abcdef0" in text and committed not in text and "unknown" not in text

@@ -91,7 +91,8 @@ def _run(args) -> int:
                              "<run_id>/results.parquet, default data/runs)")
         df = implications(_registry(args.registry), runs_dir=args.runs, gpu=args.gpu)
         if args.format == "text":
-            _emit(df.drop(columns=["note", "source", "measured_device", "measured_run"]), "text")
+            _emit(df.drop(columns=["note", "source", "measured_device", "measured_run",
+                                    "measured_commit"]), "text")
             for _, r in df.iterrows():
                 print(f"note {r['config']}: {r['note']}")
         else:

@@ -144,21 +144,15 @@ def measured_provenance(imp, short: bool = False) -> str:
     """Where the measured bars come from: each run with its device and commit(s), or that
     no run has the claims' shapes. short: the devices, the runs and the commits as three
     lists (a footer's; the whole one is the figure's probe)."""
-    import json
-    from pathlib import Path
-
-    from ..storage.store import data_dir
     m = imp[imp["measured_run"].fillna("").astype(str) != ""]
     if m.empty:
         return "measured: none (no run has the claims' shapes)"
     parts, commits = [], set()
     for run_id, g in m.groupby("measured_run", sort=True):
-        commit = ""
-        try:
-            man = json.loads((Path(data_dir()) / run_id / "manifest.json").read_text())
-            commit = str((man.get("environment") or {}).get("git_commit") or "")[:7]
-        except (OSError, ValueError):
-            pass
+        # the commit of the run the time was read from (implications: its manifest), not
+        # of a run of the same name in the data folder: a run given as a folder elsewhere
+        # showed 'commits unknown', or that other run's commit
+        commit = ", ".join(sorted({str(c)[:7] for c in g.get("measured_commit", []) if c}))
         commits |= {commit} if commit else set()
         dev = ", ".join(sorted({str(d) for d in g["measured_device"] if d})) or "?"
         parts.append(f"run {run_id} ({dev}{', commit ' + commit if commit else ''}: "

@@ -41,7 +41,7 @@ COLUMNS = ["config", "source", "model", "dtype", "gpu", "tp", "ep", "tokens", "m
            "tpot_base_ms", "tpot_new_ms", "itl_base_ms", "itl_new_ms", "step_saved_ms",
            "saved_per_layer_us", "saved_per_layer_itl_us", "floor_us", "bound",
            "min_baseline_layer_us", "saved_over_floor", "measured_us", "measured_backend",
-           "measured_device", "measured_run", "note"]
+           "measured_device", "measured_run", "measured_commit", "note"]
 
 
 MS_PER = {"s": 1000.0, "ms": 1.0, "us": 0.001}  # a latency claim's unit, in ms
@@ -160,7 +160,7 @@ def load_measured(runs_dir: str | Path | None = None):
                              f"{', '.join(sorted(missing))})")
         df = df[df["status"] == "ok"].copy()
         df["run_id"] = p.parent.name
-        df["device"] = _run_device(p.parent / "manifest.json")
+        df["device"], df["commit"] = _run_device(p.parent / "manifest.json")
         frames.append(df)
     if not frames:
         return None
@@ -172,11 +172,11 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
 
 
-def _run_device(manifest: Path) -> str:
-    """The device name a run's manifest records; "" without a manifest."""
+def _run_device(manifest: Path) -> tuple[str, str]:
+    """(device name, git commit) a run's manifest records; "" for what it does not."""
     import json
     if not manifest.is_file():
-        return ""
+        return "", ""
     try:
         m = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -184,11 +184,12 @@ def _run_device(manifest: Path) -> str:
                          f"({_one_line(exc)})") from None
     if not isinstance(m, dict):
         raise UsageError(f"{manifest}: not a run manifest (a JSON {type(m).__name__})")
-    env = m.get("environment")
-    if isinstance(env, dict) and env.get("device_name"):  # what `moe-lab sweep` writes
-        return str(env["device_name"])
+    env = m.get("environment") if isinstance(m.get("environment"), dict) else {}
+    commit = str(env.get("git_commit") or "")
+    if env.get("device_name"):  # what `moe-lab sweep` writes
+        return str(env["device_name"]), commit
     dev = m.get("device")
-    return str(dev.get("name", "")) if isinstance(dev, dict) else str(dev or "")
+    return (str(dev.get("name", "")) if isinstance(dev, dict) else str(dev or "")), commit
 
 
 def implications(registry: dict | None = None, runs_dir: str | Path | None = None,
@@ -205,6 +206,8 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
     if gpu is not None:
         check_gpu(gpu)
     measured = load_measured(runs_dir)
+    from ..storage.store import data_dir
+    where = data_dir() if runs_dir is None else runs_dir
     rows = []
     for cid, cfg in reg["configs"].items():
         if "concurrency" not in cfg:
@@ -235,9 +238,9 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
             notes.append("eager mode: part of the saving can be launch overhead, not kernel time")
         if cfg.get("gpu_note"):
             notes.append(cfg["gpu_note"])
-        m_us, m_backend, m_run, m_dev = math.nan, "", "", ""
-        if measured is None:
-            notes.append("no committed run yet in data/runs: measured_us is NaN")
+        m_us, m_backend, m_run, m_dev, m_commit = math.nan, "", "", "", ""
+        if measured is None:  # was 'in data/runs' whatever folder was given
+            notes.append(f"no run in {where}: measured_us is NaN")
         else:
             sel = measured[(measured["model"] == preset) & (measured["tp"] == tp)
                            & (measured["ep"] == ep) & (measured["tokens"] == tokens)]
@@ -248,6 +251,7 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
                 best = sel.loc[sel["median_us"].idxmin()]
                 m_us, m_backend = float(best["median_us"]), f"{best['backend']}/{best['mode']}"
                 m_run, m_dev = str(best["run_id"]), str(best.get("device", ""))
+                m_commit = str(best.get("commit", "") or "")
                 notes.append(f"measured on {m_dev or 'the run device'}, not {dev}")
             else:
                 notes.append(f"no committed measurement for {preset} TP{tp} EP{ep} "
@@ -261,7 +265,7 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
             min_baseline_layer_us=per_layer + floor if not math.isnan(floor) else math.nan,
             saved_over_floor=per_layer / floor if floor and not math.isnan(floor) else math.nan,
             measured_us=m_us, measured_backend=m_backend, measured_device=m_dev,
-            measured_run=m_run, note="; ".join(notes)))
+            measured_run=m_run, measured_commit=m_commit, note="; ".join(notes)))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
