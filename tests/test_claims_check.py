@@ -160,3 +160,24 @@ def test_summary_counts(df):
     s = summary(df)
     assert sum(s.values()) == len(df)
     assert s["fail"] >= 1 and s["pass"] > s["warn"]
+
+
+@pytest.mark.parametrize("text", ["['warn','fail']", "['warn', 'fail']", "warn,fail",
+                                  "warn, fail", "('warn', 'fail')"])
+def test_show_given_as_report_p_text_of_a_list(df, text):
+    """`moe-lab report --only 04 -p show ['warn','fail']` (the parameters cell's own example)
+    hands the notebook the text, which was refused: "show \\"['warn','fail']\\": give None,
+    a status or a list of them"."""
+    from moe_lab.claims import shown
+    got = shown(df, text)
+    assert set(got["status"]) == {"warn", "fail"}
+    assert len(got) == int(df["status"].isin(["warn", "fail"]).sum())
+
+
+@pytest.mark.parametrize("text", ["['warn', 'bogus']", "[]", "warn,", "['warn'", "bogus"])
+def test_show_text_naming_no_status_is_one_line(df, text):
+    from moe_lab.claims import shown
+    from moe_lab.core.errors import UsageError
+    with pytest.raises(UsageError) as exc:
+        shown(df, text)
+    assert "pass, warn, fail" in str(exc.value) and "\n" not in str(exc.value)

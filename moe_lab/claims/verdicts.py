@@ -347,9 +347,20 @@ def summary(df) -> dict[str, int]:
 
 def shown(df, show=None):
     """The checks of the statuses in `show`: None (every check), a status or a list of them
-    (notebook 04's `show`, `moe-lab report -p show warn`); UsageError, one line, for any other."""
+    (notebook 04's `show`; from `moe-lab report -p show X` the text warn, warn,fail or
+    ['warn','fail']); UsageError, one line, for any other."""
+    import ast
+
     from ..core.errors import UsageError
-    items = [show] if isinstance(show, str) else show
+    items = show
+    if isinstance(show, str):  # `report -p show X` hands over text: 'warn', 'warn,fail' or
+        # "['warn','fail']" (the parameters cell's own example, refused before as not a list)
+        try:
+            items = ast.literal_eval(show) if show.strip().startswith(("[", "(")) else None
+        except (ValueError, SyntaxError):
+            items = None
+        if not isinstance(items, (list, tuple)):
+            items = [x.strip() for x in show.split(",")]
     if show is not None and not (isinstance(items, (list, tuple, set)) and items and all(
             isinstance(x, str) and x in ORDER for x in items)):
         raise UsageError(f"show {show!r}: give None, a status or a list of them "
