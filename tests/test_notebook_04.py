@@ -100,3 +100,23 @@ def test_show_of_an_unknown_status_is_one_line():
         assert exc.value.ename == "UsageError", exc.value.ename
         assert "show" in exc.value.evalue and "pass, warn, fail" in exc.value.evalue
         assert "\n" not in exc.value.evalue.strip()
+
+
+def test_report_p_registry_is_the_callers_path(tmp_path, monkeypatch):
+    """`moe-lab report --only 04 -p registry my.json` from the folder that holds my.json:
+    the notebook runs from notebooks/, where the relative path was looked up, and refused
+    the page with 'no claims registry at my.json'. The path handed over is the caller's."""
+    import argparse
+    import os
+
+    from moe_lab.commands.report import NOTEBOOKS_DIR, _for_run
+    from moe_lab.report import notebook_parameters
+    nb = NOTEBOOKS_DIR / NB
+    declared = {nb.name: notebook_parameters(str(nb))}
+    (tmp_path / "my.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(parameter=[("registry", "my.json"), ("show", "warn")],
+                              run=None, runs=None, out=str(tmp_path / "o"))
+    _, params = _for_run(args, declared)
+    assert params["registry"] == str(tmp_path / "my.json") and os.path.isabs(params["registry"])
+    assert params["show"] == "warn"  # a parameter that is no path is handed on as given

@@ -16,6 +16,7 @@ from ..report import (check_parameter, execute_notebook, export, failure_line,
                       notebook_parameters, parse_value, write_index)
 
 
+PATH_PARAMETERS = ("registry",)  # notebook parameters that take a file: 04's registry
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"  # the checkout's
 
 
@@ -83,6 +84,10 @@ def _for_run(args, declared: dict[str, dict]) -> tuple[str, dict]:
             args.run = text
             continue
         params[name] = check_parameter(name, parse_value(text), declared)
+        if name in PATH_PARAMETERS and isinstance(params[name], str):
+            # the caller's path: the notebooks run from notebooks/, where `-p registry
+            # my.json` was looked up (and refused as 'no claims registry at my.json')
+            params[name] = os.path.abspath(params[name])
     if args.run is None:
         return args.out, params
     if args.runs is not None:
