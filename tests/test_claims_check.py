@@ -181,3 +181,15 @@ def test_show_text_naming_no_status_is_one_line(df, text):
     with pytest.raises(UsageError) as exc:
         shown(df, text)
     assert "pass, warn, fail" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_block_of_zero_completed_requests_fails_its_consistency(reg):
+    """'Successful requests: 0' beside a positive request throughput: _cons divided by the
+    0 it computed (ZeroDivisionError, a traceback from `claims check`)."""
+    import copy
+    from moe_lab.claims import run_checks
+    bad = copy.deepcopy(reg)
+    bad["blocks"][0]["values"]["completed"] = 0
+    df = run_checks(bad)
+    row = df[df["id"].str.endswith("/consistency/request_throughput")].iloc[0]
+    assert row["status"] == "fail" and "0/" in row["reason"]
