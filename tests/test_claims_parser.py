@@ -180,6 +180,8 @@ def test_tidy_rows_have_the_contract_columns():
     ("Total generated tokens (retokenized)", "total_output_tokens_retokenized", "tok"),
     ("Max request concurrency", "max_concurrency", "req"),
     ("Maximum request concurrency", "max_concurrency", "req"),
+    ("Mean TPOT (\u00b5s)", "mean_tpot", "us"),  # micro sign: the unit the registry knows
+    ("Mean ITL (\u03bcs)", "mean_itl", "us"),    # Greek mu, as some terminals paste it
 ])
 def test_aliases(label, metric, unit):
     assert canonical_metric(label) == (metric, unit)

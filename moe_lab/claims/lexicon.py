@@ -74,6 +74,8 @@ def canonical_metric(label: str) -> tuple[str, str]:
     low = base.lower()
     if unit.lower() == "rps":
         unit = "req/s"
+    elif unit in ("µs", "μs"):  # micro sign or Greek mu: the registry's "us"
+        unit = "us"
     if low in ALIASES:
         name = ALIASES[low]
     elif label.lower() in ALIASES:
