@@ -102,3 +102,31 @@ def test_a_short_file_in_a_run_the_targets_read_stops_the_findings_in_one_line(t
     assert main(["findings", "--data-dir", str(runs), "--out", str(out)]) == 0
     text = out.read_text()
     assert "| <16 tokens: >= 50% of roof | 8 |" in text and "| glue <= 3x floor + 20 us |" in text
+
+
+def test_a_run_git_does_not_track_is_left_out_and_named(tmp_path, capsys):
+    """main.sh's sweep writes the user's run into the checkout's data/runs (ignored by git):
+    `findings --check` then failed on a document that had grown a row for it. The findings
+    read the runs git tracks (staged counts), name the ones left out on stderr, and read a
+    folder outside a git checkout whole."""
+    import subprocess
+    runs = tmp_path / "runs"
+    for r in ("h200-silu-tuned-ep1-20261201", "h200-vllm-bf16-tp8"):
+        shutil.copytree(Path(RUNS_DIR) / r, runs / r)
+    out, mine = tmp_path / "f.md", tmp_path / "with-mine.md"
+    assert main(["findings", "--data-dir", str(runs), "--out", str(out)]) == 0  # no git: all
+    shutil.copytree(Path(RUNS_DIR) / "cpu-gloo-x2-expert-parallel-20261130", runs / "cpu-mine")
+    git = ["git", "-C", str(runs), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "h200-silu-tuned-ep1-20261201"], check=True)  # staged
+    subprocess.run(git + ["add", "h200-vllm-bf16-tp8"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "runs"], check=True)
+    capsys.readouterr()
+    assert main(["findings", "--data-dir", str(runs), "--out", str(mine)]) == 0
+    err = capsys.readouterr().err
+    assert "left out 1 run folder(s) git does not track" in err and "cpu-mine" in err, err
+    assert mine.read_text() == out.read_text() and "cpu-mine" not in mine.read_text()
+    assert main(["findings", "--check", "--data-dir", str(runs), "--out", str(out)]) == 0
+    subprocess.run(git + ["add", "cpu-mine"], check=True)  # staged: `git add -f` a run
+    assert main(["findings", "--data-dir", str(runs), "--out", str(mine)]) == 0
+    assert "cpu-mine" in mine.read_text()

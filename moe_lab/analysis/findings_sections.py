@@ -213,10 +213,11 @@ def _keys(v) -> str:
 def tune_runs() -> list:
     """The tune run folders under data_dir() (candidates.parquet, no results: find_runs
     does not list them), newest first, as Runs with empty tables."""
+    from ..storage.scope import visible
     from ..storage.store import Run, data_dir
     from .tuned_files import tune_table
     out = []
-    for p in sorted(data_dir().iterdir()):
+    for p in sorted(filter(visible, data_dir().iterdir())):
         if (p / "candidates.parquet").is_file() and (p / "manifest.json").is_file():
             got = tune_table(p, "candidates")  # unreadable: passed over, said once
             if got is not None and got[0].get("kind") == "tune":

@@ -309,11 +309,12 @@ def newest_of(table: str, root=None, where=None) -> pd.DataFrame:
     (default data_dir()) that has one and whose manifest `where` accepts (None: every),
     each with its run_id; per point (backend, model, tp, ep, ep_rank, dtype, tokens) the
     newest (measured_at, then the folder's name). Empty when none."""
+    from ..storage.scope import visible
     from ..storage.store import data_dir
     root = Path(root or data_dir())
     _folders(f"the {table} runs", root=root)  # was: FileNotFoundError, or NotADirectoryError
     found = []
-    for p in sorted(root.iterdir()):
+    for p in sorted(filter(visible, root.iterdir())):
         got = tune_table(p, table) if (p / f"{table}.parquet").is_file() else None
         if got is not None and (where is None or where(got[0])):
             found.append(got[1].assign(run_id=p.name))

@@ -27,11 +27,11 @@ import pandas as pd
 
 from ..core.atomic import atomic_write_json, atomic_write_parquet, read_parquet  # noqa: F401 (re-exported)
 from ..core.errors import CorruptFile, UsageError
-
 from .rows import (BOOL_COLUMNS, FLOAT_COLUMNS, ID_DEFAULTS as DEFAULTS, ID_FIELDS,  # noqa: F401
                    INT_COLUMNS, KERNEL_COLUMNS, OPTIONAL_ID_FIELDS, PROVENANCE as PROVENANCE_COLUMNS,
                    RESULT_COLUMNS, RETRIED, STATUSES, STR_COLUMNS, check_table, validate)
 from .rows import READ_NEEDS, check_manifest
+from .scope import visible
 RESULTS, KERNELS, MANIFEST = "results.parquet", "kernels.parquet", "manifest.json"
 NOT_A_DEFAULT = ("running", "failed")  # a manifest status with either: never a default run
 LACKS = {"ok": "no ok single-process rows", "compile": "no compile rows (--modes compile:...)",
@@ -425,7 +425,7 @@ def find_runs(data_dir_: str | os.PathLike | None = None, has: str | None = None
     if not root.is_dir():
         return []
     paths = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
-             and (p / RESULTS).exists()]
+             and (p / RESULTS).exists() and visible(p)]
     paths.sort(key=lambda p: (_started(p), p.name), reverse=True)
     runs = []
     for p in paths:
