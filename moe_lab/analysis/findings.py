@@ -1,8 +1,8 @@
 """docs/findings.md, generated: every number in it is computed here from the committed runs
-(a data folder of run folders; in a git checkout the ones git tracks, storage.scope) through the analysis functions, each statement naming its
-runs, their dates (the manifests' `started`, UTC) and the commits that measured its rows.
-Nothing in the file is typed by hand; `moe-lab findings --check` fails when the file and
-the data disagree.
+(a data folder of run folders; in a git checkout the ones git tracks, storage.scope) through
+the analysis functions, each statement naming its runs, their dates (the manifests'
+`started`, UTC) and the commits that measured its rows. Nothing in the file is typed by
+hand; `moe-lab findings --check` fails when the file and the data disagree.
 
     generate(root=None) -> str     the document (root: a data folder; None: data_dir())
     check(path, root=None) -> list[str]   the lines that differ (empty: the file is current)

@@ -41,7 +41,8 @@ def status_table(run) -> pd.DataFrame:
     res = open_run(run).results
     g = res.groupby(["backend", "mode", "status"], dropna=False)
     out = g.size().rename("points").reset_index()
-    out["reason"] = g["error"].agg(lambda s: "; ".join(sorted({x for x in s if isinstance(x, str) and x}))[:160]).values
+    out["reason"] = g["error"].agg(  # an empty error is NaN or "": no reason
+        lambda s: "; ".join(sorted({x for x in s if isinstance(x, str) and x}))[:160]).values
     return out
 
 

@@ -169,7 +169,7 @@ def load(device: str, where=None) -> Calibration | None:
 def _label(row: dict) -> str:
     from ..core.problems import sharding_name
     try:
-        shard = sharding_name(row["tp"], row["ep"])
+        shard = sharding_name(int(row["tp"]), int(row["ep"]))
     except (TypeError, ValueError):
         shard = f"tp{row.get('tp')} ep{row.get('ep')}"
     cfg = row.get("config")
