@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from moe_lab.cli import main
 from conftest import one_line_err as _one_line  # noqa: E402
 
@@ -52,3 +54,34 @@ def test_review_values_without_by_is_refused_as_compare_refuses_it(tmp_path, cap
     assert _one_line(capsys) == ("moe-lab: error: --values default,tuned: give the column "
                                  "they are values of, --by COLUMN")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name,value,says", [
+    ("gpu", "bogus", "unknown GPU 'bogus'"),         # 04's roofline device key
+    ("device", "bogus", "no vendor spec for 'bogus'"),  # 03's ceilings
+    ("show", "maybe", "give None, a status"),          # 04's statuses
+    ("dtype", "fp9", "unknown dtype 'fp9'"),           # 01's and 03's
+    ("models", "llama9", "unknown model 'llama9'"),     # 01's
+])
+def test_a_parameter_value_no_run_could_take_is_refused_before_any_notebook_runs(
+        tmp_path, capsys, name, value, says):
+    """Before: the notebook refused it after its figures were drawn (a refusal page) and
+    `report` exited 0; `-p models deepseek-r1` even drew an empty figure (list('deep...'))."""
+    out = tmp_path / "out"
+    assert main(["report", "-p", name, value, "--out", str(out)]) == 2
+    err = _one_line(capsys)
+    assert err.startswith(f"moe-lab: error: -p {name} {value}: ") and says in err, err
+    assert not out.exists()  # nothing written, no notebook executed
+
+
+def test_models_given_as_text_pick_those_models(tmp_path):
+    """`report -p models deepseek-r1` hands the notebook a str: the figure shows that model
+    (before, list() split the text into letters and no model matched)."""
+    from moe_lab.plots.kernel_time import fig_time_vs_tokens
+    from moe_lab.storage.store import open_run
+    from moe_lab.analysis.runs import richest_run
+    run = open_run(richest_run())
+    model = sorted(set(run.results["model"]))[0]
+    fig = fig_time_vs_tokens(run, model)
+    titles = " ".join(ax.get_title() for ax in fig.axes)
+    assert model in titles and all(m not in titles for m in set(run.results["model"]) - {model})

@@ -84,6 +84,7 @@ def _for_run(args, declared: dict[str, dict]) -> tuple[str, dict]:
             args.run = text
             continue
         params[name] = check_parameter(name, parse_value(text), declared)
+        _check_domain(name, params[name])
         if name in PATH_PARAMETERS and isinstance(params[name], str):
             # the caller's path: the notebooks run from notebooks/, where `-p registry
             # my.json` was looked up (and refused as 'no claims registry at my.json')
@@ -99,6 +100,36 @@ def _for_run(args, declared: dict[str, dict]) -> tuple[str, dict]:
     # as the id, which the kernel looks up in the same data folder (MOE_LAB_DATA)
     given = str(run.path.resolve()) if os.path.isdir(args.run) else args.run
     return os.path.join(args.out, run_id), {"run": given, **params}
+
+
+def _check_domain(name: str, value) -> None:
+    """UsageError, one line, for a value no run could make good: a GPU, device, status,
+    dtype or model moe-lab does not know. Before, the notebook refused it after its figures
+    were drawn, a refusal page, and `report` exited 0."""
+    if not isinstance(value, str):
+        return
+    try:
+        if name == "gpu":  # 04: a device spec key
+            from ..claims.implications import check_gpu
+            check_gpu(value)
+        elif name == "device":  # 03: a torch device name or a spec key with ceilings
+            from ..core.devices import ceilings_for
+            ceilings_for(value)
+        elif name == "show":  # 04: a status or a list of them
+            import pandas as pd
+
+            from ..claims.verdicts import shown
+            shown(pd.DataFrame({"status": []}), value)
+        elif name == "dtype":
+            from ..core.problems import DTYPES
+            if value not in DTYPES:
+                raise UsageError(f"unknown dtype {value!r}; moe-lab's: {', '.join(DTYPES)}")
+        elif name == "models":  # 01: model names, comma-separated
+            from ..core.problems import parse_model, split_models
+            for m in split_models(value):
+                parse_model(m)
+    except UsageError as exc:
+        raise UsageError(f"-p {name} {value}: {exc}") from None
 
 
 def _refusal(exc) -> bool:

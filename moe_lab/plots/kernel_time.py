@@ -40,6 +40,9 @@ def fig_time_vs_tokens(run, models=None) -> Figure:
     """A panel per model x sharding: median time per call against tokens, a line per
     backend (colour) x mode (style: eager dashed, graph solid), band p10-p90."""
     r = ok_times(run.results)
+    if isinstance(models, str):  # `report -p models a,b` hands over text: list() split it
+        from ..core.problems import split_models
+        models = split_models(models)
     if models:
         r = r[r["model"].isin(list(models))]
     if r.empty:
