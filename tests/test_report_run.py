@@ -259,3 +259,26 @@ def test_a_run_marked_running_or_failed_is_never_a_default():
     defaults |= {r.run_id for r in runs_with_phases(None)}
     assert not defaults & marked
     assert open_run("h200-tuned-20261130").run_id == "h200-tuned-20261130"
+
+
+def test_a_folder_of_runs_is_notebook_04s_and_the_others_say_so(tmp_path, cpu_run, capsys):
+    """The README: 04's `run` may be a folder of runs. Before, `report --run FOLDER` opened it
+    as one run and refused it ('is a folder but not a run folder'), exit 2, 04 never ran."""
+    import shutil
+    folder = tmp_path / "mine"
+    shutil.copytree(cpu_run, folder / cpu_run.name)
+    out = tmp_path / "o"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("moe_lab.commands.report.execute_notebook", execute_cached)
+        rc, text = _report(["--run", str(folder), "--out", str(out)])
+    assert rc == 0, text
+    lines = text.splitlines()
+    assert [ln.split(":")[0] for ln in lines if ln.startswith("skipped")] == [
+        f"skipped {n}" for n in NOTEBOOKS if n != "04_reproduce_claims"]
+    assert any(ln.startswith("ok   04_reproduce_claims") for ln in lines), text
+    html = (out / "mine" / "04_reproduce_claims.html").read_text()
+    assert str(folder) in html  # the claims' measured times were read from that folder
+    capsys.readouterr()
+    assert main(["report", "--run", str(folder), "--only", "01", "--out", str(tmp_path / "p")]) == 2
+    assert "is a folder of runs: only notebook 04_ takes one" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()

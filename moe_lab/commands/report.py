@@ -16,6 +16,7 @@ from ..report import (check_parameter, execute_notebook, export, failure_line,
                       notebook_parameters, parse_value, write_index)
 
 
+FOLDER_OF_RUNS = ("04_",)  # notebooks whose `run` may be a folder of run folders (every run)
 PATH_PARAMETERS = ("registry",)  # notebook parameters that take a file: 04's registry
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"  # the checkout's
 
@@ -94,12 +95,24 @@ def _for_run(args, declared: dict[str, dict]) -> tuple[str, dict]:
     if args.runs is not None:
         raise UsageError("--run ID executes the notebooks for one run; --runs is the review "
                          "export: give one of them")
+    if _folder_of_runs(args.run):  # 04's: every run under it; the others take one run
+        name = validate.run_id(Path(args.run).resolve().name, "--run")
+        return os.path.join(args.out, name), {"run": str(Path(args.run).resolve()), **params}
     run = open_run(args.run)  # UsageError: no run folder ID
     run_id = validate.run_id(run.run_id, "--run")  # the folder under --out: a name
     # a folder given is passed as an absolute path (notebooks run from notebooks/); an id
     # as the id, which the kernel looks up in the same data folder (MOE_LAB_DATA)
     given = str(run.path.resolve()) if os.path.isdir(args.run) else args.run
     return os.path.join(args.out, run_id), {"run": given, **params}
+
+
+def _folder_of_runs(run: str) -> bool:
+    """A folder that is no run folder itself but holds run folders (notebook 04 reads them
+    all; claims.implications.measured_folders)."""
+    from ..storage.store import MANIFEST, RESULTS
+    p = Path(run)
+    return (p.is_dir() and not (p / RESULTS).exists() and not (p / MANIFEST).exists()
+            and any(p.glob(f"*/{RESULTS}")))
 
 
 def _check_domain(name: str, value) -> None:
@@ -163,6 +176,15 @@ def run(args) -> int:
             raise UsageError(f"--out {args.out}: {folder} is a file, not a folder")
     declared = {os.path.basename(p): notebook_parameters(p) for p in paths}  # each read
     out, params = _for_run(args, declared)
+    if args.run is not None and _folder_of_runs(args.run):
+        takes = [p for p in paths if os.path.basename(p).startswith(FOLDER_OF_RUNS)]
+        if not takes:
+            raise UsageError(f"--run {args.run} is a folder of runs: only notebook "
+                             f"{', '.join(FOLDER_OF_RUNS)} takes one (each other takes one run)")
+        for p in sorted(set(paths) - set(takes)):
+            print(f"skipped {os.path.splitext(os.path.basename(p))[0]}: takes one run; "
+                  f"{args.run} is a folder of runs")
+        paths = takes
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"--out {out} is a file, not a folder")
     failed, entries = 0, []
