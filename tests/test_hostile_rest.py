@@ -292,9 +292,19 @@ def test_sweep_values_that_were_accepted_are_refused(tmp_path, capsys, extra, sa
 def test_claims_implications_refuses_a_missing_runs_folder(tmp_path, capsys):
     missing = tmp_path / "nope"
     assert main(["claims", "implications", "--runs", str(missing)]) == 2
-    assert _one_line(capsys) == (f"moe-lab: error: --runs {missing}: no such folder (give the "
-                                 "folder that holds <run_id>/results.parquet, default data/runs)")
+    assert _one_line(capsys) == (f"moe-lab: error: --runs: no run folder, run id or folder of "
+                                 f"runs {missing}")
     assert not missing.exists()
+
+
+def test_claims_implications_reads_a_run_given_by_id(capsys):
+    """Before: `--runs RUN_ID` was refused as 'no such folder' (only a folder was taken),
+    though notebook 04 and measured_folders take a run id."""
+    run = "h200-grid-aiter-triton-llama4-scout-16e-tp8ep8-bf16"  # 002-scout-bf16's shape
+    assert main(["claims", "implications", "--runs", run, "--format", "json"]) == 0
+    rows = {r["config"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["002-scout-bf16"]["measured_run"] == run
+    assert {r["measured_run"] for r in rows.values()} == {run, ""}  # that run alone is read
 
 
 def test_claims_implications_refuses_a_data_folder_that_is_a_file(tmp_path, capsys, monkeypatch):

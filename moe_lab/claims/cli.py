@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 
 from ..core.errors import UsageError
@@ -28,8 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     i.add_argument("--registry", default=None)
     i.add_argument("--gpu", default=None, help="device spec key (mi300x, h200-sxm, ...; "
                    "default: the claim's GPU, mi300x)")
-    i.add_argument("--runs", default=None, help="folder of <run_id>/results.parquet with "
-                   "measured kernel times (default data/runs)")
+    i.add_argument("--runs", default=None, help="where the measured kernel times are: a run "
+                   "folder, a run id, or a folder of run folders (default: every run of data/runs)")
     i.add_argument("--format", choices=("text", "csv", "json"), default="text")
 
 
@@ -86,9 +85,13 @@ def _run(args) -> int:
         return 1 if args.strict and (df["status"] == "fail").any() else 0
     if cmd == "implications":
         from .implications import implications
-        if args.runs is not None and not os.path.isdir(args.runs):  # before: no rows, exit 0
-            raise UsageError(f"--runs {args.runs}: no such folder (give the folder that holds "
-                             "<run_id>/results.parquet, default data/runs)")
+        if args.runs is not None:  # a run folder, a run id or a folder of runs (before:
+            # only a folder was taken, and a run id was refused as 'no such folder')
+            from .implications import measured_folders
+            try:
+                measured_folders(args.runs)
+            except UsageError as exc:
+                raise UsageError(f"--runs: {exc}") from None
         df = implications(_registry(args.registry), runs_dir=args.runs, gpu=args.gpu)
         if args.format == "text":
             _emit(df.drop(columns=["note", "source", "measured_device", "measured_run",
