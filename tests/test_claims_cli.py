@@ -284,3 +284,15 @@ def test_the_committed_registry_and_a_minimal_one_are_registries():
     assert registry_problem(load_registry()) is None
     assert registry_problem(build_registry()) is None
     assert registry_problem({"claims": [], "configs": {}}) is None
+
+
+def test_a_registry_with_nothing_to_check_is_refused_not_passed(tmp_path, capsys):
+    """Before: '0 checks', exit 0, with --strict too: a check that checked nothing read as
+    all clear. The registry itself is valid (a minimal one, above); checking it is refused."""
+    reg = tmp_path / "empty.json"
+    reg.write_text(json.dumps({"claims": [], "configs": {}}))
+    for strict in ([], ["--strict"]):
+        rc, out, err = run_main(capsys, "check", "--registry", reg, *strict)
+        assert rc == 2 and not out
+        assert err.strip() == ("moe-lab: error: the registry has nothing to check: no claims "
+                               "and no blocks")

@@ -164,3 +164,29 @@ def test_a_run_given_as_a_folder_elsewhere_is_credited_with_its_own_commit(reg, 
         assert set(imp.loc[imp["measured_run"] == rid, "measured_commit"]) == {"abcdef0123456789"}
         text = figures.measured_provenance(imp) + figures.measured_provenance(imp, short=True)
         assert "abcdef0" in text and committed not in text and "unknown" not in text
+
+
+def test_a_serving_config_without_a_tpot_claim_keeps_its_row_and_says_why(reg, tmp_path):
+    """It was left out of the table (and notebook 04's figure) without a word. With a mean
+    ITL claim the saving is ITL's; with neither, the floor stands alone and the note says so."""
+    import copy
+    import matplotlib.pyplot as plt
+    from moe_lab.claims.figures import plot_implications
+    edited = copy.deepcopy(reg)
+    edited["claims"] = [c for c in edited["claims"] if not (
+        c["config"] == "000-scout-bf16" and c["metric"] == "mean_tpot") and not (
+        c["config"] == "000-maverick-bf16" and c["metric"] in ("mean_tpot", "mean_itl"))]
+    want = implications(reg, runs_dir=tmp_path).set_index("config")
+    got = implications(edited, runs_dir=tmp_path).set_index("config")
+    assert list(got.index) == list(want.index)  # every serving configuration, in order
+    s, m = got.loc["000-scout-bf16"], got.loc["000-maverick-bf16"]
+    assert math.isnan(s["saved_per_layer_us"]) and s["saved_per_layer_itl_us"] > 0
+    assert "no mean TPOT claim for this configuration: the saving is mean ITL's" in s["note"]
+    assert "disagree" not in s["note"]
+    assert math.isnan(m["saved_per_layer_us"]) and math.isnan(m["saved_per_layer_itl_us"])
+    assert "no saving to convert" in m["note"] and m["floor_us"] == want.loc[
+        "000-maverick-bf16", "floor_us"]
+    fig = plot_implications(edited, got.reset_index())
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("ITL") >= 1 and "n/a" in texts
+    plt.close(fig)

@@ -110,6 +110,8 @@ def plot_implications(reg: dict, imp):
     for xi, v, basis in zip(x, best["saved_us"], best["basis"]):
         if v == v:
             ax.text(xi - w, v, basis, ha="center", va="bottom", fontsize=7)
+        else:  # no TPOT or ITL claim for the configuration: no saving to draw
+            ax.text(xi - w, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
     ax.bar(x, imp["floor_us"], w, color="tab:orange", label="roofline floor of the layer "
            "(on the GPU under each bar's label)")
     have = imp["measured_us"].notna()

@@ -219,18 +219,20 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
         spec = PRESETS[preset]
         tb, tn = _metric(reg, cid, "mean_tpot")
         ib, inn = _metric(reg, cid, "mean_itl")
-        if math.isnan(tb):
-            continue
         L = spec.moe_layers
         tokens, tp, ep = int(cfg["concurrency"]), int(cfg["tp"]), int(cfg.get("ep", 1) or 1)
         dev = gpu or cfg.get("gpu", "mi300x")
         check_gpu(dev)
         floor, bnd, note = roofline_floor(preset, tokens, tp, ep, cfg.get("dtype", "bf16"), dev)
         notes = [note] if note else []
+        if math.isnan(tb):  # was: the configuration left out of the table without a word
+            notes.append("no mean TPOT claim for this configuration: "
+                         + ("the saving is mean ITL's" if not math.isnan(ib) else
+                            "no saving to convert (the floor and the measured time stand alone)"))
         saved_ms = tb - tn
         per_layer = saved_ms * 1000 / L
         per_layer_itl = (ib - inn) * 1000 / L if not math.isnan(ib) else math.nan
-        if itl_is_better(tb, ib):
+        if not math.isnan(tb) and itl_is_better(tb, ib):
             notes.append(f"mean TPOT ({tb} ms) and mean ITL ({ib} ms) disagree by "
                          f"{(tb / ib - 1) * 100:+.0f}%: per-request TPOT is skewed by short "
                          "requests; the ITL-based saving is the better per-step estimate")
@@ -274,8 +276,11 @@ ITL_TPOT_DISAGREE = 0.2  # past this, per-request TPOT is skewed by short reques
 
 def itl_is_better(tpot_ms: float, itl_ms: float) -> bool:
     """Whether the ITL-based saving is the better per-step estimate: mean TPOT and mean ITL
-    disagree by more than ITL_TPOT_DISAGREE (the note implications writes)."""
-    return not math.isnan(itl_ms) and abs(tpot_ms / itl_ms - 1) > ITL_TPOT_DISAGREE
+    disagree by more than ITL_TPOT_DISAGREE (the note implications writes), or the
+    configuration has a mean ITL claim and no mean TPOT one."""
+    if math.isnan(itl_ms):
+        return False
+    return math.isnan(tpot_ms) or abs(tpot_ms / itl_ms - 1) > ITL_TPOT_DISAGREE  # ITL alone
 
 
 def better_saving(imp):

@@ -337,6 +337,9 @@ def run_checks(registry: dict | None = None):
                              config=b["config"], metric=name, baseline=math.nan, new=math.nan,
                              stated_gain_pct=None, recomputed_gain_pct=math.nan,
                              status=v.status, reason=v.reason))
+    if not rows:  # before: '0 checks', exit 0 even with --strict: a check that checked nothing
+        from ..core.errors import UsageError
+        raise UsageError("the registry has nothing to check: no claims and no blocks")
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
