@@ -320,3 +320,19 @@ def cli_processes(cases, env=None, timeout=600):
         return [subprocess.CompletedProcess(["moe-lab", *argv], rc, open(out).read(),
                                             open(err).read())
                 for (argv, _, out, err, _), rc in zip(jobs, codes)]
+
+
+DROP = object()  # put(): remove the key
+
+
+def put(obj, path, value) -> None:
+    """An edit of a nested object in place (a registry, a ceilings file): the value at
+    `path` (keys and indices, or a dotted str of keys) set, or removed when it is DROP."""
+    *head, last = path.split(".") if isinstance(path, str) else path
+    node = obj
+    for k in head:
+        node = node[k]
+    if value is DROP:
+        del node[last]
+    else:
+        node[last] = value

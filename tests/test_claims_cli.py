@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_processes
+from conftest import DROP, cli_processes, put
 
 ROOT = Path(__file__).resolve().parent.parent
 S000 = ROOT / "data" / "claims" / "sources" / "000_beee3bc92878194c.txt"
@@ -206,21 +206,10 @@ def test_parse_json_is_json_when_a_value_is_inf(capsys):
 
 
 def _edit(path, value):
-    """An edit of the committed registry: `path` a list of keys/indices, `value` the new
-    value (DROP removes the key)."""
-    def edit(reg):
-        *head, last = path
-        node = reg
-        for k in head:
-            node = node[k]
-        if value is DROP:
-            del node[last]
-        else:
-            node[last] = value
-    return edit
+    """An edit of the committed registry (conftest.put), applied to the loaded one."""
+    return lambda reg: put(reg, path, value)
 
 
-DROP = object()
 _PERF, _TABLE, _ACC, _PAR = 0, 40, 44, 64  # a perf claim, one with a stated gain, ...
 
 
