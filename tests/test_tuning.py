@@ -224,3 +224,16 @@ def test_glue_before_after_never_reads_a_missing_point_as_zero():
     assert len(kern) and kern["after"].isna().all() and kern["change"].isna().all()
     after, why = tn.glue_after_run("h200-vllm-vtuned-bf16-tp8", given=True)
     assert after is None and "left out" in why
+
+
+def test_a_vllm_file_with_its_triton_version_key_reads_as_vllm_reads_it(tmp_path):
+    """vLLM's tuner writes a 'triton_version' key beside the token counts (its shipped
+    E=32,N=2048 fp8 block file has one) and its loader pops it. Before, read_table refused
+    the file ('key triton_version is not a token count'), and the H200 sweep of DeepSeek-R1
+    TP8+EP8 fp8-block128 against the published file stopped, exit 2."""
+    from moe_lab.core.config_files import read_table
+    cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+           "num_warps": 4, "num_stages": 3}
+    p = tmp_path / "E=32,N=2048,device_name=NVIDIA_H200.json"
+    p.write_text(json.dumps({"triton_version": "3.4.0", "1": cfg, "64": cfg}))
+    assert read_table(p) == {1: cfg, 64: cfg}

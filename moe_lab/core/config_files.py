@@ -23,6 +23,9 @@ def check_config(cfg: dict, where: str = "config") -> dict:
     return cfg
 
 
+METADATA_KEYS = ("triton_version",)  # keys of vLLM's config files that are no token count
+
+
 def read_table(path: str | Path) -> dict[int, dict]:
     """{M: configuration} from a config file. A file that cannot be opened: ValueError
     naming it; one that is not such a table (not JSON, a key that is not a token count or
@@ -41,6 +44,8 @@ def read_table(path: str | Path) -> dict[int, dict]:
         raise CorruptFile(path, "expected an object keyed by token count")
     table = {}
     for key, cfg in obj.items():
+        if key in METADATA_KEYS:  # vLLM's tuner writes it; its loader drops it (was refused)
+            continue
         if not (key.isascii() and key.isdigit()) or int(key) <= 0:
             raise CorruptFile(path, f"key {key!r} is not a token count")
         if int(key) in table:  # "1" and "01": the later would silently win
@@ -49,6 +54,8 @@ def read_table(path: str | Path) -> dict[int, dict]:
             table[int(key)] = check_config(cfg, f"[{key}]")
         except ValueError as exc:
             raise CorruptFile(path, exc) from None
+    if not table:  # only metadata
+        raise CorruptFile(path, "expected an object keyed by token count")
     return table
 
 
