@@ -20,7 +20,7 @@ def configure(p):
                         f"({', '.join(constants.TUNABLE_BACKENDS)}); default: aiter-triton")
     p.add_argument("--models", default=None,
                    help="presets or custom:... (default: the four seed models on GPU, "
-                        "qwen3-30b-a3b on CPU)")
+                        f"{','.join(constants.CPU_MODELS)} on CPU)")
     options.shape(p)
     p.add_argument("--tokens", default=TUNE_TOKENS,
                    help="token counts to tune, the keys of the config files (a caller uses "
@@ -98,7 +98,7 @@ def run(args) -> int:
         options.run_id(args.run_id)
     device = resolve_device(args.device)
     models = split_models(args.models) if args.models else (
-        list(SEED_MODELS) if device == "cuda" else ["qwen3-30b-a3b"])
+        list(SEED_MODELS) if device == "cuda" else list(constants.CPU_MODELS))
     for m in models:
         parse_model(m)
     parse_routing(args.routing)
