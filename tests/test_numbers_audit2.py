@@ -122,3 +122,87 @@ def test_the_compile_workers_default_is_the_constants(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 6)
     assert tc.default_compile_workers("cuda") == 6 - c.COMPILE_WORKERS_SPARE
     assert tc.default_compile_workers("cpu") == 0
+
+
+# --- the claims -----------------------------------------------------------------------------
+
+WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+
+
+def _registry() -> dict:
+    return json.loads((ROOT / "data" / "claims" / "registry.json").read_text())
+
+
+def test_every_count_of_the_prs_is_the_registrys_sources():
+    """'two vLLM pull requests' (README), 'the two PRs' (README's package table) and 'the
+    two upstream PRs' (notebook 04) count the registry's sources: a third PR added to
+    data/claims/registry.json fails here until the text says three."""
+    n = len(_registry()["sources"])
+    words = "|".join(WORDS)
+    counts = re.findall(rf"\b({words}) (?:vLLM pull requests|PRs)\b", readme())
+    counts += re.findall(rf"the ({words}) upstream PRs",
+                         markdown("04_reproduce_claims.ipynb", "# 04 · Reproduce the claims"))
+    assert len(counts) >= 3 and {WORDS[w] for w in counts} == {n}, counts
+
+
+def test_the_claims_gpu_the_help_and_notebook_04_name_is_the_registrys():
+    """`claims implications --gpu`'s 'default: the claim's GPU, mi300x' and notebook 04's
+    `gpu = None  # ... each claim's (mi300x)`: CLAIM_GPU is the fallback implications uses,
+    and every performance configuration of the registry that names a GPU names it (a claim
+    moved to another GPU in the registry fails here)."""
+    import subprocess
+    import sys
+
+    from moe_lab.core.constants import CLAIM_GPU
+    perf = [c for c in _registry()["configs"].values() if "concurrency" in c]
+    assert perf and {c.get("gpu", CLAIM_GPU) for c in perf} == {CLAIM_GPU}
+    out = folded(subprocess.run([sys.executable, "-m", "moe_lab", "claims", "implications",
+                                 "--help"], capture_output=True, text=True, cwd=ROOT,
+                                env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}).stdout)
+    assert said(out, r"default: the claim's GPU, (\w+)\)")[1] == CLAIM_GPU
+    assert said(code("04_reproduce_claims.ipynb"), r"gpu = None .*each claim's \((\w+)\)")[1] == CLAIM_GPU
+
+
+def test_the_parity_rule_is_one_constant_and_its_text_says_it():
+    """check_parity passes a pair exactly PARITY_SE combined se apart and fails one just
+    beyond, and its verdict states PARITY_SE (the text said '2 se' beside a literal 2: a
+    changed rule kept the old text)."""
+    import math
+
+    from moe_lab.claims import verdicts as v
+    se = math.hypot(0.01, 0.01)
+    ok = v.check_parity(dict(baseline=0.5, new=0.5 + v.PARITY_SE * se * 0.999,
+                             baseline_stderr=0.01, new_stderr=0.01))
+    bad = v.check_parity(dict(baseline=0.5, new=0.5 + v.PARITY_SE * se * 1.001,
+                              baseline_stderr=0.01, new_stderr=0.01))
+    assert ok.status == "pass" and f"within {v.PARITY_SE:g} se" in ok.reason
+    assert bad.status == "fail" and f"more than {v.PARITY_SE:g} combined se" in bad.reason
+
+
+def test_the_accuracy_figure_states_the_parity_bars_and_the_registrys_tp():
+    """Notebook 04's GSM8K figure: its x label's '± N stderr' is PARITY_SE, each error bar
+    is PARITY_SE stderr wide, and its footer's 'lm_eval, TP8' is the accuracy configurations'
+    tp (the footer typed 'TP8': a registry of TP4 runs would still have said TP8)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from moe_lab.claims import figures
+    from moe_lab.claims.registry import load_registry
+    from moe_lab.claims.verdicts import PARITY_SE
+    reg = load_registry()
+    acc = [c for c in reg["claims"] if c["kind"] == "accuracy"]
+    fig = figures.plot_accuracy(reg)
+    try:
+        labels = {ax.get_xlabel() for ax in fig.axes}
+        assert labels == {f"exact match (± {PARITY_SE:g} stderr)"}
+        foot = " ".join(t.get_text() for t in fig.texts)
+        tps = {int(x) for x in re.findall(r"TP(\d+)", said(foot, r"lm_eval, (.*)$")[1])}
+        assert tps == {reg["configs"][c["config"]]["tp"] for c in acc}
+        bars = [c for c in fig.axes[0].containers]
+        widths = [float(seg[0][1, 0] - seg[0][0, 0]) for b in bars
+                  for seg in [b.lines[2][0].get_segments()] if len(seg)]
+        some = next(c for c in acc if c["stderr"])
+        assert any(abs(w - 2 * PARITY_SE * some["stderr"]) < 1e-9 for w in widths)
+    finally:
+        plt.close(fig)

@@ -39,6 +39,10 @@ COMPILE_BUDGET_S = 900.0
 # moe_lab.measuring.timing: (p90 - p10) / median above this marks a point `noisy` (rows read it too)
 NOISE_LIMIT = 0.1
 
+# moe_lab.claims.implications: the roofline GPU of a claim whose registry configuration names
+# none (`claims implications --help` and notebook 04 state it; every perf claim so far is it)
+CLAIM_GPU = "mi300x"
+
 # moe_lab.importers.aiter_tables: aiter's checkAllclose and base tuner fail a check above 5% (the
 # fmoe tuner: 50%)
 AITER_MAX_ERR = 0.05
