@@ -206,3 +206,78 @@ def test_the_accuracy_figure_states_the_parity_bars_and_the_registrys_tp():
         assert any(abs(w - 2 * PARITY_SE * some["stderr"]) < 1e-9 for w in widths)
     finally:
         plt.close(fig)
+
+
+# --- the findings' words and the analysis constants they state --------------------------------
+
+FINDINGS = ROOT / "docs" / "findings.md"
+
+
+def findings() -> str:
+    return folded(FINDINGS.read_text())
+
+
+def test_the_noise_words_state_the_quantile_and_the_confidence_the_code_uses():
+    """The noise band is the QUANTILE of |ln B/A| and compare's interval is CONFIDENCE: the
+    findings' 'the noisiest A/A' pair's 0.95 quantile' and the noise files' `what` ('the
+    0.95 quantile', 'bootstrap 95% interval') state them (both were typed: a QUANTILE of 0.9
+    kept saying 0.95). compare.CONFIDENCE is core.constants' one value."""
+    from moe_lab.analysis import compare, noise
+    from moe_lab.core.constants import BOOTSTRAP_CONFIDENCE
+    assert compare.CONFIDENCE == BOOTSTRAP_CONFIDENCE
+    assert float(said(findings(), r"noisiest A/A' pair's ([\d.]+) quantile")[1]) == noise.QUANTILE
+    assert float(said(noise.WHAT, r"the ([\d.]+) quantile")[1]) == noise.QUANTILE
+    assert int(said(noise.WHAT, r"bootstrap (\d+)% interval")[1]) == round(100 * BOOTSTRAP_CONFIDENCE)
+
+
+def _shape_table(ratios):
+    import pandas as pd
+    n = len(ratios)
+    return pd.DataFrame(dict(run_id="r", model="deepseek-r1", sharding="TP8", tp=8, ep=1,
+                             dtype="bf16", mode="graph", tokens=[2 ** i for i in range(n)],
+                             best="aiter-triton tuned", ratio=ratios, slower=False,
+                             measured_at="2026-12-01T00:00:00"))
+
+
+def test_the_vllm_goal_reads_the_geomean_targets_limit(monkeypatch):
+    """by_shape's `met` took `gm <= 1.0`, a second copy of the geomean target's limit: now
+    vllm_compare.GEOMEAN, the record's; a shape at geomean 1.01 misses it and meets a limit
+    of 1.02 (the constant is what decides). The findings' 'geomean at or below 1.00' is it."""
+    from moe_lab.analysis import targets as tg, vllm_compare as vc
+    rec = [t for t in tg.TARGETS if t.metric == "own_over_vllm_geomean"]
+    assert len(rec) == 1 and vc.GEOMEAN == rec[0].limit
+    t = _shape_table([1.01, 1.01])
+    assert not vc.by_shape(t)["met"].iloc[0]
+    monkeypatch.setattr(vc, "GEOMEAN", 1.02)
+    assert vc.by_shape(t)["met"].iloc[0]
+    monkeypatch.undo()
+    assert float(said(findings(), r"geomean at or below ([\d.]+)\) is met")[1]) == vc.GEOMEAN
+
+
+def test_the_tuned_roof_token_count_is_one_constant_and_the_texts_state_it():
+    """'The tuned layer's % of roof from 256 tokens': the findings' heading and sentence and
+    notebook 05's section 8 state tuned_roof.FROM_TOKENS, roof_from's default (the text and
+    the default were typed apart)."""
+    import inspect
+
+    from moe_lab.analysis import tuned_files as tf, tuned_roof
+    assert tf.FROM_TOKENS is tuned_roof.FROM_TOKENS
+    assert inspect.signature(tuned_roof.roof_from).parameters["tokens"].default == tf.FROM_TOKENS
+    text = markdown("05_tuning.ipynb", "## 8. The tuned layer's % of roof")
+    said_nb = {int(x) for x in re.findall(r"from (\d+) tokens", text)}
+    said_doc = {int(x) for x in re.findall(r"% of roof from (\d+) tokens|over the points above "
+                                           r"from (\d+) tokens", findings()) for x in x if x}
+    assert said_nb == said_doc == {tf.FROM_TOKENS}, (said_nb, said_doc)
+
+
+def test_the_issues_that_ask_for_tuned_files_are_requireds():
+    """'Per shape that issues 38 and 41 ask a tuned file for': the findings (generated) and
+    notebook 05's section 6 name the issues of tuned_files.REQUIRED (the notebook's words are
+    typed: a REQUIRED shape of a new issue fails here until they name it)."""
+    from moe_lab.analysis.tuned_files import REQUIRED
+    issues = {r[0] for r in REQUIRED}
+    doc = said(findings(), r"Per shape that issues ([\d and,]+) ask a tuned file for")[1]
+    nb = said(markdown("05_tuning.ipynb", "## 6. The tuned files against the token grid"),
+              r"Per shape that issues ([\d and,]+) ask a tuned file for")[1]
+    for text in (doc, nb):
+        assert {int(x) for x in re.findall(r"\d+", text)} == issues, text

@@ -39,7 +39,7 @@ from ..storage.rows import deployed_rows, published_rows
 from . import metrics
 from .targets import METRIC_COLUMNS
 from .tuned_paths import PAIR_KEY, with_device, _configs_dir, _history, _names
-from .tuned_roof import roof_from  # noqa: F401 (findings and the notebooks read it here)
+from .tuned_roof import FROM_TOKENS, roof_from  # noqa: F401 (findings and the notebooks read it here)
 
 SEEDS = ("llama4-scout-16e", "llama4-maverick-128e", "qwen3-235b-a22b", "deepseek-r1")
 REQUIRED = tuple(

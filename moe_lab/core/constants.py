@@ -38,6 +38,9 @@ SEARCH_RUNGS = (1 / 16, 1 / 4, 1.0)
 COMPILE_BUDGET_S = 900.0
 # moe_lab.measuring.timing: (p90 - p10) / median above this marks a point `noisy` (rows read it too)
 NOISE_LIMIT = 0.1
+# moe_lab.analysis.compare: the bootstrap interval's confidence (compare.CONFIDENCE; the noise
+# files' `what` text states it)
+BOOTSTRAP_CONFIDENCE = 0.95
 
 # moe_lab.claims.implications: the roofline GPU of a claim whose registry configuration names
 # none (`claims implications --help` and notebook 04 state it; every perf claim so far is it)
