@@ -281,3 +281,98 @@ def test_the_issues_that_ask_for_tuned_files_are_requireds():
               r"Per shape that issues ([\d and,]+) ask a tuned file for")[1]
     for text in (doc, nb):
         assert {int(x) for x in re.findall(r"\d+", text)} == issues, text
+
+
+# --- the points and runs a notebook's headings name ------------------------------------------
+
+def _names(text: str) -> str:
+    return text.lower()
+
+
+def test_05_the_glue_point_and_the_before_run_are_the_codes():
+    """Notebook 05: '### torch-grouped before and after its bf16 glue, DeepSeek-R1 TP8, 4096
+    tokens' and 'Before: `h200-seed4-20261129`' are tuning.GLUE_POINT and GLUE_BEFORE_RUN,
+    and glue_before_after takes its point from GLUE_POINT (its own defaults were a second
+    copy, model/sharding/tokens typed again: GLUE_POINT moved to 8192 tokens left the
+    comparison at 4096)."""
+    import inspect
+
+    from moe_lab.analysis import tuning as tn
+    text = markdown("05_tuning.ipynb", "before and after its bf16 glue")
+    b, model, shard, tokens = said(text, r"### ([\w-]+) before and after its bf16 glue, ([\w.-]+) "
+                                         r"(TP\d+(?:\+EP\d+)?), (\d+) tokens").groups()
+    p = tn.GLUE_POINT
+    assert (b, _names(model), shard, int(tokens)) == (p["backend"], p["model"], p["sharding"],
+                                                     p["tokens"])
+    assert said(text, r"Before: `([\w.-]+)`")[1] == tn.GLUE_BEFORE_RUN
+    params = inspect.signature(tn.glue_before_after).parameters
+    assert set(params) == {"after_run", "before_run", "point"}
+    assert params["before_run"].default == tn.GLUE_BEFORE_RUN
+
+
+def test_05_the_best_against_worst_heading_is_phase_best_worsts_default():
+    """'### Best against worst backend/config, DeepSeek-R1 TP8' names phase_best_worst's
+    default model and sharding (what the cell below it draws)."""
+    import inspect
+
+    from moe_lab.analysis import tuning as tn
+    text = markdown("05_tuning.ipynb", "### Best against worst backend/config")
+    model, shard = said(text, r"Best against worst backend/config, ([\w.-]+) (TP\d+)").groups()
+    params = inspect.signature(tn.phase_best_worst).parameters
+    assert (_names(model), shard) == (params["model"].default, params["sharding"].default)
+
+
+def test_the_seed_shapes_question_states_its_own_shape():
+    """runs.choose('seed_shapes') says which run it picks for 'graph points of DeepSeek-R1 and
+    Qwen3-235B at TP8': the words are now built from SEED_SHAPES, the shape _seed_points
+    counts (typed apart before: a shape moved to EP8 kept saying TP8)."""
+    import inspect
+
+    from moe_lab.analysis import runs
+    from moe_lab.core.problems import sharding_name
+    s = runs.SEED_SHAPES
+    what = runs.QUESTIONS["seed_shapes"].what
+    assert all(m in what for m in s["models"]) and sharding_name(s["tp"], s["ep"]) in what
+    params = inspect.signature(runs._seed_points).parameters
+    assert (params["models"].default, params["tp"].default, params["ep"].default,
+            params["mode"].default) == (s["models"], s["tp"], s["ep"], s["mode"])
+
+
+def test_the_seed_models_are_one_tuple():
+    """tuned_files.SEEDS was a second, reordered copy of core.problems.SEED_MODELS (its slices
+    [:3] and [:2] picked models by position); now it is SEED_MODELS and REQUIRED picks by
+    name: the vLLM bf16 TP8 shapes are the seeds but DeepSeek-R1 (measured at TP8+EP8), the
+    fp8-channel ones the Llama 4 pair."""
+    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.core.problems import SEED_MODELS
+    assert tf.SEEDS is SEED_MODELS
+    vllm_bf16_tp8 = {m for i, b, m, tp, ep, dt in tf.REQUIRED if b == "vllm" and dt == "bf16" and ep == 1}
+    assert vllm_bf16_tp8 == set(SEED_MODELS) - {"deepseek-r1"}
+    chan = {m for i, b, m, tp, ep, dt in tf.REQUIRED if dt == "fp8-channel"}
+    assert chan == {m for m in SEED_MODELS if m.startswith("llama4")} and len(chan) == 2
+    assert len(tf.REQUIRED) == len(set(tf.REQUIRED))
+
+
+def test_06_the_estimates_ranks_and_the_machine_are_the_codes_and_the_datas():
+    """Notebook 06: '## 6. An estimate for 8 ranks' (and 'At 8 ranks', 'an 8-rank run',
+    'the 8-GPU run of issue 18 (`--nproc 8`)') state expert_parallel.ESTIMATE_RANKS, which
+    the code cell passes to estimate and runs_at (it typed 8 three times, its printed lines
+    twice); 'host times of a shared 2-core machine' is the committed CPU run's cpu_count."""
+    from moe_lab.analysis import expert_parallel as ep
+    text = markdown("06_expert_parallel.ipynb", "## 6. An estimate for")
+    ns = {int(x) for x in re.findall(r"\b(\d+)[ -]ranks?\b|an (\d+)-rank run", text) for x in x if x}
+    ns |= {int(x) for x in re.findall(r"[Aa]t (\d+) ranks", text)}
+    assert ns == {ep.ESTIMATE_RANKS}, ns
+    top = markdown("06_expert_parallel.ipynb", "# 06 · Expert parallelism")
+    assert {int(said(top, r"the (\d+)-GPU run of issue 18")[1]),
+            int(said(top, r"`--nproc (\d+)`\)\.")[1])} == {ep.ESTIMATE_RANKS}
+    src = code("06_expert_parallel.ipynb")
+    assert "estimate(run.results, n)" in src and "runs_at(n)" in src
+    assert not re.search(r"estimate\(run\.results, \d|runs_at\(\d|at \d+ ranks|no \d+-rank", src)
+    cores = int(said(top, r"a shared (\d+)-core machine")[1])
+    found = []
+    for m in (ROOT / "data" / "runs").glob("*/manifest.json"):
+        j = json.loads(m.read_text())
+        if j.get("distributed"):
+            found.append((j["started"], j["environment"]))
+    assert found and max(found, key=lambda x: x[0])[1]["cpu_count"] == cores
