@@ -376,3 +376,120 @@ def test_06_the_estimates_ranks_and_the_machine_are_the_codes_and_the_datas():
         if j.get("distributed"):
             found.append((j["started"], j["environment"]))
     assert found and max(found, key=lambda x: x[0])[1]["cpu_count"] == cores
+
+
+# --- versions, exit codes, counts and device facts the README and notebooks state -------------
+
+def test_the_sigterm_exit_code_is_one_constant():
+    """README: 'SIGTERM: exit 143'. The CLI, each rank and the launcher that reads the ranks'
+    codes typed 143 (and 130) apiece; now core.errors.EXIT_SIGTERM / EXIT_SIGINT, 128 + the
+    signal, and the README states it (a drifted literal in one place broke the launcher's
+    'killed rank' detection silently)."""
+    import signal
+
+    from moe_lab.core.errors import EXIT_SIGINT, EXIT_SIGTERM
+    assert EXIT_SIGTERM == 128 + signal.SIGTERM and EXIT_SIGINT == 128 + signal.SIGINT
+    assert int(said(readme(), r"SIGTERM: exit (\d+),")[1]) == EXIT_SIGTERM
+    for f in ("cli.py", "distributed/worker.py", "distributed/launch.py"):
+        src = (ROOT / "moe_lab" / f).read_text()
+        assert not re.search(r"\b(?:return|==) (?:143|130)\b", src), f
+
+
+def test_the_vllm_versions_the_readme_states_are_the_backends_and_the_runs():
+    """'vllm >= 0.26.0' and 'the real vllm 0.26.0 package' are vllm_fused.CHECKED (the release
+    read, tested and the oldest supported); 'vllm 0.26.0 on the H200' is the version every
+    committed run that measured vLLM recorded (a run on 0.27 left the README saying 0.26)."""
+    import ast
+    tree = ast.parse((ROOT / "moe_lab" / "backends" / "vllm_fused.py").read_text())
+    checked = next(n.value.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                   and getattr(n.targets[0], "id", "") == "CHECKED")
+    text = readme()
+    assert said(text, r"vllm >= ([\d.]+);")[1] == checked
+    assert said(text, r"against the real vllm ([\d.]+) package")[1] == checked
+    ran = said(text, r"checked \+ measured: vllm ([\d.]+) on the H200")[1]
+    got = set()
+    for m in (ROOT / "data" / "runs").glob("*/manifest.json"):
+        v = (json.loads(m.read_text()).get("environment") or {}).get("vllm")
+        if v:
+            got.add(v)
+    assert got == {ran}, got
+
+
+def test_the_torch_pin_the_readme_states_is_setups():
+    """'Where no torch is installed, setup installs `torch==2.13.0`': every torch pin
+    scripts/setup.sh installs (and environment.yml's CPU command) is that one."""
+    pin = said(readme(), r"setup installs `torch==([\w.+]+)`")[1]
+    for f in ("scripts/setup.sh", "environment.yml"):
+        pins = set(re.findall(r"torch==([\w.]+\d)", (ROOT / f).read_text()))
+        assert pins == {pin}, (f, pins)
+
+
+def test_the_counts_of_schemes_and_align_kernels_the_readme_states_are_the_codes():
+    """'the three FP8 schemes' is len(FP8_SCHEMES); 'the three align kernels' of
+    core/glue_kernels.py is its KERNELS['align'] chain (read from the source: the kernels
+    need triton)."""
+    import ast
+
+    from moe_lab.core.constants import FP8_SCHEMES
+    text = readme()
+    assert WORDS[said(text, r"the (\w+) FP8 schemes")[1]] == len(FP8_SCHEMES)
+    tree = ast.parse((ROOT / "moe_lab" / "core" / "glue_kernels.py").read_text())
+    align = [v for n in ast.walk(tree) if isinstance(n, ast.Dict)
+             for k, v in zip(n.keys, n.values) if isinstance(k, ast.Constant) and k.value == "align"]
+    assert len(align) == 1 and isinstance(align[0], ast.Tuple)
+    assert WORDS[said(text, r"the (\w+) align kernels")[1]] == len(align[0].elts)
+
+
+def test_03_the_gpu_without_a_spec_is_the_imported_tables():
+    """Notebook 03: 'A GPU with no spec (the 80-CU part) has no floor': of the devices in
+    AMD's imported tables, the ones without a vendor spec or ceilings are exactly the 80-CU
+    part (a spec added for it, or another spec-less GPU imported, fails here)."""
+    import pandas as pd
+
+    from moe_lab.analysis.runs import imported_runs
+    from moe_lab.core.devices import ceilings_for
+    from moe_lab.core.errors import UsageError
+    cus = int(said(markdown("03_roofline.ipynb", "## The model against AMD's own measurements"),
+                   r"A GPU with no spec \(the (\d+)-CU part\)")[1])
+    devices = set()
+    for r in imported_runs():
+        devices |= set(pd.read_parquet(ROOT / "data" / "runs" / r / "results.parquet")["device"])
+    none = set()
+    for d in devices:
+        try:
+            ceilings_for(d)
+        except UsageError:
+            none.add(d)
+    assert none and {int(x) for d in none for x in re.findall(r"(\d+) CUs", d)} == {cus}, none
+
+
+def test_05_the_token_grids_last_key_and_aiters_table_are_the_codes():
+    """Notebook 05: 'TUNE_TOKENS: the keys of the published H200 tunings of this kernel, and
+    8192' is TUNE_TOKENS' one added key; 'aiter's shipped (MI300X) configurations' and 'its
+    MI300X table' are winners_table's `shipped` default."""
+    import inspect
+
+    from moe_lab.analysis import tuning as tn
+    from moe_lab.core.constants import PUBLISHED_H200_KEYS, TUNE_TOKENS
+    text = markdown("05_tuning.ipynb", "## 6. The tuned files against the token grid")
+    extra = int(said(text, r"the keys of the published H200 tunings of this kernel, and (\d+)\)")[1])
+    assert TUNE_TOKENS == PUBLISHED_H200_KEYS + (extra,)
+    shipped = inspect.signature(tn.winners_table).parameters["shipped"].default
+    top = markdown("05_tuning.ipynb", "# 05 · Tuning")
+    four = markdown("05_tuning.ipynb", "## 4. The winning configurations")
+    assert said(top, r"aiter's shipped \((\w+)\) configurations")[1] == shipped
+    assert said(four, r"from its (\w+) table")[1] == shipped
+
+
+def test_profile_explains_archs_are_the_dispatchs():
+    """`profile --arch`'s '(gfx942, gfx950)' are _aiter_dispatch.GFX_SUPPORTED (the keys of
+    aiter's fused_moe_1stage_dict): an arch added there and not in the help fails here."""
+    import subprocess
+    import sys
+
+    from moe_lab.backends._aiter_dispatch import GFX_SUPPORTED
+    out = folded(subprocess.run([sys.executable, "-m", "moe_lab", "profile", "--help"],
+                                capture_output=True, text=True, cwd=ROOT,
+                                env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}).stdout)
+    archs = said(out, r"the GPU arch \(([\w, ]+)\)")[1]
+    assert tuple(a.strip() for a in archs.split(",")) == GFX_SUPPORTED
