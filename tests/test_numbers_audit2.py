@@ -493,3 +493,31 @@ def test_profile_explains_archs_are_the_dispatchs():
                                 env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}).stdout)
     archs = said(out, r"the GPU arch \(([\w, ]+)\)")[1]
     assert tuple(a.strip() for a in archs.split(",")) == GFX_SUPPORTED
+
+
+def test_the_side_by_side_names_the_device_its_rows_were_measured_on():
+    """The AMD side-by-side figure and its summary typed 'H200' ('measured by moe-lab on the
+    H200', 'N H200 rows'): now the measured rows' device. The same rows relabelled as an H100
+    say H100 (a typed name would still say H200), and notebook 01's heading 'AMD beside the
+    H200' names what the default rows hold."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from moe_lab.analysis import devices as an_dev
+    from moe_lab.analysis.runs import imported_runs, richest_run
+    from moe_lab.plots import devices as dv
+    rows = an_dev.rows_for([richest_run()] + imported_runs())
+    own = an_dev.measured_devices(rows)
+    assert said(markdown("01_kernel_time.ipynb", "## AMD beside the"),
+                r"## AMD beside the (\w+)")[1] == own
+    other = rows.assign(device=rows["device"].where(rows["series"].str.contains("imported"),
+                                                    "NVIDIA H100 80GB HBM3"))
+    for r, name in ((rows, own), (other, "H100 80GB HBM3")):
+        assert f" {name} rows measured by moe-lab" in an_dev.summary(r)
+        fig = dv.fig_side_by_side(r.head(40))
+        try:
+            text = " ".join([ax.get_ylabel() for ax in fig.axes] + [t.get_text() for t in fig.texts])
+            assert f"({name}: graph replay" in text and f"measured by moe-lab on the {name} " in text
+        finally:
+            plt.close(fig)
