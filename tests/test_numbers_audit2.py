@@ -521,3 +521,53 @@ def test_the_side_by_side_names_the_device_its_rows_were_measured_on():
             assert f"({name}: graph replay" in text and f"measured by moe-lab on the {name} " in text
         finally:
             plt.close(fig)
+
+
+def test_the_timing_budgets_are_defined_once():
+    """The sweep's 10/50 ms and 120 s per point and the tune's 5/20 ms were typed both in the
+    verb (its --help states them) and in Sweep / Tuner (what ml.measure and the API use):
+    each is now core.constants', so a budget changed in one left the other measuring with
+    the old one."""
+    import inspect
+
+    from moe_lab.commands import sweep as sweep_cmd
+    from moe_lab.core import constants as c
+    from moe_lab.measuring.sweep import Sweep
+    from moe_lab.measuring.tuning import Tuner
+    sp = inspect.signature(Sweep.__init__).parameters
+    tp = inspect.signature(Tuner.__init__).parameters
+    assert (sp["warmup_ms"].default, sp["rep_ms"].default, sp["point_timeout_s"].default) == (
+        c.SWEEP_WARMUP_MS, c.SWEEP_REP_MS, c.POINT_TIMEOUT_S)
+    assert (sweep_cmd.WARMUP_MS, sweep_cmd.REP_MS) == (c.SWEEP_WARMUP_MS, c.SWEEP_REP_MS)
+    assert (tp["warmup_ms"].default, tp["rep_ms"].default) == (c.TUNE_WARMUP_MS, c.TUNE_REP_MS)
+    import argparse
+    for verb, want in (("sweep", dict(warmup_ms=None, rep_ms=None, point_timeout=c.POINT_TIMEOUT_S)),
+                       ("tune", dict(warmup_ms=c.TUNE_WARMUP_MS, rep_ms=c.TUNE_REP_MS))):
+        import importlib
+        p = argparse.ArgumentParser()
+        importlib.import_module(f"moe_lab.commands.{verb}").configure(p)
+        for k, v in want.items():
+            assert p.get_default(k) == v, (verb, k)
+
+
+def test_twice_the_survivors_is_what_the_verify_plan_does():
+    """'another order, twice the survivors and the fine steps' (tune --verify's help, the
+    verify target's record, the findings' verify section): SearchPlan.doubled doubles the kept share (to at
+    most all), the minimum kept and the fine rounds; a factor changed in the code without the
+    words fails here."""
+    import subprocess
+    import sys
+
+    from moe_lab.analysis import targets as tg
+    from moe_lab.measuring.tuning_search import SearchPlan
+    p = SearchPlan()
+    d = p.doubled(1)
+    assert d.keep == min(1.0, 2 * p.keep) and d.min_keep == 2 * p.min_keep
+    assert d.fine_rounds == 2 * p.fine_rounds
+    out = folded(subprocess.run([sys.executable, "-m", "moe_lab", "tune", "--help"],
+                                capture_output=True, text=True, cwd=ROOT,
+                                env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}).stdout)
+    rec = next(t for t in tg.TARGETS if t.metric == "verify_ratio")
+    src = (ROOT / "moe_lab" / "analysis" / "findings_more.py").read_text()  # its verify section
+    for text in (out, rec.measures, folded(src)):
+        assert "twice the survivors" in text

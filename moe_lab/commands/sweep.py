@@ -16,7 +16,8 @@ from ..distributed.launch import (add_arguments as add_distributed_arguments, re
                                   under_launcher)
 
 
-WARMUP_MS, REP_MS = 10.0, 50.0  # the timing budget of a new run (a resume keeps its run's)
+# the timing budget of a new run (a resume keeps its run's), core.constants'
+WARMUP_MS, REP_MS = constants.SWEEP_WARMUP_MS, constants.SWEEP_REP_MS
 
 
 def resume_timing(args, run_dir: str | None) -> None:
@@ -102,7 +103,8 @@ def configure(p):
                    help=f"warm-up, in ms (default: {WARMUP_MS}), a resume keeps its run's")
     p.add_argument("--rep-ms", type=float, default=None,
                    help=f"timed repetitions, in ms (default: {REP_MS}), a resume keeps its run's")
-    p.add_argument("--point-timeout", type=float, default=120.0, help="seconds per point")
+    p.add_argument("--point-timeout", type=float, default=constants.POINT_TIMEOUT_S,
+                   help="seconds per point")
     options.compile_workers(p, "the launch configurations of the tunable backends (default, "
                             "tuned, a file) at the shard's token counts")
     p.add_argument("--compile-budget", default=None, metavar="S[,BACKEND=S...]",

@@ -55,12 +55,12 @@ def configure(p):
                         "every correct candidate faster than it by more than "
                         f"{100 * (constants.VERIFY_MARGIN - 1):.0f}%% "
                         "(verify.parquet); writes no config files (default: off)")
-    p.add_argument("--rep-ms", type=float, default=20.0,
+    p.add_argument("--rep-ms", type=float, default=constants.TUNE_REP_MS,
                    help="timed repetitions per candidate, in ms, at the last rung and in the "
                         "fine and neighbour-key passes (the successive-halving rungs before it time "
                         + " and ".join(f"{r:g}" for r in constants.SEARCH_RUNGS[:-1])
                         + " of it)")
-    p.add_argument("--warmup-ms", type=float, default=5.0)
+    p.add_argument("--warmup-ms", type=float, default=constants.TUNE_WARMUP_MS)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
 

@@ -28,6 +28,10 @@ CPU_MODELS = ("qwen3-30b-a3b",)                      # on a GPU: core.problems.S
 SWEEP_TOKENS = {"gpu": "1-8192", "cpu": "1-64"}      # sweep --tokens
 SWEEP_MODES = {"gpu": "eager,graph", "cpu": "eager"}  # sweep --modes
 EP_DEFAULT = {"gpu": "1,8", "cpu": "1"}              # sweep and tune --ep
+# the timing budget of a new run: sweep (measuring.sweep.Sweep, `sweep --warmup-ms/--rep-ms/
+# --point-timeout`, ml.measure) and tune (measuring.tuning.Tuner, `tune --warmup-ms/--rep-ms`)
+SWEEP_WARMUP_MS, SWEEP_REP_MS, POINT_TIMEOUT_S = 10.0, 50.0, 120.0
+TUNE_WARMUP_MS, TUNE_REP_MS = 5.0, 20.0
 # moe_lab.measuring.tuning_compile.default_compile_workers: on a GPU machine the cores but
 # this many (one times, one for the rest), at most COMPILE_WORKERS_MAX
 COMPILE_WORKERS_SPARE, COMPILE_WORKERS_MAX = 2, 12
