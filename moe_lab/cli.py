@@ -12,7 +12,7 @@ import importlib
 import sys
 import time
 
-from .core.errors import Terminated, UsageError, disk_full
+from .core.errors import EXIT_SIGINT, EXIT_SIGTERM, Terminated, UsageError, disk_full
 
 # verb -> (module, one-line help)
 VERBS = {
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("moe-lab: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_SIGINT
     except BrokenPipeError:  # `moe-lab compare A B | head`: the reader left; no traceback
         _quiet_stdout()
         return 141
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Terminated:
         print("moe-lab: terminated (SIGTERM); what was measured is saved", file=sys.stderr)
-        return 143
+        return EXIT_SIGTERM
 
 
 def _is_option(parser, verb: str, dest: str) -> bool:

@@ -28,11 +28,12 @@ import numpy as np
 import pandas as pd
 
 from . import noise as noise_model
+from ..core.constants import BOOTSTRAP_CONFIDENCE
 from ..core.errors import UsageError
 
 KEY = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "wrapped", "config",
        "tokens", "routing")
-CONFIDENCE = 0.95
+CONFIDENCE = BOOTSTRAP_CONFIDENCE  # core.constants, defined once
 NO_CHANGE = "no detectable change"
 
 

@@ -7,7 +7,7 @@ from ..core.devices import ceilings_for
 from ..cost.roofline import add_roofline_columns
 from ..storage.store import open_run
 from ..storage.rows import ok_rows
-from .runs import _imported, imported_runs, richest_run  # noqa: F401
+from .runs import SEED_SHAPES, _imported, imported_runs, richest_run  # noqa: F401
 from ..core.validate import frames
 
 
@@ -19,8 +19,8 @@ def _source(run) -> str:
     return "aiter's tuner, imported" if _imported(run) else "measured by moe-lab"
 
 
-def rows_for(runs, models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, dtype="bf16",
-             mode="graph") -> pd.DataFrame:
+def rows_for(runs, models=SEED_SHAPES["models"], tp=SEED_SHAPES["tp"], ep=SEED_SHAPES["ep"],
+             dtype="bf16", mode=SEED_SHAPES["mode"]) -> pd.DataFrame:
     """ok rows of `models` at one sharding from each run, with the roofline recomputed
     against each row's own device (measured ceilings where committed, else the vendor's)
     and a `series` label naming device, backend, configuration and source."""
@@ -79,11 +79,20 @@ def _ceiling_source(device: str) -> str:
         return "none (no spec for this GPU)"
 
 
+def measured_devices(rows: pd.DataFrame) -> str:
+    """The devices of the rows moe-lab measured (not imported), short ('NVIDIA H200' ->
+    'H200'), '/'-joined: what the side-by-side figure and its summary call them."""
+    own = rows[~rows["series"].str.contains("imported")] if len(rows) else rows
+    names = sorted({str(d).split(" (")[0].removeprefix("NVIDIA ").removeprefix("AMD ")
+                    for d in (own["device"] if len(own) else [])})
+    return "/".join(names) or "no GPU"
+
+
 @frames(rows=("device", "series"))
 def summary(rows: pd.DataFrame) -> str:
     """One line: how many rows of each source the side-by-side figure draws."""
     amd = rows["series"].str.contains("imported") if len(rows) else pd.Series(dtype=bool)
-    return (f"side by side: {int((~amd).sum())} H200 rows measured by moe-lab, "
+    return (f"side by side: {int((~amd).sum())} {measured_devices(rows)} rows measured by moe-lab, "
             f"{int(amd.sum())} AMD rows from aiter's tuner "
             f"({', '.join(sorted(rows.loc[amd, 'device'].unique())) if amd.any() else 'none'})")
 

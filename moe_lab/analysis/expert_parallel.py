@@ -26,6 +26,7 @@ KEY = ["model", "dtype", "backend", "mode", "tokens", "routing", "parallel", "wo
 # the two targets' limits, from their records (moe_lab.analysis.targets)
 TOLERANCE = tg.by_name("predicted within 5% of measured").limit
 SPREAD_TARGET = tg.by_name("spread wall <= 0.6x one-GPU wall").limit
+ESTIMATE_RANKS = 8  # the world the estimate scales to: the seeds' TP8 / EP8 (issue 18)
 
 
 def distributed_rows(res: pd.DataFrame) -> pd.DataFrame:
@@ -153,7 +154,7 @@ def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @frames(res=("model", "dtype", "backend", "mode", "tokens", "routing", "status", "parallel",
         "world_size", "rank", "pairs", "sent_bytes", "layer_us", "expert_us", "collective_us",
         "seed"))
-def estimate(res: pd.DataFrame, n: int = 8) -> pd.DataFrame:
+def estimate(res: pd.DataFrame, n: int = ESTIMATE_RANKS) -> pd.DataFrame:
     """The layer at n ranks, per measured point: max over ranks of the fitted per-rank cost
     plus the collective scaled from the measured model. Labelled `estimate` in every row."""
     d = distributed_rows(res)

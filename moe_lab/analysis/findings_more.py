@@ -67,7 +67,7 @@ def noise_section(runs) -> list[str]:
                      points=d["points"]) for m, d in cal.modes().items()]
         out += [f"## Noise between processes: {dev}", "", runs_line(pair_runs, "the A/A' pairs"),
                 "", "The band `moe-lab compare` judges a change against: per mode, the "
-                "noisiest A/A' pair's 0.95 quantile of |ln B/A| (two runs of one commit, the "
+                f"noisiest A/A' pair's {noise.QUANTILE:g} quantile of |ln B/A| (two runs of one commit, the "
                 "same sweep, in two processes).", "", *md_table(pd.DataFrame(rows)), ""]
         from . import published as pb
         pub = pb.published_pairs([r for r in runs if r.device == dev])
@@ -194,7 +194,7 @@ def vllm_section(runs) -> list[str]:
            "point measured again after a change is read from its new run, still against the "
            "vLLM row of that run), its geometric mean, the worst point, "
            f"the points slower than the run-to-run band ({vc.BAND:.2f}x), whether the goal "
-           "(no point above the band, geomean at or below 1.00) is met "
+           f"(no point above the band, geomean at or below {vc.GEOMEAN:.2f}) is met "
            f"({int(shapes['met'].sum())} of {len(shapes)} shapes), and which own layers are "
            "the best at its points (how many each).", "",
            *md_table(show[["model", "sharding", "dtype", "points", "geomean_ratio",
@@ -300,8 +300,8 @@ def tuned_files_section(runs) -> list[str]:
                       candidates=inv["candidates"].map(_int_text),
                       near_keys=inv["near_keys"].map(_int_text))
     out = ["## Tuned files against the token grid", "", runs_line(used), "",
-           "Per shape that issues 38 and 41 ask a tuned file for (`moe_lab.analysis."
-           "tuned_files.REQUIRED`): the file its backend reads, the keys of the token grid "
+           f"Per shape that issues {' and '.join(map(str, sorted(set(inv['issue']))))} ask a tuned file for "
+           "(`moe_lab.analysis.tuned_files.REQUIRED`): the file its backend reads, the keys of the token grid "
            f"({len(TUNE_TOKENS)} keys) every stage's file holds, its provenance (the tune run, "
            "its status, candidates timed, when the file was written, the commit), whether "
            "it holds the grid (every key, a complete run behind it) and its search's "
@@ -420,8 +420,9 @@ def tuned_files_section(runs) -> list[str]:
                               for c in ("median_pct_of_roof", "lowest_pct_of_roof",
                                         "other_floor_pct", "gemm_over_us", "share_of_layer",
                                         "gemm_pct_of_floor_at_lowest")})
-    out += ["", "### The tuned layer's % of roof from 256 tokens", "", provenance(prs, pairs), "",
-            "Per shape, over the points above from 256 tokens: the tuned layer's % of its roof "
+    out += ["", f"### The tuned layer's % of roof from {tf.FROM_TOKENS} tokens", "",
+            provenance(prs, pairs), "",
+            f"Per shape, over the points above from {tf.FROM_TOKENS} tokens: the tuned layer's % of its roof "
             "(median, lowest and where); at the lowest point, the floor that sets the roof "
             "(compute: FLOPs at the measured matrix peak; memory: bytes at the roof bandwidth) "
             "and the other floor as % of it; the bounds from the fewest tokens to the most; "

@@ -43,15 +43,16 @@ from pathlib import Path
 import numpy as np
 
 from ..core.atomic import atomic_write_json
+from ..core.constants import BOOTSTRAP_CONFIDENCE
 from ..core.errors import UsageError
 
 QUANTILE = 0.95
 CHECKOUT_NOISE = Path(__file__).resolve().parents[2] / "data" / "noise"
 WHAT = ("between-process noise of this device per mode, from A/A' pairs (two runs of one "
-        "commit, the same sweep, two processes): a pair's noise = the 0.95 quantile of "
+        f"commit, the same sweep, two processes): a pair's noise = the {QUANTILE:g} quantile of "
         "|ln(median_B / median_A)| over its matching ok points; the mode's noise = the largest "
         "pair's (the noisiest session seen); compare calls "
-        "a change only when its bootstrap 95% interval lies wholly outside "
+        f"a change only when its bootstrap {BOOTSTRAP_CONFIDENCE:.0%} interval lies wholly outside "
         "[exp(-noise), exp(noise)]. Calibrating on a pair and then comparing that pair is "
         "circular. Written by `moe-lab compare --calibrate A A'` (moe_lab/analysis/noise.py).")
 

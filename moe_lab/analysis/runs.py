@@ -31,6 +31,7 @@ from typing import Callable
 import pandas as pd
 
 from ..core.errors import UsageError
+from ..core.problems import sharding_name
 from ..storage.rows import ok_rows
 from ..storage.store import Run, data_dir, find_runs, open_run
 from . import expert_parallel as analysis
@@ -60,7 +61,11 @@ def _has_roof(run: Run) -> bool:
     return True
 
 
-def _seed_points(r, models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, mode="graph") -> int:
+SEED_SHAPES = dict(models=("deepseek-r1", "qwen3-235b-a22b"), tp=8, ep=1, mode="graph")  # AMD's
+
+
+def _seed_points(r, models=SEED_SHAPES["models"], tp=SEED_SHAPES["tp"], ep=SEED_SHAPES["ep"],
+                 mode=SEED_SHAPES["mode"]) -> int:
     res = ok_rows(r.results)
     return int(((res["mode"] == mode) & res["model"].isin(list(models))
                 & (res["tp"] == tp) & (res["ep"] == ep)).sum())
@@ -87,7 +92,8 @@ QUESTIONS = {
     "compile": Question("compile rows", lambda r: r.has("compile"), has="compile"),
     "tuning": Question("ok points of a backend both tuned and default",
                        lambda r: _tuned_and_default(r), rank=lambda r: _tuned_and_default(r)),
-    "seed_shapes": Question("graph points of DeepSeek-R1 and Qwen3-235B at TP8",
+    "seed_shapes": Question(f"{SEED_SHAPES['mode']} points of {' and '.join(SEED_SHAPES['models'])} "
+                            f"at {sharding_name(SEED_SHAPES['tp'], SEED_SHAPES['ep'])}",
                             lambda r: r.has("graph") and _seed_points(r),
                             rank=lambda r: _seed_points(r)),
     "ledger": Question("stored phases (phases.parquet)", lambda r: len(r.phases) > 0),

@@ -34,23 +34,24 @@ import pandas as pd
 
 from ..core.constants import SEED_SWEEP_TOKENS, TUNE_TOKENS
 from ..cost import ledger as lg
-from ..core.problems import sharding_name
+from ..core.problems import SEED_MODELS, sharding_name
 from ..storage.rows import deployed_rows, published_rows
 from . import metrics
 from .targets import METRIC_COLUMNS
 from .tuned_paths import PAIR_KEY, with_device, _configs_dir, _history, _names
-from .tuned_roof import roof_from  # noqa: F401 (findings and the notebooks read it here)
+from .tuned_roof import FROM_TOKENS, roof_from  # noqa: F401 (findings and the notebooks read it here)
 
-SEEDS = ("llama4-scout-16e", "llama4-maverick-128e", "qwen3-235b-a22b", "deepseek-r1")
+SEEDS = SEED_MODELS  # core.problems' (was a second, reordered copy of the four names)
+LLAMA4 = tuple(m for m in SEEDS if m.startswith("llama4"))  # the seeds shipped fp8-channel
 REQUIRED = tuple(
     [(38, b, m, 8, ep, "bf16") for b in ("aiter-triton", "aiter-triton-silu") for m in SEEDS
      for ep in (1, 8)]
     + [(38, "aiter-triton", "deepseek-r1", 8, ep, "fp8-block128") for ep in (1, 8)]
     + [(38, "aiter-triton", "qwen3-235b-a22b", 8, 8, "fp8-block128")]
-    + [(41, "vllm", m, 8, 1, "bf16") for m in SEEDS[:3]]
+    + [(41, "vllm", m, 8, 1, "bf16") for m in SEEDS if m != "deepseek-r1"]
     + [(41, "vllm", "deepseek-r1", 8, 8, "bf16")]
     + [(41, "vllm", "deepseek-r1", 8, ep, "fp8-block128") for ep in (1, 8)]
-    + [(41, "vllm", m, 8, 1, "fp8-channel") for m in SEEDS[:2]])
+    + [(41, "vllm", m, 8, 1, "fp8-channel") for m in LLAMA4])
 DEVICE = "NVIDIA H200"
 INVENTORY_COLUMNS = ["issue", "backend", "model", "sharding", "dtype", "file", "keys",
                      "missing_keys", "run", "run_status", "candidates", "written", "commit",

@@ -15,12 +15,14 @@ import pandas as pd
 from .targets import NO_KERNELS
 from ..core.validate import frames
 
+FROM_TOKENS = 256  # the token count from which the tuned layer's % of roof is read (issue 38)
+
 
 @frames(where="tuned_files.roof_from",
         pairs=("backend", "model", "sharding", "dtype", "tokens", "pct_of_roof", "point_id",
                "tuned_us"),
         ledger_df=("point_id", "phase", "measured_us", "floor_us", "over_us"))
-def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int = 256,
+def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int = FROM_TOKENS,
               missing: str = NO_KERNELS) -> pd.DataFrame:
     """Per backend, model, sharding and dtype: the tuned layer's % of roof from `tokens`
     up (median, lowest and where; at the lowest, which floor sets the roof and the other as

@@ -210,14 +210,15 @@ def glue_after_run(run, given: bool = False, before_run=GLUE_BEFORE_RUN, **point
     return None, f"torch-grouped before and after its bf16 glue: no run has {what}"
 
 
-def glue_before_after(after_run, before_run=GLUE_BEFORE_RUN, model="deepseek-r1",
-                      sharding="TP8", tokens=4096, backend="torch-grouped", mode="graph"):
-    """One point (default config, the deployed glue) in two runs: (its phases, rank
-    before/after, as phase_best_worst; us per kernel_label before, after, change: largest
-    change first; a run without the point leaves its column NaN, never 0)."""
+def glue_before_after(after_run, before_run=GLUE_BEFORE_RUN, **point):
+    """One point (GLUE_POINT, default config, the deployed glue; keywords override its
+    model, sharding, tokens, backend, mode) in two runs: (its phases, rank before/after, as
+    phase_best_worst; us per kernel_label before, after, change: largest change first; a
+    run without the point leaves its column NaN, never 0)."""
+    point = {**GLUE_POINT, **point}
     tabs, kern = [], {}
     for rank, run in (("before", open_run(before_run)), ("after", open_run(after_run))):
-        r = _glue_rows(measured(run, mode)[0], model, sharding, tokens, backend, mode)
+        r = _glue_rows(measured(run, point["mode"])[0], **point)
         if r.empty:  # this run has no such point: nothing to put beside the other
             continue
         tabs.append(_with_phases(r.assign(rank=rank), run.kernels, run.run_id))

@@ -6,6 +6,7 @@ import json
 import math
 import sys
 
+from ..core.constants import CLAIM_GPU
 from ..core.errors import UsageError
 
 
@@ -26,7 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        "the roofline floor and measured kernel times")
     i.add_argument("--registry", default=None)
     i.add_argument("--gpu", default=None, help="device spec key (mi300x, h200-sxm, ...; "
-                   "default: the claim's GPU, mi300x)")
+                   f"default: the claim's GPU, {CLAIM_GPU})")
     i.add_argument("--runs", default=None, help="where the measured kernel times are: a run "
                    "folder, a run id, or a folder of run folders (default: every run of data/runs)")
     i.add_argument("--format", choices=("text", "csv", "json"), default="text")

@@ -53,11 +53,13 @@ def plot_config(reg: dict, checks, config: str, metrics: list[str] | None = None
 
 
 def plot_accuracy(reg: dict):
-    """GSM8K scores with 2-se error bars: a panel per few-shot setting (5-shot gsm8k and
+    """GSM8K scores with PARITY_SE-se error bars: a panel per few-shot setting (5-shot gsm8k and
     8-shot gsm8k_cot are not one scale), a row per configuration with the pairs a claim
     compares (same model, dtype and engine, with and without aiter) next to each other,
     a colour and marker per filter (flexible-extract, strict-match)."""
     import matplotlib.pyplot as plt
+
+    from .verdicts import PARITY_SE  # the bars' width is the parity check's
     acc = [c for c in reg["claims"] if c["kind"] == "accuracy"]
     cfgs = reg["configs"]
     shots = sorted({cfgs[c["config"]].get("num_fewshot") for c in acc}, key=lambda v: v or 0)
@@ -74,7 +76,7 @@ def plot_accuracy(reg: dict):
             pts = [(names.index(c["config"]), c) for c in acc
                    if c["config"] in names and c["metric"].split("/")[1] == filt]
             ax.errorbar([c["value"] for _, c in pts], [i + (j - 0.5) * 0.25 for i, _ in pts],
-                        xerr=[2 * (c["stderr"] or 0) for _, c in pts], fmt=marker, ms=4,
+                        xerr=[PARITY_SE * (c["stderr"] or 0) for _, c in pts], fmt=marker, ms=4,
                         capsize=3, color=colour, label=filt)
         ax.set_yticks(range(len(names)), [
             f"{k} ({'aiter' if cfgs[k].get('aiter') else 'no aiter'})" for k in names], fontsize=7)
@@ -84,11 +86,12 @@ def plot_accuracy(reg: dict):
         ax.invert_yaxis()
         task = sorted({c["metric"].split("/")[0] for c in acc if c["config"] in names})
         ax.set_title(f"{', '.join(task)}, {n}-shot", fontsize=9)
-        ax.set_xlabel("exact match (± 2 stderr)")
+        ax.set_xlabel(f"exact match (± {PARITY_SE:g} stderr)")
     axes[0, 0].legend(fontsize=7, title="filter", title_fontsize=7)
     srcs = sorted({c["source"] for c in acc})
     fig.text(0.01, 0.005, "source: " + ", ".join(f"data/claims/sources/{s}" for s in srcs)
-             + "; lm_eval, TP8", fontsize=7, va="bottom")
+             + "; lm_eval, " + ", ".join(sorted({f"TP{cfgs[c['config']].get('tp')}" for c in acc})),
+             fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..core.constants import CLAIM_GPU
 from ..core.errors import UsageError
 from .registry import checked, load_registry
 
@@ -221,7 +222,7 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
         ib, inn = _metric(reg, cid, "mean_itl")
         L = spec.moe_layers
         tokens, tp, ep = int(cfg["concurrency"]), int(cfg["tp"]), int(cfg.get("ep", 1) or 1)
-        dev = gpu or cfg.get("gpu", "mi300x")
+        dev = gpu or cfg.get("gpu", CLAIM_GPU)
         check_gpu(dev)
         floor, bnd, note = roofline_floor(preset, tokens, tp, ep, cfg.get("dtype", "bf16"), dev)
         notes = [note] if note else []

@@ -16,7 +16,8 @@ inside the intervals satisfy it):
   honest metric: mean TPOT (time per output token, independent of how many were made).
 * accuracy: an lm_eval score's stderr against the binomial stderr of GSM8K's 1319
   questions; a score with no reference configuration is unverifiable (warn).
-* parity: two scores that should agree, |diff| against 2 * sqrt(se1^2 + se2^2).
+* parity: two scores that should agree, |diff| against PARITY_SE * sqrt(se1^2 + se2^2)
+  (PARITY_SE = 2: notebook 04's error bars and every verdict's text read it).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ ORDER = {"pass": 0, "warn": 1, "fail": 2}
 GSM8K_N = 1319  # GSM8K test split; gsm8k_cot uses the same questions
 WORK_DEPENDENT = {"duration", "request_throughput", "output_throughput", "total_token_throughput"}
 COMPARABLE_TOL = 0.01  # relative difference in tokens per request still called equal work
+PARITY_SE = 2  # parity: two scores agree within this many combined standard errors
 
 
 def half_ulp(decimals: int) -> float:
@@ -294,9 +296,9 @@ def check_parity(c: dict) -> Verdict:
     z = diff / se if se else math.inf
     txt = (f"{c['baseline']} -> {c['new']} ({diff:+.4f}; combined se {se:.4f}, "
            f"{z:+.1f} se) [{c.get('what', '')}]")
-    if abs(diff) <= 2 * se:
-        return Verdict("pass", f"within 2 se: {txt}")
-    return Verdict("fail", f"differs by more than 2 combined se: {txt}")
+    if abs(diff) <= PARITY_SE * se:
+        return Verdict("pass", f"within {PARITY_SE:g} se: {txt}")
+    return Verdict("fail", f"differs by more than {PARITY_SE:g} combined se: {txt}")
 
 
 # ---------------------------------------------------------------------------- run

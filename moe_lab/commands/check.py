@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from ..core import constants
 from ..core.errors import Terminated, reraise_if_terminated, terminate_gracefully
 from . import options
 
@@ -14,7 +15,8 @@ from . import options
 def configure(p):
     p.add_argument("--model", default=None,
                    help="preset(s), comma-separated, or custom:H=..,I=..,E=..,k=.. "
-                        "(default: qwen3-30b-a3b on CPU, the four seed models on GPU)")
+                        f"(default: {','.join(constants.CPU_MODELS)} on CPU, the four seed "
+                        "models on GPU)")
     p.add_argument("--tokens", default="1,64,1024", help="token counts, e.g. 1,64,1024 or 1-8192")
     options.device(p)
     options.dtype(p)
@@ -31,7 +33,7 @@ def configure(p):
 
 def _models_default(device: str) -> list[str]:
     from ..core.problems import SEED_MODELS
-    return list(SEED_MODELS) if device.startswith("cuda") else ["qwen3-30b-a3b"]
+    return list(SEED_MODELS) if device.startswith("cuda") else list(constants.CPU_MODELS)
 
 
 def run(args) -> int:

@@ -22,7 +22,9 @@ def shape(p, many: bool = True, ep_default: str | None = None) -> None:
         p.add_argument("--tp", default=str(TP_DEFAULT), help="tensor-parallel size(s), e.g. 8 or 4,8")
         p.add_argument("--ep", default=ep_default,
                        help="expert-parallel size(s), 1 = none, e.g. 1,8 for both"
-                            + ("" if ep_default else " (default: 1,8 on a GPU, 1 on a CPU)"))
+                            + ("" if ep_default else
+                               f" (default: {constants.EP_DEFAULT['gpu']} on a GPU, "
+                               f"{constants.EP_DEFAULT['cpu']} on a CPU)"))
     else:
         p.add_argument("--tp", type=int, default=TP_DEFAULT, help="tensor-parallel size")
         p.add_argument("--ep", type=int, default=1,
@@ -31,8 +33,9 @@ def shape(p, many: bool = True, ep_default: str | None = None) -> None:
 
 
 def default_eps(args_ep: str | None, gpu: bool) -> str:
-    """The EP sizes of a list-taking verb: as given, else 1,8 on a GPU and 1 on a CPU."""
-    return args_ep or ("1,8" if gpu else "1")
+    """The EP sizes of a list-taking verb: as given, else constants.EP_DEFAULT's (1,8 on a
+    GPU, 1 on a CPU)."""
+    return args_ep or constants.EP_DEFAULT["gpu" if gpu else "cpu"]
 
 
 def dtype(p) -> None:
@@ -65,8 +68,9 @@ def config(p, many: bool = True) -> None:
 def compile_workers(p, what: str) -> None:
     p.add_argument("--compile-workers", type=int, default=None, metavar="N",
                    help=f"processes that compile {what} into Triton's on-disk cache before "
-                        "they are timed (0: compile in place; default: the cores but two, at "
-                        "most 12, on a GPU; 0 on a CPU)")
+                        "they are timed (0: compile in place; default: the cores but "
+                        f"{constants.COMPILE_WORKERS_SPARE}, at most "
+                        f"{constants.COMPILE_WORKERS_MAX}, on a GPU; 0 on a CPU)")
 
 
 # the values' checks (moe_lab.core.validate), re-exported for the verbs

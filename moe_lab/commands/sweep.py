@@ -16,7 +16,8 @@ from ..distributed.launch import (add_arguments as add_distributed_arguments, re
                                   under_launcher)
 
 
-WARMUP_MS, REP_MS = 10.0, 50.0  # the timing budget of a new run (a resume keeps its run's)
+# the timing budget of a new run (a resume keeps its run's), core.constants'
+WARMUP_MS, REP_MS = constants.SWEEP_WARMUP_MS, constants.SWEEP_REP_MS
 
 
 def resume_timing(args, run_dir: str | None) -> None:
@@ -67,15 +68,18 @@ def default_run_id(config: dict, device_name: str) -> str:
 def configure(p):
     p.add_argument("--models", default=None,
                    help="comma-separated presets or custom:... (default: the four seed models "
-                        "on GPU; qwen3-30b-a3b on CPU)")
+                        f"on GPU; {','.join(constants.CPU_MODELS)} on CPU)")
     options.shape(p)
     p.add_argument("--tokens", default=None,
-                   help="token counts, e.g. 1,64,1024 or 1-8192 (default: 1-8192 on GPU, 1-64 on CPU)")
+                   help="token counts, e.g. 1,64,1024 or 1-8192 (default: "
+                        f"{constants.SWEEP_TOKENS['gpu']} on GPU, {constants.SWEEP_TOKENS['cpu']} "
+                        "on CPU)")
     p.add_argument("--backends", default=None,
                    help="comma-separated (default: every backend available here)")
     p.add_argument("--modes", default=None,
-                   help="eager,graph and/or compile:<variant>[:dynamic] (default: eager,graph on "
-                        "GPU, eager on CPU)")
+                   help="eager,graph and/or compile:<variant>[:dynamic] (default: "
+                        f"{constants.SWEEP_MODES['gpu']} on GPU, {constants.SWEEP_MODES['cpu']} "
+                        "on CPU)")
     options.config(p)
     p.add_argument("--glue", default="fused", metavar="fused|aiter|naive[,...]",
                    help="the glue between kernels (SiLU*mul, activation quantisation, combine) "
@@ -99,7 +103,8 @@ def configure(p):
                    help=f"warm-up, in ms (default: {WARMUP_MS}), a resume keeps its run's")
     p.add_argument("--rep-ms", type=float, default=None,
                    help=f"timed repetitions, in ms (default: {REP_MS}), a resume keeps its run's")
-    p.add_argument("--point-timeout", type=float, default=120.0, help="seconds per point")
+    p.add_argument("--point-timeout", type=float, default=constants.POINT_TIMEOUT_S,
+                   help="seconds per point")
     options.compile_workers(p, "the launch configurations of the tunable backends (default, "
                             "tuned, a file) at the shard's token counts")
     p.add_argument("--compile-budget", default=None, metavar="S[,BACKEND=S...]",
@@ -138,14 +143,16 @@ def run(args) -> int:
         options.run_id(args.run_id)
     device = resolve_device(args.device)
     gpu = device == "cuda"
-    models = split_models(args.models) if args.models else (list(SEED_MODELS) if gpu else ["qwen3-30b-a3b"])
+    kind = "gpu" if gpu else "cpu"
+    models = split_models(args.models) if args.models else (
+        list(SEED_MODELS) if gpu else list(constants.CPU_MODELS))
     for m in models:
         parse_model(m)
-    tokens = parse_tokens(args.tokens or ("1-8192" if gpu else "1-64"))
+    tokens = parse_tokens(args.tokens or constants.SWEEP_TOKENS[kind])
     routings = [s.strip() for s in args.routing.split(",") if s.strip()]
     for r in routings:
         parse_routing(r)
-    modes = parse_modes(args.modes or ("eager,graph" if gpu else "eager"))
+    modes = parse_modes(args.modes or constants.SWEEP_MODES[kind])
     if args.dtype.startswith("fp8") and any(m.kind == "compile" for m in modes):
         raise UsageError(f"--dtype {args.dtype}: compile modes measure the bf16 layer only; "
                          "use --modes eager,graph")

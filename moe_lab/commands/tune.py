@@ -20,7 +20,7 @@ def configure(p):
                         f"({', '.join(constants.TUNABLE_BACKENDS)}); default: aiter-triton")
     p.add_argument("--models", default=None,
                    help="presets or custom:... (default: the four seed models on GPU, "
-                        "qwen3-30b-a3b on CPU)")
+                        f"{','.join(constants.CPU_MODELS)} on CPU)")
     options.shape(p)
     p.add_argument("--tokens", default=TUNE_TOKENS,
                    help="token counts to tune, the keys of the config files (a caller uses "
@@ -55,12 +55,12 @@ def configure(p):
                         "every correct candidate faster than it by more than "
                         f"{100 * (constants.VERIFY_MARGIN - 1):.0f}%% "
                         "(verify.parquet); writes no config files (default: off)")
-    p.add_argument("--rep-ms", type=float, default=20.0,
+    p.add_argument("--rep-ms", type=float, default=constants.TUNE_REP_MS,
                    help="timed repetitions per candidate, in ms, at the last rung and in the "
                         "fine and neighbour-key passes (the successive-halving rungs before it time "
                         + " and ".join(f"{r:g}" for r in constants.SEARCH_RUNGS[:-1])
                         + " of it)")
-    p.add_argument("--warmup-ms", type=float, default=5.0)
+    p.add_argument("--warmup-ms", type=float, default=constants.TUNE_WARMUP_MS)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
 
@@ -98,7 +98,7 @@ def run(args) -> int:
         options.run_id(args.run_id)
     device = resolve_device(args.device)
     models = split_models(args.models) if args.models else (
-        list(SEED_MODELS) if device == "cuda" else ["qwen3-30b-a3b"])
+        list(SEED_MODELS) if device == "cuda" else list(constants.CPU_MODELS))
     for m in models:
         parse_model(m)
     parse_routing(args.routing)

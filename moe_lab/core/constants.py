@@ -22,6 +22,19 @@ TUNE_TOKENS = PUBLISHED_H200_KEYS + (8192,)
 # issue 41 item 1: the token counts vLLM's fused MoE is swept at, at every seed shape and scheme,
 # beside the workbook's own layers (scripts/device_vllm.sh's default TOKENS; tuned_files.left)
 SEED_SWEEP_TOKENS = (1, 16, 64, 256, 1024, 2048, 4096, 8192)
+# the verbs' defaults where no --models, --tokens, --modes or --ep is given, per machine kind
+# (sweep, check, tune; their --help and the README's main-job sentence state these)
+CPU_MODELS = ("qwen3-30b-a3b",)                      # on a GPU: core.problems.SEED_MODELS
+SWEEP_TOKENS = {"gpu": "1-8192", "cpu": "1-64"}      # sweep --tokens
+SWEEP_MODES = {"gpu": "eager,graph", "cpu": "eager"}  # sweep --modes
+EP_DEFAULT = {"gpu": "1,8", "cpu": "1"}              # sweep and tune --ep
+# the timing budget of a new run: sweep (measuring.sweep.Sweep, `sweep --warmup-ms/--rep-ms/
+# --point-timeout`, ml.measure) and tune (measuring.tuning.Tuner, `tune --warmup-ms/--rep-ms`)
+SWEEP_WARMUP_MS, SWEEP_REP_MS, POINT_TIMEOUT_S = 10.0, 50.0, 120.0
+TUNE_WARMUP_MS, TUNE_REP_MS = 5.0, 20.0
+# moe_lab.measuring.tuning_compile.default_compile_workers: on a GPU machine the cores but
+# this many (one times, one for the rest), at most COMPILE_WORKERS_MAX
+COMPILE_WORKERS_SPARE, COMPILE_WORKERS_MAX = 2, 12
 VERIFY_MARGIN = 1.02  # verify: a candidate this much faster than the committed winner is news
 # moe_lab.measuring.tuning_search.SearchPlan.rungs: each successive-halving rung's share of rep_ms
 SEARCH_RUNGS = (1 / 16, 1 / 4, 1.0)
@@ -29,6 +42,13 @@ SEARCH_RUNGS = (1 / 16, 1 / 4, 1.0)
 COMPILE_BUDGET_S = 900.0
 # moe_lab.measuring.timing: (p90 - p10) / median above this marks a point `noisy` (rows read it too)
 NOISE_LIMIT = 0.1
+# moe_lab.analysis.compare: the bootstrap interval's confidence (compare.CONFIDENCE; the noise
+# files' `what` text states it)
+BOOTSTRAP_CONFIDENCE = 0.95
+
+# moe_lab.claims.implications: the roofline GPU of a claim whose registry configuration names
+# none (`claims implications --help` and notebook 04 state it; every perf claim so far is it)
+CLAIM_GPU = "mi300x"
 
 # moe_lab.importers.aiter_tables: aiter's checkAllclose and base tuner fail a check above 5% (the
 # fmoe tuner: 50%)

@@ -30,6 +30,12 @@ class PointTimeout(Exception):
     pass
 
 
+# a process stopped by a signal exits 128 + its number, as a shell reports it (the CLI, the
+# ranks, the launcher that reads them and the README's 'exit 143' take these)
+EXIT_SIGTERM = 128 + int(signal.SIGTERM)  # 143
+EXIT_SIGINT = 128 + int(signal.SIGINT)    # 130
+
+
 class Terminated(BaseException):
     """SIGTERM (`timeout`, a job scheduler) arrived: not an Exception, so no point's
     error handling turns it into a row; the sweep's bookkeeping still runs."""

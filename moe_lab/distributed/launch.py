@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..core.errors import Terminated, UsageError
+from ..core.errors import EXIT_SIGTERM, Terminated, UsageError
 from . import PARENT_ENV, VARIANTS
 
 FAULT_ENV = "MOE_LAB_DIST_FAULT"  # testing hook: "RANK:PHASE" (worker.fault)
@@ -159,7 +159,7 @@ def _died(procs) -> tuple[int, str] | None:
     (SIGKILL, SIGTERM, a crash), None when none was."""
     for r, p in enumerate(procs):
         code = p.poll()
-        if code == 143 and not getattr(p, "stopped_here", False):  # its own SIGTERM handler
+        if code == EXIT_SIGTERM and not getattr(p, "stopped_here", False):  # its own SIGTERM handler
             return r, "SIGTERM"
         if code is not None and code < 0 and not getattr(p, "stopped_here", False):
             try:

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from ..backends import Weights
 from ..measuring.correctness import THRESHOLDS, classify_exception, make_inputs, one_line, point_seed, reference
 from ..core.environment import capture_environment, device_name
-from ..core.errors import Terminated
+from ..core.errors import EXIT_SIGINT, EXIT_SIGTERM, Terminated
 from ..storage.invocations import begin_invocation, end_invocation
 from ..core.problems import DTYPES, parse_model
 from ..storage.store import RunStore, point_id
@@ -427,9 +427,9 @@ def main(argv=None) -> int:
             w = Worker(spec, rank, world, int(os.environ.get("LOCAL_RANK", rank)))
             return w.run()
     except Terminated:
-        return 143
+        return EXIT_SIGTERM
     except KeyboardInterrupt:
-        return 130
+        return EXIT_SIGINT
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from .compile import COMPILE_BUDGET_S, CompileBench
 from .compile_table import COMPILE_KEY, merge_compile_rows, recount_compile_rows
 from .correctness import (THRESHOLDS, classify_exception, make_inputs,
                           make_weights, one_line, point_seed, quant_facts, reference)
+from ..core.constants import POINT_TIMEOUT_S, SWEEP_REP_MS, SWEEP_WARMUP_MS
 from ..core.environment import capture_environment, device_name
 from ..core.errors import (PointTimeout, Terminated, UsageError, disk_full,
                           reraise_if_terminated, terminate_gracefully, time_limit)
@@ -107,8 +108,8 @@ def row_id(prob: Problem, routing: str, backend: str, mode: Mode, config: str = 
 
 class Sweep:
     def __init__(self, grid: Grid, device: str, run_dir, *, seed: int = 0, profile=True,
-                 traces: int = 0, warmup_ms=10.0, rep_ms=50.0, compile_budget_s=None,
-                 point_timeout_s=120.0, progress=True, command=None, set_aside_corrupt=False,
+                 traces: int = 0, warmup_ms=SWEEP_WARMUP_MS, rep_ms=SWEEP_REP_MS,
+                 compile_budget_s=None, point_timeout_s=POINT_TIMEOUT_S, progress=True, command=None, set_aside_corrupt=False,
                  part: tuple[int, int] | None = None, compile_workers: int | None = None):
         self.grid, self.device, self.seed = grid, device, seed
         self.profile, self.traces_left = profile, traces

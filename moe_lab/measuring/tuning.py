@@ -86,7 +86,7 @@ from .tuning_search import (CANDIDATE_KEY, FLUSH_ROWS, FLUSH_S, SearchPlan,  # n
                             _Shape, candidate_id, neighbours, shape_name)
 
 # the token counts a tuned file holds by default (core.constants: the CLI's --help reads it)
-from ..core.constants import TUNE_TOKENS, VERIFY_MARGIN  # noqa: E402
+from ..core.constants import TUNE_REP_MS, TUNE_TOKENS, TUNE_WARMUP_MS, VERIFY_MARGIN  # noqa: E402
 
 WINNER_KEY = ("model", "tp", "ep", "ep_rank", "dtype", "tokens", "backend")
 VERIFY_KEY = WINNER_KEY
@@ -106,8 +106,8 @@ class Tuner(StageSearch):
     """The search of every shape of a run (module doc); the stage search is StageSearch's."""
 
     def __init__(self, backend: str, device: str, run_dir, configs_dir, *, seed: int = 0,
-                 routing: str = "uniform", budget_s: float | None = None, warmup_ms=5.0,
-                 rep_ms=20.0, candidate_timeout_s=60.0, progress=True, command="",
+                 routing: str = "uniform", budget_s: float | None = None,
+                 warmup_ms=TUNE_WARMUP_MS, rep_ms=TUNE_REP_MS, candidate_timeout_s=60.0, progress=True, command="",
                  plan: SearchPlan | None = None, timer=None, compile_workers: int | None = None,
                  verify: bool = False, clock=None, budget_from: float | None = None):
         self.budget_from = budget_from  # when the budget started (clock's time; None: run())

@@ -24,10 +24,12 @@ WARM_S, WARM_PER_CONFIG_S = 60.0, 30.0
 
 def default_compile_workers(device: str) -> int:
     """Processes compiling ahead (Precompiler): none on a CPU (no Triton there); on a GPU
-    machine all cores but two (one times, one for the rest), at most 12."""
+    machine all cores but COMPILE_WORKERS_SPARE (2: one times, one for the rest), at most
+    COMPILE_WORKERS_MAX (12; core.constants, the --help states them)."""
+    from ..core.constants import COMPILE_WORKERS_MAX, COMPILE_WORKERS_SPARE
     if not str(device).startswith("cuda"):
         return 0
-    return max(1, min(12, (os.cpu_count() or 2) - 2))
+    return max(1, min(COMPILE_WORKERS_MAX, (os.cpu_count() or 2) - COMPILE_WORKERS_SPARE))
 
 
 def compile_workers_for(device: str, workers: int | None) -> int:

@@ -7,7 +7,8 @@ from matplotlib.figure import Figure
 from ..core.problems import sharding_name
 from . import style
 from ..analysis.devices import (  # noqa: F401 (the tables)
-    H200_SERIES, claim_shapes, floors_against_aiter, imported_runs, richest_run, rows_for, summary)
+    H200_SERIES, claim_shapes, floors_against_aiter, imported_runs, measured_devices, richest_run,
+    rows_for, summary)
 
 
 def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> Figure:
@@ -18,6 +19,7 @@ def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> F
     if rows.empty:
         return style.note_figure("no rows of these shapes in the runs given")
     models = list(dict.fromkeys(rows["model"]))
+    own = measured_devices(rows)  # the devices moe-lab measured, as the data names them
     fig, axes = style.new_figure(len(models), 2, squeeze=False,
                                  figsize=(11, 3.6 * len(models) + 0.6))
     colour = {s: style.CYCLE[k % len(style.CYCLE)] for k, s in enumerate(sorted(set(rows["series"])))}
@@ -40,7 +42,7 @@ def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> F
             style.panel_note(axes[i][1], "no % of roof (no spec for the GPU): "
                              + "; ".join(no_roof), fontsize=7)
         shard = sharding_name(sub["tp"].iloc[0], sub["ep"].iloc[0])
-        for ax, ylab in zip(axes[i], ("us per MoE call\n(H200: graph replay; AMD: aiter's "
+        for ax, ylab in zip(axes[i], (f"us per MoE call\n({own}: graph replay; AMD: aiter's "
                                       "tuner)", "% of the device's roof")):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("tokens")
@@ -52,6 +54,6 @@ def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> F
     if title:
         fig.suptitle(title, fontsize=10)
     run = runs[0] if runs else None  # a Run: its id and commits head the footer
-    return style.finish(fig, run, rows, "solid: measured by moe-lab on the H200 (graph); "
+    return style.finish(fig, run, rows, f"solid: measured by moe-lab on the {own} (graph); "
                         "dashed: aiter's tuner on AMD GPUs, imported from amd-aiter's "
                         "tuned_fmoe.csv; each % against its own device's roof")
