@@ -36,3 +36,22 @@ def test_merge_refuses_a_run_that_is_not_a_sweeps(tmp_path, capsys, run, kind):
     assert _one_line(capsys) == (f"moe-lab: error: a is {kind} run, not a sweep run: merge "
                                  "combines the parts of one sweep")
     assert _tree(tmp_path) == around  # no out folder
+
+
+# --- import-aiter: a row no model can be, named by its line ---------------------------------------
+
+@pytest.mark.parametrize("row,says", [
+    (dict(topk=9, expert=8), "{t} is unreadable or corrupt (line 3: topk 9 is above expert 8 "
+                             "(a token is routed to at most every expert))"),
+    (dict(inter_dim=300000), "{t} line 3: custom model I=300000 is too large: H and I at most "
+                             "262144, E at most 4096, layers at most 1024"),
+])
+def test_import_aiter_names_the_line_of_a_shape_no_model_can_be(tmp_path, capsys, row, says):
+    """Before: `custom model needs positive H, I, E, k with k <= E` (or the cap's line),
+    naming neither the table nor its line."""
+    from test_aiter_tables import write_table
+    table = write_table(tmp_path / "tuned_fmoe.csv", [dict(), row])
+    around = _tree(tmp_path)
+    assert main(["import-aiter", "--file", str(table), "--out", str(tmp_path / "run")]) == 2
+    assert _one_line(capsys) == "moe-lab: error: " + says.format(t=table)
+    assert _tree(tmp_path) == around
