@@ -55,3 +55,28 @@ def test_import_aiter_names_the_line_of_a_shape_no_model_can_be(tmp_path, capsys
     assert main(["import-aiter", "--file", str(table), "--out", str(tmp_path / "run")]) == 2
     assert _one_line(capsys) == "moe-lab: error: " + says.format(t=table)
     assert _tree(tmp_path) == around
+
+
+# --- ceilings: its numbers and its folder, before any GPU is asked for ---------------------------
+
+@pytest.mark.parametrize("extra,says", [
+    (["--calls", "0"], "--calls 0: give a whole number >= 1"),
+    (["--calls", "-3"], "--calls -3: give a whole number >= 1"),
+    (["--size-gib", "nan"], "--size-gib nan: give a positive, finite number of GiB"),
+    (["--size-gib", "0"], "--size-gib 0.0: give a positive, finite number of GiB"),
+    (["--size-gib", "1e9"], "--size-gib 1000000000.0: at most 1024 GiB (give a positive, finite "
+                            "number of GiB)"),
+    (["--out-dir", "{f}"], "--out-dir {f}: {f} is a file, not a folder"),
+    (["--out-dir", "{f}/c"], "--out-dir {f}/c: {f} is a file, not a folder"),
+])
+def test_ceilings_refuses_its_numbers_and_a_file_for_its_folder(tmp_path, capsys, extra, says):
+    """Before: none of them was checked. On a GPU, --calls 0 reached statistics.median([])
+    and --size-gib nan int(nan) (tracebacks), and an --out-dir under a file was found only
+    after the measuring; on a CPU machine each was the 'no GPU here' line."""
+    f = tmp_path / "notes"
+    f.write_text("mine")
+    around = _tree(tmp_path)
+    argv = ["ceilings", "--out-dir", str(tmp_path / "c")] + [a.format(f=f) for a in extra]
+    assert main(argv) == 2
+    assert _one_line(capsys) == "moe-lab: error: " + says.format(f=f)
+    assert _tree(tmp_path) == around
