@@ -80,3 +80,43 @@ def test_ceilings_refuses_its_numbers_and_a_file_for_its_folder(tmp_path, capsys
     assert main(argv) == 2
     assert _one_line(capsys) == "moe-lab: error: " + says.format(f=f)
     assert _tree(tmp_path) == around
+
+
+# --- profile --trace: the file written is the file named ------------------------------------------
+
+MODEL = "custom:H=64,I=32,E=4,k=2"
+PROFILE = ["profile", "--model", MODEL, "--tp", "1", "--tokens", "1", "--dtype", "fp32",
+           "--device", "cpu", "--iters", "1"]
+
+
+@pytest.mark.parametrize("where,says", [
+    ("folder", "--trace='{p}' is a folder; give a file path"),
+    ("notes/t.json.gz", "--trace='{p}': {t}/notes is a file, not a folder")])
+def test_profile_trace_a_folder_or_under_a_file_is_refused(tmp_path, capsys, where, says):
+    """Before: --trace DIR profiled, wrote DIR.json.gz beside the folder and printed
+    `trace: DIR`; under a file, the profiling ran and then '.../notes: File exists'."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "notes").write_text("mine")
+    around = _tree(tmp_path)
+    p = tmp_path / where
+    assert main(PROFILE + ["--trace", str(p)]) == 2
+    assert _one_line(capsys) == "moe-lab: error: " + says.format(p=p, t=tmp_path)
+    assert _tree(tmp_path) == around
+
+
+@pytest.mark.parametrize("split", [[], ["--split"]])
+def test_profile_says_the_trace_it_wrote(tmp_path, capsys, split):
+    """A --trace without .json.gz gets it added. Before: profile printed the path given
+    (a file that is not there), and --split refused it afterwards ('no trace file', exit 2)
+    with the trace written beside it."""
+    assert main(PROFILE + split + ["--trace", str(tmp_path / "t.json")]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"# trace: {tmp_path / 't.json.json.gz'} (open in https://ui.perfetto.dev)"
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json.json.gz"]
+
+
+def test_the_api_profile_returns_the_trace_it_wrote(tmp_path):
+    import moe_lab as ml
+    _, trace = ml.profile(MODEL, 1, tp=1, dtype="fp32", device="cpu", iters=1,
+                          trace=str(tmp_path / "t"))
+    assert trace == str(tmp_path / "t.json.gz") and Path(trace).is_file()  # was: .../t

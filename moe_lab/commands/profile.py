@@ -61,6 +61,9 @@ def run(args) -> int:
         return print_run_split(args.run)
     if args.model is None or args.tokens is None:
         raise UsageError("profile needs --model and --tokens (or --split --run RUN)")
+    if args.trace is not None:  # a folder, or under a file: was written beside it (DIR.json.gz)
+        from ..core.validate import writable_file  # or refused after the profiling
+        writable_file(args.trace, "--trace")
     if args.explain:
         return explain(args)
     if args.split:
