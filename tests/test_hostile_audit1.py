@@ -120,3 +120,37 @@ def test_the_api_profile_returns_the_trace_it_wrote(tmp_path):
     _, trace = ml.profile(MODEL, 1, tp=1, dtype="fp32", device="cpu", iters=1,
                           trace=str(tmp_path / "t"))
     assert trace == str(tmp_path / "t.json.gz") and Path(trace).is_file()  # was: .../t
+
+
+# --- the tuned files' pairs: a configs folder that is not one -------------------------------------
+
+PAIRED = ["h200-grid-aiter-triton-qwen3-235b-a22b-tp8-bf16", "h200-vllm-vtuned-bf16-tp8"]
+
+
+@pytest.mark.parametrize("who", ["current_pairs", "published_pairs"])
+@pytest.mark.parametrize("given,says", [("{t}/nope", "configs_dir {t}/nope is not a folder"),
+                                        ("{t}/a-file", "configs_dir {t}/a-file is not a folder"),
+                                        ("", "configs_dir is empty; give a folder, or None "
+                                             "for the default")])
+def test_pairs_refuse_a_configs_dir_that_is_not_a_folder(tmp_path, who, given, says):
+    """Before: no pair at all, without a word (current_pairs counted every tuned point
+    stale: no provenance said when its file was written), where inventory and left
+    refuse the same folder."""
+    from moe_lab.analysis import published, tuned_files
+    call = getattr(published if who == "published_pairs" else tuned_files, who)
+    assert len(call(PAIRED)[0] if who == "current_pairs" else call(PAIRED))  # the default: pairs
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(UsageError) as exc:
+        call(PAIRED, configs_dir=given.format(t=tmp_path))
+    assert str(exc.value) == f"{who}: " + says.format(t=tmp_path)
+
+
+def test_inventory_and_left_refuse_an_empty_configs_dir():
+    """Before: "" read as the current folder: every shape without a file."""
+    from moe_lab.analysis import tuned_files as tf
+    for call, who in ((lambda: tf.inventory(""), "inventory"),
+                      (lambda: tf.left("tune", configs_dir=""), "left")):
+        with pytest.raises(UsageError) as exc:
+            call()
+        assert str(exc.value) == (f"{who}: configs_dir is empty; give a folder, or None "
+                                  "for the default")

@@ -38,7 +38,7 @@ from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows, published_rows
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_paths import PAIR_KEY, with_device, _configs_dir, _history, _names
+from .tuned_paths import PAIR_KEY, with_device, _configs_dir, _folders, _history, _names
 from .tuned_roof import roof_from  # noqa: F401 (findings and the notebooks read it here)
 
 SEEDS = ("llama4-scout-16e", "llama4-maverick-128e", "qwen3-235b-a22b", "deepseek-r1")
@@ -97,15 +97,6 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
             # the search's neighbour-key pass (0: searched before it; None: no run read)
             near_keys=int(plan.get("near_keys", 0)) if man else None))
     return pd.DataFrame(rows, columns=INVENTORY_COLUMNS)
-
-
-def _folders(who: str, **given) -> None:
-    """UsageError for a folder given (not None) that is not one: a typo read as an empty
-    folder answered as if nothing were tuned or searched."""
-    from ..core.errors import UsageError
-    for what, d in given.items():
-        if d is not None and not Path(d).is_dir():
-            raise UsageError(f"{who}: {what} {d} is not a folder")
 
 
 def shape_word(backend, model, tp, ep, dtype) -> str:
@@ -183,6 +174,7 @@ def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
     row was measured after its committed file was written: default_us, tuned_us,
     default_over_tuned, tuned_point_id, tuned pct_of_roof, run_id, sharding; `stale`: the
     points whose tuned rows all predate their file. Once per runs inside ledger.shared()."""
+    _folders("current_pairs", configs_dir=configs_dir)  # was: no pair, every point stale
     runs = lg.opened(runs)
     return lg.memo(("current_pairs", str(configs_dir), lg.run_paths(runs)),
                    lambda: _current_pairs(runs, configs_dir))
