@@ -154,3 +154,16 @@ def test_inventory_and_left_refuse_an_empty_configs_dir():
             call()
         assert str(exc.value) == (f"{who}: configs_dir is empty; give a folder, or None "
                                   "for the default")
+
+
+# --- targets.by_name -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["nope", "", None])
+def test_a_target_name_that_is_not_one_is_one_line_naming_the_targets(name):
+    """Before: KeyError: 'nope'."""
+    from moe_lab.analysis import targets
+    with pytest.raises(UsageError) as exc:
+        targets.by_name(name)
+    line = str(exc.value)
+    assert line.startswith(f"by_name: no target {name!r}; the targets: ") and "\n" not in line
+    assert all(t.name in line for t in targets.TARGETS)
