@@ -171,6 +171,7 @@ def _defaults(path: str, mtime_ns: int) -> dict:
     return out
 
 
+@frames(pairs=("same_config", "backend", "value"))
 def published_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
     """The published-tuning target's metric frame (published us / tuned us per point),
     the ties by construction (same_config True) left out."""
