@@ -198,3 +198,23 @@ def test_a_frame_without_the_columns_is_one_line_naming_them(i):
     line = str(exc.value)
     assert line.startswith(name + ": ") and " lacks the column" in line and "\n" not in line
     assert "(it has: x)" in line
+
+
+# --- profile: an option of another mode is refused, not ignored ----------------------------------
+
+@pytest.mark.parametrize("extra,says", [
+    (["--cu-num", "80"], "--cu-num without --explain: it shapes --explain only; add --explain "
+                         "(or leave it out)"),
+    (["--cu-num", "80", "--gfx", "gfx942"], "--cu-num, --gfx without --explain: they shape "
+                                            "--explain only; add --explain (or leave them out)"),
+    (["--run", "r"], "--run without --split: it names the run whose traces --split splits; add "
+                     "--split (or leave it out)"),
+    (["--split", "--run", "r"], "--run with --model: --split splits one point (--model, "
+                                "--tokens) or every trace of a run (--run); give one"),
+])
+def test_profile_refuses_an_option_of_another_mode(tmp_path, capsys, monkeypatch, extra, says):
+    """Before: ignored, exit 0: the point profiled (or split) here as if it were not given."""
+    monkeypatch.chdir(tmp_path)  # the default trace (out/traces/...) would go here
+    assert main(PROFILE + extra) == 2
+    assert _one_line(capsys) == "moe-lab: error: " + says
+    assert not list(tmp_path.iterdir())
