@@ -32,7 +32,8 @@ from ..cost import ledger as lg
 from ..storage.rows import deployed_rows, published_rows, vllm_named
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_paths import PAIR_KEY, with_device, _configs_dir, _history, _names, _provenance
+from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _history, _names,
+                          _provenance)
 from ..core.validate import frames
 
 
@@ -40,6 +41,7 @@ def published_pairs(runs, configs_dir=None, data_dir=None) -> pd.DataFrame:
     """Module doc (the newest run per point; the tuned files of configs_dir and the
     searches of data_dir, this checkout's by default). Once per runs inside
     ledger.shared()."""
+    _folders("published_pairs", configs_dir=configs_dir)  # was: no pair, without a word
     runs = lg.opened(runs)
     return lg.memo(("published_pairs", str(configs_dir), str(data_dir), lg.run_paths(runs)),
                    lambda: _published_pairs(runs, configs_dir, data_dir))
@@ -169,6 +171,7 @@ def _defaults(path: str, mtime_ns: int) -> dict:
     return out
 
 
+@frames(pairs=("same_config", "backend", "value"))
 def published_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
     """The published-tuning target's metric frame (published us / tuned us per point),
     the ties by construction (same_config True) left out."""

@@ -126,10 +126,13 @@ TARGETS = (
 
 
 def by_name(name: str) -> Target:
+    """The target of that name; UsageError naming the targets otherwise (was: KeyError)."""
     for t in TARGETS:
         if t.name == name:
             return t
-    raise KeyError(name)
+    from ..core.errors import UsageError
+    raise UsageError(f"by_name: no target {name!r}; the targets: "
+                     + "; ".join(t.name for t in TARGETS))
 
 
 def metric_rows(points: pd.DataFrame, metric: str, value, **columns) -> pd.DataFrame:

@@ -35,10 +35,11 @@ import pandas as pd
 from ..core.constants import SEED_SWEEP_TOKENS, TUNE_TOKENS
 from ..cost import ledger as lg
 from ..core.problems import SEED_MODELS, sharding_name
+from ..core.validate import frames
 from ..storage.rows import deployed_rows, published_rows
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_paths import PAIR_KEY, with_device, _configs_dir, _history, _names
+from .tuned_paths import PAIR_KEY, with_device, _configs_dir, _folders, _history, _names
 from .tuned_roof import FROM_TOKENS, roof_from  # noqa: F401 (findings and the notebooks read it here)
 
 SEEDS = SEED_MODELS  # core.problems' (was a second, reordered copy of the four names)
@@ -98,15 +99,6 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
             # the search's neighbour-key pass (0: searched before it; None: no run read)
             near_keys=int(plan.get("near_keys", 0)) if man else None))
     return pd.DataFrame(rows, columns=INVENTORY_COLUMNS)
-
-
-def _folders(who: str, **given) -> None:
-    """UsageError for a folder given (not None) that is not one: a typo read as an empty
-    folder answered as if nothing were tuned or searched."""
-    from ..core.errors import UsageError
-    for what, d in given.items():
-        if d is not None and not Path(d).is_dir():
-            raise UsageError(f"{who}: {what} {d} is not a folder")
 
 
 def shape_word(backend, model, tp, ep, dtype) -> str:
@@ -184,6 +176,7 @@ def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
     row was measured after its committed file was written: default_us, tuned_us,
     default_over_tuned, tuned_point_id, tuned pct_of_roof, run_id, sharding; `stale`: the
     points whose tuned rows all predate their file. Once per runs inside ledger.shared()."""
+    _folders("current_pairs", configs_dir=configs_dir)  # was: no pair, every point stale
     runs = lg.opened(runs)
     return lg.memo(("current_pairs", str(configs_dir), lg.run_paths(runs)),
                    lambda: _current_pairs(runs, configs_dir))
@@ -220,6 +213,8 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
     return p, len(stale - seen)
 
 
+@frames(res=("model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend", "mode",
+             "config", "median_us", "point_id"))  # (was: pandas' KeyError from inside)
 def default_and_tuned(res: pd.DataFrame) -> pd.DataFrame:
     """One run's default and tuned rows of the same point side by side (suffixes _d, _t):
     the deployment's rows (deployed_rows), a published tuning never the default (vLLM as
@@ -233,6 +228,7 @@ def default_and_tuned(res: pd.DataFrame) -> pd.DataFrame:
                                              suffixes=("_d", "_t"))
 
 
+@frames(pairs=(*PAIR_KEY, "tuned_us"))
 def with_two_t(pairs: pd.DataFrame) -> pd.DataFrame:
     """The pairs with two_t_over_t: the tuned us at 2T over the tuned us at T of the same
     shape and backend (NaN where 2T is not measured; below 1: T is slower than 2T), and
@@ -249,6 +245,7 @@ def with_two_t(pairs: pd.DataFrame) -> pd.DataFrame:
         experts_hit_2t=pd.to_numeric(nxt["experts_hit"], errors="coerce").to_numpy(dtype=float))
 
 
+@frames(pairs=(*PAIR_KEY, "tuned_us"))
 def two_t_misses(pairs: pd.DataFrame) -> pd.DataFrame:
     """The points slower at T than at 2T (with_two_t's two_t_over_t below 1), each with
     the local experts the routing hit at T (experts_hit) and at 2T (experts_hit_2t) and
@@ -264,6 +261,7 @@ def two_t_misses(pairs: pd.DataFrame) -> pd.DataFrame:
         drop=True)
 
 
+@frames(pairs=(*PAIR_KEY, "tuned_us", "default_over_tuned"))
 def tuning_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
     """default_over_tuned per pair (on the tuned point) and two_t_over_t (with_two_t) where
     2T is measured (on the point at T)."""
@@ -385,6 +383,7 @@ def verify_points(root=None) -> pd.DataFrame:
     return v.reset_index(drop=True)
 
 
+@frames(points=("value",))
 def verify_metrics(points: pd.DataFrame) -> pd.DataFrame:
     """The verify target's metric frame (committed / found per point searched again)."""
     p = points[points["value"].notna()] if len(points) else points
@@ -393,6 +392,7 @@ def verify_metrics(points: pd.DataFrame) -> pd.DataFrame:
     return metrics.metric_rows(p.assign(point_id=""), "verify_ratio", "value")
 
 
+@frames(points=("run_id",))
 def verify_runs(points: pd.DataFrame) -> list:
     """The verify runs behind `points` (verify_points), as Runs, newest first."""
     return [tune_run(r) for r in sorted(set(points["run_id"]), reverse=True)] if len(points) else []

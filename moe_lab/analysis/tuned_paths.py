@@ -24,6 +24,17 @@ def _names(backend, model, tp, ep, dtype, device) -> dict:
     return backends.get(backend).config_files(make_problem(model, 1, dtype, tp, ep), device)
 
 
+def _folders(who: str, **given) -> None:
+    """UsageError for a folder given (not None) that is not one: a typo read as an empty
+    folder answered as if nothing were tuned or searched. An empty str is none (it was
+    read as the current folder)."""
+    from ..core.errors import UsageError
+    for what, d in given.items():
+        if d is not None and (isinstance(d, str) and not d or not Path(d).is_dir()):
+            raise UsageError(f"{who}: {what} {d!s} is not a folder" if d != "" else
+                             f"{who}: {what} is empty; give a folder, or None for the default")
+
+
 def _configs_dir(configs_dir, device) -> Path:
     if configs_dir is not None:
         return Path(configs_dir)

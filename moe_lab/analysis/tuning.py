@@ -104,6 +104,8 @@ def _at(x) -> str:
 
 # --- 2. the best backend against the roof and the targets ----------------------------------
 
+@frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
+        "median_us", "sharding"))
 def best_per_point(rows: pd.DataFrame, candidates=AFTER) -> pd.DataFrame:
     """Per point, the ok row with the lowest median among the candidates (None: all)."""
     r = _ok(rows, candidates).sort_values("median_us")
@@ -125,6 +127,7 @@ def before_after(rows: pd.DataFrame, before=BEFORE, after=AFTER) -> pd.DataFrame
     return j.drop(columns=["before_dense_gemm_us", "before_pct_of_gemm_peak"])
 
 
+@frames(kernels=("point_id", "phase", "total_us"))
 def phases_of(kernels: pd.DataFrame, point_ids) -> pd.DataFrame:
     """Device time per phase (us per call), a row per point_id, phases in style order."""
     k = kernels[kernels["point_id"].isin(list(point_ids))]

@@ -56,6 +56,8 @@ from .metrics import span
 from .runs import VLLM_AS_SHIPPED as BASE
 from .targets import METRIC_COLUMNS, by_name, metric_rows
 from ..core.validate import frames
+
+_needs = frames  # the columns' decorator, for below this module's own frames(runs)
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("aiter-triton-silu", "default"),
        ("aiter-triton-silu", "tuned"), ("torch-grouped", "default"),
        ("torch-fp8", "default"), ("torch-fp8-grouped", "default"), ("vllm", "tuned"))
@@ -232,6 +234,7 @@ def _fastest(r: pd.DataFrame) -> pd.DataFrame:
     return r.sort_values("median_us").groupby(FP8_KEY + ["dtype"], sort=False).head(1)
 
 
+@_needs(results=("model", "tp", "ep", "mode", "tokens", "backend", "median_us"))
 def fp8_over_bf16(results: pd.DataFrame, mode: str | None = "graph") -> pd.DataFrame:
     """Module doc; empty when no point has both a bf16 and an FP8 ok row."""
     cols = ["model", "sharding", "dtype", "tokens", "bf16_us", "bf16_best", "fp8_us",
@@ -258,6 +261,8 @@ def fp8_over_bf16(results: pd.DataFrame, mode: str | None = "graph") -> pd.DataF
     return t[cols].sort_values(["model", "sharding", "dtype", "tokens"]).reset_index(drop=True)
 
 
+@_needs(table=("model", "sharding", "dtype", "speedup", "fp8_best", "speedup_own",
+               "fp8_own_best"))
 def fp8_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Module doc; empty when the table is."""
     cols = ["model", "sharding", "dtype", "points", "fp8_faster", "speedup", "fp8_best",

@@ -18,6 +18,7 @@ def run(args) -> int:
     import torch
 
     from ..measuring.ceilings import measure_ceilings, summary_lines, write_ceilings
+    _out_dir(args.out_dir)
     if not torch.cuda.is_available():
         raise UsageError(f"no GPU here (torch {torch.__version__}, "
                          f"cuda={torch.version.cuda}, hip={torch.version.hip}): "
@@ -33,3 +34,13 @@ def run(args) -> int:
         print(line)
     print(f"wrote {path}")
     return 0
+
+
+def _out_dir(out_dir) -> None:
+    """--out-dir a file, or under one: UsageError before anything is measured (was: the
+    measuring first, then one line naming the file, "File exists", and nothing written)."""
+    from pathlib import Path
+    out = Path(out_dir)
+    there = next((p for p in (out, *out.parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        raise UsageError(f"--out-dir {out_dir}: {there} is a file, not a folder")

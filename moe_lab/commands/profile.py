@@ -30,9 +30,9 @@ def configure(p):
                    help="no GPU: print which tuned_fmoe.csv row (or default) aiter's CK/asm "
                         "fused_moe would use for this point on --cu-num's GPU, and whether "
                         "its CK kernels accept the shape")
-    p.add_argument("--cu-num", type=int, default=304,
+    p.add_argument("--cu-num", type=int, default=None,
                    help="with --explain: the GPU's CU count (304 MI300X/MI325X, 256 MI355X, "
-                        "80 MI308X), aiter's cu_num key")
+                        "80 MI308X), aiter's cu_num key (default: 304)")
     p.add_argument("--split", action="store_true",
                    help="where eager time goes: split one call into Python/dispatch on the "
                         "host, launch gaps and kernel time, checked against a timed eager call")
@@ -49,18 +49,39 @@ def explain(args) -> int:
     prob = make_problem(args.model, args.tokens, args.dtype, args.tp, args.ep,
                         args.ep_rank if args.ep > 1 else 0)
     try:
-        print(explain_dispatch(prob, args.cu_num, args.gfx))
+        print(explain_dispatch(prob, 304 if args.cu_num is None else args.cu_num, args.gfx))
     except (ImportError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     return 0
 
 
+def _stray(args) -> None:
+    """Options that shape another mode than the one asked for: UsageError (was: ignored,
+    exit 0, e.g. `--cu-num 80` profiled the point here, `--run R` without --split too)."""
+    given = [f for f, v in (("--cu-num", args.cu_num), ("--gfx", args.gfx)) if v is not None]
+    if given and not args.explain:
+        they = len(given) > 1
+        raise UsageError(f"{', '.join(given)} without --explain: "
+                         f"{'they shape' if they else 'it shapes'} --explain only; add "
+                         f"--explain (or leave {'them' if they else 'it'} out)")
+    if args.run is not None and not args.split:
+        raise UsageError("--run without --split: it names the run whose traces --split splits; "
+                         "add --split (or leave it out)")
+    if args.run is not None and args.model is not None:
+        raise UsageError("--run with --model: --split splits one point (--model, --tokens) or "
+                         "every trace of a run (--run); give one")
+
+
 def run(args) -> int:
+    _stray(args)
     if args.split and args.run and args.model is None:
         from .eager_split import print_run_split
         return print_run_split(args.run)
     if args.model is None or args.tokens is None:
         raise UsageError("profile needs --model and --tokens (or --split --run RUN)")
+    if args.trace is not None:  # a folder, or under a file: was written beside it (DIR.json.gz)
+        from ..core.validate import writable_file  # or refused after the profiling
+        writable_file(args.trace, "--trace")
     if args.explain:
         return explain(args)
     if args.split:

@@ -48,6 +48,10 @@ LIMITS = {
     "verify": (True, 0, 131072, True, ""),
     "cu_num": (True, 1, 100_000, True, ""),
     "timeout": (False, 0, DAY_S, False, "seconds"),
+    # ceilings' (were unchecked: on a GPU, --calls 0 reaches statistics.median([]) and
+    # --size-gib nan int(nan), each a traceback; on a CPU machine the 'no GPU' line hid them)
+    "size_gib": (False, 0, 1024, False, "GiB"),
+    "calls": (True, 1, 100_000, True, ""),
 }
 API_NAMES = {"point_timeout": "point_timeout_s"}  # the API's keyword where it differs
 

@@ -118,6 +118,20 @@ def read_table(path) -> pd.DataFrame:
             i = int(bad.to_numpy().argmax())
             raise CorruptFile(path, f"line {i + 2}: {col} is {df[col].iloc[i]!r}, not a "
                               f"{'positive' if col in SHAPE_INTS else 'non-negative'} integer")
+    over = pd.to_numeric(df["topk"]) > pd.to_numeric(df["expert"])  # was: "custom model needs
+    if over.any():  # positive H, I, E, k with k <= E", naming neither the file nor the line
+        i = int(over.to_numpy().argmax())
+        raise CorruptFile(path, f"line {i + 2}: topk {df['topk'].iloc[i]} is above expert "
+                          f"{df['expert'].iloc[i]} (a token is routed to at most every expert)")
+    from ..core.problems import parse_model
+    shapes = {}  # each shape once: its first line
+    for i, row in enumerate(df[["model_dim", "inter_dim", "expert", "topk"]].to_numpy()):
+        shapes.setdefault(tuple(int(float(x)) for x in row), i + 2)
+    for (h, inter, e, k), line in shapes.items():
+        try:  # a shape past problems' caps: was the cap's line without the file or line
+            parse_model(f"custom:H={h},I={inter},E={e},k={k}")
+        except UsageError as exc:
+            raise UsageError(f"{path} line {line}: {exc}") from None
     return df
 
 

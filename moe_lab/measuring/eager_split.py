@@ -290,7 +290,9 @@ def split_point(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep
                                      device, seed)
     path = trace or os.path.join(tempfile.mkdtemp(prefix="moe-lab-split-"), "call.json.gz")
     with native_log_filter():
-        export_trace(fn, inp.args(), path, iters=max(2, iters), device=device)
+        # the path written (`.json.gz` added where it lacks it; was: the path given, then
+        # 'no trace file' for it, exit 2, with the trace written beside it)
+        path = export_trace(fn, inp.args(), path, iters=max(2, iters), device=device)
         t = time_fn("eager", fn, [inp.args()], device)
         prof_us = profiled_eager_us(fn, inp.args(), device)  # the profiler's own cost
     s = split_trace(path)

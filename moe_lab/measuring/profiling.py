@@ -391,6 +391,6 @@ def profile_point(model: str, tokens: int, backend: str, tp: int, ep: int, ep_ra
     trace = trace or os.path.join("out", "traces", f"{prob.model.name}_{prob.sharding}_"
                                   f"T{prob.tokens}_{backend}{tag}.json.gz")
     os.makedirs(os.path.dirname(os.path.abspath(trace)), exist_ok=True)
-    with native_log_filter():
-        export_trace(fn, inp.args(), trace, device=device)
+    with native_log_filter():  # the path written: `.json.gz` added where the name lacks it
+        trace = export_trace(fn, inp.args(), trace, device=device)  # (was: the path given)
     return df, trace

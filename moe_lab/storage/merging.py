@@ -42,6 +42,7 @@ def merge_runs(dst: str | os.PathLike, sources: list, command: str | None = None
     command = command or "moe-lab merge " + " ".join(map(str, [dst, *sources]))
     t0 = time.time()
     runs = [open_run(s) for s in sources]  # every check before the lock: a refusal writes nothing
+    _sweeps_only(runs)
     _same_sweep(runs)
     ids = pd.concat([r.results["point_id"] for r in runs])
     if ids.duplicated().any():
@@ -126,6 +127,19 @@ def _merge_runs(dst, runs: list[Run], tables: dict, traces: dict, command: str,
         merged_from={r.run_id: r.manifest for r in runs}, invocations=[merge],
         where="merged from " + ", ".join(f"{r.run_id} ({r.device})" for r in runs)))
     return out
+
+
+def _sweeps_only(runs: list) -> None:
+    """A tune, verify or import run is not a part of a sweep: UsageError naming it. Before,
+    two tune runs merged into a run of no kind (read as a sweep) whose candidates were all
+    dropped (no result row held their point ids) and whose winners were there twice, and an
+    import's rows (AMD's tuner's times) became a sweep's."""
+    for r in runs:
+        kind = r.manifest.get("kind") or "sweep"  # a sweep's or a merge's manifest has none
+        if kind != "sweep":
+            article = "an" if kind[:1] in "aeiou" else "a"
+            raise UsageError(f"{r.run_id} is {article} {kind} run, not a sweep run: merge "
+                             "combines the parts of one sweep")
 
 
 def _same_sweep(runs: list) -> None:
