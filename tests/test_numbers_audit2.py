@@ -333,9 +333,11 @@ def test_the_seed_shapes_question_states_its_own_shape():
     s = runs.SEED_SHAPES
     what = runs.QUESTIONS["seed_shapes"].what
     assert all(m in what for m in s["models"]) and sharding_name(s["tp"], s["ep"]) in what
+    assert f"{s['mode']} {s['dtype']} points" in what
     params = inspect.signature(runs._seed_points).parameters
     assert (params["models"].default, params["tp"].default, params["ep"].default,
-            params["mode"].default) == (s["models"], s["tp"], s["ep"], s["mode"])
+            params["mode"].default, params["dtype"].default) == (
+                s["models"], s["tp"], s["ep"], s["mode"], s["dtype"])
 
 
 def test_the_seed_models_are_one_tuple():

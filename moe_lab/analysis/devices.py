@@ -20,7 +20,7 @@ def _source(run) -> str:
 
 
 def rows_for(runs, models=SEED_SHAPES["models"], tp=SEED_SHAPES["tp"], ep=SEED_SHAPES["ep"],
-             dtype="bf16", mode=SEED_SHAPES["mode"]) -> pd.DataFrame:
+             dtype=SEED_SHAPES["dtype"], mode=SEED_SHAPES["mode"]) -> pd.DataFrame:
     """ok rows of `models` at one sharding from each run, with the roofline recomputed
     against each row's own device (measured ceilings where committed, else the vendor's)
     and a `series` label naming device, backend, configuration and source."""
