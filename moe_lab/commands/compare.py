@@ -69,6 +69,10 @@ def run(args) -> int:
         raise UsageError(f"--resamples {args.resamples}: give a positive count (default 2000)")
     a = open_run(args.run_a)
     b = open_run(args.run_b) if args.run_b else a
+    if args.run_b and args.by is None and a.path.resolve() == b.path.resolve():
+        # was: exit 0, every ratio 1.00 (--values torch,torch is refused for the same reason)
+        raise UsageError(f"{args.run_a} and {args.run_b} are one run: comparing it with itself "
+                         "says nothing (give another run, or --by COLUMN --values A,B)")
     check_args(a, b, args.by, values, args.mode)
     table = compare(a, b, args.by, values, n_resamples=args.resamples,
                     calibration=args.calibration)

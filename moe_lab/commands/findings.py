@@ -25,12 +25,20 @@ def run(args) -> int:
     out = Path(args.out) if args.out else findings.default_path()
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise UsageError(f"--data-dir {args.data_dir}: not a folder of run folders")
+    if args.data_dir is not None and any((Path(args.data_dir) / f).is_file()
+                                         for f in ("manifest.json", "results.parquet")):
+        # was: 'holds no run folder', as if it were empty
+        raise UsageError(f"--data-dir {args.data_dir}: a run folder; give the folder of run "
+                         f"folders that holds it ({Path(args.data_dir).resolve().parent})")
     # before the document is computed (was: an error naming a .tmp file, or --check's diff)
     for p in [out, *out.parents]:
         if p.exists() and (p.is_dir() if p == out else not p.is_dir()):
             raise UsageError(f"--out {out}: {p} is a {'folder' if p == out else 'file'}, "
                              "not " + ("a file" if p == out else "a folder"))
     if args.check:
+        if not out.is_file():  # was: exit 1 and a diff against nothing
+            raise UsageError(f"--check: no findings file {out} to check (write it with "
+                             "`moe-lab findings` first)")
         diff = findings.check(out, args.data_dir)
         if diff:
             print(f"{out} differs from what the data gives ({len(diff)} diff lines); "

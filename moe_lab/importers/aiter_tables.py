@@ -85,8 +85,9 @@ def read_table(path) -> pd.DataFrame:
     rows, or a shape number is not a positive integer. Time columns are checked per row
     (convert)."""
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file")
+    if not path.is_file():  # a folder was 'no such file'
+        raise UsageError(f"{path}: " + ("a folder, not a CSV table file" if path.is_dir()
+                                        else "no such file"))
     head = path.read_bytes()[:65536]
     try:
         if b"\0" in head:
