@@ -116,7 +116,7 @@ def test_the_search_spread_titles_do_not_run_into_each_other():
     fig = tu.fig_search_spread(an.tuned_files.tune_run(sp["run_id"].iloc[-1]), sp)
     r = _drawn(fig)
     panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
-    assert len(panels) == 3
+    assert len(panels) == sp["model"].nunique() > 1  # a panel per model searched
     for ax in panels:  # each title over its own panel (wider, they read as one line)
         t, a = _box(ax.title, r), _box(ax, r)
         assert t.x0 >= a.x0 - 2 and t.x1 <= a.x1 + 2, ax.get_title()

@@ -131,8 +131,8 @@ def test_report_run_of_a_folder_ending_in_dotdot(data, tmp_path, capsys):
     (reports / "index.html").write_text("mine")
     _refused(capsys, ["report", "--notebooks", str(nbs), "--run", f"{data / 'base'}/..",
                       "--out", str(reports / "o")], tmp_path,
-             says=f"{data / 'base'}/.. is a folder but not a run folder (no results.parquet, "
-                  "no manifest.json)")
+             says=f"--run {data / 'base'}/.. is a folder of runs: only notebook 04_ takes one "
+                  "(each other takes one run)")  # the data folder: 04's kind, no 04 here
     (data / "base" / "x").mkdir()
     assert main(["report", "--notebooks", str(nbs), "--run", f"{data / 'base'}/x/..",
                  "--out", str(reports / "o")]) == 0
