@@ -128,10 +128,21 @@ def _frame_calls():
         ("expert_parallel.estimate_vs_measured",
          lambda f: an.expert_parallel.estimate_vs_measured(f, f)),
         ("claims.summary", claims.summary),
+        ("tuned_files.default_and_tuned", an.tuned_files.default_and_tuned),
+        ("tuned_files.with_two_t", an.tuned_files.with_two_t),
+        ("tuned_files.two_t_misses", an.tuned_files.two_t_misses),
+        ("tuned_files.tuning_metrics", an.tuned_files.tuning_metrics),
+        ("tuned_files.verify_metrics", an.tuned_files.verify_metrics),
+        ("tuned_files.verify_runs", an.tuned_files.verify_runs),
+        ("published.published_metrics", an.published.published_metrics),
+        ("vllm_compare.fp8_over_bf16", an.vllm_compare.fp8_over_bf16),
+        ("vllm_compare.fp8_summary", an.vllm_compare.fp8_summary),
+        ("tuning.best_per_point", an.tuning.best_per_point),
+        ("tuning.phases_of", lambda f: an.tuning.phases_of(f, ["p"])),
     ]
 
 
-@pytest.mark.parametrize("i", range(31))
+@pytest.mark.parametrize("i", range(42))
 def test_a_frame_without_the_columns_is_one_line_naming_them(i):
     """Before: pandas' KeyError of the first column missing, from deep inside the function."""
     import pandas as pd

@@ -169,37 +169,6 @@ def test_a_target_name_that_is_not_one_is_one_line_naming_the_targets(name):
     assert all(t.name in line for t in targets.TARGETS)
 
 
-# --- frames lacking the columns a public function needs (test_hostile_api's rule) -----------------
-
-def _frame_calls():
-    from moe_lab import analysis as an
-    return [
-        ("tuned_files.default_and_tuned", an.tuned_files.default_and_tuned),
-        ("tuned_files.with_two_t", an.tuned_files.with_two_t),
-        ("tuned_files.two_t_misses", an.tuned_files.two_t_misses),
-        ("tuned_files.tuning_metrics", an.tuned_files.tuning_metrics),
-        ("tuned_files.verify_metrics", an.tuned_files.verify_metrics),
-        ("tuned_files.verify_runs", an.tuned_files.verify_runs),
-        ("published.published_metrics", an.published.published_metrics),
-        ("vllm_compare.fp8_over_bf16", an.vllm_compare.fp8_over_bf16),
-        ("vllm_compare.fp8_summary", an.vllm_compare.fp8_summary),
-        ("tuning.best_per_point", an.tuning.best_per_point),
-        ("tuning.phases_of", lambda f: an.tuning.phases_of(f, ["p"])),
-    ]
-
-
-@pytest.mark.parametrize("i", range(11))
-def test_a_frame_without_the_columns_is_one_line_naming_them(i):
-    """Before: pandas' KeyError of the first column missing (or TypeError), from inside."""
-    import pandas as pd
-    name, call = _frame_calls()[i]
-    with pytest.raises(UsageError) as exc:
-        call(pd.DataFrame({"x": [1.0, 2.0]}))
-    line = str(exc.value)
-    assert line.startswith(name + ": ") and " lacks the column" in line and "\n" not in line
-    assert "(it has: x)" in line
-
-
 # --- profile: an option of another mode is refused, not ignored ----------------------------------
 
 @pytest.mark.parametrize("extra,says", [
