@@ -41,3 +41,12 @@ def test_compare_a_run_with_itself_is_refused(tmp_path, capsys):
     assert main(["compare", RUN, str(Path(RUNS_DIR) / RUN), "--out", str(out)]) == 2
     assert "are one run: comparing it with itself says nothing" in one_line_err(capsys)
     assert not out.exists()
+
+
+def test_compare_calibrate_with_out_is_refused(tmp_path, capsys):
+    """Before: --out was ignored without a word (--by, --values and --mode were refused)."""
+    cal = tmp_path / "noise.json"
+    assert main(["compare", "--calibrate", RUN, "h200-repeat-b-20261130", "--calibration",
+                 str(cal), "--out", str(tmp_path / "o")]) == 2
+    assert "no --by, --values, --mode or --out" in one_line_err(capsys)
+    assert not cal.exists() and not (tmp_path / "o").exists()

@@ -20,7 +20,8 @@ def configure(p):
     p.add_argument("--by", default=None, help="split by this column, e.g. config or backend")
     p.add_argument("--values", default=None, help="the two values of --by: A,B")
     p.add_argument("--mode", default=None, help="only this mode, e.g. graph")
-    p.add_argument("--out", default="reports", help="folder for the figure and the CSV")
+    p.add_argument("--out", default=None, help="folder for the figure and the CSV (default: "
+                   "reports)")
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--calibrate", action="store_true",
                    help="A and B are an A/A' pair (two runs of one commit, the same sweep, two "
@@ -35,9 +36,10 @@ def configure(p):
 def _calibrate(args) -> int:
     from ..analysis.compare import calibrate
     from ..storage.store import open_run
-    if args.run_b is None or args.by or args.values or args.mode:
+    if args.run_b is None or args.by or args.values or args.mode or args.out is not None:
+        # --out was ignored without a word (the pair goes to --calibration's file)
         raise UsageError("--calibrate takes two runs of one commit, A A', and no --by, "
-                         "--values or --mode")
+                         "--values, --mode or --out (it writes --calibration's file)")
     a, b = open_run(args.run_a), open_run(args.run_b)
     argv = getattr(args, "_argv", None)
     cal = calibrate(a, b, args.calibration,
@@ -57,6 +59,7 @@ def run(args) -> int:
     from ..storage.store import open_run
     if args.calibrate:
         return _calibrate(args)
+    args.out = "reports" if args.out is None else args.out
     # the arguments first, before any run is read: a refusal starts none of pyarrow's
     # threads (one read, then an exit, once aborted: "terminate called without an active
     # exception", exit 134)
