@@ -191,7 +191,7 @@ def test_the_published_tunings_count_their_points_and_ties(default_outputs):
             g = g[g["glue"].fillna("").isin(["", "fused"])]
         if "config" not in g:
             continue
-        h200 = r"(^|/)E=\d+,N=\d+,device_name=NVIDIA_H200[^/]*\.json$"
+        h200 = r"(?:^|/)E=\d+,N=\d+,device_name=NVIDIA_H200[^/]*\.json$"
         for b, gb in g.groupby("backend"):
             if b == "vllm" and "config_file" in gb:
                 shipped = gb[(gb["config"] == "default")
