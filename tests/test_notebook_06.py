@@ -56,7 +56,14 @@ def test_default_run_its_cpu_label_and_the_prediction_target():
     res = pd.read_parquet(RUNS / run_id / "results.parquet")
     cpu = res["device"].str.startswith("cpu").all()
     if cpu:  # the committed run is a CPU run: the notebook must say so
-        assert "NOT GPU results" in text and "H200 2-GPU data is pending" in text
+        assert "NOT GPU results" in text
+    gpu = sorted(m.parent.name for m in RUNS.glob("*/manifest.json")
+                 if any(r.get("torch_device") != "cpu" for r in
+                        (json.loads(m.read_text()).get("distributed") or {}).get("ranks", [])))
+    if gpu:  # each named; else the line says there is none, with the command that makes one
+        assert all(r in text for r in gpu)
+    else:
+        assert "GPU runs with ranks: none committed yet (`moe-lab sweep --nproc N`" in text
     for mode, (within, total) in expected_target(res).items():
         assert f"predicted within {LIMIT:.0%} of measured ({mode}): {within} of {total} points" in text
     assert "spread target:" in text and "estimate" in text

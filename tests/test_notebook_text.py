@@ -112,12 +112,12 @@ def test_04_the_claims_batches_and_ranks_are_the_registrys():
 
 
 def test_06_the_committed_run_it_describes_is_the_datas():
-    """'The run committed with this notebook is a CPU run (gloo, 2 processes ...) ... H200
-    2-GPU data is pending ..., and the 8-GPU run of issue 18 too': the newest distributed run
-    is that CPU run, and no distributed run was measured on a GPU or on 8 ranks."""
+    """'The run committed with this notebook is a CPU run (gloo, 2 processes ...)': the
+    newest distributed run is that CPU run; which GPU runs with ranks exist the notebook
+    prints from the data (test_notebook_06), the markdown states none."""
     text = markdown("06_expert_parallel.ipynb", "# 06 · Expert parallelism")
     backend, n = said(text, r"is a \*\*CPU run\*\* \((\w+), (\d+) processes").groups()
-    assert "H200 2-GPU data is pending" in text and "8-GPU run of issue 18 too" in text
+    assert "pending" not in text and "names the GPU runs with ranks" in text
     found = []
     for m in (ROOT / "data" / "runs").glob("*/manifest.json"):
         d = json.loads(m.read_text()).get("distributed")
@@ -126,5 +126,4 @@ def test_06_the_committed_run_it_describes_is_the_datas():
     assert found
     newest = max(found, key=lambda x: x[0])[1]
     assert (newest["backend"], newest["world_size"]) == (backend, int(n))
-    assert all(r["torch_device"] == "cpu" for _, d in found for r in d["ranks"])
-    assert all(d["world_size"] != 8 for _, d in found)
+    assert all(r["torch_device"] == "cpu" for r in newest["ranks"])

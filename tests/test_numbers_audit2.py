@@ -442,6 +442,17 @@ def test_the_counts_of_schemes_and_align_kernels_the_readme_states_are_the_codes
     assert WORDS[said(text, r"the (\w+) align kernels")[1]] == len(align[0].elts)
 
 
+def test_the_count_of_vllm_libraries_the_readme_states_is_the_bundles():
+    """'its Python files and two compiled libraries travel there' is the vLLM bundle's
+    VLLM_SO (scripts/device_bundle.py, read from the source: what the cut keeps)."""
+    import ast
+    tree = ast.parse((ROOT / "scripts" / "device_bundle.py").read_text())
+    so = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+          and any(getattr(t, "id", None) == "VLLM_SO" for t in n.targets)]
+    assert len(so) == 1 and isinstance(so[0], ast.Tuple)
+    assert WORDS[said(readme(), r"Python files and (\w+) compiled libraries")[1]] == len(so[0].elts)
+
+
 def test_03_the_gpu_without_a_spec_is_the_imported_tables():
     """Notebook 03: 'A GPU with no spec (the 80-CU part) has no floor': of the devices in
     AMD's imported tables, the ones without a vendor spec or ceilings are exactly the 80-CU

@@ -290,6 +290,22 @@ def runs_at(world_size: int) -> list[Run]:
     return out
 
 
+def gpu_distributed() -> str:
+    """One line: the runs with ok distributed rows measured on GPUs (world sizes), or that
+    there is none yet and the command that makes one. Notebook 06 prints it, so what is
+    pending is read from the data, never typed."""
+    found = []
+    for r in find_runs(has="distributed", defaults=True):
+        d = analysis.distributed_rows(r.results)
+        d = d[d["device"].notna() & ~d["device"].astype(str).str.contains("cpu")]
+        if len(d):
+            found.append(f"{r.run_id} (world size "
+                         f"{', '.join(map(str, sorted({int(w) for w in d['world_size']})))})")
+    return ("GPU runs with ranks: " + "; ".join(found)) if found else (
+        "GPU runs with ranks: none committed yet (`moe-lab sweep --nproc N` on N GPUs "
+        "makes one)")
+
+
 def describe_distributed(run: Run) -> str:
     d = analysis.distributed_rows(run.results)
     world = sorted({int(w) for w in d["world_size"].dropna()})
