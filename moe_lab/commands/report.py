@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import UsageError
+from . import options
 from ..report import (check_parameter, execute_notebook, export, failure_line,
                       notebook_parameters, parse_value, write_index)
 
@@ -51,11 +52,11 @@ def review(args) -> int:
         raise UsageError("--runs needs at least one run folder or run id")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UsageError(f"--out {args.out} is a file, not a folder")
+    values = options.by_values(args.values)  # an empty value: one line saying so
     if args.values and not args.by:  # before: ignored, B/A compared everything (compare refuses it)
         raise UsageError(f"--values {args.values}: give the column they are values of, --by COLUMN")
     if args.by and len(names) > 2:
         raise UsageError("--by compares one run (or two): give at most two --runs")
-    values = [v.strip() for v in args.values.split(",")] if args.values else None
     runs = [open_run(n) for n in names]  # a corrupt or foreign run: one line, nothing written
     for r in runs:  # their samples too (compare reads them): unreadable, refused the same
         r.samples()
