@@ -101,3 +101,20 @@ def test_bad_use_exits_2(capsys):
     assert main(["compare", "h200-repeat-a-20261130"]) == 2
     assert main(["compare", "nope", "h200-repeat-a-20261130"]) == 2
     assert main(["compare", "h200-tuned-20261130", "--by", "config"]) == 2
+
+
+@pytest.mark.parametrize("verb", [["compare", "h200-tuned-20261130"],
+                                  ["report", "--runs", "h200-tuned-20261130"]])
+@pytest.mark.parametrize("values,says", [
+    (",", "--values ,: the values are empty"),  # was: 'one value twice compares the run...'
+    (" , ", "--values  , : the values are empty"),
+    ("default,", "--values default,: value 2 of 2 is empty"),  # was: no rows with config=''
+    (",tuned", "--values ,tuned: value 1 of 2 is empty")])
+def test_empty_values_are_said_empty(tmp_path, capsys, verb, values, says):
+    """`--by config --values ,`: one line saying the values are empty (before: 'one value
+    twice', which was not what was given), refused before any run is read or file written."""
+    assert main(verb + ["--by", "config", "--values", values, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [f"moe-lab: error: {says}; give the two values of --by, A,B "
+                                "(e.g. --by config --values default,tuned)"]
+    assert not (tmp_path / "o").exists()

@@ -209,24 +209,27 @@ def test_a_lock_held_by_what_outlived_a_dead_writer_is_stale_and_replaced(tmp_pa
 
 
 def test_tune_merge_and_import_are_refused_while_another_writer_holds_the_folder(tmp_path, hold, capsys):
-    # a run to merge from, written first
-    assert subprocess.run(_sweep(tmp_path, "1,2", run_id="src"), cwd=ROOT, env=_env(),
-                          capture_output=True, timeout=120).returncode == 0
-    src = tmp_path / "src"
+    # the runs to merge from, written first: the two parts of one sweep (merge refuses
+    # one run alone, before any lock is looked at)
+    for part in (0, 1):
+        assert subprocess.run(_sweep(tmp_path, "1,2", f"src{part}", "2", "--shard", f"{part}/2"),
+                              cwd=ROOT, env=_env(), capture_output=True,
+                              timeout=120).returncode == 0
+    src, parts = tmp_path / "src0", [str(tmp_path / "src0"), str(tmp_path / "src1")]
     before = _tree(tmp_path)
 
     # merge into a folder another writer holds
     dst = tmp_path / "dst"
     p = hold(dst)
     before = _tree(tmp_path)
-    assert main(["merge", str(dst), str(src)]) == 2
+    assert main(["merge", str(dst), *parts]) == 2
     assert f"pid {p.pid}" in _one_line(capsys.readouterr().err)
     assert _tree(tmp_path) == before
 
     # merge from a source another writer is writing
     q = hold(src)
     before = _tree(tmp_path)
-    assert main(["merge", str(tmp_path / "other"), str(src)]) == 2
+    assert main(["merge", str(tmp_path / "other"), *parts]) == 2
     assert f"pid {q.pid}" in _one_line(capsys.readouterr().err)
     assert _tree(tmp_path) == before
 

@@ -117,6 +117,6 @@ def test_report_p_registry_is_the_callers_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = argparse.Namespace(parameter=[("registry", "my.json"), ("show", "warn")],
                               run=None, runs=None, out=str(tmp_path / "o"))
-    _, params = _for_run(args, declared)
+    _, params, _ = _for_run(args, declared)
     assert params["registry"] == str(tmp_path / "my.json") and os.path.isabs(params["registry"])
     assert params["show"] == "warn"  # a parameter that is no path is handed on as given

@@ -631,5 +631,13 @@ def test_a_sweep_split_in_parts_covers_every_point_once_and_merges_into_one_run(
     assert set(pd.read_parquet(tmp_path / "all" / "samples.parquet")["point_id"]) == whole
     # merging a part twice is refused: a point in two sources is never silently one
     assert main(["merge", str(tmp_path / "dup"), str(tmp_path / "p0"), str(tmp_path / "p0")]) == 2
+    # one part alone is refused, one line, nothing written (was: a copy, "merged 1 runs")
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "one"), str(tmp_path / "p0")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"moe-lab: error: merge combines two or more runs (the parts of one "
+                   f"sweep); {tmp_path / 'p0'} alone is a run already: use it as it is, or "
+                   "give the other parts too")
+    assert not (tmp_path / "one").exists()
     for bad in ("3/3", "x", "1-2", "-1/2"):
         assert main(base + [f"--shard={bad}", "--run-id", "bad"]) == 2

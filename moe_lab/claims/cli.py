@@ -86,14 +86,16 @@ def _run(args) -> int:
         return 1 if args.strict and (df["status"] == "fail").any() else 0
     if cmd == "implications":
         from .implications import implications
+        folders = None
         if args.runs is not None:  # a run folder, a run id or a folder of runs (before:
             # only a folder was taken, and a run id was refused as 'no such folder')
             from .implications import measured_folders
             try:
-                measured_folders(args.runs)
+                folders = measured_folders(args.runs)[1]  # resolved (and read) once
             except UsageError as exc:
                 raise UsageError(f"--runs: {exc}") from None
-        df = implications(_registry(args.registry), runs_dir=args.runs, gpu=args.gpu)
+        df = implications(_registry(args.registry), runs_dir=args.runs, gpu=args.gpu,
+                          folders=folders)
         if args.format == "text":
             _emit(df.drop(columns=["note", "source", "measured_device", "measured_run",
                                     "measured_commit"]), "text")

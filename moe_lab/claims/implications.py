@@ -129,27 +129,31 @@ def measured_folders(run: str | Path | None = None) -> tuple[str, list[Path]]:
     return str(run), sorted(p.parent for p in path.glob(f"*/{RESULTS}"))
 
 
-def load_measured(runs_dir: str | Path | None = None):
+def load_measured(runs_dir: str | Path | None = None, folders: list[Path] | None = None):
     """All results.parquet rows with status ok of the runs measured_folders(runs_dir)
-    names (default: the data folder's), plus run_id and device; None if there are none. A
-    results.parquet or manifest.json that cannot be read, or a results table without the
-    columns used here, is a UsageError naming the file: a corrupt run is never skipped
-    silently."""
+    names (default: the data folder's), plus run_id and device; None if there are none.
+    `folders`: those run folders, resolved by the caller already (measured_folders(
+    runs_dir)[1]: not looked up and read again). A results.parquet or manifest.json that
+    cannot be read, or a results table without the columns used here, is a UsageError
+    naming the file: a corrupt run is never skipped silently."""
     import pandas as pd
 
     from ..storage.store import data_dir
 
     from ..core.atomic import read_parquet
-    if runs_dir is not None and Path(runs_dir).exists() and not Path(runs_dir).is_dir():
-        raise UsageError(f"runs directory {runs_dir} is not a directory")
-    if runs_dir is None and data_dir().exists() and not data_dir().is_dir():
-        # was: read as no run at all ("no committed run yet in data/runs"), exit 0
-        raise UsageError(f"the data folder {data_dir()} ($MOE_LAB_DATA) is a file, not a folder")
-    if runs_dir is not None and not Path(runs_dir).exists() and not (
-            data_dir() / str(runs_dir)).is_dir():
-        return None  # a folder not made yet: nothing measured there
+    if folders is None:  # else resolved by the caller (measured_folders' checks made there)
+        if runs_dir is not None and Path(runs_dir).exists() and not Path(runs_dir).is_dir():
+            raise UsageError(f"runs directory {runs_dir} is not a directory")
+        if runs_dir is None and data_dir().exists() and not data_dir().is_dir():
+            # was: read as no run at all ("no committed run yet in data/runs"), exit 0
+            raise UsageError(f"the data folder {data_dir()} ($MOE_LAB_DATA) is a file, not "
+                             "a folder")
+        if runs_dir is not None and not Path(runs_dir).exists() and not (
+                data_dir() / str(runs_dir)).is_dir():
+            return None  # a folder not made yet: nothing measured there
+        folders = measured_folders(runs_dir)[1]
     frames = []
-    for p in [f / "results.parquet" for f in measured_folders(runs_dir)[1]]:
+    for p in [Path(f) / "results.parquet" for f in folders]:
         try:
             df = read_parquet(p)
         except Exception as exc:
@@ -194,10 +198,11 @@ def _run_device(manifest: Path) -> tuple[str, str]:
 
 
 def implications(registry: dict | None = None, runs_dir: str | Path | None = None,
-                 gpu: str | None = None):
+                 gpu: str | None = None, folders: list[Path] | None = None):
     """One row per performance configuration of the registry (see module docstring).
     runs_dir: where the measured runs are (measured_folders: a run, a folder of runs, None
-    the data folder's); gpu: a device spec key
+    the data folder's); folders: its run folders when the caller resolved them already
+    (measured_folders(runs_dir)[1]: read once); gpu: a device spec key
     for every row instead of each configuration's own GPU. An unknown GPU or a run that
     cannot be read is a UsageError."""
     import pandas as pd
@@ -206,7 +211,7 @@ def implications(registry: dict | None = None, runs_dir: str | Path | None = Non
     reg = checked(registry) if registry is not None else load_registry()
     if gpu is not None:
         check_gpu(gpu)
-    measured = load_measured(runs_dir)
+    measured = load_measured(runs_dir, folders)
     from ..storage.store import data_dir
     where = data_dir() if runs_dir is None else runs_dir
     rows = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from ..core.errors import UsageError
+from . import options
 
 
 def configure(p):
@@ -63,7 +64,7 @@ def run(args) -> int:
     # the arguments first, before any run is read: a refusal starts none of pyarrow's
     # threads (one read, then an exit, once aborted: "terminate called without an active
     # exception", exit 134)
-    values = [v.strip() for v in args.values.split(",")] if args.values else None
+    values = options.by_values(args.values)  # an empty value: one line saying so
     if values and not args.by:  # before: ignored, and B/A compared everything
         raise UsageError(f"--values {args.values}: give the column they are values of, --by COLUMN")
     if args.run_b is None and args.by is None:

@@ -6,6 +6,7 @@
     options.data_dir(p)               --data-dir
     options.config(p, many=True)      --config default|tuned|PATH
     options.compile_workers(p, what)  --compile-workers N (Triton compiled ahead on a GPU)
+    options.by_values(text)           --values A,B of compare and report --runs, parsed
 
 `many`: the verb takes a list (sweep, check, tune: "1,8") or one value (profile, roofline).
 """
@@ -71,6 +72,25 @@ def compile_workers(p, what: str) -> None:
                         "they are timed (0: compile in place; default: the cores but "
                         f"{constants.COMPILE_WORKERS_SPARE}, at most "
                         f"{constants.COMPILE_WORKERS_MAX}, on a GPU; 0 on a CPU)")
+
+
+def by_values(text: str | None) -> list[str] | None:
+    """--values A,B of `compare` and `report --runs` (the two values of --by): the list, None
+    when not given; a value that is empty is a UsageError, one line. Before, `--values ,`
+    was refused as 'one value twice' and `--values a,` as a run without rows of ''."""
+    from ..core.errors import UsageError
+    if not text:
+        return None
+    values = [v.strip() for v in text.split(",")]
+    if not any(values):
+        raise UsageError(f"--values {text}: the values are empty; give the two values of "
+                         "--by, A,B (e.g. --by config --values default,tuned)")
+    empty = [str(i) for i, v in enumerate(values, 1) if not v]
+    if empty:
+        raise UsageError(f"--values {text}: value {' and '.join(empty)} of {len(values)} is "
+                         "empty; give the two values of --by, A,B (e.g. --by config "
+                         "--values default,tuned)")
+    return values
 
 
 # the values' checks (moe_lab.core.validate), re-exported for the verbs

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import UsageError
+from . import options
 from ..report import (check_parameter, execute_notebook, export, failure_line,
                       notebook_parameters, parse_value, write_index)
 
@@ -51,11 +52,11 @@ def review(args) -> int:
         raise UsageError("--runs needs at least one run folder or run id")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UsageError(f"--out {args.out} is a file, not a folder")
+    values = options.by_values(args.values)  # an empty value: one line saying so
     if args.values and not args.by:  # before: ignored, B/A compared everything (compare refuses it)
         raise UsageError(f"--values {args.values}: give the column they are values of, --by COLUMN")
     if args.by and len(names) > 2:
         raise UsageError("--by compares one run (or two): give at most two --runs")
-    values = [v.strip() for v in args.values.split(",")] if args.values else None
     runs = [open_run(n) for n in names]  # a corrupt or foreign run: one line, nothing written
     for r in runs:  # their samples too (compare reads them): unreadable, refused the same
         r.samples()
@@ -70,11 +71,12 @@ def review(args) -> int:
     return 0
 
 
-def _for_run(args, declared: dict[str, dict]) -> tuple[str, dict]:
-    """(output folder, parameters), every one checked before any notebook runs: each `-p`
-    name one a notebook declares and its value of the declared kind (papermill reads and
-    injects them), `-p run X` the same as `--run X` (both: the same run), --run's run
-    opened (an unknown id refused in one line), its folder under --out."""
+def _for_run(args, declared: dict[str, dict]) -> tuple[str, dict, bool]:
+    """(output folder, parameters, whether --run is a folder of runs), every one checked
+    before any notebook runs: each `-p` name one a notebook declares and its value of the
+    declared kind (papermill reads and injects them), `-p run X` the same as `--run X`
+    (both: the same run), --run's run opened (an unknown id refused in one line), its
+    folder under --out."""
     from ..core import validate
     from ..storage.store import open_run
     params = {}
@@ -91,19 +93,20 @@ def _for_run(args, declared: dict[str, dict]) -> tuple[str, dict]:
             # my.json` was looked up (and refused as 'no claims registry at my.json')
             params[name] = os.path.abspath(params[name])
     if args.run is None:
-        return args.out, params
+        return args.out, params, False
     if args.runs is not None:
         raise UsageError("--run ID executes the notebooks for one run; --runs is the review "
                          "export: give one of them")
     if _folder_of_runs(args.run):  # 04's: every run under it; the others take one run
         name = validate.run_id(Path(args.run).resolve().name, "--run")
-        return os.path.join(args.out, name), {"run": str(Path(args.run).resolve()), **params}
+        return (os.path.join(args.out, name), {"run": str(Path(args.run).resolve()), **params},
+                True)
     run = open_run(args.run)  # UsageError: no run folder ID
     run_id = validate.run_id(run.run_id, "--run")  # the folder under --out: a name
     # a folder given is passed as an absolute path (notebooks run from notebooks/); an id
     # as the id, which the kernel looks up in the same data folder (MOE_LAB_DATA)
     given = str(run.path.resolve()) if os.path.isdir(args.run) else args.run
-    return os.path.join(args.out, run_id), {"run": given, **params}
+    return os.path.join(args.out, run_id), {"run": given, **params}, False
 
 
 def _folder_of_runs(run: str) -> bool:
@@ -175,8 +178,8 @@ def run(args) -> int:
         if os.path.exists(folder) and not os.path.isdir(folder):
             raise UsageError(f"--out {args.out}: {folder} is a file, not a folder")
     declared = {os.path.basename(p): notebook_parameters(p) for p in paths}  # each read
-    out, params = _for_run(args, declared)
-    if args.run is not None and _folder_of_runs(args.run):
+    out, params, folder_of_runs = _for_run(args, declared)  # the folder looked at once
+    if folder_of_runs:
         takes = [p for p in paths if os.path.basename(p).startswith(FOLDER_OF_RUNS)]
         if not takes:
             raise UsageError(f"--run {args.run} is a folder of runs: only notebook "

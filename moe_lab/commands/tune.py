@@ -38,7 +38,9 @@ def configure(p):
                    help="where the winners go, and where --verify reads the committed ones "
                         "(default: data/configs/<device-slug>, beside $MOE_LAB_DATA's runs, "
                         "where `sweep --config tuned` reads them; required with a --data-dir "
-                        "elsewhere)")
+                        "elsewhere). A tuned file there that another run wrote with token "
+                        "counts this run does not tune is refused before the search (its "
+                        "keys would be dropped)")
     p.add_argument("--budget", type=float, default=None, metavar="S",
                    help="stop this command S seconds after it started (its imports and "
                         "set-up count; it stops at the next timing): every "

@@ -47,7 +47,9 @@ project reads (`Backend.config_files`), every key of the shape in them, with
 (the best, median and worst candidate of the first rung).
 
 The stage search and its rows are moe_lab.measuring.tuning_search (StageSearch, a base of Tuner);
-compiling ahead is moe_lab.measuring.tuning_compile.
+compiling ahead is moe_lab.measuring.tuning_compile; the tuned files (and the refusal of
+one that holds token counts another run tuned and this one does not, before the search) are
+moe_lab.measuring.tuning_files.
 
 `verify=True` (moe-lab tune --verify): the same search with another candidate order and
 twice the survivors and fine steps (SearchPlan.doubled), into its own run folder, the
@@ -76,7 +78,9 @@ from ..core.environment import capture_environment, device_name, now_iso
 from ..core.errors import terminate_gracefully
 from ..core.problems import Problem
 from ..storage.invocations import begin_invocation, end_invocation
+from . import tuning_files
 from .progress import progress_bar
+from .tuning_files import _problem_of, read_provenance  # noqa: F401 (tests, callers)
 from ..storage.store import RunStore
 from .timing import time_fn
 from .tuning_compile import (Precompiler, _specialization_reps, _warm_config,  # noqa: F401
@@ -159,7 +163,9 @@ class Tuner(StageSearch):
     def check(self, shards=None) -> None:
         """UsageError (one line, nothing touched) when `run` would be refused now: the
         folder is another writer's at the moment, unreadable, or tuned otherwise; the
-        configs folder cannot take the winners, or (--verify) lacks a shard's file."""
+        configs folder cannot take the winners, holds a file of a shard with token counts
+        another run tuned and this one does not (tuning_files), or (--verify) lacks a
+        shard's file."""
         from ..storage.configs import check_configs_dir
         from ..storage.runlock import busy
         who = busy(self.run_dir)
@@ -169,6 +175,8 @@ class Tuner(StageSearch):
         self._check_folder()
         check_configs_dir(self.configs_dir, self.backend_name,
                           shards if self.verify else None, self.device_name)
+        if shards and not self.verify:  # a tuned file whose other run's keys it would drop
+            tuning_files.refuse_dropping(self, shards)
 
     def _check_folder(self) -> None:
         from ..storage.resume import check_run_files, refuse_other_settings
@@ -382,51 +390,6 @@ class Tuner(StageSearch):
     # --- the files --------------------------------------------------------------------
     def write_files(self, winners: pd.DataFrame) -> list[Path]:
         """One file per stage and shard: {tokens: config}, every winner tuned so far, and
-        each file's provenance (run, commit, budget, candidates timed)."""
-        from ..core.atomic import atomic_write_files, json_text
-        from ..core.config_files import table_json
-        folder = self.configs_dir / self.backend_name
-        prov = read_provenance(folder)  # unreadable: refused before any table is replaced
-        written, shard_of = [], {}
-        for _, g in winners.groupby(["model", "tp", "ep", "ep_rank", "dtype"]):
-            prob = _problem_of(g.iloc[0])
-            tables: dict[str, dict] = {}
-            for r in g.itertuples():
-                for stage, cfg in json.loads(r.config).items():
-                    tables.setdefault(stage, {})[int(r.tokens)] = cfg
-            names = self.backend.config_files(prob, self.device_name)
-            timed = int(g["candidates_timed"].fillna(0).sum()) \
-                if "candidates_timed" in g.columns else None
-            for stage, table in tables.items():
-                p = folder / names[stage]
-                written.append((p, json_text(table_json(table))))
-                shard_of[p.name] = (sorted(table), timed)
-        man = self.store.read_manifest() if hasattr(self, "store") else {}
-        for p, _ in written:
-            keys, timed = shard_of[p.name]
-            prov[p.name] = dict(run=self.run_dir.name, git_commit=self.git_commit,
-                                device=self.device_name, written=now_iso(),
-                                mode=self.mode, seed=self.seed, rep_ms=self.rep_ms,
-                                budget_s=self.budget_s,
-                                wall_s_total=man.get("wall_s_total", man.get("wall_s")),
-                                invocations=len(man.get("invocations") or []) or None,
-                                candidates_timed=timed, keys=keys,
-                                search=self.plan.describe(),
-                                note="winners of moe-lab tune; every candidate's time is in "
-                                     f"data/runs/{self.run_dir.name}/candidates.parquet")
-        # the tables and their provenance all or none (a failure leaves the old set whole)
-        atomic_write_files({**dict(written), folder / "provenance.json": json_text(prov)})
-        return [p for p, _ in written]
-
-
-def read_provenance(folder: Path) -> dict:
-    from ..storage.store import read_json
-    return read_json(folder / "provenance.json")
-
-
-def _problem_of(row) -> Problem:
-    from ..core.problems import make_problem
-    return make_problem(row["model"], int(row["tokens"]), row["dtype"], int(row["tp"]),
-                        int(row["ep"]), int(row["ep_rank"]))
-
-
+        each file's provenance (run, commit, budget, candidates timed); a file that would
+        drop another run's keys refused (moe_lab.measuring.tuning_files)."""
+        return tuning_files.write_files(self, winners)
