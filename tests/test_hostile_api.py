@@ -142,16 +142,33 @@ def _frame_calls():
     ]
 
 
-@pytest.mark.parametrize("i", range(42))
-def test_a_frame_without_the_columns_is_one_line_naming_them(i):
+FRAME_CALLS = dict(_frame_calls())  # built once, at collection: its names are the test ids
+
+
+def test_each_frame_call_is_named_once():
+    assert len(FRAME_CALLS) == len(_frame_calls())  # a name twice: one of them never tested
+
+
+@pytest.mark.parametrize("name", list(FRAME_CALLS))
+def test_a_frame_without_the_columns_is_one_line_naming_them(name):
     """Before: pandas' KeyError of the first column missing, from deep inside the function."""
     import pandas as pd
-    name, call = _frame_calls()[i]
     with pytest.raises(UsageError) as exc:
-        call(pd.DataFrame({"x": [1.0, 2.0]}))
+        FRAME_CALLS[name](pd.DataFrame({"x": [1.0, 2.0]}))
     line = str(exc.value)
     assert line.startswith(name + ": ") and " lacks the column" in line and "\n" not in line
     assert "(it has: x)" in line
+
+
+@pytest.mark.parametrize("name", list(FRAME_CALLS))
+def test_none_for_a_frame_is_one_line(name):
+    """Before: a TypeError or AttributeError from inside ('NoneType' object is not
+    subscriptable, has no len(), ...): frames() passed None on unchecked, default or not."""
+    with pytest.raises(UsageError) as exc:
+        FRAME_CALLS[name](None)
+    line = str(exc.value)
+    assert line.startswith(name + ": ") and line.endswith(": give a DataFrame, not None"), line
+    assert "\n" not in line
 
 
 def test_a_run_s_rows_short_of_one_column_are_told_which(committed):
@@ -192,3 +209,4 @@ def test_a_dtype_the_run_has_no_rows_of_is_one_line(committed):
             with_dtype(run, bad)
         msg = str(e.value)
         assert "\n" not in msg and repr(bad) in msg and "its dtypes: bf16" in msg, msg
+
