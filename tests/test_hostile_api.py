@@ -396,3 +396,29 @@ def test_search_spread_of_a_folder_searched_on_another_device(tmp_path):
     assert str(exc.value) == (f"search_spread: device 'NVIDIA H100': no tuned point under "
                               f"{tmp_path} is of it; give one of cpu, or None for any")
 
+
+@pytest.mark.parametrize("kw,says", [
+    # before: [] ('' was read as the current folder, a folder not there as one without runs,
+    # a word no row is of as a kind no run has), or a TypeError for 5
+    (dict(data_dir_=""), "find_runs: data_dir_='': give a folder of run folders (str or Path), "
+     "or None"),
+    (dict(data_dir_=5), "find_runs: data_dir_=5: give a folder of run folders"),
+    (dict(data_dir_="/nonexistent/moe-lab-runs"), "find_runs: data_dir_ "
+     "'/nonexistent/moe-lab-runs': no such folder"),
+    (dict(has="grpah"), "find_runs: has 'grpah': give None or a kind of rows: 'ok', 'compile', "
+     "'distributed' or a mode name such as 'graph'"),
+])
+def test_find_runs_refuses_what_it_cannot_look_in(committed, kw, says):
+    import moe_lab as ml
+    with pytest.raises(UsageError) as exc:
+        ml.find_runs(**kw)
+    assert str(exc.value).startswith(says) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_find_runs_finds_what_it_found(committed):
+    import moe_lab as ml
+    from moe_lab.storage import store
+    ids = [r.run_id for r in ml.find_runs()]
+    assert ids == [r.run_id for r in store.find_runs()] and VLLM_RUN in ids
+    assert [r.run_id for r in ml.find_runs(str(ROOT / "data" / "runs"), has="compile")] == [
+        r.run_id for r in store.find_runs(ROOT / "data" / "runs", has="compile")]

@@ -220,14 +220,14 @@ def choice(value, name: str, options) -> str:
     return value
 
 
-def path(value, name: str, optional: bool = True):
+def path(value, name: str, optional: bool = True, what: str = "a folder or file path"):
     """A path (str or os.PathLike), or None where `optional`."""
     import os
     from .errors import UsageError
     if value is None and optional:
         return None
     if not isinstance(value, (str, os.PathLike)) or not str(value):
-        raise UsageError(f"{name}={value!r}: give a folder or file path (str or Path)"
+        raise UsageError(f"{name}={value!r}: give {what} (str or Path)"
                          + (", or None" if optional else ""))
     return value
 
