@@ -20,7 +20,8 @@ from .measuring.correctness import check_problem, resolve_device
 from .core.errors import UsageError  # noqa: F401  (ml.UsageError)
 from .measuring.modes import Mode, parse_mode
 from .core.problems import make_problem, split_models
-from .storage.store import Run, find_runs, open_run  # noqa: F401  (part of the API)
+from .storage import store
+from .storage.store import Run, open_run  # noqa: F401  (part of the API)
 
 
 def _list(v, parse=str) -> list:
@@ -119,6 +120,32 @@ def _backends(v) -> str | None:
     return None if names is None else ",".join(names)
 
 
+def _has(has, name: str) -> None:
+    """`has` None or a kind of rows (Run.has); UsageError naming `name` otherwise."""
+    from .core import validate
+    kinds = "None or a kind of rows: 'ok', 'compile', 'distributed' or a mode name such as 'graph'"
+    if has is not None:
+        validate.text(has, name, kinds)
+        if has not in ("results", "ok", "compile", "distributed", "aiter-tuner"):
+            try:  # any other is a mode name; was: an empty table for any word
+                parse_mode(has)
+            except UsageError:
+                raise UsageError(f"{name} {has!r}: give {kinds}") from None
+
+
+def find_runs(data_dir_=None, has: str | None = None, defaults: bool = False) -> list[Run]:
+    """storage.store.find_runs (every run folder under data_dir_, default the data folder,
+    with data of kind `has`, newest first) with its arguments checked first: '' (read as
+    the current folder), a folder not there or a `has` no run can have (each answered [],
+    as if no run had it) are refused in one line."""
+    from .core import validate
+    validate.path(data_dir_, "find_runs: data_dir_", what="a folder of run folders")
+    if data_dir_ is not None and not Path(data_dir_).is_dir():
+        raise UsageError(f"find_runs: data_dir_ {str(data_dir_)!r}: no such folder")
+    _has(has, "find_runs: has")
+    return store.find_runs(data_dir_, has, defaults)
+
+
 def runs(data_dir=None, has: str | None = None) -> pd.DataFrame:
     """One row per run folder (newest first): run_id, started, device, status, rows,
     ok rows, commits, path. has: None, 'ok', 'compile', 'distributed' or a mode name."""
@@ -126,16 +153,9 @@ def runs(data_dir=None, has: str | None = None) -> pd.DataFrame:
     validate.path(data_dir, "data_dir")
     if data_dir is not None and not Path(data_dir).is_dir():  # was: an empty table
         raise UsageError(f"data_dir {str(data_dir)!r}: no such folder")
-    kinds = "None or a kind of rows: 'ok', 'compile', 'distributed' or a mode name such as 'graph'"
-    if has is not None:
-        validate.text(has, "has", kinds)
-        if has not in ("results", "ok", "compile", "distributed", "aiter-tuner"):
-            try:  # any other is a mode name; was: an empty table for any word
-                parse_mode(has)
-            except UsageError:
-                raise UsageError(f"has {has!r}: give {kinds}") from None
+    _has(has, "has")
     rows = []
-    for r in find_runs(data_dir, has=has):
+    for r in store.find_runs(data_dir, has=has):
         res = r.results
         rows.append(dict(run_id=r.run_id, started=r.manifest.get("started"), device=r.device,
                          status=r.manifest.get("status"), rows=len(res),

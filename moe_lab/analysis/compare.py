@@ -183,8 +183,9 @@ def compare(a, b, by: str | None = None, values=None, n_resamples: int = 2000,
 
 def calibrate(a, b, path=None, command: str | None = None):
     """Calibrate the A/A' pair (a, b): two runs of one commit, the same sweep, two
-    processes; adds it to the device's file (noise.add_pair) and returns the Calibration."""
-    noise_model.check_pair(a, b)
+    processes; adds it to the device's file (noise.add_pair) and returns the Calibration.
+    Runs, run ids or folders (noise.check_pair opens them)."""
+    a, b = noise_model.check_pair(a, b)
     j, _ = joined(a, b)
     both = j[j["_merge"] == "both"].to_dict("records")
     points = [(row, *point_ratio(row)) for row in both if same_inputs(row)]

@@ -36,6 +36,8 @@ checkout's data/noise is read when the data folder has none).
 from __future__ import annotations
 
 import math
+import numbers
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,13 +74,28 @@ def noise_dirs() -> list[Path]:
 MAX_NOISE = 5.0  # |ln B/A|: a band of 0.0067x-148x; past it a file is no measurement
 
 
+def _noise(value, who: str) -> float:
+    """`value` as a noise |ln B/A|: a number >= 0 (NaN: none); UsageError naming `who`
+    otherwise (was: a TypeError from math, or a negative noise's band upside down)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or value < 0:
+        raise UsageError(f"{who}: noise {value!r}: give a noise |ln B/A|, a number >= 0"
+                         + (", or None for no band" if who == "band" else ""))
+    return float(value)
+
+
 def band(noise: float | None) -> tuple[float, float]:
-    if noise is None or not math.isfinite(noise) or abs(noise) > 700:  # exp() overflows
+    """[exp(-noise), exp(noise)]; (NaN, NaN) for None (no calibration), NaN or a noise
+    past exp()'s range."""
+    if noise is None:
+        return math.nan, math.nan
+    noise = _noise(noise, "band")
+    if not math.isfinite(noise) or noise > 700:  # exp() overflows
         return math.nan, math.nan
     return math.exp(-noise), math.exp(noise)
 
 
 def band_text(noise: float) -> str:
+    noise = _noise(noise, "band_text")
     lo, hi = band(noise)
     d = 4 if noise < 0.01 else 3 if noise < 0.1 else 2
     return f"{lo:.{d}f}-{hi:.{d}f}"
@@ -145,9 +162,11 @@ def read(path) -> Calibration:
         cal = Calibration(d.get("device"), list(d.get("pairs") or []), path=p)
         if not cal.pairs:  # a hand-written file: its modes' noise as fixed bands
             cal.fixed = {m: float(v["noise"]) for m, v in (d.get("modes") or {}).items()}
-        for m, v in cal.modes().items():
-            if not 0 <= v["noise"] <= MAX_NOISE:  # NaN fails too
-                raise ValueError(f"mode {m!r} noise {v['noise']}: a noise is a finite "
+        # the fixed ones checked before modes() hands them to band() (it refuses a negative)
+        noises = cal.fixed or {m: v["noise"] for m, v in cal.modes().items()}
+        for m, n in noises.items():
+            if not 0 <= n <= MAX_NOISE:  # NaN fails too
+                raise ValueError(f"mode {m!r} noise {n}: a noise is a finite "
                                  f"|ln B/A| from 0 to {MAX_NOISE}")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UsageError(f"{p} is not a noise calibration ({type(exc).__name__}: "
@@ -180,9 +199,21 @@ def _label(row: dict) -> str:
         *(["[op]"] if row.get("wrapped") else []), f"T={row['tokens']}", row.get("routing")))
 
 
-def check_pair(a, b) -> None:
+def _run(value, name: str):
+    """A Run (or what stands for one: path, run_id, device, commits), or a run id or folder
+    opened (storage.open_run); UsageError naming `name` otherwise (was: AttributeError)."""
+    if all(hasattr(value, k) for k in ("path", "run_id", "device", "commits")):
+        return value
+    if isinstance(value, (str, os.PathLike)) and str(value).strip():
+        from ..storage.store import open_run
+        return open_run(value)
+    raise UsageError(f"{name} {value!r}: give a run (a Run, a run id or a run folder)")
+
+
+def check_pair(a, b) -> tuple:
     """UsageError (one line) unless a and b can be an A/A' pair: two runs (not one run
-    twice) of one commit on one device."""
+    twice) of one commit on one device. Runs, run ids or folders: (a, b) as Runs."""
+    a, b = _run(a, "check_pair: a"), _run(b, "check_pair: b")
     if Path(a.path).resolve() == Path(b.path).resolve():
         raise UsageError("an A/A' pair is two runs of one commit, each in its own process; a "
                          "run against itself has no between-process noise")
@@ -194,12 +225,36 @@ def check_pair(a, b) -> None:
     if a.device != b.device or "+" in a.device:
         raise UsageError(f"an A/A' pair is of one device: {a.run_id} ran on {a.device}, "
                          f"{b.run_id} on {b.device}")
+    return a, b
+
+
+POINTS = "give a list of (row, ratio, what the ratio is of) triples, as compare.calibrate makes"
+ROW_NEEDS = ("mode", "model", "tp", "ep", "backend", "tokens")  # what a point's label reads
+
+
+def _points(points) -> list:
+    """pair_of's points: each (a row dict with ROW_NEEDS, a number, a str); UsageError
+    otherwise (was: a TypeError, ValueError or KeyError from the loop)."""
+    if not isinstance(points, (list, tuple)):
+        raise UsageError(f"pair_of: points {repr(points)[:80]}: {POINTS}")
+    for p in points:
+        if not (isinstance(p, (list, tuple)) and len(p) == 3 and isinstance(p[0], dict)
+                and isinstance(p[1], numbers.Real) and isinstance(p[2], str)):
+            raise UsageError(f"pair_of: points hold {repr(p)[:80]}: {POINTS}")
+        lacks = [c for c in ROW_NEEDS if c not in p[0]]
+        if lacks:
+            raise UsageError(f"pair_of: a point's row lacks {', '.join(lacks)}: {POINTS}")
+    return list(points)
 
 
 def pair_of(a, b, points: list, skipped: dict, command: str | None = None) -> dict:
     """One A/A' pair's entry: provenance and, per mode, ln(B/A) of every matching point;
     points: (row, ratio, what the ratio is of) of each point both runs timed alike."""
-    check_pair(a, b)
+    a, b = check_pair(_run(a, "pair_of: a"), _run(b, "pair_of: b"))
+    points = _points(points)
+    if not isinstance(skipped, dict):
+        raise UsageError(f"pair_of: skipped {repr(skipped)[:80]}: give a dict (why -> how "
+                         "many points were passed over), e.g. {}")
     modes: dict = {}
     for row, r, basis in points:
         if math.isfinite(r) and r > 0:
@@ -228,6 +283,12 @@ def add_pair(pair: dict, path=None) -> Calibration:
     """Add an A/A' pair (pair_of; compare.calibrate makes one from two runs) to its
     device's calibration file, a pair calibrated again replacing its old entry, and write
     it; path: the file or its folder (default: the first of noise_dirs())."""
+    from ..core import validate
+    need = ("a", "b", "device", "modes")
+    if not isinstance(pair, dict) or not set(need) <= set(pair):
+        raise UsageError(f"add_pair: pair {repr(pair)[:80]}: give an A/A' pair's entry "
+                         f"(pair_of's: a dict with {', '.join(need)})")
+    validate.path(path, "add_pair: path")
     p = Path(path) if path is not None else noise_dirs()[0] / f"{slug(pair['device'])}.json"
     if p.is_dir() or p.suffix != ".json":  # a folder, made if need be
         p = p / f"{slug(pair['device'])}.json"

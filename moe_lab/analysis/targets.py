@@ -135,6 +135,18 @@ def by_name(name: str) -> Target:
                      + "; ".join(t.name for t in TARGETS))
 
 
+def _targets(value, who: str) -> list:
+    """`targets` as a list: a Target, or one or more of them (TARGETS, [by_name(name)]);
+    UsageError naming `who` otherwise (was: a TypeError, or an empty table for a str)."""
+    from ..core.errors import UsageError
+    items = [value] if isinstance(value, Target) else list(value) if not isinstance(
+        value, (str, bytes, dict)) and hasattr(value, "__iter__") else []
+    if not items or not all(isinstance(t, Target) for t in items):
+        raise UsageError(f"{who}: targets {repr(value)[:80]}: give one or more Targets "
+                         "(targets.TARGETS, or [targets.by_name(name), ...])")
+    return items
+
+
 def metric_rows(points: pd.DataFrame, metric: str, value, **columns) -> pd.DataFrame:
     """A metric frame from a frame of points: `value` (a column name or values), the
     point's columns where it has them (sharding, backend or choice, run_id...)."""
@@ -184,7 +196,7 @@ def evaluate(metrics: pd.DataFrame, ledger_df: pd.DataFrame | None = None, targe
     (the us to take off the layer, or the glue phase, to meet it; NaN where the metric is
     not a time ratio of the layer) and held_back_by ('' when met). `before`: a metric frame
     of the same points before a change (the shipped configurations): adds met_before."""
-    out = []
+    targets, out = _targets(targets, "targets.evaluate"), []
     for t in targets:
         m = metrics[metrics["metric"] == t.metric] if len(metrics) else metrics
         tok = pd.to_numeric(m["tokens"], errors="coerce") if len(m) else pd.Series(dtype=float)
@@ -228,7 +240,7 @@ def summary(evaluation: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
     missed, met_before (where the evaluation has it), the worst miss (the largest `by`, in
     the target's unit; `worst_by_us` that point's us to remove), where and what holds it
     back, and the median value."""
-    rows = []
+    targets, rows = _targets(targets, "targets.summary"), []
     for t in targets:
         g = evaluation[evaluation["target"] == t.name]
         if g.empty:

@@ -39,7 +39,8 @@ from ..core.validate import frames
 from ..storage.rows import deployed_rows, published_rows
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_paths import PAIR_KEY, with_device, _configs_dir, _folders, _history, _names
+from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _history, _names,
+                          _required)
 from .tuned_roof import FROM_TOKENS, roof_from  # noqa: F401 (findings and the notebooks read it here)
 
 SEEDS = SEED_MODELS  # core.problems' (was a second, reordered copy of the four names)
@@ -70,6 +71,7 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
     from ..core.config_files import read_table
     from ..storage.store import data_dir as default_data, read_json
     _folders("inventory", configs_dir=configs_dir)  # was: every shape "missing"
+    required = _required(required, "inventory")
     # (data_dir may not exist yet: a fresh machine has searched nothing, as left() reads it)
     root = _configs_dir(configs_dir, device)
     runs = Path(data_dir) if data_dir is not None else default_data()
@@ -101,6 +103,9 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
     return pd.DataFrame(rows, columns=INVENTORY_COLUMNS)
 
 
+PUBLISHED_FOR = ("aiter-triton", "vllm")  # the backends running the kernel vLLM tunes
+
+
 def shape_word(backend, model, tp, ep, dtype) -> str:
     """A shape as the device scripts' SHAPES name it: backend:model:tp:ep:dtype."""
     return f"{backend}:{model}:{tp}:{ep}:{dtype}"
@@ -109,8 +114,16 @@ def shape_word(backend, model, tp, ep, dtype) -> str:
 def published_file(word: str, device: str = DEVICE) -> str:
     """The file name vLLM gives its shipped tuning of a shape (`word`: shape_word's form),
     the same kernel and launch keys as aiter-triton's: what `device_tune.sh sweep` runs
-    beside the tuned file when PUBLISHED holds it."""
-    _, model, tp, ep, dtype = _word(word)
+    beside the tuned file when PUBLISHED holds it. Of aiter-triton's and vllm's shapes
+    only (PUBLISHED_FOR: the kernel vLLM publishes tunings of)."""
+    from ..core import validate
+    from ..core.errors import UsageError
+    backend, model, tp, ep, dtype = _word(word)
+    if backend not in PUBLISHED_FOR:  # was: vLLM's file named for any backend, or none
+        raise UsageError(f"published_file: word {word!r}: vLLM publishes no tuning for "
+                         f"{backend!r}; give a word of {' or '.join(PUBLISHED_FOR)} (the kernel "
+                         "vLLM tunes), e.g. aiter-triton:deepseek-r1:8:8:bf16")
+    validate.text(device, "published_file: device", "a device name, e.g. 'NVIDIA H200'")
     return _names("vllm", model, int(tp), int(ep), dtype, device)["gemm1"]
 
 
@@ -139,7 +152,8 @@ def left(mode: str, backends=None, data_dir=None, configs_dir=None,
         raise UsageError(f"left: mode is tune or sweep, not {mode!r}")
     if isinstance(backends, str):  # one name (was read as a string to find names in)
         backends = (backends,)
-    known = sorted({r[1] for r in REQUIRED + tuple(required)})
+    required = _required(required, "left")
+    known = sorted({r[1] for r in REQUIRED + required})
     bad = [b for b in backends or () if b not in known]
     if bad:  # was: nothing left, and a device script that had nothing to do
         raise UsageError(f"left: backends {', '.join(map(repr, bad))} not among the required "
@@ -336,12 +350,21 @@ def search_spread(root=None, device: str | None = DEVICE, backend: str | None = 
     and worst of every candidate of its first rung (each coarse configuration of the first
     GEMM searched, timed at the short repetition, so its best can sit above the winner,
     which is timed at full length with both GEMMs tuned), how many, and worst / best (what
-    a bad launch configuration costs)."""
+    a bad launch configuration costs). A device (not the default's: a folder without its
+    searches answers empty) or backend no tuned point has, where others have: UsageError."""
+    from ..core import validate
+    for arg, v in (("device", device), ("backend", backend)):
+        if v is not None:
+            validate.text(v, f"search_spread: {arg}", "a name (a str), or None for any")
     w = newest_of("winners", root, lambda m: m.get("kind") == "tune" and on_device(device)(m))
+    if not len(w) and device not in (None, DEVICE):  # was: an empty table, as if unsearched
+        _none_of("device", device, newest_of("winners", root, lambda m: m.get("kind") == "tune"),
+                 root)
     if not len(w) or "search_best_us" not in w:
         return pd.DataFrame()
     w = w[w["search_best_us"].notna()]
     if backend is not None:
+        _none_of("backend", backend, w, root)
         w = w[w["backend"] == backend]
     w = w.assign(sharding=[sharding_name(t, e) for t, e in zip(w["tp"], w["ep"])])
     cols = ["backend", "model", "sharding", "dtype", "tokens", "median_us", "default_us",
@@ -353,16 +376,33 @@ def search_spread(root=None, device: str | None = DEVICE, backend: str | None = 
         drop=True)
 
 
+def _none_of(what: str, value: str, w: pd.DataFrame, root) -> None:
+    """UsageError when the winners `w` hold some point but none of `value` in column `what`."""
+    from ..core.errors import UsageError
+    from ..storage.store import data_dir
+    have = sorted(set(w[what].astype(str))) if what in w else []
+    if have and value not in have:
+        raise UsageError(f"search_spread: {what} {value!r}: no tuned point under "
+                         f"{Path(root or data_dir())} is of it; give one of {', '.join(have)}, "
+                         "or None for any")
+
+
 def tune_run(run_id: str, root=None):
     """The tune run folder `run_id` (under root, default data_dir()) as a Run with empty
-    tables (its manifest for the footer, the rows drawn for the commits)."""
+    tables (its manifest for the footer, the rows drawn for the commits); a run of another
+    kind (a sweep): UsageError."""
     from ..core.errors import UsageError
     from ..storage.store import Run, data_dir, read_json
     p = Path(root or data_dir()) / str(run_id)
     if not str(run_id).strip() or not (p / "manifest.json").is_file():  # was: an empty Run
         raise UsageError(f"tune_run: no run folder {run_id!r} with a manifest under "
                          f"{Path(root or data_dir())}")
-    return Run(p, read_json(p / "manifest.json"), pd.DataFrame(), pd.DataFrame())
+    manifest = read_json(p / "manifest.json")
+    if manifest.get("kind") != "tune":  # was: a sweep read as a search, its rows dropped
+        raise UsageError(f"tune_run: run_id {run_id!r} is a {manifest.get('kind') or 'sweep'} "
+                         "run; give a tune run's id (`moe-lab tune` writes one), or open this "
+                         "one with open_run")
+    return Run(p, manifest, pd.DataFrame(), pd.DataFrame())
 
 
 def verify_points(root=None) -> pd.DataFrame:

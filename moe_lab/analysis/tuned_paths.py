@@ -35,6 +35,23 @@ def _folders(who: str, **given) -> None:
                              f"{who}: {what} is empty; give a folder, or None for the default")
 
 
+def _required(value, who: str) -> tuple:
+    """`required` as a tuple of (issue, backend, model, tp, ep, dtype) (tuned_files.REQUIRED's
+    form); UsageError naming `who` otherwise (was: a ValueError or TypeError unpacking it)."""
+    from ..core.errors import UsageError
+    items = list(value) if isinstance(value, (list, tuple)) else None
+    bad = next((r for r in items or () if not (
+        isinstance(r, (list, tuple)) and len(r) == 6 and all(isinstance(x, str) for x in r[1:3])
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in r[3:5])
+        and isinstance(r[5], str))), None)
+    if not items or bad is not None:
+        got = f"required {repr(value)[:80]}" if bad is None else f"required holds {bad!r}"
+        raise UsageError(f"{who}: {got}: give one or more (issue, backend, model, tp, ep, "
+                         "dtype) tuples, e.g. tuned_files.REQUIRED or "
+                         "[(38, 'aiter-triton', 'deepseek-r1', 8, 8, 'bf16')]")
+    return tuple(tuple(r) for r in items)
+
+
 def _configs_dir(configs_dir, device) -> Path:
     if configs_dir is not None:
         return Path(configs_dir)

@@ -220,14 +220,14 @@ def choice(value, name: str, options) -> str:
     return value
 
 
-def path(value, name: str, optional: bool = True):
+def path(value, name: str, optional: bool = True, what: str = "a folder or file path"):
     """A path (str or os.PathLike), or None where `optional`."""
     import os
     from .errors import UsageError
     if value is None and optional:
         return None
     if not isinstance(value, (str, os.PathLike)) or not str(value):
-        raise UsageError(f"{name}={value!r}: give a folder or file path (str or Path)"
+        raise UsageError(f"{name}={value!r}: give {what} (str or Path)"
                          + (", or None" if optional else ""))
     return value
 
@@ -266,7 +266,8 @@ def _lacking(value, needs, name: str) -> str:
     from .errors import UsageError
     cols = getattr(value, "columns", None)
     if cols is None or not hasattr(value, "index"):
-        raise UsageError(f"{name}: give a DataFrame, not {type(value).__name__}")
+        raise UsageError(f"{name}: give a DataFrame, not "
+                         f"{'None' if value is None else type(value).__name__}")
     missing = [c for c in needs if c not in cols]
     if not missing:
         return ""
@@ -288,15 +289,19 @@ def frame(value, needs, name: str):
 def frames(where: str | None = None, **needs):
     """Decorator of a public function taking DataFrames: each argument named in `needs` (a
     tuple of columns, or a function of the bound arguments giving them) is checked before
-    the call (frame()); an argument left None is not checked (its default's). Before, a
-    frame without them raised pandas' KeyError of the first one from deep inside. A frame
-    without rows is handed on as it is (many answer it with an empty result, whatever its
-    columns); a KeyError it then raises is the UsageError naming what it lacks."""
+    the call (frame()). Before, a frame without them raised pandas' KeyError of the first
+    one from deep inside. None is passed on unchecked where the parameter takes it (its
+    default is None, or its annotation names None) and refused elsewhere (was: a TypeError
+    or AttributeError from inside). A frame without rows is handed on as it is (many
+    answer it with an empty result, whatever its columns); a KeyError it then raises is
+    the UsageError naming what it lacks."""
     def deco(fn):
         import functools
         import inspect
         sig = inspect.signature(fn)
         name = where or f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
+        takes_none = {a for a in needs if sig.parameters[a].default is None
+                      or "None" in str(sig.parameters[a].annotation)}
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -309,7 +314,7 @@ def frames(where: str | None = None, **needs):
             later = ""
             for arg, cols in needs.items():
                 value = bound.arguments.get(arg)
-                if value is None:
+                if value is None and arg in takes_none:
                     continue
                 why = _lacking(value, cols(bound.arguments) if callable(cols) else cols,
                                f"{name}: {arg}")

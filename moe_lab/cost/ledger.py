@@ -230,7 +230,7 @@ ok_rows = row_schema.ok_rows  # the one rule for which rows are points
 @frames(results_df=("model", "tp", "ep", "ep_rank", "dtype",
         "tokens", "median_us", "point_id"), kernels_df=("point_id", "phase", "calls", "total_us"),
         phases_df=PHASE_COLUMNS)
-def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame,
+def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame | None,
            phases_df: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per ok point and phase: measured_us, floor_us, over_us (max(measured - floor, 0):
     the recoverable us), x_floor (measured / floor), share (of the layer's median_us),
