@@ -357,7 +357,7 @@ def test_the_seed_models_are_one_tuple():
 
 def test_06_the_estimates_ranks_and_the_machine_are_the_codes_and_the_datas():
     """Notebook 06: '## 6. An estimate for 8 ranks' (and 'At 8 ranks', 'an 8-rank run',
-    'the 8-GPU run of issue 18 (`--nproc 8`)') state expert_parallel.ESTIMATE_RANKS, which
+    '`--nproc 8` the 8-GPU run of issue 18') state expert_parallel.ESTIMATE_RANKS, which
     the code cell passes to estimate and runs_at (it typed 8 three times, its printed lines
     twice); 'host times of a shared 2-core machine' is the committed CPU run's cpu_count."""
     from moe_lab.analysis import expert_parallel as ep
@@ -366,8 +366,8 @@ def test_06_the_estimates_ranks_and_the_machine_are_the_codes_and_the_datas():
     ns |= {int(x) for x in re.findall(r"[Aa]t (\d+) ranks", text)}
     assert ns == {ep.ESTIMATE_RANKS}, ns
     top = markdown("06_expert_parallel.ipynb", "# 06 · Expert parallelism")
-    assert {int(said(top, r"the (\d+)-GPU run of issue 18")[1]),
-            int(said(top, r"`--nproc (\d+)`\)\.")[1])} == {ep.ESTIMATE_RANKS}
+    assert {int(x) for x in said(top, r"`--nproc (\d+)` the (\d+)-GPU run of issue 18").groups()} \
+        == {ep.ESTIMATE_RANKS}
     src = code("06_expert_parallel.ipynb")
     assert "estimate(run.results, n)" in src and "runs_at(n)" in src
     assert not re.search(r"estimate\(run\.results, \d|runs_at\(\d|at \d+ ranks|no \d+-rank", src)
