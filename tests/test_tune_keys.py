@@ -148,3 +148,18 @@ def test_a_file_written_during_the_search_is_refused_at_its_end_and_nothing_is_l
     assert set(files.values()) == {(1,)} and set(prov.values()) == {"b"}
     mine = json.loads((tmp_path / "mine" / "torch-chunked" / names["gemm1"]).read_text())
     assert mine["1"] == json.loads(winners["config"].iloc[0])["gemm1"]
+
+
+def test_a_tuned_file_that_cannot_be_read_is_refused_not_replaced(tuned_a, tmp_path, capsys):
+    """Before: an unreadable file of another run was replaced by this run's keys without a
+    word (what it held, unknown, gone)."""
+    root = _copy(tuned_a, tmp_path)
+    folder = root / "configs" / "torch-chunked"
+    broken = sorted(folder.glob("E=*.json"))[0]
+    broken.write_text('{"1": {"BLOCK')
+    around = _tree(root / "configs")
+    assert main(_tune(root, "b", "1,2,4")) == 2
+    line = _one_line(capsys)
+    assert str(broken) in line and "unreadable or corrupt" in line
+    assert "move it away or repair it first, or give another --configs-dir" in line
+    assert _tree(root / "configs") == around  # nothing replaced

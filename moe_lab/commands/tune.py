@@ -39,8 +39,8 @@ def configure(p):
                         "(default: data/configs/<device-slug>, beside $MOE_LAB_DATA's runs, "
                         "where `sweep --config tuned` reads them; required with a --data-dir "
                         "elsewhere). A tuned file there that another run wrote with token "
-                        "counts this run does not tune is refused before the search (its "
-                        "keys would be dropped)")
+                        "counts this run does not tune, or that cannot be read, is refused "
+                        "before the search (its keys would be dropped)")
     p.add_argument("--budget", type=float, default=None, metavar="S",
                    help="stop this command S seconds after it started (its imports and "
                         "set-up count; it stops at the next timing): every "

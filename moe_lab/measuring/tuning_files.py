@@ -9,8 +9,9 @@ and the run, before the search starts (`refuse_dropping`, from Tuner.check: no t
 spent) and again where the files are written (`write_files`: a file that appeared during
 the search, or a key this run found no winner for), there with nothing written to the
 configs folder and the run's winners and candidates kept in its folder. A resume of the run
-that wrote the file, and a file whose keys are all this run's, are replaced as before. An
-unreadable file is replaced (its keys cannot be known; sweeps refuse it as it is)."""
+that wrote the file, and a file whose keys are all this run's, are replaced as before. A
+file that cannot be read (its keys unknown) is refused the same way, unless this run wrote
+it."""
 from __future__ import annotations
 
 import json
@@ -32,7 +33,8 @@ def read_provenance(folder: Path) -> dict:
 def dropped_keys(folder: Path, files: dict, run: str, prov: dict) -> list[tuple]:
     """[(path, keys, the run that tuned them)] for each of `files` ({file name: the token
     counts this run writes to it}) under `folder` that holds keys outside them and that no
-    earlier command of `run` wrote (provenance.json's entry; none: None)."""
+    earlier command of `run` wrote (provenance.json's entry; none: None); for a file that
+    cannot be read, the reason (a str) in place of the keys."""
     out = []
     for name, keys in files.items():
         p = Path(folder) / name
@@ -43,16 +45,20 @@ def dropped_keys(folder: Path, files: dict, run: str, prov: dict) -> list[tuple]
         try:
             from ..core.config_files import read_table
             lost = sorted(set(read_table(p)) - {int(k) for k in keys})
-        except ValueError:  # unreadable (CorruptFile too): no keys to keep
-            continue
+        except ValueError as e:  # unreadable (CorruptFile too): its keys cannot be known
+            lost = str(e).splitlines()[0] if str(e) else type(e).__name__
         if lost:
             out.append((p, lost, by))
-    return out
+    return sorted(out, key=lambda x: not isinstance(x[1], str))  # the unreadable first
 
 
 def _dropped_line(dropped: list[tuple], why: str, then: str) -> str:
     p, lost, by = dropped[0]
     more = len(dropped) - 1
+    if isinstance(lost, str):  # unreadable: what it holds cannot be kept or known
+        return (f"{lost}: writing this run's winners would replace it, whatever token "
+                "counts it holds; move it away or repair it first, or give another "
+                "--configs-dir")
     return (f"{p} holds token counts {','.join(map(str, lost))} tuned by "
             + (f"run {by}" if by is not None else "a run provenance.json does not name")
             + f" that {why}: writing this run's winners would drop them from it"
@@ -81,7 +87,7 @@ def refuse_dropping(tuner, shards) -> None:
         wanted |= keys
     lost = dropped_keys(folder, files, tuner.run_dir.name, read_provenance(folder))
     if lost:
-        tokens = ",".join(map(str, sorted(wanted | {k for _, ks, _ in lost for k in ks})))
+        tokens = ",".join(map(str, sorted(wanted | {k for _, ks, _ in lost if not isinstance(ks, str) for k in ks})))
         raise UsageError(_dropped_line(
             lost, "this run does not tune",
             f"tune those token counts too (--tokens {tokens}), or give another --configs-dir"))
