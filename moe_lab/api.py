@@ -133,15 +133,21 @@ def _has(has, name: str) -> None:
                 raise UsageError(f"{name} {has!r}: give {kinds}") from None
 
 
+def _data_dir(value, name: str, what: str = "a folder or file path") -> None:
+    """`value` None or a folder that is there; UsageError naming `name` otherwise (was: []
+    or an empty table, as if the folder held no run)."""
+    from .core import validate
+    validate.path(value, name, what=what)
+    if value is not None and not Path(value).is_dir():
+        raise UsageError(f"{name} {str(value)!r}: no such folder")
+
+
 def find_runs(data_dir_=None, has: str | None = None, defaults: bool = False) -> list[Run]:
     """storage.store.find_runs (every run folder under data_dir_, default the data folder,
     with data of kind `has`, newest first) with its arguments checked first: '' (read as
     the current folder), a folder not there or a `has` no run can have (each answered [],
     as if no run had it) are refused in one line."""
-    from .core import validate
-    validate.path(data_dir_, "find_runs: data_dir_", what="a folder of run folders")
-    if data_dir_ is not None and not Path(data_dir_).is_dir():
-        raise UsageError(f"find_runs: data_dir_ {str(data_dir_)!r}: no such folder")
+    _data_dir(data_dir_, "find_runs: data_dir_", what="a folder of run folders")
     _has(has, "find_runs: has")
     return store.find_runs(data_dir_, has, defaults)
 
@@ -149,10 +155,7 @@ def find_runs(data_dir_=None, has: str | None = None, defaults: bool = False) ->
 def runs(data_dir=None, has: str | None = None) -> pd.DataFrame:
     """One row per run folder (newest first): run_id, started, device, status, rows,
     ok rows, commits, path. has: None, 'ok', 'compile', 'distributed' or a mode name."""
-    from .core import validate
-    validate.path(data_dir, "data_dir")
-    if data_dir is not None and not Path(data_dir).is_dir():  # was: an empty table
-        raise UsageError(f"data_dir {str(data_dir)!r}: no such folder")
+    _data_dir(data_dir, "data_dir")
     _has(has, "has")
     rows = []
     for r in store.find_runs(data_dir, has=has):

@@ -290,14 +290,18 @@ def runs_at(world_size: int) -> list[Run]:
     return out
 
 
+def _on_gpu(d: pd.DataFrame) -> pd.DataFrame:
+    """The rank rows measured on a GPU (a device that is not the CPU)."""
+    return d[d["device"].notna() & ~d["device"].astype(str).str.contains("cpu", regex=False)]
+
+
 def gpu_distributed() -> str:
     """One line: the runs with ok distributed rows measured on GPUs (world sizes), or that
     there is none yet and the command that makes one. Notebook 06 prints it, so what is
     pending is read from the data, never typed."""
     found = []
     for r in find_runs(has="distributed", defaults=True):
-        d = analysis.distributed_rows(r.results)
-        d = d[d["device"].notna() & ~d["device"].astype(str).str.contains("cpu")]
+        d = _on_gpu(analysis.distributed_rows(r.results))
         if len(d):
             found.append(f"{r.run_id} (world size "
                          f"{', '.join(map(str, sorted({int(w) for w in d['world_size']})))})")
@@ -310,7 +314,7 @@ def describe_distributed(run: Run) -> str:
     d = analysis.distributed_rows(run.results)
     world = sorted({int(w) for w in d["world_size"].dropna()})
     pg = sorted({str(b) for b in d.get("dist_backend", pd.Series(dtype=str)).dropna()})
-    gpu = any("cpu" not in str(x) for x in d["device"].dropna())
+    gpu = len(_on_gpu(d)) > 0
     return (f"{describe(run)}\n{len(d)} rank rows, world size {world}, over "
             f"{', '.join(pg) or '?'}; " + ("measured on GPUs" if gpu else
                                           "a CPU run (gloo): NOT GPU results"))

@@ -31,11 +31,6 @@ def configure(p):
                         "it checked, with a line saying where it stopped")
 
 
-def _models_default(device: str) -> list[str]:
-    from ..core.problems import SEED_MODELS
-    return list(SEED_MODELS) if device.startswith("cuda") else list(constants.CPU_MODELS)
-
-
 def run(args) -> int:
     from .. import backends
     from ..storage.configs import validate_config_arg
@@ -48,7 +43,8 @@ def run(args) -> int:
     parse_routing(args.routing)
     validate_config_arg(args.config)
     tokens = parse_tokens(args.tokens)
-    models = split_models(args.model) if args.model else _models_default(device)
+    models = split_models(args.model) if args.model else options.default_models(
+        device.startswith("cuda"))
     names = (backends.parse_names(args.backends) if args.backends else
              backends.for_dtype(backends.names(), args.dtype))
     tps, eps = parse_int_list(args.tp), parse_int_list(args.ep)

@@ -6,6 +6,7 @@
     options.data_dir(p)               --data-dir
     options.config(p, many=True)      --config default|tuned|PATH
     options.compile_workers(p, what)  --compile-workers N (Triton compiled ahead on a GPU)
+    options.default_models(gpu)       the models without --models (sweep, tune, check)
     options.by_values(text)           --values A,B of compare and report --runs, parsed
 
 `many`: the verb takes a list (sweep, check, tune: "1,8") or one value (profile, roofline).
@@ -31,6 +32,13 @@ def shape(p, many: bool = True, ep_default: str | None = None) -> None:
         p.add_argument("--ep", type=int, default=1,
                        help="expert-parallel size, 1 = none (== tp when > 1)")
     p.add_argument("--ep-rank", type=int, default=0, help="the EP rank whose experts are held")
+
+
+def default_models(gpu: bool) -> list[str]:
+    """The models of sweep, tune and check without --models: the four seed models on a GPU,
+    constants.CPU_MODELS on a CPU."""
+    from ..core.problems import SEED_MODELS
+    return list(SEED_MODELS if gpu else constants.CPU_MODELS)
 
 
 def default_eps(args_ep: str | None, gpu: bool) -> str:

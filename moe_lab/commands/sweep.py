@@ -132,7 +132,7 @@ def run(args) -> int:
     from .. import backends as registry
     from ..storage.configs import validate_config_arg
     from ..core.environment import device_name
-    from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
+    from ..core.problems import make_problem, parse_int_list, parse_model, parse_tokens, split_models
     from ..core.routing import parse_routing
     from ..measuring.correctness import resolve_device
     from ..measuring.modes import parse_modes
@@ -144,8 +144,7 @@ def run(args) -> int:
     device = resolve_device(args.device)
     gpu = device == "cuda"
     kind = "gpu" if gpu else "cpu"
-    models = split_models(args.models) if args.models else (
-        list(SEED_MODELS) if gpu else list(constants.CPU_MODELS))
+    models = split_models(args.models) if args.models else options.default_models(gpu)
     for m in models:
         parse_model(m)
     tokens = parse_tokens(args.tokens or constants.SWEEP_TOKENS[kind])

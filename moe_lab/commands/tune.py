@@ -89,7 +89,7 @@ def run(args) -> int:
     from ..storage.configs import configs_dir_for
     from ..core.devices import device_slug
     from ..core.environment import device_name
-    from ..core.problems import SEED_MODELS, make_problem, parse_int_list, parse_model, parse_tokens, split_models
+    from ..core.problems import make_problem, parse_int_list, parse_model, parse_tokens, split_models
     from ..core.routing import parse_routing
     from ..measuring.correctness import resolve_device
     from ..measuring.tuning import Tuner
@@ -99,8 +99,8 @@ def run(args) -> int:
     if args.run_id is not None:
         options.run_id(args.run_id)
     device = resolve_device(args.device)
-    models = split_models(args.models) if args.models else (
-        list(SEED_MODELS) if device == "cuda" else list(constants.CPU_MODELS))
+    models = split_models(args.models) if args.models else options.default_models(
+        device == "cuda")
     for m in models:
         parse_model(m)
     parse_routing(args.routing)

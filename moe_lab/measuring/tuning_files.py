@@ -33,8 +33,8 @@ def read_provenance(folder: Path) -> dict:
 def dropped_keys(folder: Path, files: dict, run: str, prov: dict) -> list[tuple]:
     """[(path, keys, the run that tuned them)] for each of `files` ({file name: the token
     counts this run writes to it}) under `folder` that holds keys outside them and that no
-    earlier command of `run` wrote (provenance.json's entry; none: None); for a file that
-    cannot be read, the reason (a str) in place of the keys."""
+    earlier command of `run` wrote (provenance.json's entry; none: None). Such a file that
+    cannot be read: UsageError (what it holds cannot be kept, or even known)."""
     out = []
     for name, keys in files.items():
         p = Path(folder) / name
@@ -46,19 +46,18 @@ def dropped_keys(folder: Path, files: dict, run: str, prov: dict) -> list[tuple]
             from ..core.config_files import read_table
             lost = sorted(set(read_table(p)) - {int(k) for k in keys})
         except ValueError as e:  # unreadable (CorruptFile too): its keys cannot be known
-            lost = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise UsageError(f"{str(e).splitlines()[0] if str(e) else type(e).__name__}: "
+                             "writing this run's winners would replace it, whatever token "
+                             "counts it holds; move it away or repair it first, or give "
+                             "another --configs-dir") from None
         if lost:
             out.append((p, lost, by))
-    return sorted(out, key=lambda x: not isinstance(x[1], str))  # the unreadable first
+    return out
 
 
 def _dropped_line(dropped: list[tuple], why: str, then: str) -> str:
     p, lost, by = dropped[0]
     more = len(dropped) - 1
-    if isinstance(lost, str):  # unreadable: what it holds cannot be kept or known
-        return (f"{lost}: writing this run's winners would replace it, whatever token "
-                "counts it holds; move it away or repair it first, or give another "
-                "--configs-dir")
     return (f"{p} holds token counts {','.join(map(str, lost))} tuned by "
             + (f"run {by}" if by is not None else "a run provenance.json does not name")
             + f" that {why}: writing this run's winners would drop them from it"
@@ -87,7 +86,7 @@ def refuse_dropping(tuner, shards) -> None:
         wanted |= keys
     lost = dropped_keys(folder, files, tuner.run_dir.name, read_provenance(folder))
     if lost:
-        tokens = ",".join(map(str, sorted(wanted | {k for _, ks, _ in lost if not isinstance(ks, str) for k in ks})))
+        tokens = ",".join(map(str, sorted(wanted | {k for _, ks, _ in lost for k in ks})))
         raise UsageError(_dropped_line(
             lost, "this run does not tune",
             f"tune those token counts too (--tokens {tokens}), or give another --configs-dir"))
