@@ -220,12 +220,14 @@ def test_the_archive_says_which_code_it_carries_and_the_backend_reports_it(tmp_p
     assert (said["arch"], lib["kept_bytes"], lib["zeroed_bytes"]) == ("sm_90", 16, 20)
     data = (tmp_path / "site" / "vllm" / "_moe_C_stable_libtorch.abi3.so").read_bytes()
     assert b"sm90" * 4 in data and b"sm120" not in data
-    # what the vllm backend writes into every run's manifest
-    from moe_lab.backends import vllm_fused as vb
+    # what every run's manifest says (its environment, sweep and tune alike; the vllm
+    # backend's own entry too)
+    from moe_lab.core import environment
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    assert vb.device_code().startswith("sm_90 only, from vllm-0.26.0-a.whl: in each fat-binary")
+    said = environment.capture_environment()["vllm_device_code"]
+    assert said.startswith("sm_90 only, from vllm-0.26.0-a.whl: in each fat-binary")
     (tmp_path / "site" / "MOE_LAB_DEVICE_CODE.json").unlink()
-    assert vb.device_code() == "as installed"
+    assert environment.vllm_device_code() == "as installed"
     # without ARCH every image travels, and the archive has no such file
     names, _, _ = db.vllm_parts(str(wheel), str(deps), str(tmp_path / "all"), 0, 0)
     with tarfile.open(names[0]) as t:

@@ -67,13 +67,13 @@ remote) and `global_num_experts=E` as vLLM's layer passes them.
 from __future__ import annotations
 
 import importlib.util
-import json
 import inspect
 import os
 from pathlib import Path
 
 import torch
 
+from ..core.environment import vllm_device_code
 from . import Backend, Weights, register
 from ._triton_configs import FINE_KEYS, file_stem, gemm_space, is_coarse, nearest
 
@@ -118,23 +118,6 @@ def vllm_version() -> str | None:
         if line.startswith(("__version__", "version")) and "=" in line:
             return line.split("=", 1)[1].strip().strip("'\"")
     return "unknown"
-
-
-def device_code() -> str:
-    """Which compiled GPU code of vLLM's libraries is here: a vLLM brought to a machine by
-    scripts/device_bundle.py with an ARCH says so in MOE_LAB_DEVICE_CODE.json beside the
-    package (that GPU's images kept as the wheel has them, the others' zeroed); any other
-    install is whatever it is."""
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        return "no vllm"
-    site = os.path.dirname(list(spec.submodule_search_locations)[0])
-    try:
-        with open(os.path.join(site, "MOE_LAB_DEVICE_CODE.json")) as f:
-            d = json.load(f)
-        return f"{d['arch']} only, from {d['wheel']}: {d['rule']}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "as installed"
 
 
 def quant_kwargs(scheme: str, w1_scale, w2_scale) -> dict:
@@ -318,7 +301,7 @@ class VllmBackend(Backend):
 
     def info(self):
         return {"vllm": vllm_version(), "vllm_path": "fused_experts (Triton), pinned",
-                "vllm_device_code": device_code(),
+                "vllm_device_code": vllm_device_code(),
                 "vllm_pinned_env": dict(PINNED_ENV)}
 
     # --- configurations (moe-lab tune; module doc) --------------------------------------

@@ -105,6 +105,29 @@ def boot_id() -> str | None:
         return None
 
 
+def vllm_device_code() -> str | None:
+    """Which compiled GPU code of vLLM's libraries is here (None without vllm): a vLLM
+    brought to a machine by scripts/device_bundle.py with an ARCH says so in
+    MOE_LAB_DEVICE_CODE.json beside the package (that GPU's images kept as the wheel has
+    them, the others' zeroed); any other install is whatever it is. Found without
+    importing vllm."""
+    import importlib.util
+    import json
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    site = os.path.dirname(list(spec.submodule_search_locations)[0])
+    try:
+        with open(os.path.join(site, "MOE_LAB_DEVICE_CODE.json")) as f:
+            d = json.load(f)
+        return f"{d['arch']} only, from {d['wheel']}: {d['rule']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "as installed"
+
+
 def capture_environment(repo_dir: str | os.PathLike | None = None) -> dict:
     """What a reader needs to trust and reproduce the numbers of a run."""
     import torch
@@ -117,6 +140,7 @@ def capture_environment(repo_dir: str | os.PathLike | None = None) -> dict:
         triton=_version("triton") or _version("pytorch-triton-rocm"),
         aiter=_version("amd-aiter"),
         vllm=_version("vllm"),
+        vllm_device_code=vllm_device_code(),
         python=sys.version.split()[0],
         platform=platform.platform(),
         hostname=socket.gethostname(),
