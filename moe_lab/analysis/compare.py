@@ -35,6 +35,9 @@ KEY = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "wrapped", "c
        "tokens", "routing")
 CONFIDENCE = BOOTSTRAP_CONFIDENCE  # core.constants, defined once
 NO_CHANGE = "no detectable change"
+# what a compared point is drawn and banded by (a panel per model, sharding and mode, tokens
+# along it): a split by one of them left the table without it (KeyError, a traceback)
+AXES = ("model", "tp", "ep", "mode", "tokens")
 
 
 def ratio_interval(a, b, n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -74,13 +77,15 @@ def check_args(a, b, by: str | None = None, values=None, mode: str | None = None
     """UsageError (one line, exit 2) for a split or a mode that selects nothing: an unknown
     --by column, a --values value no row has, a --mode no row is in. Without this they
     gave an empty table (every point `only in A`) and exit 0. A run without rows (a tune
-    run: its timings are candidates, not points) likewise."""
+    run: its timings are candidates, not points) likewise, and a split by a column each
+    point is drawn by (AXES)."""
     for run in (a, b):
-        if not len(run.results):
-            kind = run.manifest.get("kind") or "sweep"
-            raise UsageError(f"run {run.run_id} has no measured points to compare"
-                             + (f" (a {kind} run)" if kind != "sweep" else ""))
+        measured(run)
     if by is not None:
+        if by in AXES:
+            raise UsageError(f"--by {by}: a compared point is drawn at its "
+                             f"{', '.join(AXES[:-1])} and {AXES[-1]}, so none of them can "
+                             "split the runs; split by another column, e.g. config or backend")
         if values is None or len(values) != 2:
             raise UsageError("--by needs two values, e.g. --by config --values default,tuned")
         if values[0] == values[1] and a.path.resolve() == b.path.resolve():
@@ -99,6 +104,17 @@ def check_args(a, b, by: str | None = None, values=None, mode: str | None = None
         if str(mode) not in have:
             raise UsageError(f"--mode {mode!r}: no rows in that mode; modes here: "
                              f"{', '.join(have) or 'none'}")
+
+
+def measured(run):
+    """`run` (a Run, a run id or a folder, opened) when it has measured points; UsageError
+    naming its kind otherwise (a tune run's timings are candidates, not points)."""
+    run = noise_model._run(run, "run")
+    if not len(run.results):
+        kind = run.manifest.get("kind") or "sweep"
+        raise UsageError(f"run {run.run_id} has no measured points to compare"
+                         + (f" (a {kind} run)" if kind != "sweep" else ""))
+    return run
 
 
 def _side(run, by=None, value=None) -> pd.DataFrame:
@@ -148,7 +164,12 @@ def compare(a, b, by: str | None = None, values=None, n_resamples: int = 2000,
     """One row per point of A or B (see the module doc); `by`/`values` split a run by a
     column (A = the rows where it is values[0], B = values[1]) and match on the rest.
     calibration: a noise.Calibration, a calibration file or folder; None: each device's
-    file under data/noise (noise.noise_dirs)."""
+    file under data/noise (noise.noise_dirs). a, b: Runs, run ids or folders; checked as
+    the CLI checks them (check_args) before anything is read further."""
+    from ..core.validate import limit
+    a, b = measured(a), measured(b)
+    limit(n_resamples, "resamples", "n_resamples", api=True)  # scipy's ValueError before
+    check_args(a, b, by, values)  # a tune run, a split by an axis: one line, not a KeyError
     j, key = joined(a, b, by, values)
     bands = noise_model.Bands(calibration, None if a is b else (a.run_id, b.run_id))
     out = []
@@ -185,7 +206,7 @@ def calibrate(a, b, path=None, command: str | None = None):
     """Calibrate the A/A' pair (a, b): two runs of one commit, the same sweep, two
     processes; adds it to the device's file (noise.add_pair) and returns the Calibration.
     Runs, run ids or folders (noise.check_pair opens them)."""
-    a, b = noise_model.check_pair(a, b)
+    a, b = noise_model.check_pair(measured(a), measured(b))  # a tune run: said as such
     j, _ = joined(a, b)
     both = j[j["_merge"] == "both"].to_dict("records")
     points = [(row, *point_ratio(row)) for row in both if same_inputs(row)]

@@ -28,8 +28,13 @@ def _folders(who: str, **given) -> None:
     """UsageError for a folder given (not None) that is not one: a typo read as an empty
     folder answered as if nothing were tuned or searched. An empty str is none (it was
     read as the current folder)."""
+    import os
+
     from ..core.errors import UsageError
     for what, d in given.items():
+        if d is not None and not isinstance(d, (str, os.PathLike)):  # was Path()'s TypeError
+            raise UsageError(f"{who}: {what} {d!r}: give a folder (str or Path), or None for "
+                             "the default")
         if d is not None and (isinstance(d, str) and not d or not Path(d).is_dir()):
             raise UsageError(f"{who}: {what} {d!s} is not a folder" if d != "" else
                              f"{who}: {what} is empty; give a folder, or None for the default")

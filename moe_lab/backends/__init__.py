@@ -146,7 +146,7 @@ def get(name: str) -> Backend:
 def parse_names(text: str) -> list[str]:
     """`torch,aiter-triton` -> names, each checked against the registry (UsageError)."""
     _load_all()
-    names = [s.strip() for s in text.split(",") if s.strip()]
+    names = list(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))  # each once
     for n in names:
         if n not in _REGISTRY:
             raise UsageError(f"unknown backend {n!r}; known: {', '.join(_REGISTRY)}")

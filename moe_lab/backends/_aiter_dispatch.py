@@ -228,8 +228,17 @@ def dtype_names(dtype: str, quant: str, gfx: str) -> tuple[str, str, str, str]:
 
 
 def problem_key(problem, cu_num: int, gfx: str, quant: str = "No", activation: str = "Silu") -> dict:
-    """The 13 key values fused_moe_ would build for this problem (get_2stage_cfgs `keys`)."""
-    dt, qa, qw, qt = dtype_names(problem.dtype, quant, gfx)
+    """The 13 key values fused_moe_ would build for this problem (get_2stage_cfgs `keys`).
+    An FP8 scheme is bf16 activations with its QuantType (the backend's, _aiter_fp8); a
+    dtype aiter has no path for is a ValueError (was: a KeyError, a traceback)."""
+    from ._aiter_fp8 import CK_QUANT
+    dtype = problem.dtype
+    if dtype in CK_QUANT and quant in ("No", "none", ""):
+        dtype, quant = "bf16", f"{CK_QUANT[dtype]}:fp8"
+    if dtype not in ("bf16", "fp16"):
+        raise ValueError(f"aiter's fused_moe has no {dtype} path (bf16, fp16 and the FP8 "
+                         f"schemes {', '.join(CK_QUANT)})")
+    dt, qa, qw, qt = dtype_names(dtype, quant, gfx)
     return dict(cu_num=cu_num, token=padded_tokens(problem.tokens), model_dim=problem.hidden,
                 inter_dim=problem.inter, expert=problem.local_experts, topk=problem.topk,
                 act_type=f"ActivationType.{activation}", dtype=dt, q_dtype_a=qa, q_dtype_w=qw,

@@ -113,7 +113,7 @@ def measured_folders(run: str | Path | None = None) -> tuple[str, list[Path]]:
     id under the data folder (that run alone), a folder of run folders (every one), or
     None: every run of the data folder that may be a default (none marked running or
     failed: moe_lab.storage.store.Run.may_be_default)."""
-    from ..storage.store import RESULTS, data_dir, find_runs, open_run
+    from ..storage.store import MANIFEST, RESULTS, data_dir, find_runs, open_run
     if run is None:
         return str(data_dir()), sorted(r.path for r in find_runs(defaults=True))
     path = Path(run)
@@ -124,6 +124,10 @@ def measured_folders(run: str | Path | None = None) -> tuple[str, list[Path]]:
     if (path / RESULTS).is_file():
         open_run(path)  # a run that cannot be read is refused here, in one line
         return str(path), [path]
+    if (path / MANIFEST).is_file():  # a run without rows (a tune run): was read as a folder
+        kind = open_run(path).manifest.get("kind") or "sweep"  # of runs, 'no run in <it>'
+        raise UsageError(f"{run} is a {kind} run without measured points: give a sweep run, "
+                         "a run id or a folder of runs")
     if not path.is_dir():
         raise UsageError(f"no run folder, run id or folder of runs {run}")
     return str(run), sorted(p.parent for p in path.glob(f"*/{RESULTS}"))

@@ -18,7 +18,8 @@ def configure(p):
     p.add_argument("run_a", help="run folder or run id (the baseline, A)")
     p.add_argument("run_b", nargs="?", default=None, help="run folder or id (B); default: A "
                    "itself, split with --by")
-    p.add_argument("--by", default=None, help="split by this column, e.g. config or backend")
+    p.add_argument("--by", default=None, help="split by this column, e.g. config or backend "
+                   "(not model, tp, ep, mode or tokens: each point is drawn at them)")
     p.add_argument("--values", default=None, help="the two values of --by: A,B")
     p.add_argument("--mode", default=None, help="only this mode, e.g. graph")
     p.add_argument("--out", default=None, help="folder for the figure and the CSV (default: "

@@ -11,7 +11,7 @@ from ..core.errors import UsageError
 
 
 def configure(p):
-    p.add_argument("out", help="the new run folder")
+    p.add_argument("out", help="the new run folder (new or empty; its name is the run id)")
     p.add_argument("runs", nargs="+", help="two or more run folders or run ids to combine")
 
 

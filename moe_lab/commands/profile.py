@@ -64,6 +64,12 @@ def _stray(args) -> None:
         raise UsageError(f"{', '.join(given)} without --explain: "
                          f"{'they shape' if they else 'it shapes'} --explain only; add "
                          f"--explain (or leave {'them' if they else 'it'} out)")
+    mine = [f for f, v in (("--split", args.split), ("--trace", args.trace is not None),
+                           ("--config", args.config != "default")) if v]
+    if args.explain and mine:  # was: ignored, the explanation printed as if not given
+        raise UsageError(f"--explain with {', '.join(mine)}: --explain profiles nothing (it "
+                         "reads aiter's own dispatch and tuned table); leave "
+                         f"{'them' if len(mine) > 1 else 'it'} out, or drop --explain")
     if args.run is not None and not args.split:
         raise UsageError("--run without --split: it names the run whose traces --split splits; "
                          "add --split (or leave it out)")

@@ -58,6 +58,13 @@ def review(args) -> int:
     if args.by and len(names) > 2:
         raise UsageError("--by compares one run (or two): give at most two --runs")
     runs = [open_run(n) for n in names]  # a corrupt or foreign run: one line, nothing written
+    seen: dict = {}
+    for name, r in zip(names, runs):  # was: `a,a` drew a over a, which compare refuses
+        if r.path.resolve() in seen:
+            raise UsageError(f"--runs names run {r.run_id} twice ({seen[r.path.resolve()]}, "
+                             f"{name}): give each run once (two runs: B over A; --by COLUMN "
+                             "splits one)")
+        seen[r.path.resolve()] = name
     for r in runs:  # their samples too (compare reads them): unreadable, refused the same
         r.samples()
     sections = build(runs, args.by, values, args.mode)  # in memory: a failure writes nothing

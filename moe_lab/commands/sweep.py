@@ -148,7 +148,7 @@ def run(args) -> int:
     for m in models:
         parse_model(m)
     tokens = parse_tokens(args.tokens or constants.SWEEP_TOKENS[kind])
-    routings = [s.strip() for s in args.routing.split(",") if s.strip()]
+    routings = list(dict.fromkeys(s.strip() for s in args.routing.split(",") if s.strip()))
     for r in routings:
         parse_routing(r)
     modes = parse_modes(args.modes or constants.SWEEP_MODES[kind])

@@ -244,7 +244,8 @@ def make_problem(model: str | ModelSpec, tokens: int, dtype: str = "bf16",
 
 
 def split_models(text: str) -> list[str]:
-    """`a,b,custom:H=..,I=..,E=..,k=..` -> names; the custom spec keeps its own commas."""
+    """`a,b,custom:H=..,I=..,E=..,k=..` -> names; the custom spec keeps its own commas.
+    Each name once (`a,a`: was every point measured twice, the second time over the first)."""
     out: list[str] = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
@@ -253,7 +254,7 @@ def split_models(text: str) -> list[str]:
             out[-1] += "," + part
         else:
             out.append(part)
-    return out
+    return list(dict.fromkeys(out))
 
 
 def default_token_grid(max_tokens: int = 8192) -> list[int]:
@@ -266,9 +267,9 @@ def default_token_grid(max_tokens: int = 8192) -> list[int]:
 
 
 def parse_int_list(text: str) -> list[int]:
-    """`8` or `1,8` -> [1, 8] (for --tp / --ep)."""
+    """`8` or `1,8` -> [1, 8] (for --tp / --ep), each value once (`1,1`: one sharding)."""
     try:
-        return [int(s) for s in str(text).split(",") if s.strip()]
+        return list(dict.fromkeys(int(s) for s in str(text).split(",") if s.strip()))
     except ValueError:
         raise ProblemError(f"expected integers like 8 or 1,8, not {text!r}") from None
 

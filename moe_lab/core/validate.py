@@ -196,7 +196,7 @@ def names(value, name: str, what: str) -> list[str] | None:
         return None
     items = value.split(",") if isinstance(value, str) else value
     good = isinstance(items, (list, tuple)) and all(isinstance(v, str) for v in items)
-    out = [v.strip() for v in items if v.strip()] if good else []
+    out = list(dict.fromkeys(v.strip() for v in items if v.strip())) if good else []
     if not out:
         raise UsageError(f"{name} {value!r}: give one or more {what} (a comma string or a "
                          f"list of str), or None for the default")

@@ -63,7 +63,7 @@ def parse_mode(text: str, wrapped: bool = False) -> Mode:
 
 
 def parse_modes(text: str) -> list[Mode]:
-    modes = [parse_mode(m) for m in text.split(",") if m.strip()]
+    modes = list(dict.fromkeys(parse_mode(m) for m in text.split(",") if m.strip()))  # each once
     if not modes:
         raise UsageError("no modes given")
     return modes

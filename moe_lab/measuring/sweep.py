@@ -54,6 +54,12 @@ class Grid:
     configs: list[str] = field(default_factory=lambda: ["default"])  # default, tuned, a file
     glues: list[str] = field(default_factory=lambda: ["fused"])  # fused, naive (moe_lab.glue)
 
+    def __post_init__(self):  # each value once: a value given twice (the API's lists, the
+        # CLI's parsers say the same) measured one point twice and counted it twice
+        for name in ("models", "tokens", "backends", "modes", "tps", "eps", "routings",
+                     "configs", "glues"):
+            setattr(self, name, list(dict.fromkeys(getattr(self, name))))
+
     def shards(self) -> list[list[Problem]]:
         """One list of problems (the token grid) per model x tp x ep."""
         if self.dtype.startswith("fp8") and any(m.kind == "compile" for m in self.modes):

@@ -141,7 +141,7 @@ def validate_config_arg(text: str) -> list[str]:
             read_table(c)
         except ValueError as exc:
             raise UsageError(f"--config: {exc}") from None
-    return out
+    return list(dict.fromkeys(out))  # `tuned,tuned`: each configuration once
 
 
 def _shown(path: Path) -> str:

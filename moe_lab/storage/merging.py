@@ -33,6 +33,7 @@ def merge_runs(dst: str | os.PathLike, sources: list, command: str | None = None
     (ValueError naming it). Holds `dst`'s lock (moe_lab.storage.runlock) for the whole write; a
     source another writer holds is refused. `command`: what the manifest says made it."""
     from .runlock import busy, run_lock
+    _new_folder(dst)
     for s in sources:
         s = s.path if isinstance(s, Run) else s
         src = Path(s) if Path(s).is_dir() else data_dir() / str(s)
@@ -49,16 +50,51 @@ def merge_runs(dst: str | os.PathLike, sources: list, command: str | None = None
         raise ValueError(f"point {ids[ids.duplicated()].iloc[0]} is in more than one source")
     tables = _tables(runs)  # every file read and checked: a corrupt one is refused here
     traces = _traces(runs)
-    if (Path(dst) / "results.parquet").exists():
-        raise ValueError(f"{dst} already holds a run")
+    _new_folder(dst)  # again: the sources were read meanwhile
     created = not Path(dst).exists()
     try:
         with run_lock(dst, command):
             return _merge_runs(dst, runs, tables, traces, command, t0)
     except BaseException:
-        if created and Path(dst).is_dir():  # all of it this merge's: whole run or nothing
-            shutil.rmtree(dst, ignore_errors=True)  # (was: kept the files written so far)
+        if Path(dst).is_dir():  # all of it this merge's: whole run or nothing
+            if created:  # (was: kept the files written so far)
+                shutil.rmtree(dst, ignore_errors=True)
+            else:  # an empty folder given: emptied again, kept
+                for p in Path(dst).iterdir():
+                    if p.is_dir():
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        p.unlink(missing_ok=True)
         raise
+
+
+def _new_folder(dst) -> None:
+    """`dst` a new or empty folder for the merged run, or UsageError (one line, nothing
+    written). Before, a file was 'File exists', and a folder of other files (the data
+    folder itself, the working directory) got a run's files among them, `.` with the
+    run id ''."""
+    from ..core import validate
+    from .runlock import LOCK_NAME, busy
+    from .store import MANIFEST, RESULTS
+    validate.path(dst, "OUT", optional=False)
+    p = Path(dst)
+    if (p / RESULTS).exists():
+        raise ValueError(f"{dst} already holds a run")
+    parent = p.resolve()
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"OUT {dst}: {parent} is a file, not a folder; give a new folder "
+                         "for the merged run")
+    who = busy(p) if p.is_dir() else None
+    if who:  # another writer's: it is named
+        raise UsageError(who)
+    if p.is_dir() and any(x.name != LOCK_NAME and not (x.name.startswith(".") and
+                                                       x.name.endswith(".tmp"))
+                          for x in p.iterdir()):  # a lock or a write a kill left: a new run's
+        what = "a run without rows" if (p / MANIFEST).exists() else "other files"
+        raise UsageError(f"OUT {dst} is a folder holding {what}, not a new run folder; give "
+                         "a new (or empty) folder for the merged run")
 
 
 def _tables(runs: list[Run]) -> dict[str, pd.DataFrame]:
@@ -119,7 +155,7 @@ def _merge_runs(dst, runs: list[Run], tables: dict, traces: dict, command: str,
                  wall_s=round(time.time() - t0, 1), status="complete", kind="merge",
                  command=command, git_commit=git_commit(), sources=[r.run_id for r in runs])
     out.write_manifest(dict(
-        run_id=out.dir.name, command=command, finished=finished,
+        run_id=out.dir.resolve().name, command=command, finished=finished,
         started=min(str(r.manifest.get("started", "")) for r in runs),
         started_note="the earliest source's start (when its measuring began); the merge's "
                      "own times are its invocation's",
