@@ -17,6 +17,7 @@ import pandas as pd
 
 from . import backends as registry
 from .measuring.correctness import check_problem, resolve_device
+from .core.constants import PROFILE_ITERS, TP_DEFAULT
 from .core.errors import UsageError  # noqa: F401  (ml.UsageError)
 from .measuring.modes import Mode, parse_mode
 from .core.problems import make_problem, split_models
@@ -174,7 +175,7 @@ def runs(data_dir=None, has: str | None = None) -> pd.DataFrame:
 
 
 @_one_line
-def check(model: str, tokens=(1, 16), backends=None, tp: int = 8, ep: int = 1,
+def check(model: str, tokens=(1, 16), backends=None, tp: int = TP_DEFAULT, ep: int = 1,
           ep_rank: int = 0, dtype: str = "bf16", routing: str = "uniform",
           device: str | None = None, seed: int = 0) -> pd.DataFrame:
     """Each backend against the reference on fresh inputs: one row per backend x tokens
@@ -198,7 +199,7 @@ SWEEP_OPTIONS = ("profile", "warmup_ms", "rep_ms", "compile_budget_s", "point_ti
 
 
 @_one_line
-def measure(models, tokens, backends=None, modes=None, tp=8, ep=1, ep_rank: int = 0,
+def measure(models, tokens, backends=None, modes=None, tp=TP_DEFAULT, ep=1, ep_rank: int = 0,
             routing="uniform", dtype: str = "bf16", device: str | None = None, run=None,
             seed: int = 0, progress: bool = False, glue="fused", **options) -> pd.DataFrame:
     """Check and time points; returns their rows (the results.parquet schema).
@@ -305,9 +306,9 @@ def _resume_settings(path: Path, options: dict) -> None:
 
 
 @_one_line
-def profile(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: int = 1,
+def profile(model: str, tokens: int, backend: str = "torch", tp: int = TP_DEFAULT, ep: int = 1,
             ep_rank: int = 0, dtype: str = "bf16", routing: str = "uniform",
-            device: str | None = None, iters: int = 5, trace: str | None = None,
+            device: str | None = None, iters: int = PROFILE_ITERS, trace: str | None = None,
             seed: int = 0) -> tuple[pd.DataFrame, str]:
     """One point under the profiler, after a check: (per-kernel table with phases, path of
     the Chrome trace, which opens in Perfetto). UsageError when the backend cannot run

@@ -13,6 +13,7 @@ import re
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
+CELL_TIMEOUT_S = 900  # seconds a notebook cell may run (report --timeout, execute_notebook)
 FIGURE_MIME = "text/x-moe-lab-figure"  # a figure's legend entries and texts, as JSON
 # Run first in the kernel (then dropped from the notebook): every matplotlib figure the
 # notebook displays carries, beside its PNG, what a reviewer reads off it (moe_lab.plots.probe:
@@ -170,7 +171,7 @@ def _int_list(value, nb: str, name: str, default: list) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
-def execute_notebook(path: str, timeout: int = 900, edit=None, params: dict | None = None,
+def execute_notebook(path: str, timeout: int = CELL_TIMEOUT_S, edit=None, params: dict | None = None,
                      describe_figures: bool = True):
     """Run a notebook headless from its own folder; `params` are injected as papermill
     does (inject_parameters), and `edit(nb)` may change it further first. Every figure

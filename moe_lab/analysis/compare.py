@@ -28,19 +28,20 @@ import numpy as np
 import pandas as pd
 
 from . import noise as noise_model
-from ..core.constants import BOOTSTRAP_CONFIDENCE
+from ..core.constants import BOOTSTRAP_CONFIDENCE, BOOTSTRAP_RESAMPLES
 from ..core.errors import UsageError
 
 KEY = ("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "wrapped", "config",
        "tokens", "routing")
 CONFIDENCE = BOOTSTRAP_CONFIDENCE  # core.constants, defined once
+RESAMPLES = BOOTSTRAP_RESAMPLES  # the default n_resamples, core.constants'
 NO_CHANGE = "no detectable change"
 # what a compared point is drawn and banded by (a panel per model, sharding and mode, tokens
 # along it): a split by one of them left the table without it (KeyError, a traceback)
 AXES = ("model", "tp", "ep", "mode", "tokens")
 
 
-def ratio_interval(a, b, n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def ratio_interval(a, b, n_resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
     """(median(b) / median(a), low, high): the percentile bootstrap interval of the ratio of
     medians at CONFIDENCE, resampling a and b independently."""
     from scipy.stats import bootstrap
@@ -159,7 +160,7 @@ def same_inputs(row: dict) -> bool:
     return not _differ(row.get("inputs_digest_a"), row.get("inputs_digest_b"))
 
 
-def compare(a, b, by: str | None = None, values=None, n_resamples: int = 2000,
+def compare(a, b, by: str | None = None, values=None, n_resamples: int = RESAMPLES,
             calibration=None) -> pd.DataFrame:
     """One row per point of A or B (see the module doc); `by`/`values` split a run by a
     column (A = the rows where it is values[0], B = values[1]) and match on the rest.

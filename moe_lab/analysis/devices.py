@@ -3,6 +3,7 @@ by moe-lab, AMD Instinct GPUs by aiter's own tuner, imported), in absolute time 
 of each device's own roof. Every series says where its numbers come from."""
 from __future__ import annotations
 import pandas as pd
+from ..core.constants import TP_DEFAULT
 from ..core.devices import ceilings_for
 from ..cost.roofline import add_roofline_columns
 from ..storage.store import open_run
@@ -97,7 +98,7 @@ def summary(rows: pd.DataFrame) -> str:
             f"({', '.join(sorted(rows.loc[amd, 'device'].unique())) if amd.any() else 'none'})")
 
 
-def claim_shapes(run, model: str = "deepseek-r1", tp: int = 8) -> pd.DataFrame:
+def claim_shapes(run, model: str = "deepseek-r1", tp: int = TP_DEFAULT) -> pd.DataFrame:
     """Rows of an imported table per sharding of one model: the seed claims are about
     DeepSeek-R1 TP8 EP8, which aiter's shipped table may not have."""
     r = open_run(run).results

@@ -14,17 +14,19 @@ the largest of its pairs' (every pair is kept, so appending one recomputes it), 
 band is [exp(-noise), exp(noise)]: symmetric in log, so swapping A and B flips a verdict
 and nothing else.
 Why a high quantile and not a robust spread (MAD, IQR): the between-process differences
-are heavy-tailed, not Gaussian. On the H200 eager, half of a pair's points move by less
-than 12% while a few move by 50-66% (the host's speed from one process to the next, worst
-at small token counts): 2 x 1.4826 x MAD (0.28) would leave 5 of 24 A/A' points outside
-the band, where the quantile states its false-verdict rate directly (about 5% of A/A'
-points lie outside it; a verdict also needs its bootstrap interval outside it, so fewer
-are called). Why the largest pair and not one quantile of all points pooled: the noise
-level itself differs from one session to the next (H200 graph: 0.20% on 2026-11-30, 0.37%
-on 2026-12-01), and the band must cover the noisiest session seen; pooling let the quiet
-pair narrow the band to 0.26%, inside which the 12-01 pair's own 0.39% point was called
-`slower`. One number per mode and device: eager noise is larger at small token counts than
-at large ones, and the band is the tail of all of them (conservative at 4096 tokens).
+are heavy-tailed, not Gaussian. On the H200 eager (the 12-01 pair, |ln B/A|), the median
+point moves by 12% while a few move by 52-66% (the host's speed from one process to the
+next, worst at small token counts): a band of 2 x 1.4826 x MAD (0.28) would leave 7 of 24
+A/A' points outside it, where the quantile states its false-verdict rate directly (about
+5% of A/A' points lie outside it; a verdict also needs its bootstrap interval outside it,
+so fewer are called). Why the largest pair and not one quantile of all points pooled: the
+noise level itself differs from one session to the next (H200 graph: 0.20% on 2026-11-30,
+0.37% on 2026-12-01), and the band must cover the noisiest session seen; pooling let the
+quiet pair narrow the band to 0.26%, which two of the 12-01 pair's own points (0.39% and
+0.56%) lie outside: only their bootstrap intervals keep them from a verdict (with the
+quiet pair's band alone, the 0.39% point is called `slower` at 1000 resamples). One number
+per mode and device: eager noise is larger at small token counts than at large ones, and
+the band is the tail of all of them (conservative at 4096 tokens).
 
 Limits, said where they are used. A band is only as good as its pairs: with 24 points the
 0.95 quantile is about the second-largest, so a file says how many pairs and points back

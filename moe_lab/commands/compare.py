@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from ..core.constants import BOOTSTRAP_RESAMPLES
 from ..core.errors import UsageError
 from . import options
 
@@ -24,7 +25,7 @@ def configure(p):
     p.add_argument("--mode", default=None, help="only this mode, e.g. graph")
     p.add_argument("--out", default=None, help="folder for the figure and the CSV (default: "
                    "reports)")
-    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--resamples", type=int, default=BOOTSTRAP_RESAMPLES, help="bootstrap resamples")
     p.add_argument("--calibrate", action="store_true",
                    help="A and B are an A/A' pair (two runs of one commit, the same sweep, two "
                         "processes): add their between-process noise per mode to the device's "
@@ -71,7 +72,8 @@ def run(args) -> int:
     if args.run_b is None and args.by is None:
         raise UsageError("give a second run, or --by COLUMN --values A,B to split one run")
     if args.resamples < 1:  # scipy's bootstrap raised ValueError (a traceback)
-        raise UsageError(f"--resamples {args.resamples}: give a positive count (default 2000)")
+        raise UsageError(f"--resamples {args.resamples}: give a positive count "
+                         f"(default {BOOTSTRAP_RESAMPLES})")
     a = open_run(args.run_a)
     b = open_run(args.run_b) if args.run_b else a
     if args.run_b and args.by is None and a.path.resolve() == b.path.resolve():

@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..core import constants
 from ..core.constants import DTYPE_NAMES  # correctness.THRESHOLDS' keys, torch-free
 
-TP_DEFAULT = 8  # every seed claim is a TP8 deployment
+TP_DEFAULT = constants.TP_DEFAULT  # every seed claim is a TP8 deployment (defined there once)
 
 
 def shape(p, many: bool = True, ep_default: str | None = None) -> None:

@@ -8,6 +8,8 @@ import math
 from . import options
 from ..core.errors import UsageError
 
+CU_DEFAULT = 304  # --explain without --cu-num: MI300X/MI325X, aiter's cu_num key
+
 
 def configure(p):
     p.add_argument("--model", default=None, help="preset or custom:H=..,I=..,E=..,k=.. (required)")
@@ -17,7 +19,8 @@ def configure(p):
     options.dtype(p)
     p.add_argument("--routing", default="uniform", help="uniform | balanced | zipf:S | hot:P")
     options.device(p)
-    p.add_argument("--iters", type=int, default=5, help="profiled calls (table is per call)")
+    p.add_argument("--iters", type=int, default=options.constants.PROFILE_ITERS,
+                   help="profiled calls (table is per call)")
     p.add_argument("--trace", default=None,
                    help="Chrome trace path (.json.gz; default out/traces/<point>.json.gz)")
     p.add_argument("--config", default="default",
@@ -32,7 +35,7 @@ def configure(p):
                         "its CK kernels accept the shape")
     p.add_argument("--cu-num", type=int, default=None,
                    help="with --explain: the GPU's CU count (304 MI300X/MI325X, 256 MI355X, "
-                        "80 MI308X), aiter's cu_num key (default: 304)")
+                        f"80 MI308X), aiter's cu_num key (default: {CU_DEFAULT})")
     p.add_argument("--split", action="store_true",
                    help="where eager time goes: split one call into Python/dispatch on the "
                         "host, launch gaps and kernel time, checked against a timed eager call")
@@ -49,7 +52,7 @@ def explain(args) -> int:
     prob = make_problem(args.model, args.tokens, args.dtype, args.tp, args.ep,
                         args.ep_rank if args.ep > 1 else 0)
     try:
-        print(explain_dispatch(prob, 304 if args.cu_num is None else args.cu_num, args.gfx))
+        print(explain_dispatch(prob, CU_DEFAULT if args.cu_num is None else args.cu_num, args.gfx))
     except (ImportError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     return 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..core.errors import UsageError
 from . import options
-from ..report import (check_parameter, execute_notebook, export, failure_line,
+from ..report import (CELL_TIMEOUT_S, check_parameter, execute_notebook, export, failure_line,
                       notebook_parameters, parse_value, write_index)
 
 
@@ -27,7 +27,7 @@ def configure(p):
                    help="folder of .ipynb files (default: this checkout's notebooks/)")
     p.add_argument("--only", default=None, help="comma-separated notebook name prefixes, e.g. 01,03")
     p.add_argument("--out", default="reports", help="output folder")
-    p.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    p.add_argument("--timeout", type=int, default=CELL_TIMEOUT_S, help="seconds per cell")
     p.add_argument("--run", default=None,
                    help="a run id or folder: every notebook executed for it (`run = ID` "
                         "injected after its parameters cell); writes OUT/<run id>/")

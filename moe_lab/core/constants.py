@@ -28,6 +28,11 @@ CPU_MODELS = ("qwen3-30b-a3b",)                      # on a GPU: core.problems.S
 SWEEP_TOKENS = {"gpu": "1-8192", "cpu": "1-64"}      # sweep --tokens
 SWEEP_MODES = {"gpu": "eager,graph", "cpu": "eager"}  # sweep --modes
 EP_DEFAULT = {"gpu": "1,8", "cpu": "1"}              # sweep and tune --ep
+# the tensor-parallel size without --tp (every verb) or tp= (ml.check, ml.measure, ml.profile,
+# eager_split.split_point, analysis.devices.claim_shapes): every seed claim is a TP8 deployment
+TP_DEFAULT = 8
+# calls profiled per point (profile --iters, ml.profile, split_point, profile_kernels)
+PROFILE_ITERS = 5
 # the timing budget of a new run: sweep (measuring.sweep.Sweep, `sweep --warmup-ms/--rep-ms/
 # --point-timeout`, ml.measure) and tune (measuring.tuning.Tuner, `tune --warmup-ms/--rep-ms`)
 SWEEP_WARMUP_MS, SWEEP_REP_MS, POINT_TIMEOUT_S = 10.0, 50.0, 120.0
@@ -45,6 +50,8 @@ NOISE_LIMIT = 0.1
 # moe_lab.analysis.compare: the bootstrap interval's confidence (compare.CONFIDENCE; the noise
 # files' `what` text states it)
 BOOTSTRAP_CONFIDENCE = 0.95
+# and its resamples (compare --resamples, compare.compare's and ratio_interval's n_resamples)
+BOOTSTRAP_RESAMPLES = 2000
 
 # moe_lab.claims.implications: the roofline GPU of a claim whose registry configuration names
 # none (`claims implications --help` and notebook 04 state it; every perf claim so far is it)

@@ -41,6 +41,7 @@ from ..measuring.points import Point, check_point, finish, new_row
 from ..measuring.timing import CaptureError, summarize, time_fn
 from . import layers, shards
 from .control import Control, RankLost, open_store
+from .launch import DIST_TIMEOUT_S
 from .timed import across_ranks, sync_loop
 
 ORDER = ("ok", "incorrect", "unsupported", "unavailable", "timeout", "oom", "failed")
@@ -81,7 +82,7 @@ class Worker:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
         self.cuda = self.device.startswith("cuda")
         self.pg_backend = "nccl" if self.cuda else "gloo"
-        self.timeout_s = float(spec.get("timeout_s", 120))
+        self.timeout_s = float(spec.get("timeout_s", DIST_TIMEOUT_S))
         store = open_store(rank, world, self.timeout_s)
         dist.init_process_group(self.pg_backend, store=store, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=self.timeout_s))

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.constants import PROFILE_ITERS, TP_DEFAULT
 from ..core.errors import CorruptFile, UsageError
 from .profiling import RANGE_NAME
 
@@ -272,9 +273,9 @@ def profiled_eager_us(fn, args: tuple, device: str, **timer_kw) -> float:
         return float(time_fn("eager", fn, [tuple(args)], device, **timer_kw).median_us)
 
 
-def split_point(model: str, tokens: int, backend: str = "torch", tp: int = 8, ep: int = 1,
-                ep_rank: int = 0, dtype: str = "bf16", routing: str = "uniform",
-                device: str | None = None, iters: int = 5, seed: int = 0,
+def split_point(model: str, tokens: int, backend: str = "torch", tp: int = TP_DEFAULT,
+                ep: int = 1, ep_rank: int = 0, dtype: str = "bf16", routing: str = "uniform",
+                device: str | None = None, iters: int = PROFILE_ITERS, seed: int = 0,
                 trace: str | None = None) -> dict:
     """Profile one point here (after its check), split its calls, time it eagerly and
     check the sum: the split dict plus eager_us, adds_up, reason, trace, point."""

@@ -43,6 +43,8 @@ import shutil
 import tempfile
 from typing import Callable, Sequence
 
+from ..core.constants import PROFILE_ITERS
+
 PHASES = ("route", "align", "gemm1", "act", "gemm2", "combine", "quant", "other")
 RANGE_NAME = "moe_lab.forward"
 PHASE_RANGES = {f"moe_lab.{p}": p for p in PHASES}  # record_function name -> phase
@@ -263,7 +265,7 @@ def _run_profiled(fn: Callable, args: tuple, iters: int, device, activities,
     return prof
 
 
-def profile_kernels(fn: Callable, args: tuple, iters: int = 5, device: str = "cuda",
+def profile_kernels(fn: Callable, args: tuple, iters: int = PROFILE_ITERS, device: str = "cuda",
                     range_name: str = RANGE_NAME):
     """Per-kernel time of one call of fn(*args), averaged over `iters` profiled calls.
 

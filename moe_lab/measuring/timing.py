@@ -44,7 +44,8 @@ What each timer measures, and what it cannot see:
   at the host's steady speed. `median_all_us` keeps the plain median over every call and
   `steady_frac` the share kept; a point where fewer than half the calls were steady is
   flagged `noisy`. This removes slow stretches inside a window, not a window that is
-  slow throughout (the README's Repeatability section has what that means on the H200).
+  slow throughout (data/runs/h200-seed4-20261129/evidence/README.md has what that means
+  on the H200).
   Python's garbage collector is paused while a GPU timer runs, so a collection cannot
   land inside a timed call.
 """
@@ -65,6 +66,7 @@ EAGER_BLOCK_MS = 25.0  # eager: one block lasts at least this long ...
 EAGER_BLOCK_MIN = 10   # ... and holds at least this many calls
 STEADY_TOL = 0.05      # a block whose median is within 5% of the fastest block's is steady
 STEADY_BLOCKS = 3      # eager stops once this many blocks are steady
+STEADY_MIN_FRAC = 0.5  # a point with a smaller share of its calls steady is `noisy`
 
 
 @contextlib.contextmanager
@@ -115,7 +117,7 @@ def _quantile(sorted_x: Sequence[float], q: float) -> float:
 
 
 def summarize(times_us: Sequence[float], note: str = "") -> Timing:
-    """Median, p10, p90 of per-call times; `noisy` when (p90 - p10) / median > 0.1."""
+    """Median, p10, p90 of per-call times; `noisy` when (p90 - p10) / median > NOISE_LIMIT."""
     xs = sorted(float(t) for t in times_us)
     if not xs:
         raise ValueError("summarize() needs at least one time")
@@ -231,7 +233,7 @@ def steady_summary(blocks: Sequence[Sequence[float]], note: str = "") -> Timing:
     n_steady = sum(m <= best * (1 + STEADY_TOL) for m in meds)
     extra = (f"{n_steady}/{len(blocks)} blocks steady ({frac:.0%} of {n_all} calls); "
              f"median over all calls {t.median_all_us:.1f} us")
-    if frac < 0.5:
+    if frac < STEADY_MIN_FRAC:
         t.noisy = True
         extra = ("noisy: the host was slower for most of the window; " + extra)
     t.note = "; ".join(x for x in (t.note, extra) if x)
