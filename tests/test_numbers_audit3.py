@@ -339,7 +339,7 @@ def test_the_verbs_other_defaults_are_one_definition_each():
     from moe_lab import report
     from moe_lab.backends._aiter_dispatch import CU_GPU
     from moe_lab.commands import profile as prof_cmd, report as report_cmd
-    from moe_lab.distributed.launch import DIST_TIMEOUT_S
+    from moe_lab.distributed import DIST_TIMEOUT_S
     p = argparse.ArgumentParser()
     report_cmd.configure(p)
     assert p.get_default("timeout") == report.CELL_TIMEOUT_S == _defaults(report.execute_notebook, "timeout")

@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 
 from ..core.errors import EXIT_SIGTERM, Terminated, UsageError
-from . import PARENT_ENV, VARIANTS
+from . import DIST_TIMEOUT_S, PARENT_ENV, VARIANTS
 
 FAULT_ENV = "MOE_LAB_DIST_FAULT"  # testing hook: "RANK:PHASE" (worker.fault)
 PKG_ROOT = str(Path(__file__).resolve().parents[2])
-DIST_REPS, DIST_TIMEOUT_S = 20, 120.0
+DIST_REPS = 20
 DIST_FLAGS = (("parallel", "--parallel"), ("dist_reps", "--dist-reps"),
               ("dist_timeout", "--dist-timeout"))
 

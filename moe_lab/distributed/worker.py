@@ -39,9 +39,8 @@ from ..core.problems import DTYPES, parse_model
 from ..storage.store import RunStore, point_id
 from ..measuring.points import Point, check_point, finish, new_row
 from ..measuring.timing import CaptureError, summarize, time_fn
-from . import layers, shards
+from . import DIST_TIMEOUT_S, layers, shards
 from .control import Control, RankLost, open_store
-from .launch import DIST_TIMEOUT_S
 from .timed import across_ranks, sync_loop
 
 ORDER = ("ok", "incorrect", "unsupported", "unavailable", "timeout", "oom", "failed")
