@@ -257,8 +257,12 @@ def template_dirs() -> list[str]:
 
 def write_whole(files: list[tuple[str, bytes]]) -> None:
     """Write each (path, bytes) whole (atomic: temporary file, then rename); when one
-    fails (a full disk), the ones this call wrote are removed: all the files or none."""
+    fails (a full disk), the ones this call wrote are removed: all the files or none. A
+    path in a run folder is refused first (its verb checked --out; this is the last guard)."""
     from .core.atomic import _atomic_write_bytes
+    from .core.validate import not_in_run
+    for path, _ in files:
+        not_in_run(path, "", head=str(path))
     done, made = [], []
     for path, _ in files:  # the folders this call makes: removed again on a failure
         d = os.path.dirname(os.path.abspath(path))

@@ -592,7 +592,7 @@ def test_report_run_into_an_out_that_is_a_file_is_refused_before_any_notebook(da
     f = tmp_path / "out.txt"
     f.write_text("mine")
     _refused(capsys, ["report", "--run", "base", "--out", str(f)], tmp_path,
-             says=f"--out {f}: {f} is a file, not a folder")
+             says=f"--out {f}: {f} is a file, not a folder; give a new path or remove the file")
 
 
 def test_merge_of_an_empty_source_is_refused(data, tmp_path, capsys, monkeypatch):

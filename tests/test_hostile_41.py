@@ -14,6 +14,12 @@ shapes; one set of measured runs shared by the module (copied where a test write
    tuned-files folder of the wrong type
 6. profile --explain of fp32 and the FP8 schemes (a KeyError), and with the options of a
    profiled point
+7. a report-like output (findings/check --out, compare/report --out, ceilings --out-dir,
+   --trace, --calibration) into a run folder: `findings --out RUN/results.parquet` wrote
+   markdown over a run's measured file
+8. tune --configs-dir a run folder, the data folder, or the tune run's own folder
+9. run ids with '..' (open_run, tune_run); compare --out an existing file ('File exists');
+   band_text of inf, vllm_compare.frames of an unknown mode
 """
 from __future__ import annotations
 
@@ -273,3 +279,161 @@ def test_profile_explain_with_a_profiled_points_options_is_refused(tmp_path, cap
                       *extra], tmp_path,
              says=f"--explain with {named}: --explain profiles nothing (it reads aiter's own "
                   f"dispatch and tuned table); leave {it} out, or drop --explain")
+
+
+
+# --- 7. a report-like output into a run folder ---------------------------------------------
+
+def _in_run(name, given, run, data) -> str:
+    where = "the folder of" if given == str(data / run) else "inside the folder of"
+    return (f"{name}: {where} run {run} ({data / run}), whose files are measured data; give a "
+            "path outside any run folder")
+
+
+@pytest.mark.parametrize("argv,name,out,run", [
+    (["findings", "--out", "{d}/a/results.parquet"], "--out {o}", "{d}/a/results.parquet", "a"),
+    (["check", "--model", MODEL, "--tokens", "1", "--device", "cpu", "--backends", "torch",
+      "--dtype", "fp32", "--out", "{d}/a/manifest.json"], "--out {o}", "{d}/a/manifest.json", "a"),
+    (["compare", "a", "b", "--out", "{d}/a"], "--out {o}", "{d}/a", "a"),
+    (["compare", "a", "b", "--out", "{d}/b/traces"], "--out {o}", "{d}/b/traces", "b"),
+    (["report", "--runs", "a,b", "--out", "{d}/b"], "--out {o}", "{d}/b", "b"),
+    (["report", "--run", "a", "--only", "01", "--out", "{d}"], "--out {o}", "{d}/a", "a"),
+    (["ceilings", "--out-dir", "{d}/a"], "--out-dir {o}", "{d}/a", "a"),
+    (["compare", "a", "b", "--calibrate", "--calibration", "{d}/a/cal.json"], "calibration='{o}'",
+     "{d}/a/cal.json", "a"),
+    (["profile", "--model", MODEL, "--tokens", "1", "--dtype", "fp32", "--device", "cpu",
+      "--trace", "{d}/a/t.json.gz"], "--trace='{o}'", "{d}/a/t.json.gz", "a"),
+])
+def test_a_report_like_output_into_a_run_folder_is_refused(data, tmp_path, capsys, argv, name,
+                                                           out, run):
+    """Before: findings wrote its markdown over a/results.parquet (exit 0), compare and
+    report wrote their figures among a run's files, check its text over the manifest."""
+    d, o = str(data), out.format(d=data)
+    _refused(capsys, [a.format(d=d) for a in argv] + (["--data-dir", d] if argv[0] == "findings"
+                                                     else []), tmp_path,
+             says=_in_run(name.format(o=o), o, run, data))
+
+
+def test_the_writers_of_report_files_refuse_a_run_folder_themselves(data, tmp_path):
+    """The last guard under the verbs: report.write_whole (compare's, report's pages) and
+    the review export's write."""
+    from moe_lab.plots.review import write
+    from moe_lab.report import write_whole
+    before = _tree(tmp_path)
+    target = data / "a" / "results.parquet"
+    with pytest.raises(UsageError, match=r"inside the folder of run a \("):
+        write_whole([(str(tmp_path / "fine.csv"), b"x"), (str(target), b"# markdown")])
+    with pytest.raises(UsageError, match=r"^out .*: the folder of run b \("):
+        write([], str(data / "b"))
+    assert _tree(tmp_path) == before
+
+
+# --- 8. tune --configs-dir among the runs --------------------------------------------------------
+
+TUNE = ["tune", "--backend", "torch-chunked", "--models", MODEL, "--tp", "1", "--ep", "1",
+        "--tokens", "1", "--dtype", "fp32", "--device", "cpu", "--no-progress", "--rep-ms", "1",
+        "--warmup-ms", "1"]
+OWN = ("; tuned files go in a folder of their own (default: data/configs/<device-slug>, beside "
+       "the data folder's runs)")
+
+
+@pytest.fixture
+def chunked():
+    from conftest import plugin_backend
+    for _ in plugin_backend("torch_chunked.py", "torch-chunked"):
+        yield "torch-chunked"
+
+
+@pytest.mark.parametrize("configs,says", [
+    ("{d}/a", "the folder of run a ({d}/a)"),
+    ("{d}/a/traces", "inside the folder of run a ({d}/a)"),
+    ("{d}", "a folder of run folders (run a is in it)"),
+    ("{d}/t9", "the folder of this tune run ({d}/t9)"),
+])
+def test_tune_configs_dir_among_the_runs_is_refused(data, tmp_path, capsys, chunked, configs,
+                                                    says):
+    """Before: `<backend>/` and its provenance.json written into the run folder (or among
+    the run folders, or into the tune run's own folder)."""
+    c = configs.format(d=data)
+    _refused(capsys, TUNE + ["--data-dir", str(data), "--run-id", "t9", "--configs-dir", c],
+             tmp_path, says=f"--configs-dir {c}: {says.format(d=data)}{OWN}")
+
+
+def test_tune_configs_dir_the_new_data_folder_itself_is_refused(tmp_path, capsys, chunked):
+    """A data folder without a run yet: the tune run would be made beside `<backend>/`."""
+    new = tmp_path / "new"
+    _refused(capsys, TUNE + ["--data-dir", str(new), "--configs-dir", str(new)], tmp_path,
+             says=f"--configs-dir {new}: a folder of run folders{OWN}")
+
+
+# --- 9. run ids with '..'; compare --out a file; band_text(inf); frames(mode=?) ------------
+
+def test_a_run_id_with_dot_dot_is_refused_and_a_path_is_a_path(data):
+    """Before: open_run('a/../b') opened b, tune_run('a/../t') the tune run t (ids read as
+    paths under the data folder, so '../x' reached outside it)."""
+    from moe_lab.analysis import tuned_files as tf
+    with pytest.raises(UsageError, match=r"^run 'a/\.\./b': no such folder, and a run id is one "
+                                         r"folder name \(no '/' or '\.\.'\); give a run id "
+                                         f"under {data} or the path of a run folder$"):
+        ml.open_run("a/../b")
+    with pytest.raises(UsageError, match=r"^run 'b/\.\./\.\./runs/a': no such folder"):
+        ml.open_run("b/../../runs/a")  # out of the data folder and back: was run a
+    with pytest.raises(UsageError, match=r"^tune_run: run_id 'a/\.\./t': a run id is one folder "
+                                         f"name \\(no '/' or '\\.\\.'\\) under {data}$"):
+        tf.tune_run("a/../t")
+    with pytest.raises(UsageError, match=r"^tune_run: run_id '\.\.': a run id is one folder"):
+        tf.tune_run("..", root=data / "a")
+    # what is documented stays: an id, a path (absolute, or from the working folder)
+    assert ml.open_run("b").run_id == "b" and ml.open_run(str(data / "a")).run_id == "a"
+    assert ml.open_run(Path("..") / "runs" / ".." / "runs" / "b").run_id == "b"  # cwd/../runs
+    assert tf.tune_run("t").manifest["kind"] == "tune"
+
+
+@pytest.mark.parametrize("argv,head", [
+    (["compare", "a", "a/../b"], ""),
+    (["claims", "implications", "--runs", "a/../b"], "--runs: ")])
+def test_a_run_id_with_dot_dot_on_the_command_line_is_one_line(data, tmp_path, capsys, argv,
+                                                               head):
+    """Before: compare a a/../b compared a with b; claims implications read b."""
+    _refused(capsys, argv, tmp_path,
+             says=f"{head}run 'a/../b': no such folder, and a run id is one folder name (no '/' "
+                  f"or '..'); give a run id under {data} or the path of a run folder")
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["compare", "a", "b", "--out", "{f}"], "--out {f}: {f} is a file, not a folder; give a new "
+                                            "path or remove the file"),
+    (["report", "--runs", "a,b", "--out", "{f}"], "--out {f}: {f} is a file, not a folder; give a "
+                                                  "new path or remove the file"),
+    (["findings", "--out", "{f}/f.md"], "--out {f}/f.md: {f} is a file, not a folder; give a new "
+                                        "path or remove the file"),
+    (["findings", "--out", "{o}"], "--out {o}: {o} is a folder, not a file; give a file path"),
+])
+def test_an_out_path_of_the_wrong_kind_says_what_to_do_alike(data, tmp_path, capsys, argv, says):
+    """Before: compare said '<file>: File exists'; report '--out F is a file, not a folder'
+    and findings '--out F: F is a file, not a folder', neither saying what to do."""
+    f, o = tmp_path / "notes", tmp_path / "folder"
+    f.write_text("mine")
+    o.mkdir()
+    extra = ["--data-dir", str(data)] if argv[0] == "findings" else []
+    _refused(capsys, [a.format(f=f, o=o) for a in argv] + extra, tmp_path,
+             says=says.format(f=f, o=o))
+
+
+def test_band_text_of_no_finite_noise_and_frames_of_an_unknown_mode_are_one_line(data):
+    """Before: band_text(inf) 'nan-nan'; frames(runs, mode='nosuch') two empty frames."""
+    from moe_lab.analysis import noise, vllm_compare
+    for bad in (float("inf"), float("nan"), 1e6):
+        with pytest.raises(UsageError, match=f"^band_text: noise {bad!r}: give a noise "
+                                             r"\|ln B/A\|, a finite number >= 0 \(at most 700"):
+            noise.band_text(bad)
+    assert noise.band_text(0.05) == "0.951-1.051"
+    runs = [ml.open_run("a")]
+    for bad in ("nosuch", 5, ""):
+        with pytest.raises(UsageError, match=f"^frames: mode {bad!r}: give eager, graph, "
+                                             r"compile:<variant>\[:dynamic\] \(variant: default, "
+                                             r".*\), or None for every mode$"):
+            vllm_compare.frames(runs, mode=bad)
+    res, led = vllm_compare.frames(runs, mode="eager")
+    assert len(res) == 2 and len(led)
+    assert len(vllm_compare.frames(runs, mode=None)[0]) == 2

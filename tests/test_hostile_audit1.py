@@ -66,8 +66,10 @@ def test_import_aiter_names_the_line_of_a_shape_no_model_can_be(tmp_path, capsys
     (["--size-gib", "0"], "--size-gib 0.0: give a positive, finite number of GiB"),
     (["--size-gib", "1e9"], "--size-gib 1000000000.0: at most 1024 GiB (give a positive, finite "
                             "number of GiB)"),
-    (["--out-dir", "{f}"], "--out-dir {f}: {f} is a file, not a folder"),
-    (["--out-dir", "{f}/c"], "--out-dir {f}/c: {f} is a file, not a folder"),
+    (["--out-dir", "{f}"], "--out-dir {f}: {f} is a file, not a folder; give a new path or "
+                           "remove the file"),
+    (["--out-dir", "{f}/c"], "--out-dir {f}/c: {f} is a file, not a folder; give a new path or "
+                             "remove the file"),
 ])
 def test_ceilings_refuses_its_numbers_and_a_file_for_its_folder(tmp_path, capsys, extra, says):
     """Before: none of them was checked. On a GPU, --calls 0 reached statistics.median([])

@@ -290,8 +290,10 @@ def test_findings_pass_over_a_tune_run_that_cannot_be_read(tune_runs, cpu_runs, 
 
 
 @pytest.mark.parametrize("check", [[], ["--check"]])
-@pytest.mark.parametrize("where,says", [("out", "--out {o}: {o} is a folder, not a file"),
-                                        ("notes/f.md", "--out {o}: {t}/notes is a file, not a folder")])
+@pytest.mark.parametrize("where,says", [
+    ("out", "--out {o}: {o} is a folder, not a file; give a file path"),
+    ("notes/f.md", "--out {o}: {t}/notes is a file, not a folder; give a new path or remove the "
+                   "file")])
 def test_findings_out_a_folder_or_under_a_file_is_refused(cpu_runs, tmp_path, capsys, check,
                                                           where, says):
     """Before: an error naming a hidden .tmp file (or 'File exists'); --check: exit 1 and a

@@ -145,7 +145,7 @@ def test_bad_runs_are_one_line_and_exit_2(argv, what, tmp_path, capsys):
 def test_bad_out_is_one_line_and_exit_2(tmp_path, capsys):
     f = tmp_path / "a-file"
     f.write_text("x")
-    for out, what in ((f, "is a file"), (f / "sub", "cannot write the report")):
+    for out, what in ((f, "is a file, not a folder"), (f / "sub", f"{f} is a file, not a folder")):
         assert main(["report", "--runs", "h200-repeat-a-20261130", "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and what in err

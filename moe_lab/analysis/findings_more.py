@@ -73,7 +73,8 @@ def noise_section(runs) -> list[str]:
         pub = pb.published_pairs([r for r in runs if r.device == dev])
         tr = pb.ties_by_run(pub) if len(pub) else pd.DataFrame()
         if len(tr):  # another witness: the same launch configuration, minutes apart
-            aa = noise.band_text(cal.modes().get("graph", {}).get("noise", float("nan")))
+            graph = cal.modes().get("graph")  # none: said so (band_text refuses NaN)
+            aa = noise.band_text(graph["noise"]) if graph else "(none: no graph A/A' pair)"
             out += ["The same launch configuration timed in two processes of one run (the "
                     "ties of the published-tuning comparison, graph), per run: "
                     + _ties_text(tr) + f"; against the A/A' graph band {aa}. Two "

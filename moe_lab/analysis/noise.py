@@ -97,7 +97,12 @@ def band(noise: float | None) -> tuple[float, float]:
 
 
 def band_text(noise: float) -> str:
+    """`0.95-1.05`: band(noise) as text, for a finite noise >= 0 (was 'nan-nan' for inf
+    or NaN: there is no band to print)."""
     noise = _noise(noise, "band_text")
+    if not math.isfinite(noise) or noise > 700:
+        raise UsageError(f"band_text: noise {noise!r}: give a noise |ln B/A|, a finite "
+                         "number >= 0 (at most 700: exp() overflows past it)")
     lo, hi = band(noise)
     d = 4 if noise < 0.01 else 3 if noise < 0.1 else 2
     return f"{lo:.{d}f}-{hi:.{d}f}"

@@ -394,6 +394,10 @@ def tune_run(run_id: str, root=None):
     from ..core.errors import UsageError
     from ..storage.store import Run, data_dir, read_json
     p = Path(root or data_dir()) / str(run_id)
+    if str(run_id).strip() and (set(str(run_id)) & {"/", "\\"} or str(run_id) in (".", "..")):
+        # was: `a/../t1` opened t1, `../x` a folder outside the data folder
+        raise UsageError(f"tune_run: run_id {run_id!r}: a run id is one folder name (no '/' "
+                         f"or '..') under {Path(root or data_dir())}")
     if not str(run_id).strip() or not (p / "manifest.json").is_file():  # was: an empty Run
         raise UsageError(f"tune_run: no run folder {run_id!r} with a manifest under "
                          f"{Path(root or data_dir())}")

@@ -215,6 +215,15 @@ def compared(runs) -> tuple[pd.DataFrame, pd.DataFrame]:
 def frames(runs, mode: str | None = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Module doc."""
     from ..cost.ledger import ledger, opened
+    from ..core.errors import UsageError
+    from ..measuring import modes
+    try:  # was: an unknown mode gave two empty frames, as if no run had rows of it
+        if mode is not None:
+            modes.parse_mode(mode if isinstance(mode, str) else "?")
+    except UsageError:
+        raise UsageError(f"frames: mode {mode!r}: give {', '.join(modes.BASE)}, "
+                         f"compile:<variant>[:dynamic] (variant: "
+                         f"{', '.join(modes.COMPILE_VARIANTS)}), or None for every mode") from None
     res, led = [], []
     for r in opened(runs):
         rows = r.results if mode is None else r.results[r.results["mode"] == mode]

@@ -118,6 +118,9 @@ def measured_folders(run: str | Path | None = None) -> tuple[str, list[Path]]:
         return str(data_dir()), sorted(r.path for r in find_runs(defaults=True))
     path = Path(run)
     if not path.is_dir() and not path.is_absolute() and (data_dir() / str(run)).is_dir():
+        if ".." in path.parts:  # an id out of the data folder and back: one line (open_run's)
+            from ..core.validate import run_folder
+            run_folder(run, data_dir())
         path = data_dir() / str(run)  # a run id
     if path.exists() and not path.is_dir():
         raise UsageError(f"runs directory {path} is not a directory")

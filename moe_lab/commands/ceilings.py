@@ -37,10 +37,7 @@ def run(args) -> int:
 
 
 def _out_dir(out_dir) -> None:
-    """--out-dir a file, or under one: UsageError before anything is measured (was: the
-    measuring first, then one line naming the file, "File exists", and nothing written)."""
-    from pathlib import Path
-    out = Path(out_dir)
-    there = next((p for p in (out, *out.parents) if p.exists()), None)
-    if there is not None and not there.is_dir():
-        raise UsageError(f"--out-dir {out_dir}: {there} is a file, not a folder")
+    """--out-dir a file, or under one, or a run's folder: UsageError before anything is
+    measured (was: the measuring first, then one line naming the file, "File exists")."""
+    from ..core.validate import output
+    output(out_dir, "--out-dir", folder=True)

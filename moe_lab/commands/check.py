@@ -38,7 +38,10 @@ def run(args) -> int:
     from ..core.environment import capture_environment
     from ..core.problems import make_problem, parse_int_list, parse_tokens, split_models
     from ..core.routing import parse_routing
+    from ..core.validate import output
     from ..measuring.correctness import resolve_device
+    if args.out is not None:  # not a run's file (nor a folder): before any point is checked
+        output(args.out, "--out")
     device = resolve_device(args.device)
     parse_routing(args.routing)
     validate_config_arg(args.config)

@@ -63,6 +63,8 @@ def run(args) -> int:
     if args.calibrate:
         return _calibrate(args)
     args.out = "reports" if args.out is None else args.out
+    from ..core.validate import output
+    output(args.out, "--out", folder=True)  # was '<file>: File exists'; a run's folder: refused
     # the arguments first, before any run is read: a refusal starts none of pyarrow's
     # threads (one read, then an exit, once aborted: "terminate called without an active
     # exception", exit 134)

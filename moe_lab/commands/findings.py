@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..core import validate
 from ..core.errors import UsageError
 from . import options
 
@@ -30,11 +31,9 @@ def run(args) -> int:
         # was: 'holds no run folder', as if it were empty
         raise UsageError(f"--data-dir {args.data_dir}: a run folder; give the folder of run "
                          f"folders that holds it ({Path(args.data_dir).resolve().parent})")
-    # before the document is computed (was: an error naming a .tmp file, or --check's diff)
-    for p in [out, *out.parents]:
-        if p.exists() and (p.is_dir() if p == out else not p.is_dir()):
-            raise UsageError(f"--out {out}: {p} is a {'folder' if p == out else 'file'}, "
-                             "not " + ("a file" if p == out else "a folder"))
+    # before the document is computed (was: an error naming a .tmp file, or --check's diff;
+    # `--out RUN/results.parquet` wrote markdown over a run's measured file)
+    validate.output(out, "--out")
     if args.check:
         if not out.is_file():  # was: exit 1 and a diff against nothing
             raise UsageError(f"--check: no findings file {out} to check (write it with "

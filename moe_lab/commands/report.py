@@ -11,6 +11,7 @@ import os
 import time
 from pathlib import Path
 
+from ..core import validate
 from ..core.errors import UsageError
 from . import options
 from ..report import (CELL_TIMEOUT_S, check_parameter, execute_notebook, export, failure_line,
@@ -50,8 +51,7 @@ def review(args) -> int:
     names = [r.strip() for r in args.runs.split(",") if r.strip()]
     if not names:
         raise UsageError("--runs needs at least one run folder or run id")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise UsageError(f"--out {args.out} is a file, not a folder")
+    validate.output(args.out, "--out", folder=True)  # a file, under one, a run's: refused
     values = options.by_values(args.values)  # an empty value: one line saying so
     if args.values and not args.by:  # before: ignored, B/A compared everything (compare refuses it)
         raise UsageError(f"--values {args.values}: give the column they are values of, --by COLUMN")
@@ -84,7 +84,6 @@ def _for_run(args, declared: dict[str, dict]) -> tuple[str, dict, bool]:
     declared kind (papermill reads and injects them), `-p run X` the same as `--run X`
     (both: the same run), --run's run opened (an unknown id refused in one line), its
     folder under --out."""
-    from ..core import validate
     from ..storage.store import open_run
     params = {}
     for name, text in args.parameter:
@@ -181,9 +180,7 @@ def run(args) -> int:
     if not paths:
         raise UsageError(f"no notebooks found in {args.notebooks!r}"
                          + (f" whose name starts with {args.only}" if args.only else ""))
-    for folder in (args.out, os.path.dirname(os.path.abspath(args.out))):
-        if os.path.exists(folder) and not os.path.isdir(folder):
-            raise UsageError(f"--out {args.out}: {folder} is a file, not a folder")
+    validate.output(args.out, "--out", folder=True)  # a file, under one, a run's: refused
     declared = {os.path.basename(p): notebook_parameters(p) for p in paths}  # each read
     out, params, folder_of_runs = _for_run(args, declared)  # the folder looked at once
     if folder_of_runs:
@@ -195,8 +192,7 @@ def run(args) -> int:
             print(f"skipped {os.path.splitext(os.path.basename(p))[0]}: takes one run; "
                   f"{args.run} is a folder of runs")
         paths = takes
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise UsageError(f"--out {out} is a file, not a folder")
+    validate.output(out, "--out", folder=True)  # OUT/<run id>: not a file, nor a run's folder
     failed, entries = 0, []
     for path in paths:
         name = os.path.splitext(os.path.basename(path))[0]

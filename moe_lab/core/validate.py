@@ -23,6 +23,28 @@ def run_id(value, name: str = "--run-id") -> str:
     return text
 
 
+def run_folder(run, root):
+    """Where a run given as a str or path is (store.open_run, tuned_files.tune_run): the
+    folder it names (a path, from the working folder) when there is one, else the run id
+    `run` under `root`, one folder name, as measure(run=) reads a name without a
+    separator. UsageError (one line) for an id with a '..' (was: `a/../b` opened b, `../x`
+    a folder outside the data folder) or a separator, and where no folder is found."""
+    import os
+    import re
+    from pathlib import Path
+    from .errors import UsageError
+    text = os.fspath(run)
+    if Path(text).is_dir():
+        return Path(text)
+    parts = re.split(r"[/\\]", text)
+    if ".." in parts:
+        raise UsageError(f"run {text!r}: no such folder, and a run id is one folder name (no "
+                         f"'/' or '..'); give a run id under {root} or the path of a run folder")
+    if len(parts) == 1 and text not in (".", "") and (Path(root) / text).is_dir():
+        return Path(root) / text
+    raise UsageError(f"no run folder {run} (nor a run id under {root})")
+
+
 # Every number a verb or the API takes, with its range (an upper bound for each: a value
 # past it never runs for minutes, allocates terabytes or overflows a float; it is refused):
 # key (the argparse dest and the API keyword, where they differ: API_NAMES) ->
@@ -244,6 +266,7 @@ def writable_file(value, name: str) -> str:
         raise UsageError(f"{name}={os.fspath(value)!r}: {parent} is a file, not a folder")
     if os.path.isdir(os.fspath(value)):
         raise UsageError(f"{name}={os.fspath(value)!r} is a folder; give a file path")
+    not_in_run(value, name, head=f"{name}={os.fspath(value)!r}")  # a run's file: kept
     return os.fspath(value)
 
 
@@ -329,3 +352,63 @@ def frames(where: str | None = None, **needs):
                 raise UsageError(later) from None
         return wrapper
     return deco
+
+
+# --- where a report-like output may go: never into a run (its files are measured data) --------
+
+RUN_FILES = ("manifest.json", "results.parquet")  # a run folder holds one (store.open_run's rule)
+
+
+def is_run_folder(folder) -> bool:
+    """A folder holding a run's manifest.json or results.parquet (the run readers' rule)."""
+    import os
+    return any(os.path.isfile(os.path.join(os.fspath(folder), f)) for f in RUN_FILES)
+
+
+def run_holding(where):
+    """The run folder `where` is, or lies in (the nearest at or above it), as an absolute
+    path; None when it is in no run."""
+    import os
+    p = os.path.abspath(os.fspath(where))
+    while True:
+        if os.path.isdir(p) and is_run_folder(p):
+            return p
+        parent = os.path.dirname(p)
+        if parent == p:
+            return None
+        p = parent
+
+
+def not_in_run(value, name: str, head: str | None = None) -> None:
+    """UsageError (one line naming the run) when the output `value` (a file or a folder
+    written into) is a run folder, in one, or one of a run's files: a mistyped --out would
+    replace measured data (`findings --out RUN/results.parquet` wrote markdown over it)."""
+    import os
+    from .errors import UsageError
+    run = run_holding(value)
+    if run is not None:
+        where = ("the folder of" if run == os.path.abspath(os.fspath(value)) else
+                 "inside the folder of")
+        raise UsageError(f"{head or f'{name} {os.fspath(value)}'}: {where} run "
+                         f"{os.path.basename(run)} ({run}), whose files are measured data; "
+                         "give a path outside any run folder")
+
+
+def output(value, name: str, folder: bool = False) -> str:
+    """Where a report-like writer (findings, check, compare, report, ceilings) writes: a
+    file (`folder`: a folder written into), neither under a file nor the other kind, nor in
+    a run (not_in_run). One line each, the same words for every writer, said before
+    anything is computed."""
+    import os
+    from pathlib import Path
+    from .errors import UsageError
+    path(value, name, optional=False)
+    v = os.fspath(value)
+    if not folder and os.path.isdir(v):
+        raise UsageError(f"{name} {v}: {v} is a folder, not a file; give a file path")
+    for p in ([Path(v)] if folder else []) + list(Path(v).parents):
+        if p.exists() and not p.is_dir():
+            raise UsageError(f"{name} {v}: {p} is a file, not a folder; give a new path or "
+                             "remove the file")
+    not_in_run(v, name)
+    return v

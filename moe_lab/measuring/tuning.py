@@ -174,7 +174,7 @@ class Tuner(StageSearch):
             raise RunLocked(who)
         self._check_folder()
         check_configs_dir(self.configs_dir, self.backend_name,
-                          shards if self.verify else None, self.device_name)
+                          shards if self.verify else None, self.device_name, self.run_dir)
         if shards and not self.verify:  # a tuned file whose other run's keys it would drop
             tuning_files.refuse_dropping(self, shards)
 

@@ -240,7 +240,10 @@ def _table(df: pd.DataFrame) -> str:
 
 def write(sections: list[Section], out: str, argv: list[str] | None = None,
           title: str = "moe-lab review") -> str:
-    """Write DIR/index.html and DIR/figures/<n>-<slug>.{png,svg}; return the HTML's path."""
+    """Write DIR/index.html and DIR/figures/<n>-<slug>.{png,svg}; return the HTML's path
+    (never into a run folder: UsageError, nothing written)."""
+    from ..core.validate import not_in_run
+    not_in_run(out, "out")
     figdir = os.path.join(out, "figures")
     try:
         os.makedirs(figdir, exist_ok=True)

@@ -40,16 +40,19 @@ def load_tuned(backend: str, problem: Problem, dev_name: str, configs_dir) -> di
     return ConfigTables(tables, files)
 
 
-def check_configs_dir(configs_dir, backend: str, shards=None, dev_name: str = "") -> None:
+def check_configs_dir(configs_dir, backend: str, shards=None, dev_name: str = "",
+                      run_dir=None) -> None:
     """Before a search (UsageError, one line; nothing written): the tuned files' folder
-    can be one (no file along its path) and its provenance.json, which the search's end
-    merges into, is readable. `shards` (a --verify: the winners it checks): every shape
-    has a committed file, and it reads."""
+    can be one (no file along its path), is no run's (not_runs) and its provenance.json,
+    which the search's end merges into, is readable. `shards` (a --verify: the winners it
+    checks): every shape has a committed file, and it reads."""
     from .store import read_json
     folder = Path(configs_dir) / backend
     for p in [folder, *folder.parents]:
         if p.exists() and not p.is_dir():
-            raise UsageError(f"--configs-dir {configs_dir}: {p} is a file, not a folder")
+            raise UsageError(f"--configs-dir {configs_dir}: {p} is a file, not a folder; give "
+                             "a new path or remove the file")
+    not_runs(configs_dir, run_dir)
     read_json(folder / "provenance.json")  # CorruptFile naming it
     for shard in shards or ():
         if load_tuned(backend, shard[0], dev_name, configs_dir) is None:
@@ -57,6 +60,30 @@ def check_configs_dir(configs_dir, backend: str, shards=None, dev_name: str = ""
             raise UsageError(f"--verify: no committed file {name} under {folder} for "
                              f"{shard[0].model.name} {shard[0].sharding} {shard[0].dtype}: "
                              "nothing to check (tune it first)")
+
+
+def not_runs(configs_dir, run_dir=None) -> None:
+    """UsageError (one line) when the tuned files' folder is a run folder or in one, a
+    folder of run folders (the data folder), or the tune run's own folder or the one it
+    goes in: `<backend>/` was written among the runs (was: `tune --configs-dir RUN`)."""
+    from ..core.validate import is_run_folder, run_holding
+    from .store import data_dir
+    c, say = Path(configs_dir), f"--configs-dir {configs_dir}"
+    own = ("; tuned files go in a folder of their own (default: data/configs/<device-slug>, "
+           "beside the data folder's runs)")
+    run = run_holding(c)
+    if run is not None:
+        inside = "" if Path(run).resolve() == c.resolve() else "inside "
+        raise UsageError(f"{say}: {inside}the folder of run {Path(run).name} ({run}){own}")
+    held = next((p.name for p in (sorted(c.iterdir()) if c.is_dir() else ())
+                 if p.is_dir() and is_run_folder(p)), None)
+    here = c.resolve()
+    if run_dir is not None and Path(run_dir).resolve() in (here, *here.parents):
+        raise UsageError(f"{say}: the folder of this tune run ({run_dir}){own}")
+    parent = Path(run_dir).resolve().parent if run_dir is not None else None
+    if held is not None or here in (data_dir().resolve(), parent):
+        raise UsageError(f"{say}: a folder of run folders"
+                         + (f" (run {held} is in it)" if held else "") + own)
 
 
 def configs_dir_for(dev_name: str) -> Path:

@@ -391,11 +391,8 @@ def open_run(run: str | os.PathLike | Run | None = None, has: str | None = None)
             raise UsageError(f"no run under {data_dir()} has {has or 'results'} (and is not "
                              "marked running or failed): run `moe-lab sweep` first")
         return found[0]
-    path = Path(run)
-    if not path.is_dir() and (data_dir() / str(run)).is_dir():
-        path = data_dir() / str(run)
-    if not path.is_dir():
-        raise UsageError(f"no run folder {run} (nor a run id under {data_dir()})")
+    from ..core.validate import run_folder
+    path = run_folder(run, data_dir())  # a path, or one folder name under it (no '..')
     if not (path / RESULTS).exists() and not (path / MANIFEST).exists():
         raise UsageError(f"{run} is a folder but not a run folder (no {RESULTS}, no {MANIFEST})")
     s = RunStore(path, create=False)  # reading creates and cleans nothing
