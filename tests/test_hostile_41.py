@@ -328,6 +328,25 @@ def test_the_writers_of_report_files_refuse_a_run_folder_themselves(data, tmp_pa
     assert _tree(tmp_path) == before
 
 
+def test_a_manifest_json_of_another_tool_above_an_output_is_no_run(tmp_path):
+    """A folder above an --out holding a web app's manifest.json (no run_id) is not a run:
+    the writers go on. A folder with moe-lab's manifest (its run_id) or a tune's
+    candidates.parquet is one, whatever else it lacks."""
+    from moe_lab.core.validate import output, run_holding
+    app = tmp_path / "webapp"
+    (app / "reports").mkdir(parents=True)
+    (app / "manifest.json").write_text(json.dumps({"name": "app", "start_url": "/"}))
+    assert run_holding(app / "reports" / "cmp") is None
+    assert output(str(app / "reports" / "cmp"), "--out", folder=True) == str(app / "reports" / "cmp")
+    (app / "manifest.json").write_text(json.dumps({"run_id": "webapp", "status": "running"}))
+    assert run_holding(app / "reports" / "cmp") == str(app)
+    tune = tmp_path / "t"
+    tune.mkdir()
+    (tune / "candidates.parquet").write_bytes(b"PAR1")
+    with pytest.raises(UsageError, match=r"inside the folder of run t \("):
+        output(str(tune / "x.md"), "--out")
+
+
 # --- 8. tune --configs-dir among the runs --------------------------------------------------------
 
 TUNE = ["tune", "--backend", "torch-chunked", "--models", MODEL, "--tp", "1", "--ep", "1",

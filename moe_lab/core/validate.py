@@ -356,13 +356,25 @@ def frames(where: str | None = None, **needs):
 
 # --- where a report-like output may go: never into a run (its files are measured data) --------
 
-RUN_FILES = ("manifest.json", "results.parquet")  # a run folder holds one (store.open_run's rule)
+RUN_TABLES = ("results.parquet", "candidates.parquet")  # a sweep's or a tune's rows
 
 
 def is_run_folder(folder) -> bool:
-    """A folder holding a run's manifest.json or results.parquet (the run readers' rule)."""
+    """A folder holding a run's rows (a sweep's results.parquet, a tune's
+    candidates.parquet) or moe-lab's manifest.json (a JSON object naming its run_id): a
+    manifest.json of another tool (a web app's, an extension's) in a folder above is not a
+    run."""
+    import json
     import os
-    return any(os.path.isfile(os.path.join(os.fspath(folder), f)) for f in RUN_FILES)
+    f = os.fspath(folder)
+    if any(os.path.isfile(os.path.join(f, t)) for t in RUN_TABLES):
+        return True
+    try:
+        with open(os.path.join(f, "manifest.json")) as fh:
+            m = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return isinstance(m, dict) and "run_id" in m
 
 
 def run_holding(where):
