@@ -19,3 +19,4 @@ estimate and the targets: pure pandas).
 """
 VARIANTS = ("tp-allreduce", "ep-allreduce", "ep-alltoall")
 PARENT_ENV = "MOE_LAB_PARENT_PID"  # set by launch.spawn: its ranks die with that pid (worker)
+SIGNAL_NOTE_ENV = "MOE_LAB_SIGNAL_NOTE"  # set by launch.spawn: a file the rank writes at a SIGTERM
