@@ -273,7 +273,9 @@ def _warned(block, *parts):
 def test_complete_blocks_have_no_warnings():
     for p in (S000, S002, DATA / "sglang_bench_serving.txt",
               DATA / "vllm_bench_serve_v0_10.txt", DATA / "vllm_log_commented.txt"):
-        for b in parse_file(p):
+        blocks = parse_file(p)
+        assert blocks, p.name  # an empty parse would pass the loop below unchecked
+        for b in blocks:
             assert b.warnings == [], (p.name, b.warnings)
 
 

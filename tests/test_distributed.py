@@ -278,3 +278,50 @@ def test_a_collective_time_that_does_not_grow_with_bytes_gives_no_bandwidth():
     flat = collective_model(pts([30.0, 25.0, 20.0])).iloc[0]
     assert np.isnan(flat["gb_per_s"]) and flat["fit"].startswith("latency only")
     assert flat["latency_us"] == pytest.approx(25.0)  # the constant nearest the times
+
+
+class _Rank:
+    """A rank as the launcher's _died sees it: its exit code (None: running), its note."""
+
+    def __init__(self, code, note):
+        self.code, self.note = code, str(note)
+
+    def poll(self):
+        return self.code
+
+
+def test_a_rank_that_noted_its_sigterm_is_blamed_while_it_closes_its_run(tmp_path):
+    """worker.note_signal writes a rank's note at its SIGTERM, before it closes a
+    connection: the launcher blames that rank from the note while it is still closing its
+    run (seconds, on a busy machine), not a peer that died meanwhile of its going (a
+    SIGABRT here), and keeps the verdict once the notes are gone. A rank the launcher
+    stopped itself is never blamed for its note."""
+    from moe_lab.distributed.launch import _died
+    note = tmp_path / "rank0.signal"
+    note.write_text("SIGTERM")
+    ranks = [_Rank(None, note), _Rank(-6, tmp_path / "rank1.signal")]
+    assert _died(ranks) == (0, "SIGTERM")
+    note.unlink()
+    ranks[0].code = -9  # then killed after the grace period: still its SIGTERM
+    assert _died(ranks) == (0, "SIGTERM")
+    note.write_text("SIGTERM")
+    stopped = _Rank(None, note)
+    stopped.stopped_here = True
+    assert _died([stopped, _Rank(None, tmp_path / "none")]) is None
+    assert _died([_Rank(None, tmp_path / "none"), _Rank(-9, tmp_path / "none")]) == (1, "SIGKILL")
+    assert _died([_Rank(143, tmp_path / "none")]) == (0, "SIGTERM")  # its handler, no note
+
+
+def test_the_relay_shows_no_line_read_after_the_launcher_last_looked(capfdbinary):
+    """A peer's view of a rank's death (its backtrace) is read after that death began, so
+    after the launcher's look that saw it; lines read before the look and HOLD_S old are
+    shown, a line read after it never, however old (was: any line HOLD_S old, so a peer's
+    backtrace came out while a signalled rank took more than HOLD_S to exit)."""
+    from moe_lab.distributed.launch import HOLD_S, _Relay
+    relay = _Relay()
+    looked = time.monotonic() - 10 * HOLD_S
+    relay.lines.extend([(looked - 1, b"before the look\n"), (looked + 1, b"after the look\n")])
+    relay.show(before=looked)
+    assert capfdbinary.readouterr().err == b"before the look\n"
+    relay.close(drop=True)
+    assert capfdbinary.readouterr().err == b""

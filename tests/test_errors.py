@@ -12,7 +12,8 @@ import weakref
 
 import pytest
 
-from moe_lab.core.errors import PointTimeout, Terminated, terminate_gracefully, time_limit
+from moe_lab.core.errors import (PointTimeout, Terminated, terminate_gracefully, terminating_handled,
+                                 time_limit)
 
 
 class _Obj:
@@ -76,3 +77,35 @@ def test_no_signal_left_after_the_blocks():
     finally:
         signal.signal(signal.SIGTERM, old)
     assert got == []
+
+
+def test_a_sigterm_whose_raise_the_block_swallowed_is_terminated_as_the_block_ends():
+    """The block caught its Terminated and ended before a re-signal: Terminated as it ends
+    (was: it ended as if no SIGTERM had come, and a re-signal could then land under the
+    old handler, SIG_DFL, and kill the process before the bookkeeping after the block)."""
+    with pytest.raises(Terminated):
+        with terminate_gracefully():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                _sleep_until(120)
+            except Terminated:
+                pass  # swallowed; a re-signal landing here first raises the same
+
+
+def test_on_signal_runs_once_before_the_raise_and_handled_stops_the_resignals():
+    """on_signal (a rank's note to its launcher) runs at the first SIGTERM, before the
+    raise, never again; after terminating_handled() the bookkeeping gets no further raise,
+    however long it takes, and the block still ends in Terminated."""
+    calls, closed = [], []
+    with pytest.raises(Terminated):
+        with terminate_gracefully(lambda: calls.append("noted")):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                _sleep_until(120)
+            except Terminated:
+                assert calls == ["noted"]
+                terminating_handled()
+                _sleep_until(2.5)  # longer than the re-signal period: nothing raises in it
+                closed.append(True)
+                raise
+    assert calls == ["noted"] and closed == [True]

@@ -61,24 +61,40 @@ def reraise_if_terminated(exc: BaseException) -> None:
 
 
 @contextlib.contextmanager
-def terminate_gracefully():
-    """Turn SIGTERM into `Terminated` in the main thread while the block runs."""
-    global _TERMINATING
+def terminate_gracefully(on_signal=None):
+    """Turn SIGTERM into `Terminated` in the main thread while the block runs.
+    `on_signal()`, if given, is called once, at the first SIGTERM, before anything else
+    happens (a rank tells its launcher it was signalled before it closes a connection).
+    `terminating_handled()` in the block's own bookkeeping stops the re-signalling.
+    A SIGTERM never outlives the block unsaid: one that came while the block was being
+    left, or whose raises the block swallowed, is `Terminated` once the block is left;
+    no re-signal comes after it (was: one could land under the old handler, SIG_DFL,
+    and kill the process before the bookkeeping after the block ran)."""
+    global _TERMINATING, _QUIET
     _TERMINATING = False
     if not hasattr(signal, "SIGTERM"):
         yield
         return
 
-    left = threading.Event()  # set when the block has been left
+    quiet = threading.Event()  # set when the block is left, or its bookkeeping has the raise
+    lock = threading.Lock()    # held by the re-signaller from its look at `quiet` to its kill
 
     def _resignal():  # until the block is left, in case a raise was swallowed
-        while not left.wait(RESIGNAL_S):
-            os.kill(os.getpid(), signal.SIGTERM)
+        while not quiet.wait(RESIGNAL_S):
+            with lock:
+                if quiet.is_set():
+                    return
+                os.kill(os.getpid(), signal.SIGTERM)
 
     def _raise(signum, frame):
         global _TERMINATING
-        if not _TERMINATING:
-            _TERMINATING = True
+        first = not _TERMINATING
+        _TERMINATING = True
+        if first and on_signal is not None:
+            on_signal()
+        if quiet.is_set():  # being left (said after the block), or already handled
+            return
+        if first:
             threading.Thread(target=_resignal, daemon=True, name="moe-lab-sigterm").start()
         raise Terminated("terminated by SIGTERM")
     try:
@@ -86,12 +102,28 @@ def terminate_gracefully():
     except ValueError:  # not the main thread: leave the default
         yield
         return
+    _QUIET = quiet
     try:
         yield
     finally:
-        left.set()  # stop re-signalling first
-        signal.signal(signal.SIGTERM, old)
-        _TERMINATING = False  # outside the block, errors are errors again
+        quiet.set()  # _raise raises no more: a SIGTERM from here on is said after the block
+        with lock:  # a re-signal already begun has landed (under _raise): none comes later
+            pass
+        signal.signal(signal.SIGTERM, old)  # runs a pending handler (ours) before it swaps
+        terminating, _TERMINATING, _QUIET = _TERMINATING, False, None
+    if terminating:  # the block ended without its Terminated (swallowed, or came late)
+        raise Terminated("terminated by SIGTERM")
+
+
+_QUIET = None  # the open terminate_gracefully block's `quiet` event
+
+
+def terminating_handled() -> None:
+    """Call where the Terminated of a terminate_gracefully block has arrived and its
+    bookkeeping begins (closing a manifest inside the block): no re-signal or further
+    SIGTERM raises in it any more."""
+    if _QUIET is not None and _TERMINATING:
+        _QUIET.set()
 
 
 @contextlib.contextmanager

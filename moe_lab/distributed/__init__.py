@@ -20,3 +20,4 @@ estimate and the targets: pure pandas).
 VARIANTS = ("tp-allreduce", "ep-allreduce", "ep-alltoall")
 DIST_TIMEOUT_S = 120.0  # a collective that waits longer fails the point (launch, worker)
 PARENT_ENV = "MOE_LAB_PARENT_PID"  # set by launch.spawn: its ranks die with that pid (worker)
+SIGNAL_NOTE_ENV = "MOE_LAB_SIGNAL_NOTE"  # set by launch.spawn: a file the rank writes at a SIGTERM

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import EXIT_SIGTERM, Terminated, UsageError
-from . import DIST_TIMEOUT_S, PARENT_ENV, VARIANTS
+from . import DIST_TIMEOUT_S, PARENT_ENV, SIGNAL_NOTE_ENV, VARIANTS
 
 FAULT_ENV = "MOE_LAB_DIST_FAULT"  # testing hook: "RANK:PHASE" (worker.fault)
 PKG_ROOT = str(Path(__file__).resolve().parents[2])
@@ -106,21 +106,25 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
             with tempfile.NamedTemporaryFile("w", prefix=SPEC_PREFIX, suffix=".json",
                                              delete=False) as f:
                 json.dump(spec, f)
-            files.append(f.name)
+            note = f.name[:-len(".json")] + ".signal"  # the rank's word of a SIGTERM
+            files += [f.name, note]
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
                        WORLD_SIZE=str(nproc), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc),
                        PYTHONPATH=os.pathsep.join(p for p in (PKG_ROOT, os.environ.get("PYTHONPATH"))
-                                                  if p), **{PARENT_ENV: str(os.getpid())})
+                                                  if p), **{PARENT_ENV: str(os.getpid()),
+                                                            SIGNAL_NOTE_ENV: note})
             procs.append(subprocess.Popen([sys.executable, "-m", "moe_lab.distributed.worker",
                                            f.name], env=env, stderr=subprocess.PIPE))
+            procs[-1].note = note
             relay.add(procs[-1])
         first_fail = None
         while any(p.poll() is None for p in procs):
+            looked = time.monotonic()  # lines read before this look may be shown (_Relay)
             dead = _died(procs)
             if dead is not None:  # killed from outside: its peers only wait for it, stop them
                 _stop(procs)
                 break
-            relay.show()
+            relay.show(before=looked)
             if first_fail is None and any(p.poll() not in (None, 0) for p in procs):
                 first_fail = time.time()
             if first_fail is not None and time.time() - first_fail > 3 * timeout_s + 30:
@@ -137,11 +141,11 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
         raise
     finally:
         signal.signal(signal.SIGTERM, old)
+        dead = _died(procs)  # before the notes go
         for name in files:
             with contextlib.suppress(OSError):
                 os.unlink(name)
-        relay.close(drop=_died(procs) is not None)  # a death: the peers' backtraces go
-    dead = _died(procs)
+        relay.close(drop=dead is not None)  # a death: the peers' backtraces go
     if dead is not None:
         rank, sig = dead
         status = f"failed: rank {rank} was killed by {sig}"
@@ -155,17 +159,30 @@ def spawn(spec: dict, nproc: int, timeout_s: float) -> int:
 
 
 def _died(procs) -> tuple[int, str] | None:
-    """(rank, signal name) of the first rank killed by a signal this launcher did not send
-    (SIGKILL, SIGTERM, a crash), None when none was."""
+    """(rank, signal name) of the first rank killed by a signal this launcher did not send,
+    None when none was; kept on the rank once found. First a rank's note of a SIGTERM
+    (worker.note_signal): written before it closes anything, so before a peer can print
+    about its going or die of it, however long it then takes to close its run and exit
+    (was: read from the exit codes alone; on a busy machine a peer's backtrace came out,
+    or a peer was blamed, while the signalled rank was still closing). Then the exit
+    codes: a signal (SIGKILL, a crash) or the rank's own SIGTERM handler."""
+    for r, p in enumerate(procs):
+        if getattr(p, "killed_by", None):
+            return r, p.killed_by
+    for r, p in enumerate(procs):
+        if not getattr(p, "stopped_here", False) and os.path.exists(getattr(p, "note", "")):
+            p.killed_by = "SIGTERM"
+            return r, p.killed_by
     for r, p in enumerate(procs):
         code = p.poll()
-        if code == EXIT_SIGTERM and not getattr(p, "stopped_here", False):  # its own SIGTERM handler
-            return r, "SIGTERM"
-        if code is not None and code < 0 and not getattr(p, "stopped_here", False):
-            try:
-                return r, signal.Signals(-code).name
-            except ValueError:
-                return r, f"signal {-code}"
+        if code is None or getattr(p, "stopped_here", False) or not (
+                code == EXIT_SIGTERM or code < 0):
+            continue
+        try:
+            p.killed_by = "SIGTERM" if code == EXIT_SIGTERM else signal.Signals(-code).name
+        except ValueError:
+            p.killed_by = f"signal {-code}"
+        return r, p.killed_by
     return None
 
 
@@ -175,7 +192,9 @@ HOLD_S = 2.0  # a rank's stderr line is shown this long after it came (see _Rela
 class _Relay:
     """The ranks' stderr, shown on ours HOLD_S late: when a rank is killed, what its peers
     print next is their view of the lost peer (a C++ backtrace each, sometimes before the
-    dead rank's exit is seen), and it is dropped for the launcher's one line."""
+    dead rank's exit is seen), and it is dropped for the launcher's one line. Only lines
+    read before the launcher last looked for a dead rank are shown: a peer's line caused
+    by a death came after it, so after what that look sees (an exit, a note)."""
 
     def __init__(self):
         import collections
@@ -188,15 +207,17 @@ class _Relay:
         def run():
             for line in iter(proc.stderr.readline, b""):
                 with self.lock:
-                    self.lines.append((time.time(), line))
+                    self.lines.append((time.monotonic(), line))
             proc.stderr.close()
         t = threading.Thread(target=run, daemon=True, name="moe-lab-rank-stderr")
         t.start()
         self.threads.append(t)
 
-    def show(self, older_than: float = HOLD_S, drop: bool = False) -> None:
+    def show(self, older_than: float = HOLD_S, drop: bool = False,
+             before: float = float("inf")) -> None:
         with self.lock:
-            while self.lines and (drop or time.time() - self.lines[0][0] >= older_than):
+            upto = min(time.monotonic() - older_than, before)
+            while self.lines and (drop or self.lines[0][0] <= upto):
                 _, line = self.lines.popleft()
                 if not drop:
                     if hasattr(sys.stderr, "buffer"):
@@ -213,10 +234,10 @@ class _Relay:
 
 def _stop(procs, sig=signal.SIGTERM) -> None:
     """`sig` (SIGTERM; SIGINT for a Ctrl-C here) to every rank still running (rank 0 closes
-    its invocation), SIGKILL to any left after GRACE_S (one blocked in a collective with a
-    peer that is gone)."""
+    its invocation) but one already stopping at its own SIGTERM, SIGKILL to any left after
+    GRACE_S (one blocked in a collective with a peer that is gone)."""
     for p in procs:
-        if p.poll() is None:
+        if p.poll() is None and not getattr(p, "killed_by", None):
             p.stopped_here = True
             p.send_signal(sig)
     deadline = time.time() + GRACE_S

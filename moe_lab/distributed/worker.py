@@ -33,7 +33,7 @@ import torch.distributed as dist
 from ..backends import Weights
 from ..measuring.correctness import THRESHOLDS, classify_exception, make_inputs, one_line, point_seed, reference
 from ..core.environment import capture_environment, device_name
-from ..core.errors import EXIT_SIGINT, EXIT_SIGTERM, Terminated
+from ..core.errors import EXIT_SIGINT, EXIT_SIGTERM, Terminated, terminating_handled
 from ..storage.invocations import begin_invocation, end_invocation
 from ..core.problems import DTYPES, parse_model
 from ..storage.store import RunStore, point_id
@@ -163,6 +163,7 @@ class Worker:
         except RankLost as exc:
             status = f"failed: {exc}"
         except (Terminated, KeyboardInterrupt) as exc:  # every rank was told: no goodbyes
+            terminating_handled()  # no re-signal raises in the bookkeeping below
             status = "interrupted: " + ("SIGTERM" if isinstance(exc, Terminated)
                                         else "SIGINT (Ctrl-C)")
             self.lost = list(range(self.world))
@@ -408,6 +409,19 @@ def die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True, name="moe-lab-parent-watch").start()
 
 
+def note_signal() -> None:
+    """At a SIGTERM, before any connection is closed: the launcher's note (launch._died)
+    saying so, read before it shows a peer's view of this rank's going."""
+    from . import SIGNAL_NOTE_ENV
+    path = os.environ.get(SIGNAL_NOTE_ENV)
+    if path:
+        try:
+            with open(path, "w") as f:
+                f.write("SIGTERM")
+        except OSError:
+            pass
+
+
 def main(argv=None) -> int:
     from . import PARENT_ENV
     from ..core.errors import terminate_gracefully
@@ -423,7 +437,7 @@ def main(argv=None) -> int:
             pass
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:
-        with terminate_gracefully():  # SIGTERM: rank 0 closes its invocation, interrupted
+        with terminate_gracefully(note_signal):  # SIGTERM: rank 0 closes its invocation
             w = Worker(spec, rank, world, int(os.environ.get("LOCAL_RANK", rank)))
             return w.run()
     except Terminated:
