@@ -236,6 +236,32 @@ def plugin_backend(filename: str, backend: str):
     sys.modules.pop(name, None)
 
 
+def cli_refused(capsys, argv, where, says=None, contains=None) -> str:
+    """moe-lab's main(argv) exits 2 with one line (equal to `says` or holding `contains`)
+    and leaves `where` byte-identical; the line."""
+    from moe_lab.cli import main
+    before = folder_tree(where)
+    assert main(argv) == 2
+    line = one_line_err(capsys)
+    if says is not None:
+        assert line == f"moe-lab: error: {says}", line
+    if contains is not None:
+        assert contains in line, line
+    assert folder_tree(where) == before
+    return line
+
+
+def data_copy(runs, tmp_path, capsys, monkeypatch):
+    """A copy of a module's measured runs under tmp_path, the data folder of the call
+    (MOE_LAB_DATA), with what the module's set-up printed read away."""
+    import shutil
+    capsys.readouterr()
+    d = tmp_path / "runs"
+    shutil.copytree(runs, d)
+    monkeypatch.setenv("MOE_LAB_DATA", str(d))
+    return d
+
+
 def folder_tree(folder) -> dict:
     """Every path under `folder`: content hash and mtime (files), or "dir" (the
     byte-for-byte check of the hostile-input tests)."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import pytest
 import moe_lab as ml
 from moe_lab.cli import main
 from moe_lab.core.errors import UsageError
-from conftest import api_refuses, folder_tree as _tree, one_line_err as _one_line  # noqa: E402
+from conftest import api_refuses, cli_refused as _refused, data_copy, one_line_err as _one_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "custom:H=128,I=64,E=8,k=2"
@@ -55,25 +54,7 @@ def runs(tmp_path_factory):
 @pytest.fixture
 def data(runs, tmp_path, capsys, monkeypatch):
     """A copy of the measured runs, the data folder of the call (MOE_LAB_DATA)."""
-    capsys.readouterr()
-    d = tmp_path / "runs"
-    shutil.copytree(runs, d)
-    monkeypatch.setenv("MOE_LAB_DATA", str(d))
-    return d
-
-
-def _refused(capsys, argv, where, says=None, contains=None) -> str:
-    """main(argv) exits 2 with one line (equal to `says` or holding `contains`) and
-    leaves `where` byte-identical."""
-    before = _tree(where)
-    assert main(argv) == 2
-    line = _one_line(capsys)
-    if says is not None:
-        assert line == f"moe-lab: error: {says}", line
-    if contains is not None:
-        assert contains in line, line
-    assert _tree(where) == before
-    return line
+    return data_copy(runs, tmp_path, capsys, monkeypatch)
 
 
 def _point_rows(df: pd.DataFrame) -> pd.DataFrame:

@@ -24,7 +24,6 @@ shapes; one set of measured runs shared by the module (copied where a test write
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -33,7 +32,7 @@ import pytest
 import moe_lab as ml
 from moe_lab.cli import main
 from moe_lab.core.errors import UsageError
-from conftest import folder_tree as _tree, one_line_err as _one_line  # noqa: E402
+from conftest import cli_refused as _refused, data_copy, folder_tree as _tree, one_line_err as _one_line  # noqa: E402
 
 MODEL = "custom:H=64,I=32,E=4,k=2"
 SWEEP = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2", "--backends", "torch",
@@ -61,25 +60,10 @@ def runs(tmp_path_factory):
 @pytest.fixture
 def data(runs, tmp_path, capsys, monkeypatch):
     """A copy of the runs, the data folder of the call (MOE_LAB_DATA); cwd a scratch folder."""
-    capsys.readouterr()
-    d = tmp_path / "runs"
-    shutil.copytree(runs, d)
-    monkeypatch.setenv("MOE_LAB_DATA", str(d))
+    d = data_copy(runs, tmp_path, capsys, monkeypatch)
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
     return d
-
-
-def _refused(capsys, argv, where, says=None, contains=None) -> str:
-    before = _tree(where)
-    assert main(argv) == 2
-    line = _one_line(capsys)
-    if says is not None:
-        assert line == f"moe-lab: error: {says}", line
-    if contains is not None:
-        assert contains in line, line
-    assert _tree(where) == before
-    return line
 
 
 # --- 1. compare split by an axis; the API compare ------------------------------------------------
