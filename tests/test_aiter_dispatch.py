@@ -228,11 +228,16 @@ def test_heuristic_tiles_are_gen_instances_templates():
     used = {k.value: [e.id for e in v.elts] for k, v in zip(table.keys, table.values)}
     pat = re.compile(r"block_m == (\d+)\)\s*\{\{\s*return ck_moe_stage(\d)_gemm<[^>]*?, "
                      r"V(\d), (\d+), (\d+), (\d+), (\d+)/sizeof")
+    checked = set()
     for gfx, tag in (("gfx942", "a16w16"), ("gfx950", "a16w16_gfx950")):
         for stage, name in zip((1, 2), used[tag]):
             got = {int(bm): (int(v), int(bs), int(m), int(n), int(kb))
                    for bm, st, v, bs, m, n, kb in pat.findall(strings[name]) if int(st) == stage}
             assert got == ad.HEURISTIC_TILES[(gfx, stage)], (gfx, stage)
+            checked.add((gfx, stage))
+    # zip() over a short or empty dispatch list would compare nothing: every (gfx, stage)
+    # of ours is one the wheel's table was read for
+    assert checked == set(ad.HEURISTIC_TILES), (used, checked)
 
 
 def test_named_tiles_are_the_wheels_a16w16_instance_lists():
@@ -240,9 +245,12 @@ def test_named_tiles_are_the_wheels_a16w16_instance_lists():
     lists = {n.targets[0].id: [tuple(ast.literal_eval(a) for a in c.args) for c in n.value.values]
              for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
              and getattr(n.targets[0], "id", "").startswith("a16w16_gemm")}
+    named = set()
     for (gfx, stage), tiles in ad.CK_TILES.items():
         name = f"a16w16_gemm{stage}_kernels_list" + ("_gfx950" if gfx == "gfx950" else "")
         assert tiles == lists[name]
+        named.add(name)
+    assert named == set(lists)  # each of the wheel's a16w16 lists was compared (none skipped)
 
 
 def test_ck_rejects_n_or_k_not_divisible_by_the_tile_in_the_wheels_code():
@@ -258,7 +266,9 @@ def test_ck_rejects_n_or_k_not_divisible_by_the_tile_in_the_wheels_code():
 
 
 def test_every_tuned_bf16_kernel_is_a_listed_instance_that_accepts_its_shape():
-    for i, r in csv_rows(q_type="QuantType.No").iterrows():
+    rows = csv_rows(q_type="QuantType.No")
+    assert len(rows) > 0, f"no QuantType.No row in {CSV}: nothing to check"
+    for i, r in rows.iterrows():
         gfx = GFX[r.cu_num]
         t1, t2 = ad.tile_from_name(r.kernelName1, gfx), ad.tile_from_name(r.kernelName2, gfx)
         assert t1 and t2 and (t1.stage, t2.stage) == (1, 2) and t1.m == t2.m == r.block_m, i

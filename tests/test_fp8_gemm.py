@@ -42,6 +42,7 @@ def test_tflops_are_the_rows_flops_over_their_gemm_phases(table):
 
 
 def test_the_verdict_splits_the_excess_and_names_the_larger(table):
+    assert len(table) > 0, "no row to check the verdict of"
     for _, r in table.iterrows():
         need = r["bf16_us"] / r["promise"]
         assert r["excess_us"] == pytest.approx(max(0.0, r["fp8_us"] - need))

@@ -382,6 +382,8 @@ def test_aiters_fused_silu_gemm_is_gemm1_not_the_act_glue():
 # --- the interpreted runs ------------------------------------------------------------------
 
 def test_the_interpreters_conversions_are_patched_right(functions):
+    # the three formats conversion_check() converts; an empty dict would check none
+    assert set(functions["conversion"]) == {"e4m3fn", "e4m3fnuz", "bf16"}, functions["conversion"]
     for fmt, (patched, original) in functions["conversion"].items():
         assert patched == 0, f"{fmt}: {patched} values differ from torch's RTNE conversion"
 
@@ -434,6 +436,7 @@ def test_fused_act_quant_equals_the_quantised_product_and_a_swap_fails(functions
 
 
 def test_the_backends_match_the_reference_with_either_glue(backend_points):
+    assert set(backend_points["conversion"]) == {"e4m3fn", "e4m3fnuz", "bf16"}  # all() of none
     assert all(p == 0 for p, _ in backend_points["conversion"].values())
     seen, true_errs = set(), {}
     for name, dtype, ep, g, err, used, steps, true_err in backend_points["points"]:

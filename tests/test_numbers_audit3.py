@@ -256,8 +256,15 @@ def test_every_readme_section_a_docstring_points_to_exists():
     not had since its findings moved to docs/findings.md: every "the README's X section" in
     moe_lab names a `## X` heading of README.md."""
     heads = re.findall(r"^## (.+)$", (ROOT / "README.md").read_text(), re.M)
-    for p in PKG.rglob("*.py"):
-        for name in re.findall(r"README's ([A-Z][\w -]*?) section", folded(p.read_text())):
+    pointer = r"README's ([A-Z][\w -]*?) section"
+    # moe_lab states no such pointer today, so the loop below checks none: the scan itself
+    # must still find the package's files and catch the pointer this test was written for
+    files = list(PKG.rglob("*.py"))
+    assert PKG / "measuring" / "timing.py" in files, PKG
+    old = re.findall(pointer, folded("see the README's\n    Repeatability section"))
+    assert old == ["Repeatability"] and not any(h.startswith(old[0]) for h in heads), old
+    for p in files:
+        for name in re.findall(pointer, folded(p.read_text())):
             assert any(h.startswith(name) for h in heads), (p, name)
 
 

@@ -255,6 +255,7 @@ def test_every_number_a_targets_name_states_is_its_records():
     and its token phrase is the record's range, so a limit changed in the record and not
     in the name fails here; a name that states no number is a `not slower` / `at or below`
     target, limit 1."""
+    ranges = 0  # token phrases checked below: none would leave every range unchecked
     for t in tg.TARGETS:
         nums, text = _stated(t)
         stray = [x for x in nums if x not in _renderings(t)]
@@ -266,13 +267,18 @@ def test_every_number_a_targets_name_states_is_its_records():
             shown = {t.limit, round(t.limit * 100, 6), round((t.limit - 1) * 100, 6)}
             assert shown & set(name_nums), f"{t.name!r} does not state its limit {t.limit}"
         if m := re.search(r"(\d+)(?:-| to )(\d+) tokens", text):
+            ranges += 1
             assert (t.lo, t.hi) == (int(m[1]), int(m[2])), t.name
         if m := re.search(r"(?:<|below )(\d+) tokens", text):
+            ranges += 1
             assert (t.lo, t.hi) == (1, int(m[1]) - 1), t.name
         if m := re.search(r"(?:>=(\d+)|(\d+)\+) tokens", text):
+            ranges += 1
             assert (t.lo, t.hi) == (int(m[1] or m[2]), math.inf), t.name
         if m := re.search(r"from (\d+) tokens", text):
+            ranges += 1
             assert t.lo == int(m[1]), t.name
+    assert ranges > 0, "no target states a token range: no range was checked"
 
 
 def test_a_drifted_name_would_fail():

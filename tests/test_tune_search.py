@@ -487,9 +487,12 @@ def test_candidates_are_compiled_ahead_in_batches_before_they_are_timed(fake, tm
     for i, (e, c) in enumerate(events):
         if e == "time":
             first_time.setdefault(c, i)
+    default = json.dumps(t.backend.default_config(shards[0][0]), sort_keys=True)
+    assert set(first_time) - {default}, "no candidate timed: nothing was compiled ahead"
     for c, i in first_time.items():
-        if c != json.dumps(t.backend.default_config(shards[0][0]), sort_keys=True):
+        if c != default:
             assert ("warm", c) in events[:i], c  # compiled ahead of its first timing
+    assert sorted(win["tokens"]) == [1, 16, 64], win  # a winner per key, each checked below
     for w in win.itertuples():  # and the search is the same
         assert json.loads(w.config) == expected(w.tokens)[0]
 

@@ -215,6 +215,7 @@ def test_fp8_scales_reach_the_kernel_where_it_reads_them(run_vllm, dtype, ep):
     p = _problem(dtype, ep)
     w = _weights(p)
     launches = run_vllm(get("vllm").prepare(p, w), *_inputs(p))
+    assert len(launches) == 2  # gemm1 and gemm2: zip() over fewer would check fewer
     for launch, want, q in zip(launches, (w.quant.w1_scale, w.quant.w2_scale),
                                (w.quant.w1, w.quant.w2)):
         assert launch["b_ptr"] is q and q.dtype == torch.float8_e4m3fn
