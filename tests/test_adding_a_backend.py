@@ -55,6 +55,7 @@ def test_one_new_file_is_all_a_backend_takes(tmp_path):
     assert got["statuses"] == ["ok", "ok"]  # checked against the reference, then timed
     assert all(e < 2e-2 for e in got["errs"]) and all(m > 0 for m in got["medians"])
     # its declared intermediates: more bytes than the ideal fused kernel, per point
+    assert len(got["backend_bytes"]) == len(got["ideal_bytes"]) == 2  # zip over none passes
     assert all(b > i for b, i in zip(got["backend_bytes"], got["ideal_bytes"]))
     assert got["color"] == "tab:olive"
     # and without the file, the same package does not know it (the test is not vacuous)

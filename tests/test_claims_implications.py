@@ -34,6 +34,8 @@ def test_per_layer_savings_without_runs(reg, tmp_path):
 def test_roofline_floor_present(reg, tmp_path):
     pytest.importorskip("moe_lab.cost.roofline")
     df = implications(reg, runs_dir=tmp_path)
+    # a row per performance configuration (the accuracy ones have no concurrency)
+    assert len(df) == sum("concurrency" in c for c in reg["configs"].values()) > 0
     assert (df["floor_us"] > 0).all()
     assert (df["min_baseline_layer_us"] > df["saved_per_layer_us"]).all()
     assert df["saved_over_floor"].notna().all()

@@ -134,6 +134,7 @@ def test_failing_compile_is_a_row(monkeypatch):
     failed = df[df["mode"] == "compile:default"]
     assert (failed.status == "failed").all() and len(failed) == 2
     assert failed.error.str.contains("exploded on purpose").all()
+    assert (df["mode"] == "compile:off").sum() == 2  # the two token counts
     assert (df[df["mode"] == "compile:off"].status == "ok").all()  # the loop went on
     # every row, failed or not, says when it was measured (provenance of each point)
     assert pd.to_datetime(df["measured_at"], format="%Y-%m-%dT%H:%M:%S%z").notna().all()
@@ -161,6 +162,7 @@ def test_compile_budget_stops_a_compile_that_runs_past_it(monkeypatch):
     assert list(timed_out.status) == ["timeout"] * 3, timed_out[["status", "error"]]
     assert "budget" in timed_out.error.iloc[0] and "compile stopped" in timed_out.error.iloc[0]
     assert timed_out.error.iloc[1:].str.contains("used up").all()
+    assert (df["mode"] == "compile:off").sum() == 3  # the three token counts
     assert (df[df["mode"] == "compile:off"].status == "ok").all()
     assert crows[0]["status"] == "timeout" and crows[0]["points_ok"] == 0
 

@@ -562,6 +562,7 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     assert rc == 0 and len(calls) == 3, out[-2000:]
     fp8 = [c for c in calls if "fp8-block128" in c]
     assert f"--config default,tuned,{pub}/{name} " in fp8[0]
+    assert len([c for c in calls if c not in fp8]) == 2  # the two silu shapes
     assert all("--config default,tuned " in c for c in calls if c not in fp8)  # silu: none
     del env["PUBLISHED"]
     rc, out, calls = call("search")

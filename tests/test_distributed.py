@@ -146,9 +146,11 @@ def test_a_rank_that_raises_gives_rows_with_the_reason_on_every_rank_and_the_swe
     assert set(res["world_size"]) == {2} and set(res["rank"]) == {0, 1}
     assert set(res["parallel"]) == set(VARIANTS)
     bad = res[res["tokens"] == 4]
+    assert len(bad) == len(VARIANTS) * 2  # the 4-token point of each variant, on both ranks
     assert (bad["status"] == "failed").all()
     assert bad["error"].str.contains("rank 1: RuntimeError: injected fault on rank 1 in check").all()
     good = res[res["tokens"] != 4]
+    assert len(good) == 2 * len(bad)  # the 1- and 8-token points
     assert (good["status"] == "ok").all() and (good["max_rel_err"] < 2e-3).all()
     assert (good["median_us"] > 0).all() and (good["expert_us"] > 0).all()
     assert (good["predicted_us"] > 0).all() and (good["collective_us"] > 0).all()
@@ -159,6 +161,7 @@ def test_a_rank_that_raises_gives_rows_with_the_reason_on_every_rank_and_the_swe
         assert len(pt) == 2 and (pt["predicted_us"] - want).abs().max() <= 1e-9 * want, pt
     # ranks differ in pairs under EP, not under TP
     tp = good[good["parallel"] == "tp-allreduce"]
+    assert len(tp) == 2 * 2  # two token counts, two ranks
     assert (tp.groupby(["tokens"])["pairs"].nunique() == 1).all()
     ep = good[good["parallel"] == "ep-allreduce"].groupby("tokens")["pairs"].sum()
     assert ep.to_dict() == {1: 2, 8: 16}
@@ -177,6 +180,7 @@ def test_a_rank_that_raises_inside_the_timed_collectives_does_not_hang(faulty):
     assert (bad["status"] == "failed").all() and len(bad) == 2
     assert bad["error"].str.contains("rank 1: RuntimeError: injected fault").all()
     assert bad["error"].str.contains("rank 0: ").all()  # its collective timed out
+    assert (res["tokens"] == 4).sum() == 2  # the next point, on both ranks
     assert (res.loc[res["tokens"] == 4, "status"] == "ok").all()
     # a hang is the subprocess's timeout (TimeoutExpired), not a wall-clock verdict
 

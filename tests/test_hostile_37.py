@@ -524,6 +524,7 @@ def test_a_point_stopped_by_its_time_limit_is_a_timeout_row_that_says_the_limit(
     argv[argv.index("--rep-ms") + 1] = "500"
     assert main(argv) == 0
     res = pd.read_parquet(tmp_path / "r" / "results.parquet")
+    assert len(res) == 2  # SWEEP's two token counts: all() of no row passes
     assert (res["status"] == "timeout").all(), res[["status", "error"]]
     assert res["error"].str.contains("exceeded 0.05 s").all(), res["error"].tolist()
 

@@ -280,6 +280,7 @@ def test_noise_answers_what_it_answered():
     import math
 
     from moe_lab.analysis import noise
+    assert len(noise.band(None)) == len(noise.band(float("nan"))) == 2  # (low, high) each
     assert all(math.isnan(x) for x in noise.band(None) + noise.band(float("nan")))  # no band
     assert noise.band(0.01) == (math.exp(-0.01), math.exp(0.01))
     assert noise.band_text(0.01) == "0.990-1.010"

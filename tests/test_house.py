@@ -120,6 +120,7 @@ def test_public_api_measure_then_open_run_as_a_notebook_would(tmp_path):
     assert isinstance(run, ml.Run) and run.run_id == "my-run"
     assert set(RESULT_COLUMNS) <= set(run.results.columns)
     r = run.results
+    assert len(r) == len(df) == 4  # the rows read back: all() of none passes
     assert (r["median_us"] > 0).all() and (r["max_rel_err"] < 2e-3).all()
     assert r["git_commit"].notna().all() and r["device"].str.startswith("cpu").all()
     assert r["measured_at"].notna().all() and not r["wrapped"].any()

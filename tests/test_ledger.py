@@ -152,6 +152,7 @@ def test_a_stored_run_gets_the_rows_in_its_align_and_combine_floors():
     la = lg.ledger(ai.results, ai.kernels, ai.phases)
     sa = ai.phases.set_index(["point_id", "phase"])["floor_us"]
     got = la.set_index(["point_id", "phase"])["floor_us"]
+    assert len(sa.index.intersection(got.index)) == len(sa) > 0  # every stored phase compared
     assert (got.loc[sa.index.intersection(got.index)] == sa.loc[
         sa.index.intersection(got.index)]).all()
 
@@ -239,6 +240,7 @@ def test_the_ledger_of_a_committed_h200_run(h200):
     for _, g in led.groupby("point_id"):
         assert g["over_us"].is_monotonic_decreasing
         assert g["measured_us"].sum() == pytest.approx(g["median_us"].iloc[0], rel=1e-9)
+    assert led["phase"].isin(lg.FLOOR_PHASES).any()  # all() of no floored phase passes
     assert led.loc[led["phase"].isin(lg.FLOOR_PHASES), "floor_us"].notna().all()
     # DeepSeek-R1 TP8+EP8, 4096 tokens, aiter-triton with both GEMMs tuned (the tail run),
     # graph: act (SiLU and mul as two kernels over every row) holds the most
@@ -263,11 +265,13 @@ def test_targets_and_the_figure_on_the_committed_run(h200):
     assert set(t["point_id"]) <= set(best["point_id"])
     glue = t[t["target"].str.startswith("glue")]
     assert glue["tokens"].min() == 256 and set(glue["phase"]) <= set(lg.GLUE)
+    assert (~t["met"].astype(bool)).any()  # the committed run misses some: all() of none passes
     assert (t.loc[t["met"] == False, "held_back_by"] != "no kernels").all()  # noqa: E712
     gemm = t[t["target"].str.startswith("gemm")]
     assert gemm["tokens"].min() == 1024 and len(gemm) == best["tokens"].ge(1024).sum()
     assert (t.loc[~t["met"].astype(bool), "held_back_by"] != "").all()
     s = tg.summary(t)
+    assert len(s) == t["target"].nunique() > 0  # a summary row per target evaluated
     assert (s["met"] + s["missed"] == s["points"]).all()
     from moe_lab.plots.ledger import fig_ledger
     sel = led[led["point_id"].isin(best["point_id"]) & (led["tokens"] >= 1024)]

@@ -195,6 +195,7 @@ def test_the_calibrated_cpu_pair_itself_gets_at_most_one_verdict_per_mode(cpu, t
     root, (a, b, _) = cpu
     cal = calibrate(a, b, tmp_path / "noise")
     t = compare(a, b, calibration=cal, n_resamples=500)
+    assert len(t) == 12  # the run's points: all() of no row passes
     for mode, g in t.groupby("mode"):
         assert g["verdict"].isin(VERDICTS).sum() <= 1, g[["ratio", "low", "high", "verdict"]]
     assert t["calibration"].str.contains("circular").all()
@@ -247,6 +248,7 @@ def test_out_of_sample_the_other_h200_pair_band_holds_on_the_review_pair():
     folder = load("NVIDIA H200")
     only = Calibration("NVIDIA H200", [p for p in folder.pairs if p["a"] == other[0].run_id])
     t = compare(open_run(A), open_run(B), calibration=only)
+    assert len(t) == 2 * 24  # graph and eager, 24 points each: any() of no row is False
     assert not t["calibration"].str.contains("circular").any()
     for mode, g in t.groupby("mode"):
         assert g["verdict"].isin(VERDICTS).sum() <= 1, (mode, g[["ratio", "low", "verdict"]])

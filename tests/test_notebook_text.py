@@ -126,4 +126,5 @@ def test_06_the_committed_run_it_describes_is_the_datas():
     assert found
     newest = max(found, key=lambda x: x[0])[1]
     assert (newest["backend"], newest["world_size"]) == (backend, int(n))
+    assert len(newest["ranks"]) == int(n)  # a rank per process: all() of none passes
     assert all(r["torch_device"] == "cpu" for r in newest["ranks"])

@@ -31,6 +31,7 @@ def test_every_cell_is_saved_with_its_id(path):
     with open(path) as fh:
         cells = json.load(fh)["cells"]
     ids = [c.get("id") for c in cells]
+    assert ids  # all() of no cell passes
     assert all(ids) and len(set(ids)) == len(ids)
 
 

@@ -128,6 +128,7 @@ def test_the_noise_docstrings_graph_numbers_are_the_pairs():
     fake["modes"]["graph"]["noise"] = pooled
     t = compare(open_run(A), open_run(B), calibration=noise.Calibration(cal.device, [fake]))
     t = t[t["mode"] == "graph"]
+    assert len(t) == len(g) > 0  # the pair's graph points: any() of no row is False
     assert not t["verdict"].isin(["faster", "slower"]).any()  # only the intervals keep them out
     assert (np.abs(np.log(t["ratio"].astype(float))) > pooled).sum() == len(outside)
     quiet = compare(open_run(A), open_run(B), n_resamples=int(n_res),

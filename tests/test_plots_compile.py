@@ -70,4 +70,5 @@ def test_the_wrapped_pass_is_read_from_the_wrapped_column(tmp_path):
                  wrapped=w, tokens=t, status="ok") for w in (False, True) for t in (1, 2)]
     summary, missing = pc.coverage(_run(tmp_path, pd.DataFrame(rows)))
     assert summary.startswith("4 of 14")
+    assert len(missing) == (14 - 4) // 2  # a row per backend x mode x wrap missing both tokens
     assert not ((missing["backend"] == "torch") & (missing["mode"] == "compile:default")).any()

@@ -28,8 +28,10 @@ def test_fp8_rows_carry_format_and_quantisation_error(runs_dir):
     ok = res[res["status"] == "ok"]
     assert set(ok["backend"]) == {"torch-fp8", "torch-fp8-dequant"}
     assert (ok["fp8_format"] == "e4m3fn").all() and (ok["quant_err"] > 0).all()
+    assert (res["backend"] == "torch").sum() == 2  # torch at both token counts
     assert (res.loc[res["backend"] == "torch", "status"] == "unsupported").all()
     bf = open_run(runs_dir / "bf16").results
+    assert len(bf) == 2 * 2  # two backends x two token counts: all() of no row passes
     assert (bf["fp8_format"] == "").all() and bf["quant_err"].isna().all()
     table = fp8.dtype_table(open_run(runs_dir / "fp8-channel"))
     assert set(table["dtype"]) == {"fp8-channel"} and table["ok"].sum() == 4

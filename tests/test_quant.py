@@ -194,6 +194,7 @@ def test_check_fp8_on_cpu_exits_0():
     assert r.returncode == 0, r.stdout + r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("custom")]
     assert sum("PASS" in ln for ln in lines) == 4
+    assert sum(" torch " in ln for ln in lines) == 2  # torch's line at each token count
     assert all("unsupported" in ln for ln in lines if " torch " in ln)
 
 

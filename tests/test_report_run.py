@@ -125,6 +125,7 @@ def test_the_imported_amd_run_kernel_time_and_roofline(reports):
     from moe_lab.analysis import roofline_tables
     df, _ = roofline_tables.measured(AMD)
     rank = df[df["tp"].isna()]
+    assert (rank["dtype"] == "int8-tensor").sum() == 1  # 'one is int8'; the other 12 not
     assert len(rank) == 13 and rank[rank["dtype"] == "int8-tensor"]["roof_us"].isna().all()
     assert rank[rank["dtype"] != "int8-tensor"]["pct_of_roof"].between(1, 100).all()
     table = roofline_tables.pct_of_roof_table(df)

@@ -32,6 +32,7 @@ def test_balanced_is_exact():
     spec = PRESETS["qwen3-235b-a22b"]
     _, ids, _ = make_routing(spec, 64, "balanced")
     load = expert_load(ids, spec.experts)
+    assert load.shape == (spec.experts,)  # a load per expert: all() of an empty one passes
     assert (load == 64 * 8 // 128).all()
 
 

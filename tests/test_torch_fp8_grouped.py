@@ -38,6 +38,7 @@ def test_matches_the_fp8_reference_with_the_op_stood_in(scheme, model, tp, ep, t
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
     assert rel_err(out, reference(p, w, inp)) < THRESHOLDS[scheme]
     (a1, _, _, _, offs, _), (a2, *_) = mm.calls
+    assert offs.numel() == p.local_experts  # a group end per local expert
     assert offs.dtype == torch.int32 and bool((offs % 16 == 0).all())  # aligned groups
     assert a1.shape[0] == a2.shape[0] == tokens * p.topk + p.local_experts * 15
 

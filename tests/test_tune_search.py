@@ -308,6 +308,7 @@ def test_a_wrong_or_broken_candidate_is_a_row_never_a_winner(searched):
                                                    sort_keys=True)]
     # WRONG is the fastest at 64+ tokens once the fine pass reaches it: checked, marked
     assert "incorrect" in set(wrong["status"])
+    assert len(win) == len(TUNE_TOKENS)  # a winner per key: any() of none is False
     assert not any(json.loads(c)["gemm1"] == WRONG for c in win["config"])
     broken = cand[cand["full_config"] == json.dumps({"gemm1": BROKEN, "gemm2": BROKEN},
                                                     sort_keys=True)]
@@ -661,6 +662,7 @@ def test_a_search_from_before_the_neighbour_pass_resumes_with_it(fake, tmp_path)
     t2, shards = tuner(tmp_path, keys=(1, 4, 16))
     t2.run(shards)
     after = pd.read_parquet(tmp_path / "runs" / "t" / "candidates.parquet")
+    assert len(before) > 0  # candidates to resume from (after holds them too)
     assert not after["candidate_id"].duplicated().any()
     assert set(before["candidate_id"]) <= set(after["candidate_id"])
     assert set(after.loc[~after["candidate_id"].isin(before["candidate_id"]),

@@ -59,6 +59,7 @@ def test_a_shape_holds_the_grid_only_with_every_key_in_every_stage_and_a_complet
     assert not qw["holds_grid"] and qw["file"] == "" and qw["keys"] == 0
     # the same files behind a search that did not finish: not the grid
     cfg, runs = _configs(tmp_path / "b", status="budget spent")
+    assert len(tf.inventory(cfg, required=(DS_TP8,), data_dir=runs)) == 1  # its one shape
     assert not tf.inventory(cfg, required=(DS_TP8,), data_dir=runs)["holds_grid"].any()
 
 
@@ -136,6 +137,7 @@ def test_only_tuned_rows_measured_after_their_file_are_evidence_and_the_newest_r
     assert list(t2["tokens"]) == [2048] and not t2["met"].iloc[0]
     assert t2["value"].iloc[0] == pytest.approx(140 / 160)
     assert t2["by_us"].iloc[0] == pytest.approx(20.0)
+    assert (ev["target"] == "tuned not slower than default").sum() == len(pairs) == 2
     assert ev[ev["target"] == "tuned not slower than default"]["met"].all()
 
 
