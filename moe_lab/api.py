@@ -141,11 +141,7 @@ def _data_dir(value, name: str, what: str = "a folder or file path") -> None:
     validate.path(value, name, what=what)
     if value is not None and not Path(value).is_dir():
         raise UsageError(f"{name} {str(value)!r}: no such folder")
-    if value is not None and any((Path(value) / f).is_file() for f in (store.MANIFEST,
-                                                                     store.RESULTS)):
-        # a run folder: was [] or an empty table, as if no run were there (findings' rule)
-        raise UsageError(f"{name} {str(value)!r}: a run folder; give the folder of run "
-                         f"folders that holds it ({Path(value).resolve().parent})")
+    validate.not_a_run_folder(value, f"{name} {str(value)!r}")  # was [] or an empty table
 
 
 def find_runs(data_dir_=None, has: str | None = None, defaults: bool = False) -> list[Run]:

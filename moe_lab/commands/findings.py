@@ -26,11 +26,8 @@ def run(args) -> int:
     out = Path(args.out) if args.out else findings.default_path()
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise UsageError(f"--data-dir {args.data_dir}: not a folder of run folders")
-    if args.data_dir is not None and any((Path(args.data_dir) / f).is_file()
-                                         for f in ("manifest.json", "results.parquet")):
-        # was: 'holds no run folder', as if it were empty
-        raise UsageError(f"--data-dir {args.data_dir}: a run folder; give the folder of run "
-                         f"folders that holds it ({Path(args.data_dir).resolve().parent})")
+    # was: 'holds no run folder', as if it were empty
+    validate.not_a_run_folder(args.data_dir, f"--data-dir {args.data_dir}")
     # before the document is computed (was: an error naming a .tmp file, or --check's diff;
     # `--out RUN/results.parquet` wrote markdown over a run's measured file)
     validate.output(out, "--out")

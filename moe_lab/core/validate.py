@@ -391,6 +391,18 @@ def run_holding(where):
         p = parent
 
 
+def not_a_run_folder(value, head: str) -> None:
+    """UsageError when a folder given as a folder of run folders is a run's own folder
+    (is_run_folder): it was read as holding no run (findings --data-dir, ml.runs,
+    ml.find_runs). `head` starts the line."""
+    import os
+    from pathlib import Path
+    from .errors import UsageError
+    if value is not None and is_run_folder(value):
+        raise UsageError(f"{head}: a run folder; give the folder of run folders that holds it "
+                         f"({Path(os.fspath(value)).resolve().parent})")
+
+
 def not_in_run(value, name: str, head: str | None = None) -> None:
     """UsageError (one line naming the run) when the output `value` (a file or a folder
     written into) is a run folder, in one, or one of a run's files: a mistyped --out would
