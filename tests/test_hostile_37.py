@@ -475,7 +475,8 @@ def test_the_api_refuses_a_trace_path_under_a_file(tmp_path):
     f.write_text("mine")
     with pytest.raises(UsageError) as exc:
         _profile(trace=str(f / "t.json.gz"))
-    assert str(exc.value) == f"trace={str(f / 't.json.gz')!r}: {f} is a file, not a folder"
+    assert str(exc.value) == (f"trace {f / 't.json.gz'}: {f} is a file, not a folder; give a "
+                              "new path or remove the file")
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 

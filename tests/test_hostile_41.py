@@ -110,7 +110,8 @@ def test_a_calibration_file_under_a_file_is_one_line(data, tmp_path, capsys):
     from moe_lab.analysis.compare import calibrate
     (tmp_path / "notes").write_text("mine")
     where = tmp_path / "notes" / "cal.json"
-    says = f"calibration='{where}': {tmp_path / 'notes'} is a file, not a folder"
+    says = (f"calibration {where}: {tmp_path / 'notes'} is a file, not a folder; give a new "
+            "path or remove the file")
     _refused(capsys, ["compare", "a", "b", "--calibrate", "--calibration", str(where)],
              tmp_path, says=says)
     with pytest.raises(UsageError, match=f"^{says}$"):
@@ -283,10 +284,10 @@ def _in_run(name, given, run, data) -> str:
     (["report", "--runs", "a,b", "--out", "{d}/b"], "--out {o}", "{d}/b", "b"),
     (["report", "--run", "a", "--only", "01", "--out", "{d}"], "--out {o}", "{d}/a", "a"),
     (["ceilings", "--out-dir", "{d}/a"], "--out-dir {o}", "{d}/a", "a"),
-    (["compare", "a", "b", "--calibrate", "--calibration", "{d}/a/cal.json"], "calibration='{o}'",
+    (["compare", "a", "b", "--calibrate", "--calibration", "{d}/a/cal.json"], "calibration {o}",
      "{d}/a/cal.json", "a"),
     (["profile", "--model", MODEL, "--tokens", "1", "--dtype", "fp32", "--device", "cpu",
-      "--trace", "{d}/a/t.json.gz"], "--trace='{o}'", "{d}/a/t.json.gz", "a"),
+      "--trace", "{d}/a/t.json.gz"], "--trace {o}", "{d}/a/t.json.gz", "a"),
 ])
 def test_a_report_like_output_into_a_run_folder_is_refused(data, tmp_path, capsys, argv, name,
                                                            out, run):

@@ -92,8 +92,9 @@ PROFILE = ["profile", "--model", MODEL, "--tp", "1", "--tokens", "1", "--dtype",
 
 
 @pytest.mark.parametrize("where,says", [
-    ("folder", "--trace='{p}' is a folder; give a file path"),
-    ("notes/t.json.gz", "--trace='{p}': {t}/notes is a file, not a folder")])
+    ("folder", "--trace {p}: {p} is a folder, not a file; give a file path"),
+    ("notes/t.json.gz", "--trace {p}: {t}/notes is a file, not a folder; give a new path or "
+     "remove the file")])
 def test_profile_trace_a_folder_or_under_a_file_is_refused(tmp_path, capsys, where, says):
     """Before: --trace DIR profiled, wrote DIR.json.gz beside the folder and printed
     `trace: DIR`; under a file, the profiling ran and then '.../notes: File exists'."""

@@ -255,19 +255,8 @@ def path(value, name: str, optional: bool = True, what: str = "a folder or file 
 
 
 def writable_file(value, name: str) -> str:
-    """A file path whose folder is (or can be made) a folder: not under a file."""
-    import os
-    from .errors import UsageError
-    path(value, name, optional=False)
-    parent = os.path.dirname(os.path.abspath(os.fspath(value)))
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if parent and not os.path.isdir(parent):
-        raise UsageError(f"{name}={os.fspath(value)!r}: {parent} is a file, not a folder")
-    if os.path.isdir(os.fspath(value)):
-        raise UsageError(f"{name}={os.fspath(value)!r} is a folder; give a file path")
-    not_in_run(value, name, head=f"{name}={os.fspath(value)!r}")  # a run's file: kept
-    return os.fspath(value)
+    """A file a writer makes (--trace, calibration): the words of `output`, one check."""
+    return output(value, name)
 
 
 def parse_glues(text: str, name: str = "--glue") -> list[str]:
