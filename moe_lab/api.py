@@ -317,7 +317,7 @@ def profile(model: str, tokens: int, backend: str = "torch", tp: int = TP_DEFAUL
     device = _point(tp, ep, ep_rank, dtype, routing, device, seed)
     validate.text(backend, "backend", "one backend name, e.g. 'torch'")
     if trace is not None:
-        trace = validate.writable_file(trace, "trace")
+        trace = validate.output(trace, "trace")
     from .measuring.profiling import profile_point
     return profile_point(model, tokens, backend, tp, ep, ep_rank, dtype, routing,
                          resolve_device(device), iters, trace, seed)

@@ -299,7 +299,7 @@ def add_pair(pair: dict, path=None) -> Calibration:
     p = Path(path) if path is not None else noise_dirs()[0] / f"{slug(pair['device'])}.json"
     if p.is_dir() or p.suffix != ".json":  # a folder, made if need be
         p = p / f"{slug(pair['device'])}.json"
-    validate.writable_file(p, "calibration")  # under a file: one line (was FileExistsError)
+    validate.output(p, "calibration")  # under a file: one line (was FileExistsError)
     cal = read(p) if p.is_file() else Calibration(pair["device"], path=p)
     if cal.device not in (None, pair["device"]):
         raise UsageError(f"{p} calibrates {cal.device}, not {pair['device']}")

@@ -89,8 +89,8 @@ def run(args) -> int:
     if args.model is None or args.tokens is None:
         raise UsageError("profile needs --model and --tokens (or --split --run RUN)")
     if args.trace is not None:  # a folder, or under a file: was written beside it (DIR.json.gz)
-        from ..core.validate import writable_file  # or refused after the profiling
-        writable_file(args.trace, "--trace")
+        from ..core.validate import output  # or refused after the profiling
+        output(args.trace, "--trace")
     if args.explain:
         return explain(args)
     if args.split:

@@ -254,11 +254,6 @@ def path(value, name: str, optional: bool = True, what: str = "a folder or file 
     return value
 
 
-def writable_file(value, name: str) -> str:
-    """A file a writer makes (--trace, calibration): the words of `output`, one check."""
-    return output(value, name)
-
-
 def parse_glues(text: str, name: str = "--glue") -> list[str]:
     """`fused,naive` -> ["fused", "naive"] (UsageError naming a value that is neither)."""
     from .glue import GLUES
@@ -408,10 +403,10 @@ def not_in_run(value, name: str, head: str | None = None) -> None:
 
 
 def output(value, name: str, folder: bool = False) -> str:
-    """Where a report-like writer (findings, check, compare, report, ceilings) writes: a
-    file (`folder`: a folder written into), neither under a file nor the other kind, nor in
-    a run (not_in_run). One line each, the same words for every writer, said before
-    anything is computed."""
+    """Where a writer (findings, check, compare, report, ceilings, --trace, calibration)
+    writes: a file (`folder`: a folder written into), neither under a file nor the other
+    kind, nor in a run (not_in_run). One line each, the same words for every writer, said
+    before anything is computed."""
     import os
     from pathlib import Path
     from .errors import UsageError
