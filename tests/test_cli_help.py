@@ -48,12 +48,14 @@ def test_help_still_lists_every_verb_and_each_verbs_options():
     assert "fp8-block128" in sweep  # --dtype's choices, the dtypes with a correctness limit
     _, tune, _ = _help("tune")
     assert "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096,8192" in "".join(tune.split())
+    from moe_lab.core.constants import CPU_MODELS
     from moe_lab.core.problems import SEED_MODELS
-    for verb in ("check", "sweep", "tune"):  # "the four seed models" is SEED_MODELS' count
+    for verb in ("check", "sweep", "tune"):  # the defaults named are the ones the verb takes
         _, out, _ = _help(verb)
-        said = re.findall(r"the (\w+) seed models", " ".join(out.split()))
-        assert said and {["two", "three", "four", "five", "six"].index(w) + 2
-                         for w in said} == {len(SEED_MODELS)}, (verb, said)
+        text = re.sub(r"-\s+", "-", " ".join(out.split()))  # argparse wraps at hyphens
+        m = re.search(r"default: the seed models on a GPU, ([\w.,-]+); ([\w.,-]+) on a CPU", text)
+        assert m and (tuple(m[1].split(",")), tuple(m[2].split(","))) == (
+            tuple(SEED_MODELS), CPU_MODELS), (verb, m)
     from moe_lab.backends._aiter_dispatch import CU_GPU
     _, prof, _ = _help("profile")  # --cu-num's examples are the dispatch's CU table
     cus = re.search(r"the GPU's CU count \(([^)]*)\)", " ".join(prof.split()))[1]

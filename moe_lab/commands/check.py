@@ -7,16 +7,12 @@ import os
 import sys
 import time
 
-from ..core import constants
 from ..core.errors import Terminated, reraise_if_terminated, terminate_gracefully
 from . import options
 
 
 def configure(p):
-    p.add_argument("--model", default=None,
-                   help="preset(s), comma-separated, or custom:H=..,I=..,E=..,k=.. "
-                        f"(default: {','.join(constants.CPU_MODELS)} on CPU, the four seed "
-                        "models on GPU)")
+    options.models(p, "--model")
     p.add_argument("--tokens", default="1,64,1024", help="token counts, e.g. 1,64,1024 or 1-8192")
     options.device(p)
     options.dtype(p)

@@ -6,6 +6,7 @@
     options.data_dir(p)               --data-dir
     options.config(p, many=True)      --config default|tuned|PATH
     options.compile_workers(p, what)  --compile-workers N (Triton compiled ahead on a GPU)
+    options.models(p, flag)           --models (sweep, tune) or --model (check), with the defaults
     options.default_models(gpu)       the models without --models (sweep, tune, check)
     options.by_values(text)           --values A,B of compare and report --runs, parsed
 
@@ -34,11 +35,17 @@ def shape(p, many: bool = True, ep_default: str | None = None) -> None:
     p.add_argument("--ep-rank", type=int, default=0, help="the EP rank whose experts are held")
 
 
+def models(p, flag: str = "--models") -> None:
+    p.add_argument(flag, default=None,
+                   help="comma-separated presets or custom:H=..,I=..,E=..,k=.. (default: the "
+                        f"seed models on a GPU, {','.join(constants.SEED_MODELS)}; "
+                        f"{','.join(constants.CPU_MODELS)} on a CPU)")
+
+
 def default_models(gpu: bool) -> list[str]:
-    """The models of sweep, tune and check without --models: the four seed models on a GPU,
+    """The models of sweep, tune and check without --models: constants.SEED_MODELS on a GPU,
     constants.CPU_MODELS on a CPU."""
-    from ..core.problems import SEED_MODELS
-    return list(SEED_MODELS if gpu else constants.CPU_MODELS)
+    return list(constants.SEED_MODELS if gpu else constants.CPU_MODELS)
 
 
 def default_eps(args_ep: str | None, gpu: bool) -> str:

@@ -66,9 +66,7 @@ def default_run_id(config: dict, device_name: str) -> str:
 
 
 def configure(p):
-    p.add_argument("--models", default=None,
-                   help="comma-separated presets or custom:... (default: the four seed models "
-                        f"on GPU; {','.join(constants.CPU_MODELS)} on CPU)")
+    options.models(p)
     options.shape(p)
     p.add_argument("--tokens", default=None,
                    help="token counts, e.g. 1,64,1024 or 1-8192 (default: "

@@ -18,9 +18,7 @@ def configure(p):
     p.add_argument("--backend", default="aiter-triton",
                    help="a backend with tunable launch configurations "
                         f"({', '.join(constants.TUNABLE_BACKENDS)}); default: aiter-triton")
-    p.add_argument("--models", default=None,
-                   help="presets or custom:... (default: the four seed models on GPU, "
-                        f"{','.join(constants.CPU_MODELS)} on CPU)")
+    options.models(p)
     options.shape(p)
     p.add_argument("--tokens", default=TUNE_TOKENS,
                    help="token counts to tune, the keys of the config files (a caller uses "

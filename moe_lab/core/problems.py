@@ -78,8 +78,7 @@ PRESETS: dict[str, ModelSpec] = {
     ]
 }
 
-# The four models of the two upstream PRs (data/claims/sources).
-SEED_MODELS = ("llama4-scout-16e", "llama4-maverick-128e", "deepseek-r1", "qwen3-235b-a22b")
+from .constants import SEED_MODELS  # noqa: E402  (the seed PRs' models, torch-free: --help)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # fp8 schemes (moe_lab.quant), defined in core.constants (torch-free: the CLI's --help)
