@@ -48,8 +48,7 @@ def test_help_still_lists_every_verb_and_each_verbs_options():
     assert "fp8-block128" in sweep  # --dtype's choices, the dtypes with a correctness limit
     _, tune, _ = _help("tune")
     assert "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096,8192" in "".join(tune.split())
-    from moe_lab.core.constants import CPU_MODELS
-    from moe_lab.core.problems import SEED_MODELS
+    from moe_lab.core.constants import CPU_MODELS, SEED_MODELS
     for verb in ("check", "sweep", "tune"):  # the defaults named are the ones the verb takes
         _, out, _ = _help(verb)
         text = re.sub(r"-\s+", "-", " ".join(out.split()))  # argparse wraps at hyphens

@@ -24,7 +24,7 @@ TUNE_TOKENS = PUBLISHED_H200_KEYS + (8192,)
 SEED_SWEEP_TOKENS = (1, 16, 64, 256, 1024, 2048, 4096, 8192)
 # the verbs' defaults where no --models, --tokens, --modes or --ep is given, per machine kind
 # (sweep, check, tune; their --help and the README's main-job sentence state these)
-# the four models of the two upstream PRs (data/claims/sources): on a GPU
+# the models of the two upstream PRs (data/claims/sources), core.problems.PRESETS: on a GPU
 SEED_MODELS = ("llama4-scout-16e", "llama4-maverick-128e", "deepseek-r1", "qwen3-235b-a22b")
 CPU_MODELS = ("qwen3-30b-a3b",)
 SWEEP_TOKENS = {"gpu": "1-8192", "cpu": "1-64"}      # sweep --tokens

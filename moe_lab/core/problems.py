@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .constants import FP8_SCHEMES, SEED_MODELS  # torch-free there: the CLI's --help reads them
 from .errors import UsageError
 
 
@@ -78,11 +79,8 @@ PRESETS: dict[str, ModelSpec] = {
     ]
 }
 
-from .constants import SEED_MODELS  # noqa: E402  (the seed PRs' models, torch-free: --help)
-
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-# fp8 schemes (moe_lab.quant), defined in core.constants (torch-free: the CLI's --help)
-from .constants import FP8_SCHEMES  # noqa: E402
+# fp8 schemes (moe_lab.quant): bf16 activations
 DTYPES.update({s: torch.bfloat16 for s in FP8_SCHEMES})
 
 _CUSTOM_RE = re.compile(r"^custom:(.+)$")
