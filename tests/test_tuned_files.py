@@ -333,6 +333,17 @@ def test_a_vllm_file_is_left_for_a_sweep_until_vllm_as_shipped_and_tuned_are_tim
     assert left(run("2026-12-03T00:00:00+00:00", SEED_SWEEP_TOKENS[1:])) == word
     assert tf.left("tune", backends=("vllm",), data_dir=runs, configs_dir=cfg, required=req) == []
 
+    # A shape vLLM ships no file for (DeepSeek-R1 TP8+EP8 bf16, E=32,N=2048): vLLM as
+    # shipped is its default configuration, the same pair once timed after the file.
+    def shipped_none(at, tokens=SEED_SWEEP_TOKENS):
+        rows = [_row(t, c, us, at, backend="vllm", device="NVIDIA H200", config_file=f)
+                for t in tokens for c, us, f in (("tuned", 90.0, f"configs/vllm/{name}"),
+                                                 ("default", 100.0, "default"))]
+        return _run("v", rows)
+    assert left(shipped_none("2026-12-03T00:00:00+00:00")) == []
+    assert left(shipped_none("2026-12-01T00:00:00+00:00")) == word
+    assert left(shipped_none("2026-12-03T00:00:00+00:00", SEED_SWEEP_TOKENS[1:])) == word
+
 
 def test_inside_shared_the_pairs_are_read_once_and_each_caller_gets_its_copy(tmp_path,
                                                                             monkeypatch):

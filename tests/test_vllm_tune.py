@@ -281,8 +281,8 @@ def test_warm_tokens_reach_both_of_vllms_block_assignments(vllm):
 
 
 def test_every_committed_vllm_file_is_read_by_vllms_lookup_as_written(vllm, monkeypatch):
-    """Each tuned vLLM file committed under data/configs/nvidia-h200/vllm (issue 41's
-    shapes: analysis.tuned_files.REQUIRED) is found by vLLM's own lookup under the name
+    """Every shape of issue 41 (analysis.tuned_files.REQUIRED) has its tuned vLLM file
+    committed under data/configs/nvidia-h200/vllm, found by vLLM's own lookup under the name
     vLLM gives that shape, read back entry for entry, and holds every token key of vLLM's
     shipped H200 file for that shape (where it ships one) and 8192."""
     from pathlib import Path
@@ -296,8 +296,7 @@ def test_every_committed_vllm_file_is_read_by_vllms_lookup_as_written(vllm, monk
         p = make_problem(model, 64, dtype, tp, ep, 0)
         block = [128, 128] if dtype == "fp8-block128" else None
         name = fm.get_config_file_name(p.local_experts, p.inter, vb.config_dtype(p), block)
-        if not (folder / name).is_file():
-            continue  # not searched yet: the findings' tuned-files table says so
+        assert (folder / name).is_file(), f"{model} TP{tp} EP{ep} {dtype}: no {name}"
         args = (p.local_experts, p.inter, vb.config_dtype(p)) + ((128, 128) if block else ())
         monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
         fm.get_moe_configs.cache_clear()
@@ -310,4 +309,4 @@ def test_every_committed_vllm_file_is_read_by_vllms_lookup_as_written(vllm, monk
         assert set(shipped) | {8192} <= set(got), (name, sorted(set(shipped) - set(got)))
         checked += 1
     fm.get_moe_configs.cache_clear()
-    assert checked >= 4  # the files committed when this test was written
+    assert checked == sum(r[1] == "vllm" for r in REQUIRED) > 0  # every required shape

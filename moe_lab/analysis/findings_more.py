@@ -336,9 +336,12 @@ def tuned_files_section(runs) -> list[str]:
                          slower_than_default=_tokens(g.loc[g["default_over_tuned"] < 1, "tokens"]),
                          slower_than_at_2T=_tokens(g.loc[g["two_t_over_t"] < 1, "tokens"]),
                          runs=", ".join(sorted(set(g["run_id"])))))
-    have = set(zip(pairs["backend"], pairs["model"], pairs["sharding"], pairs["dtype"]))
-    bare = inv[[(b, m, sh, dt) not in have and b != "vllm" for b, m, sh, dt in
-                zip(inv["backend"], inv["model"], inv["sharding"], inv["dtype"])]]
+    from . import published as pb
+    pub = pb.published_pairs(runs)
+    have = {k for p in (pairs, pub) for k in zip(p["backend"], p["model"], p["sharding"],
+                                                  p["dtype"])}
+    bare = inv[[k not in have for k in zip(inv["backend"], inv["model"], inv["sharding"],
+                                            inv["dtype"])]]
     out += ["", "### Tuned against default with the committed files", "",
             provenance(prs, pairs), "",
             "Per shape and tunable backend: the points whose newest run has default and tuned "
@@ -346,14 +349,12 @@ def tuned_files_section(runs) -> list[str]:
             "written, default / tuned over them, and the token counts where tuned is slower "
             "than default or slower than at twice the tokens (the two tuning targets above). "
             f"Tuned points measured only before their file was written, left out: {stale}. "
-            "Required shapes with no such point yet (vllm's: against vLLM as shipped, under "
-            "published tunings below): "
+            "Required shapes with no such point yet (vllm's: against vLLM as shipped, here "
+            "where vLLM ships no file for the shape, else under published tunings below): "
             + (", ".join(f"{b} {m} {sh} {dt}" for b, m, sh, dt in zip(
                 bare["backend"], bare["model"], bare["sharding"], bare["dtype"])) or "none")
             + ".", "", *md_table(pd.DataFrame(rows))]
     out += _two_t_routing(tf.two_t_misses(pairs), inv)
-    from . import published as pb
-    pub = pb.published_pairs(runs)
     pname = next(t.name for t in TARGETS if t.metric == "tuned_over_published")
     if not len(pub):
         out += ["", f"Against published tunings of the same kernel (the target `{pname}`): no "

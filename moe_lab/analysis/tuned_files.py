@@ -144,7 +144,8 @@ def left(mode: str, backends=None, data_dir=None, configs_dir=None,
     file does not hold the grid, searches already started first (they resume). `sweep`:
     the shapes whose file holds the grid but that lack a tuned-against-default point
     measured with it at some key of TUNE_TOKENS (current_pairs over data_dir's runs); for
-    vllm, against vLLM as shipped at SEED_SWEEP_TOKENS (published_pairs, the same rule).
+    vllm, against vLLM as shipped at SEED_SWEEP_TOKENS: its shipped file (published_pairs,
+    the same rule) or, where vLLM ships none for the shape, its default (current_pairs).
     `backends`: only these (e.g. ("vllm",)); None: all. `runs`: data_dir's by default."""
     from ..core.errors import UsageError
     from ..storage.store import data_dir as default_data, find_runs
@@ -170,7 +171,8 @@ def left(mode: str, backends=None, data_dir=None, configs_dir=None,
     runs = find_runs(root) if runs is None else list(runs)
     pairs, _ = current_pairs(runs, configs_dir)
     pub = published_pairs(runs, configs_dir, root)
-    pairs = pd.concat([pairs[pairs["backend"] != "vllm"], pub[pub["backend"] == "vllm"]])
+    # (was: vllm's current pairs dropped, so a shape vLLM ships no file for stayed left)
+    pairs = pd.concat([pairs, pub[pub["backend"] == "vllm"]])
     have = {(b, m, sharding_name(tp, ep), dt): set(g["tokens"]) for (b, m, tp, ep, dt), g
             in pairs.groupby(["backend", "model", "tp", "ep", "dtype"])}
     return [w for x, w in todo if x["holds_grid"] and not set(
