@@ -338,8 +338,8 @@ def tuned_files_section(runs) -> list[str]:
                          runs=", ".join(sorted(set(g["run_id"])))))
     from . import published as pb
     pub = pb.published_pairs(runs)
-    have = {k for p in (pairs, pub) for k in zip(p["backend"], p["model"], p["sharding"],
-                                                  p["dtype"])}
+    ev = tf.shape_pairs(pairs, pub)
+    have = set(zip(ev["backend"], ev["model"], ev["sharding"], ev["dtype"]))
     bare = inv[[k not in have for k in zip(inv["backend"], inv["model"], inv["sharding"],
                                             inv["dtype"])]]
     out += ["", "### Tuned against default with the committed files", "",

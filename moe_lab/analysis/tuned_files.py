@@ -170,14 +170,19 @@ def left(mode: str, backends=None, data_dir=None, configs_dir=None,
     from .published import published_pairs
     runs = find_runs(root) if runs is None else list(runs)
     pairs, _ = current_pairs(runs, configs_dir)
-    pub = published_pairs(runs, configs_dir, root)
-    # (was: vllm's current pairs dropped, so a shape vLLM ships no file for stayed left)
-    pairs = pd.concat([pairs, pub[pub["backend"] == "vllm"]])
+    pairs = shape_pairs(pairs, published_pairs(runs, configs_dir, root))
     have = {(b, m, sharding_name(tp, ep), dt): set(g["tokens"]) for (b, m, tp, ep, dt), g
             in pairs.groupby(["backend", "model", "tp", "ep", "dtype"])}
     return [w for x, w in todo if x["holds_grid"] and not set(
         SEED_SWEEP_TOKENS if x["backend"] == "vllm" else TUNE_TOKENS) <= have.get(
         (x["backend"], x["model"], x["sharding"], x["dtype"]), set())]
+
+
+def shape_pairs(pairs: pd.DataFrame, pub: pd.DataFrame) -> pd.DataFrame:
+    """A required shape's evidence: current_pairs (for vllm, vLLM's default where it ships no
+    file for the shape) and vllm's published_pairs (vLLM as shipped with its own file). Was:
+    vllm's current pairs dropped, so a shape vLLM ships no file for stayed left forever."""
+    return pd.concat([pairs, pub[pub["backend"] == "vllm"]])
 
 
 def _search_run(word: str) -> str:
