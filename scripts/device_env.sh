@@ -1,4 +1,4 @@
-# Sourced by the device scripts (scripts/h200_*.sh, device_tune.sh, device_vllm.sh): amd-aiter
+# Sourced by the device scripts (device_tune.sh, device_vllm.sh): amd-aiter
 # into /tmp/site (no index on the device machine): the cut of scripts/fetch-device-wheels.sh
 # when carried (.whl/aiter-cut.tar.gz), and any wheels carried in .whl/; the working tree on
 # the path, then /tmp/site, then vLLM where scripts/device_vllm.sh unpacked it
@@ -10,11 +10,15 @@ set -uo pipefail
 [ -n "${OUT:-}" ] || { echo "$(basename "$0"): OUT is not set: this script runs on the lent GPU machine, whose run command sets OUT (here: moe-lab sweep, tune)"; exit 2; }
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())" 2>/dev/null)
 [ "${NGPU:-0}" -gt 0 ] 2>/dev/null || { echo "$(basename "$0"): no GPU visible to torch here (python3: ${NGPU:-no torch}): this script runs on the lent GPU machine"; exit 2; }
-# the H200's scripts: their runs are named h200-*, their files go to data/configs/nvidia-h200
-# and they time against the H200's committed files; another GPU (the lent H100) is refused
-# before anything is staged (moe-lab sweep and tune, run directly, name any device's data)
-GPU=$(python3 -c "import torch; print(torch.cuda.get_device_name(0))" 2>/dev/null)
-case "$GPU" in *H200*) ;; *) echo "$(basename "$0"): this machine's GPU is '${GPU:-unknown}', not an H200: these scripts write the H200's data (h200-* runs, data/configs/nvidia-h200); on this GPU run moe-lab sweep and tune directly (README, 'Verbs')"; exit 2 ;; esac
+# any GPU: its runs are named for it (DEVICE_TAG: h200-*, h100-*), its tuned files go to
+# data/configs/$DEVICE_SLUG and it times against its own committed files (core.devices
+# shell_vars); several GPUs of one machine must be one kind (a run is one device's points)
+NAMES=$(python3 -c "import sys, torch; print('\n'.join(sorted({torch.cuda.get_device_name(i) for i in range(int(sys.argv[1]))})))" "$NGPU" 2>/dev/null)
+[ "$(wc -l <<< "$NAMES")" = 1 ] || { echo "$(basename "$0"): this machine's GPUs are of several kinds ($(paste -sd, <<< "$NAMES")): a run is one device's points; give one kind with CUDA_VISIBLE_DEVICES"; exit 2; }
+eval "$(PYTHONPATH=$PWD python3 -c "import sys; from moe_lab.core.devices import shell_vars; print(shell_vars(sys.argv[1]))" "$NAMES")" || exit 1
+export GPU_NAME DEVICE_SLUG DEVICE_TAG FILE_DEVICE CONFIGS=data/configs/$DEVICE_SLUG
+[ -n "${DEVICE_SAID:-}" ] || echo "$(basename "$0"): $NGPU x $GPU_NAME: runs $DEVICE_TAG-*, tuned files $CONFIGS"
+DEVICE_SAID=1
 [ -n "${DEVICE_CHECK_ONLY:-}" ] && return 0
 SITE=${AITER_SITE:-/tmp/site}; mkdir -p $SITE
 if [ -f .whl/aiter-cut.tar.gz ]; then tar xzf .whl/aiter-cut.tar.gz -C $SITE || exit 1; fi

@@ -35,7 +35,7 @@ source "$(dirname "$0")/device_env.sh"
 BUDGET=${BUDGET:-540}
 TOKENS=${TOKENS:-$(python3 -c "from moe_lab.core.constants import TUNE_TOKENS as t; print(','.join(map(str, t)))")}
 if [ -z "${SHAPES:-}" ] && [ "$MODE" != verify ]; then  # what is left (tuned_files.left)
-  SHAPES=$(python3 -c "from moe_lab.analysis.tuned_files import left; print(' '.join(left('$MODE', backends=('aiter-triton', 'aiter-triton-silu'))))") || exit 1
+  SHAPES=$(python3 -c "import sys; from moe_lab.analysis.tuned_files import left; print(' '.join(left('$MODE', sys.argv[1], backends=('aiter-triton', 'aiter-triton-silu'))))" "$GPU_NAME") || exit 1
   echo "device_tune $MODE: left: ${SHAPES:-nothing}"
   [ -n "$SHAPES" ] || exit 0
 fi
@@ -53,7 +53,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader >
 run_id() {  # backend model tp ep dtype
   local sh="tp$3"; [ "$4" != 1 ] && sh="tp$3ep$4"
   local kind=tune; [ "$MODE" = verify ] && kind=verify; [ "$MODE" = sweep ] && kind=grid
-  echo "h200-$kind-$1-$2-$sh-$5"
+  echo "$DEVICE_TAG-$kind-$1-$2-$sh-$5"
 }
 
 tune_one() {  # gpu shape
@@ -69,10 +69,10 @@ tune_one() {  # gpu shape
     tune) args=(tune --backend "$backend" --budget "$s" --configs-dir $B/configs
             --compile-workers $(( (CORES - 2) / NGPU > 12 ? 12 : (CORES - 2) / NGPU ))) ;;
     verify) args=(tune --backend "$backend" --budget "$s" --verify "${VERIFY:-4}"
-              --configs-dir data/configs/nvidia-h200) ;;
+              --configs-dir $CONFIGS) ;;
     sweep)
       if [ -n "${PUBLISHED:-}" ] && [ "$backend" = aiter-triton ]; then
-        pub=$(python3 -c "from moe_lab.analysis.tuned_files import published_file; print(published_file('$2'))" 2>/dev/null)
+        pub=$(python3 -c "import sys; from moe_lab.analysis.tuned_files import published_file; print(published_file('$2', sys.argv[1]))" "$GPU_NAME" 2>/dev/null)
         [ -n "$pub" ] && [ -f "$PUBLISHED/$pub" ] && configs="$configs,$PUBLISHED/$pub"
       fi
       args=(sweep --backends "$backend" --config "$configs" --modes graph --tokens "$TOKENS") ;;

@@ -90,7 +90,7 @@ fi
 tune() {  # device_tune.sh packs $B (these logs and any runs above too) when it ends
   # default: the required vllm shapes whose file does not hold the grid yet, then the
   # aiter-triton* ones (tuned_files.left), so a call whose vLLM searches end early goes on
-  export SHAPES=${SHAPES:-$(python3 -c "from moe_lab.analysis.tuned_files import left; print(' '.join(left('tune', backends=('vllm',)) + left('tune', backends=('aiter-triton', 'aiter-triton-silu'))))")}
+  export SHAPES=${SHAPES:-$(python3 -c "import sys; from moe_lab.analysis.tuned_files import left; d = sys.argv[1]; print(' '.join(left('tune', d, backends=('vllm',)) + left('tune', d, backends=('aiter-triton', 'aiter-triton-silu'))))" "$GPU_NAME")}
   [ -n "$SHAPES" ] || { echo "device_vllm tune: every required file holds the grid: no search left"; pack; exit 0; }
   echo "device_vllm tune: searches left: $SHAPES"
   export BUDGET=$(left)
@@ -120,7 +120,7 @@ backends_for() {  # dtype: vLLM as shipped beside the workbook's own layers of t
 }
 run_id() {  # TAG: a new run folder for points measured again after a change
   local s=tp8 a=${TAG:-}; [ "$2" != 1 ] && s=tp8ep8; [ "$MODE" = align ] && a=${TAG:-align}
-  echo "h200-vllm-${a:+$a-}$1-$s"
+  echo "$DEVICE_TAG-vllm-${a:+$a-}$1-$s"
 }
 
 sweep() {  # gpu run dtype ep models backends config
@@ -132,16 +132,18 @@ sweep() {  # gpu run dtype ep models backends config
   echo "$2 $6 --config $7: rc=$? ($(( $(date +%s) - t0 )) s): $(tail -1 $B/logs/$2.log)"
 }
 
-with_tuned_files() {  # jobs -> each job as dtype:ep:models with a tuned vllm file (H200)
-  python3 - "$@" <<'PY'
+with_tuned_files() {  # backend jobs -> each job as dtype:ep:models with a tuned file of
+  # this device for the backend (data/configs/$DEVICE_SLUG, as it travels)
+  python3 - "$GPU_NAME" "$CONFIGS" "$@" <<'PY'
 import sys
 from moe_lab.storage.configs import load_tuned
 from moe_lab.core.problems import make_problem
-for job in sys.argv[1:]:
+device, configs, backend = sys.argv[1:4]
+for job in sys.argv[4:]:
     dtype, ep, models = job.split(":")
     print(f"{dtype}:{ep}:" + ",".join(
-        m for m in models.split(",") if load_tuned("vllm", make_problem(m, 1, dtype, 8, int(ep)),
-                                                   "NVIDIA H200", "data/configs/nvidia-h200")))
+        m for m in models.split(",") if load_tuned(backend, make_problem(m, 1, dtype, 8, int(ep)),
+                                                   device, configs)))
 PY
 }
 
@@ -151,7 +153,8 @@ job() {  # gpu dtype:ep:models
   run=$(run_id "$dtype" "$ep")
   if [ -d $RUNSTAGE/$run ]; then cp -r $RUNSTAGE/$run $B/runs/$run
   elif [ -d data/runs/$run ]; then cp -r data/runs/$run $B/runs/$run; fi
-  local tuned rest; tuned=$(grep "^$dtype:$ep:" <<< "$TUNED" | cut -d: -f3)
+  local tuned rest at; tuned=$(grep "^$dtype:$ep:" <<< "$TUNED" | cut -d: -f3)
+  at=$(grep "^$dtype:$ep:" <<< "$AT_TUNED" | cut -d: -f3)
   rest=$(tr , '\n' <<< "$models" | grep -vxF -f <(tr , '\n' <<< "$tuned") | paste -sd, -)
   if [ "$MODE" != tuned ]; then
     # the models with a tuned vLLM file (sweep only: align reads no TUNED): every backend
@@ -162,16 +165,42 @@ job() {  # gpu dtype:ep:models
       sweep "$g" "$run" "$dtype" "$ep" "$tuned" "$(backends_for "$dtype")" default,tuned
     if [ -n "$rest" ]; then
       sweep "$g" "$run" "$dtype" "$ep" "$rest" "$(backends_for "$dtype")" default
-      [ "$dtype" != fp8-channel ] && sweep "$g" "$run" "$dtype" "$ep" "$rest" aiter-triton tuned
+      # aiter-triton with this device's tuned file, where it has one (none: no row)
+      at=$(tr , '\n' <<< "$rest" | grep -xF -f <(tr , '\n' <<< "${at:-,}") | paste -sd, -)
+      [ "$dtype" != fp8-channel ] && [ -n "$at" ] && sweep "$g" "$run" "$dtype" "$ep" "$at" aiter-triton tuned
     fi
+    # vLLM's own tuning of a shape for this GPU under a name its lookup never reads here
+    # (published.unread_files: `NVIDIA_H100` on an `NVIDIA H100 80GB HBM3`): vllm with that
+    # file, beside vLLM as shipped (which runs its default there)
+    local m f
+    for m in ${models//,/ }; do
+      for f in $(unread "$m" "$dtype" "$ep"); do
+        sweep "$g" "$run" "$dtype" "$ep" "$m" vllm "$f"
+      done
+    done
   elif [ -n "$tuned" ]; then sweep "$g" "$run" "$dtype" "$ep" "$tuned" vllm tuned
-  else echo "$run: no tuned vllm file in data/configs/nvidia-h200/vllm for $models"; fi
+  else echo "$run: no tuned vllm file in $CONFIGS/vllm for $models"; fi
   [ -d $B/runs/$run ] && rm -rf $RUNSTAGE/$run.tmp && cp -r $B/runs/$run $RUNSTAGE/$run.tmp &&
     rm -rf $RUNSTAGE/$run && mv $RUNSTAGE/$run.tmp $RUNSTAGE/$run
 }
 
 read -r -a all <<< "$JOBS"
-TUNED=; [ "$MODE" != align ] && TUNED=$(with_tuned_files "${all[@]}")
+TUNED= AT_TUNED=
+[ "$MODE" != align ] && TUNED=$(with_tuned_files vllm "${all[@]}")
+AT_TUNED=$(with_tuned_files aiter-triton "${all[@]}")
+unread() {  # model dtype ep -> the files of PUBLISHED (carried) vLLM's lookup misses here
+  [ -n "${PUBLISHED:-}" ] && [ "$MODE" = sweep ] || return 0
+  python3 -c "import sys; from moe_lab.analysis.published import unread_files; print(' '.join(unread_files(*sys.argv[1:5], int(sys.argv[5]))))" "$PUBLISHED" "$GPU_NAME" "$1" "$2" "$3"
+}
+# this GPU's ceilings, once (data/ceilings/<slug>.json: the roofs of its rows)
+if [ "$MODE" = sweep ] && [ ! -f data/ceilings/$DEVICE_SLUG.json ] && [ ! -f $RUNSTAGE/ceilings/$DEVICE_SLUG.json ]; then
+  mkdir -p $B/ceilings $RUNSTAGE/ceilings
+  python3 -m moe_lab ceilings --out-dir $B/ceilings > $B/logs/ceilings.log 2>&1 &&
+    cp $B/ceilings/* $RUNSTAGE/ceilings/
+  echo "ceilings: rc=$? $(tail -1 $B/logs/ceilings.log)"
+fi
+# the rows' roofs from this GPU's measured ceilings (a file measured by an earlier call)
+[ -f data/ceilings/$DEVICE_SLUG.json ] || cp $RUNSTAGE/ceilings/$DEVICE_SLUG.json data/ceilings/ 2>/dev/null
 deal job "${all[@]}"
 runs=(); for j in "${all[@]}"; do IFS=: read -r d e _ <<< "$j"; runs+=("$(run_id "$d" "$e")"); done
 python3 - $B/runs "$MODE" "${runs[@]}" <<'PY'

@@ -534,7 +534,7 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
                            "h200-tune-aiter-triton-silu-deepseek-r1-tp8ep8-bf16",
                            "h200-tune-aiter-triton-qwen3-235b-a22b-tp8ep8-fp8-block128"}
     from moe_lab.analysis.tuned_files import _search_run  # left() finds started searches so
-    assert {_search_run(w) for w in shapes.split()} == set(by_run)
+    assert {_search_run(w, "NVIDIA H200") for w in shapes.split()} == set(by_run)
     gpu = {r: c.split()[0] for r, c in by_run.items()}
     assert gpu["h200-tune-aiter-triton-silu-deepseek-r1-tp8-bf16"] == "CUDA_VISIBLE_DEVICES=0"
     assert gpu["h200-tune-aiter-triton-silu-deepseek-r1-tp8ep8-bf16"] == "CUDA_VISIBLE_DEVICES=1"
@@ -611,15 +611,15 @@ def test_the_device_scripts_refuse_a_machine_that_is_not_the_gpu_one(tmp_path, s
         assert "this script runs on the lent GPU machine" in lines[0]
     assert not any(out.iterdir())
     assert not [p.name for p in tmp_path.iterdir() if p.name not in ("bin", "out")]
-    # a GPU that is not an H200 (the lent H100): its times would be written as the H200's
-    (fake / "python3").write_text('#!/bin/sh\ncase "$2" in *"device_count()"*) echo 1; exit 0 ;; '
-                                  '*"get_device_name"*) echo "NVIDIA H100 80GB HBM3"; exit 0 ;; '
+    # GPUs of two kinds in one machine: one run would hold two devices' points as one's
+    (fake / "python3").write_text('#!/bin/sh\ncase "$2" in *"device_count()"*) echo 2; exit 0 ;; '
+                                  '*"get_device_name"*) printf "NVIDIA H100 80GB HBM3\\nNVIDIA H200\\n"; exit 0 ;; '
                                   'esac\nexec "$REAL_PY" "$@"\n')
     r = subprocess.run(["bash", f"scripts/{script}", mode], cwd=ROOT, timeout=120,
                        env=dict(env, OUT=str(out)), capture_output=True, text=True)
     lines = (r.stdout + r.stderr).strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, (r.returncode, lines)
-    assert "'NVIDIA H100 80GB HBM3', not an H200" in lines[0]
+    assert "GPUs are of several kinds (NVIDIA H100 80GB HBM3,NVIDIA H200)" in lines[0]
     assert not any(out.iterdir())
     assert not [p.name for p in tmp_path.iterdir() if p.name not in ("bin", "out")]
     r = subprocess.run(["bash", f"scripts/{script}", "bogus"], cwd=ROOT, env=env, timeout=60,

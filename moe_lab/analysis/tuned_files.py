@@ -54,7 +54,25 @@ REQUIRED = tuple(
     + [(41, "vllm", "deepseek-r1", 8, 8, "bf16")]
     + [(41, "vllm", "deepseek-r1", 8, ep, "fp8-block128") for ep in (1, 8)]
     + [(41, "vllm", m, 8, 1, "fp8-channel") for m in LLAMA4])
+# issue 63: on every other GPU (the H100 first), the shapes and schemes of the H200's vLLM
+# comparison, tuned for aiter-triton (its kernel runs no fp8-channel) and vllm
+COMPARED = ([("llama4-scout-16e", 1, "bf16"), ("llama4-maverick-128e", 1, "bf16"),
+             ("qwen3-235b-a22b", 1, "bf16"), ("deepseek-r1", 8, "bf16"),
+             ("deepseek-r1", 8, "fp8-block128"), ("deepseek-r1", 1, "fp8-block128")])
+REQUIRED_63 = tuple(
+    [(63, "vllm", m, 8, ep, dt) for m, ep, dt in COMPARED]
+    + [(63, "vllm", m, 8, 1, "fp8-channel") for m in LLAMA4]
+    + [(63, "aiter-triton", m, 8, ep, dt) for m, ep, dt in COMPARED])
+# the shapes each device's issues ask a tuned file for, by core.devices.device_tag (issues 38
+# and 41 were the H200's); a device not named: issue 63's
+REQUIRED_BY_DEVICE = {"h200": REQUIRED}
 DEVICE = "NVIDIA H200"
+
+
+def required_for(device: str) -> tuple:
+    """The required shapes of `device` (REQUIRED_BY_DEVICE, else REQUIRED_63)."""
+    from ..core.devices import device_tag
+    return REQUIRED_BY_DEVICE.get(device_tag(device), REQUIRED_63)
 INVENTORY_COLUMNS = ["issue", "backend", "model", "sharding", "dtype", "file", "keys",
                      "missing_keys", "run", "run_status", "candidates", "written", "commit",
                      "holds_grid", "near_keys"]
@@ -137,8 +155,8 @@ def _word(word: str) -> list[str]:
     return parts
 
 
-def left(mode: str, backends=None, data_dir=None, configs_dir=None,
-         required=REQUIRED, runs=None) -> list[str]:
+def left(mode: str, device: str = DEVICE, backends=None, data_dir=None, configs_dir=None,
+         required=None, runs=None) -> list[str]:
     """The GPU work left on the required shapes, as SHAPES words (the device scripts'
     default, so the same command resumes until nothing is left). `tune`: the shapes whose
     file does not hold the grid, searches already started first (they resume). `sweep`:
@@ -153,19 +171,20 @@ def left(mode: str, backends=None, data_dir=None, configs_dir=None,
         raise UsageError(f"left: mode is tune or sweep, not {mode!r}")
     if isinstance(backends, str):  # one name (was read as a string to find names in)
         backends = (backends,)
-    required = _required(required, "left")
-    known = sorted({r[1] for r in REQUIRED + required})
+    required = _required(required_for(device) if required is None else required, "left")
+    known = sorted({r[1] for r in REQUIRED + REQUIRED_63 + required})
     bad = [b for b in backends or () if b not in known]
     if bad:  # was: nothing left, and a device script that had nothing to do
         raise UsageError(f"left: backends {', '.join(map(repr, bad))} not among the required "
                          f"shapes' ({', '.join(known)})")
     _folders("left", data_dir=data_dir, configs_dir=configs_dir)  # was: every shape left, or none
     root = Path(data_dir) if data_dir is not None else default_data()
-    inv = inventory(configs_dir, required=required, data_dir=root)
+    inv = inventory(configs_dir, device, required=required, data_dir=root)
     todo = [(x, shape_word(b, m, tp, ep, dt)) for x, (_, b, m, tp, ep, dt)
             in zip(inv.to_dict("records"), required) if backends is None or b in backends]
     if mode == "tune":
-        started = [w for x, w in todo if not x["holds_grid"] and (root / _search_run(w)).is_dir()]
+        started = [w for x, w in todo
+                   if not x["holds_grid"] and (root / _search_run(w, device)).is_dir()]
         return started + [w for x, w in todo if not x["holds_grid"] and w not in started]
     from .published import published_pairs
     runs = find_runs(root) if runs is None else list(runs)
@@ -185,10 +204,11 @@ def shape_pairs(pairs: pd.DataFrame, pub: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([pairs, pub[pub["backend"] == "vllm"]])
 
 
-def _search_run(word: str) -> str:
-    """The run folder of a shape's search, as scripts/device_tune.sh names it."""
+def _search_run(word: str, device: str) -> str:
+    """The run folder of a shape's search on `device`, as scripts/device_tune.sh names it."""
+    from ..core.devices import device_tag
     b, m, tp, ep, dt = word.split(":")
-    return f"h200-tune-{b}-{m}-tp{tp}{'' if ep == '1' else f'ep{ep}'}-{dt}"
+    return f"{device_tag(device)}-tune-{b}-{m}-tp{tp}{'' if ep == '1' else f'ep{ep}'}-{dt}"
 
 
 def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:

@@ -52,6 +52,7 @@ from __future__ import annotations
 import itertools
 
 from ..core.config_files import nearest, read_table, write_table  # noqa: F401 (the file format)
+from ..core.devices import file_device_name
 
 SMEM_BYTES = 227 * 1024  # Hopper (H100/H200): the most shared memory one block can have
 REGISTERS_PER_THREAD = 255  # the most registers a thread can hold (sm_90)
@@ -79,7 +80,7 @@ FINE_KEYS = ("GROUP_SIZE_M", "num_stages", "num_warps", "BLOCK_SIZE_N", "BLOCK_S
 def file_stem(local_experts: int, inter: int, device_name: str, dtype: str = "bf16") -> str:
     """vLLM's name; fp8 schemes add `,dtype=fp8_w8a8` and blocks `,block_shape=[128,128]`
     (vLLM's get_config_file_name), so bf16 and fp8 tunings never share a file."""
-    stem = f"E={local_experts},N={inter},device_name={device_name.replace(' ', '_')}"
+    stem = f"E={local_experts},N={inter},device_name={file_device_name(device_name)}"
     if dtype.startswith("fp8"):
         stem += ",dtype=fp8_w8a8" + (",block_shape=[128,128]" if dtype == "fp8-block128" else "")
     return stem

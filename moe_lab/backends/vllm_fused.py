@@ -73,6 +73,7 @@ from pathlib import Path
 
 import torch
 
+from ..core.devices import file_device_name
 from ..core.environment import vllm_device_code
 from . import Backend, Weights, register
 from ._triton_configs import FINE_KEYS, file_stem, gemm_space, is_coarse, nearest
@@ -175,11 +176,7 @@ def config_choice(problem, fm=None) -> str:
     return "default"
 
 
-def vllm_device_name(device_name: str) -> str:
-    """The device part of vLLM's config file names (`get_config_file_name`): spaces as _,
-    and any H200 of the family (H200 NVL, ...) NVIDIA_H200."""
-    name = str(device_name).replace(" ", "_")
-    return "NVIDIA_H200" if "H200" in name.split("_") else name
+vllm_device_name = file_device_name  # the device part of vLLM's config file names
 
 
 def config_file_name(problem, device_name: str) -> str:

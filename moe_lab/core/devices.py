@@ -101,6 +101,35 @@ def device_slug(device_name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")
 
 
+def device_tag(device_name: str) -> str:
+    """The short name a device's runs are prefixed with (`h200-vllm-...`, `h100-tune-...`):
+    its vendor spec's key up to the first '-' ('NVIDIA H200' -> 'h200', 'NVIDIA H100 80GB
+    HBM3' -> 'h100', 'AMD Instinct MI300X' -> 'mi300x'), else its slug (a GPU with no spec,
+    e.g. 'NVIDIA H100 PCIe' -> 'nvidia-h100-pcie': never another GPU's tag)."""
+    spec = spec_for(device_name)
+    key = spec_key(spec) if spec is not None else None
+    return key.split("-")[0] if key else device_slug(device_name)
+
+
+def file_device_name(device_name: str) -> str:
+    """The device part of a tuned file's name, vLLM's (`get_config_file_name`): spaces as
+    '_', and any H200 of the family (H200 NVL, ...) 'NVIDIA_H200'. An H100 SXM is
+    'NVIDIA_H100_80GB_HBM3', what torch names it (vLLM also ships files named 'NVIDIA_H100',
+    which its lookup never reads on that GPU)."""
+    name = str(device_name).replace(" ", "_")
+    return "NVIDIA_H200" if "H200" in name.split("_") else name
+
+
+def shell_vars(device_name: str) -> str:
+    """What the device scripts know of the GPU found, as shell assignments: GPU_NAME,
+    DEVICE_SLUG (data/ceilings/<slug>.json, data/configs/<slug>/), DEVICE_TAG (the runs'
+    prefix) and FILE_DEVICE (the device part of a tuned file's name)."""
+    import shlex
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in (
+        ("GPU_NAME", device_name), ("DEVICE_SLUG", device_slug(device_name)),
+        ("DEVICE_TAG", device_tag(device_name)), ("FILE_DEVICE", file_device_name(device_name))))
+
+
 def spec_for(device_name: str) -> DeviceSpec | None:
     """The vendor spec for a torch device name (or a DEVICE_SPECS key); None if unknown."""
     if device_name in DEVICE_SPECS:
