@@ -47,7 +47,22 @@ t0=$(date +%s)
 echo "setup: installing moe-lab (editable) with [$extras]: pandas, pyarrow, matplotlib, tqdm," \
      "jupyterlab, nbclient, nbconvert, ipykernel, papermill$([ "$extras" != notebooks ] && echo ', pytest, amd-aiter (its Triton kernels), triton')" \
      "(1-2 minutes on a fresh machine, seconds when present)"
-pip_q -e ".[$extras]"
+if ! pip_q -e ".[$extras]"; then
+  # no package index (the lent GPU machines have none): where the image already has what
+  # the main job imports, moe-lab runs from this working tree (`python -m moe_lab`), its
+  # `moe-lab` command registered offline; the notebook tools are what is missing then
+  if "$PY" -c "import pandas, pyarrow, matplotlib, tqdm, numpy, scipy" 2>/dev/null; then
+    "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps \
+      --no-build-isolation -e . >/dev/null 2>&1 || true
+    echo "setup: could not install [$extras] (no package index?): running moe-lab from this" \
+         "checkout with the installed pandas, pyarrow, matplotlib, tqdm, numpy and scipy;" \
+         "$("$PY" -c 'import papermill, jupyterlab' 2>/dev/null && echo 'the notebook tools are here' || echo 'no notebook tools (jupyterlab, papermill): `moe-lab report` needs them')"
+  else
+    echo "setup: could not install moe-lab [$extras] and this Python lacks its runtime" \
+         "packages (pandas, pyarrow, matplotlib, tqdm, numpy, scipy): install them, then run this again" >&2
+    exit 2
+  fi
+fi
 # aiter's Triton kernels need triton and a GPU; ROCm/CUDA torch builds bring their own
 # triton. A CPU machine's main job has nothing to run it on (the test extra brings it for
 # the tests, which run the kernels in Triton's interpreter): no 1 GB download for nothing.

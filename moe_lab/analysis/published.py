@@ -32,7 +32,7 @@ from ..cost import ledger as lg
 from ..storage.rows import deployed_rows, published_rows, vllm_named
 from . import metrics
 from .targets import METRIC_COLUMNS
-from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _history, _names,
+from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _history, _paths,
                           _provenance)
 from ..core.validate import frames
 
@@ -149,12 +149,11 @@ def _same_config(configs_dir, runs_dir, device, backend, model, tp, ep, dtype,
     from ..core.config_files import nearest
     from ..storage.store import data_dir
     try:
-        name = _names(backend, model, int(tp), int(ep), dtype, device)["gemm1"]
-        folder = _configs_dir(configs_dir, device) / backend
-        ours = nearest(_table(str(folder / name), (folder / name).stat().st_mtime_ns),
-                       int(tokens))
-        prov = folder / "provenance.json"
-        run = (_provenance(str(prov), prov.stat().st_mtime_ns).get(name) or {}).get("run")
+        f1 = _paths(backend, model, int(tp), int(ep), dtype, device,
+                    _configs_dir(configs_dir, device))["gemm1"]
+        ours = nearest(_table(str(f1), f1.stat().st_mtime_ns), int(tokens))
+        prov = f1.parent / "provenance.json"
+        run = (_provenance(str(prov), prov.stat().st_mtime_ns).get(f1.name) or {}).get("run")
     except Exception:  # noqa: BLE001 - a backend or file this checkout does not have
         return None
     f = Path(runs_dir or data_dir()) / str(run) / "candidates.parquet"

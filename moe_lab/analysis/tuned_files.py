@@ -40,7 +40,7 @@ from ..storage.rows import deployed_rows, published_rows
 from . import metrics
 from .targets import METRIC_COLUMNS
 from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _history, _names,
-                          _required)
+                          _paths, _required)
 from .tuned_roof import FROM_TOKENS, roof_from  # noqa: F401 (findings and the notebooks read it here)
 
 SEEDS = SEED_MODELS  # core.problems' (was a second, reordered copy of the four names)
@@ -95,15 +95,15 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
     runs = Path(data_dir) if data_dir is not None else default_data()
     rows = []
     for issue, backend, model, tp, ep, dtype in required:
-        names = _names(backend, model, tp, ep, dtype, device)
-        folder = root / backend
-        prov = read_json(folder / "provenance.json").get(names["gemm1"]) or {}
+        paths = _paths(backend, model, tp, ep, dtype, device, root)
+        prov = read_json(paths["gemm1"].parent / "provenance.json").get(
+            paths["gemm1"].name) or {}
         keys, found = set(TUNE_TOKENS), True
-        for name in names.values():
-            if not (folder / name).is_file():  # missing: no keys from it
+        for p in paths.values():
+            if not p.is_file():  # missing: no keys from it
                 keys, found = set(), False
                 continue
-            keys &= set(read_table(folder / name))  # malformed: CorruptFile, not "missing"
+            keys &= set(read_table(p))  # malformed: CorruptFile, not "missing"
         run = str(prov.get("run") or "")
         man = read_json(runs / run / "manifest.json") if run else {}
         status = str(man.get("status") or "")
@@ -111,7 +111,7 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
         missing = [t for t in TUNE_TOKENS if t not in keys]
         rows.append(dict(
             issue=issue, backend=backend, model=model, sharding=sharding_name(tp, ep),
-            dtype=dtype, file=names["gemm1"] if found else "", keys=len(keys),
+            dtype=dtype, file=paths["gemm1"].name if found else "", keys=len(keys),
             missing_keys=", ".join(map(str, missing)), run=run, run_status=status,
             candidates=prov.get("candidates_timed"), written=str(prov.get("written") or "")[:10],
             commit=str(prov.get("git_commit") or "")[:7],

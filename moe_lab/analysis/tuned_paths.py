@@ -19,9 +19,15 @@ import pandas as pd
 
 @functools.lru_cache(maxsize=256)
 def _names(backend, model, tp, ep, dtype, device) -> dict:
-    from .. import backends
+    """{stage: file name} (storage.configs.tuned_file_paths': the one composition)."""
+    return {s: p.name for s, p in _paths(backend, model, tp, ep, dtype, device, None).items()}
+
+
+def _paths(backend, model, tp, ep, dtype, device, configs_dir) -> dict:
+    """{stage: path} of a shape's tuned files on a device (storage.configs.tuned_file_paths)."""
     from ..core.problems import make_problem
-    return backends.get(backend).config_files(make_problem(model, 1, dtype, tp, ep), device)
+    from ..storage.configs import tuned_file_paths
+    return tuned_file_paths(backend, make_problem(model, 1, dtype, tp, ep), device, configs_dir)
 
 
 def _folders(who: str, **given) -> None:

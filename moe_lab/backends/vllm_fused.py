@@ -48,8 +48,8 @@ or `default`, and the vLLM version; the sweep puts both on the row (`config_file
 Tuning (`moe-lab tune --backend vllm`): moe_lab.measuring.tuning's search over the space of
 moe_lab.backends._triton_configs (aiter-triton's), one stage; the default it times is
 vLLM's own choice for the key (shipped file or get_default_config); the winners are written
-as `E=<local experts>,N=<I per rank>,device_name=NVIDIA_H200[,dtype=fp8_w8a8]
-[,block_shape=[128,128]].json`, vLLM's name and format (vLLM names every H200 of the family
+as `E=<local experts>,N=<I per rank>,device_name=<the device, vLLM's name>[,dtype=fp8_w8a8]
+[,block_shape=[128,128]].json`, vLLM's name and format (core.devices.file_device_name: vLLM names every H200 of the family
 NVIDIA_H200). vLLM's name does not tell fp8-tensor from fp8-channel: one file serves both.
 
 Schemes, through vLLM's quant config (`fp8_w8a8_moe_quant_config`), with moe-lab's scales

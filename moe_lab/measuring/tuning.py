@@ -338,7 +338,7 @@ class Tuner(StageSearch):
         """Time the committed winner of every key beside this search's candidates, and
         report the correct candidates faster than it by more than VERIFY_MARGIN (checked
         fastest first, at most VERIFY_SHOWN of them; `timed_faster` counts them all)."""
-        from ..storage.configs import load_tuned, nearest
+        from ..storage.configs import load_tuned, nearest, tuned_file_paths
         committed = load_tuned(self.backend_name, sh.first, self.device_name, self.configs_dir)
         self._at(sh, "verify", "committed winners", sh.keys)
         rows = []
@@ -351,8 +351,8 @@ class Tuner(StageSearch):
                        git_commit=self.git_commit, device=self.device_name,
                        measured_at=now_iso(), faster=0, timed_faster=0)
             if committed is None:
-                names = self.backend.config_files(prob, self.device_name)
-                rows.append(dict(row, verdict=f"no committed file {names[self.stages[0]]}"))
+                p = tuned_file_paths(self.backend_name, prob, self.device_name, self.configs_dir)
+                rows.append(dict(row, verdict=f"no committed file {p[self.stages[0]].name}"))
                 continue
             full = {s: nearest(tbl, T) for s, tbl in committed.items()}
             row["committed_config"] = _js(full)

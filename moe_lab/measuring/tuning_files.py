@@ -20,6 +20,7 @@ from pathlib import Path
 from ..core.environment import now_iso
 from ..core.errors import UsageError
 from ..core.problems import Problem
+from ..storage.configs import tuned_file_paths
 
 
 SHAPE = ("model", "tp", "ep", "ep_rank", "dtype")  # a file's shape: winners' columns
@@ -80,8 +81,9 @@ def refuse_dropping(tuner, shards) -> None:
         shape = {k: shard[0].key()[k] for k in SHAPE}
         keys = {int(p.tokens) for p in shard}  # and the run's winners of earlier commands
         keys |= {int(r["tokens"]) for r in old if all(r.get(k) == v for k, v in shape.items())}
-        names = tuner.backend.config_files(shard[0], tuner.device_name)
-        for name in dict.fromkeys(names.values()):  # gemm1's first; one name once
+        paths = tuned_file_paths(tuner.backend_name, shard[0], tuner.device_name,
+                                 tuner.configs_dir)
+        for name in dict.fromkeys(p.name for p in paths.values()):  # gemm1's first; once
             files[name] = files.get(name, set()) | keys
         wanted |= keys
     lost = dropped_keys(folder, files, tuner.run_dir.name, read_provenance(folder))
@@ -107,11 +109,11 @@ def write_files(tuner, winners) -> list[Path]:
         for r in g.itertuples():
             for stage, cfg in json.loads(r.config).items():
                 tables.setdefault(stage, {})[int(r.tokens)] = cfg
-        names = tuner.backend.config_files(prob, tuner.device_name)
+        paths = tuned_file_paths(tuner.backend_name, prob, tuner.device_name, tuner.configs_dir)
         timed = int(g["candidates_timed"].fillna(0).sum()) \
             if "candidates_timed" in g.columns else None
         for stage, table in tables.items():
-            p = folder / names[stage]
+            p = paths[stage]
             written.append((p, json_text(table_json(table))))
             shard_of[p.name] = (sorted(table), timed)
     lost = dropped_keys(folder, {n: k for n, (k, _) in shard_of.items()},

@@ -23,18 +23,29 @@ class ConfigTables(dict):
         self.files = {k: Path(v) for k, v in files.items()}
 
 
-def load_tuned(backend: str, problem: Problem, dev_name: str, configs_dir) -> dict | None:
-    """{stage: {M: config}} from the tuned files for this shard, None when there are none."""
-    be = backends.backend_class(backend)
-    if not be.tunable:
+def tuned_file_paths(backend: str, problem: Problem, dev_name: str, configs_dir=None
+                     ) -> dict[str, Path]:
+    """{stage: path} of the tuned files of a backend for a shard on a device: the one place
+    a tuned file's path is composed, for every reader and writer (sweep --config tuned,
+    tune, the inventory, the device scripts): `<configs_dir>/<backend>/<name>`, configs_dir
+    by default data/configs/<device-slug> (configs_dir_for), the name the backend's own
+    project reads on that device (Backend.config_files: vLLM's, e.g.
+    `E=16,N=1024,device_name=NVIDIA_H100_80GB_HBM3.json` on an 'NVIDIA H100 80GB HBM3')."""
+    folder = (Path(configs_dir) if configs_dir is not None else configs_dir_for(dev_name)) / backend
+    return {stage: folder / name
+            for stage, name in backends.get(backend).config_files(problem, dev_name).items()}
+
+
+def load_tuned(backend: str, problem: Problem, dev_name: str, configs_dir=None) -> dict | None:
+    """{stage: {M: config}} from the tuned files for this shard (tuned_file_paths), None
+    when there are none."""
+    if not backends.backend_class(backend).tunable:
         return None
-    names = be().config_files(problem, dev_name)
-    folder = Path(configs_dir) / backend
-    if not (folder / names["gemm1"]).exists():
+    paths = tuned_file_paths(backend, problem, dev_name, configs_dir)
+    if not paths["gemm1"].exists():
         return None
     tables, files = {}, {}
-    for stage, name in names.items():
-        p = folder / name
+    for stage, p in paths.items():
         tables[stage] = read_table(p) if p.exists() else tables["gemm1"]
         files[stage] = p if p.exists() else files["gemm1"]
     return ConfigTables(tables, files)
@@ -56,7 +67,7 @@ def check_configs_dir(configs_dir, backend: str, shards=None, dev_name: str = ""
     read_json(folder / "provenance.json")  # CorruptFile naming it
     for shard in shards or ():
         if load_tuned(backend, shard[0], dev_name, configs_dir) is None:
-            name = backends.get(backend).config_files(shard[0], dev_name)["gemm1"]
+            name = tuned_file_paths(backend, shard[0], dev_name, configs_dir)["gemm1"].name
             raise UsageError(f"--verify: no committed file {name} under {folder} for "
                              f"{shard[0].model.name} {shard[0].sharding} {shard[0].dtype}: "
                              "nothing to check (tune it first)")
@@ -114,12 +125,10 @@ def config_for(backend: str, config: str, problem: Problem, dev_name: str):
     if config == "default" or not backends.backend_class(backend).tunable:
         return None, ""
     if config == "tuned":
-        folder = configs_dir_for(dev_name)
-        table = load_tuned(backend, problem, dev_name, folder)
+        table = load_tuned(backend, problem, dev_name)
         if table is None:
-            names = backends.get(backend).config_files(problem, dev_name)
-            return None, (f"no tuned configuration {names['gemm1']} under "
-                          f"{_shown(folder / backend)}: "
+            p = tuned_file_paths(backend, problem, dev_name)["gemm1"]
+            return None, (f"no tuned configuration {p.name} under {_shown(p.parent)}: "
                           f"run `moe-lab tune --backend {backend}` for this shape first")
         return table, ""
     table = read_config_path(backend, config)
