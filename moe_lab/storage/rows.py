@@ -13,6 +13,8 @@ import math
 import numbers as _numbers
 from dataclasses import dataclass
 
+from ..core.devices import file_device_name
+
 NAN = math.nan
 
 
@@ -179,7 +181,7 @@ def published_rows(df):
     def col(c):
         return df[c].fillna("").astype(str) if c in df else pd.Series("", index=df.index)
     cfg, used, dev = col("config"), col("config_file"), col("device")
-    own = [c == "default" and vllm_named(u) and f"device_name={d.replace(' ', '_')}" in u
+    own = [c == "default" and vllm_named(u) and f"device_name={file_device_name(d)}" in u
            for c, u, d in zip(cfg, used, dev)]
     return pd.Series([vllm_named(c) or o for c, o in zip(cfg, own)], index=df.index, dtype=bool)
 
