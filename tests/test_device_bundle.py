@@ -581,6 +581,66 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     assert rc != 0 and "verify takes no default" in out and not calls
 
 
+def test_on_an_h100_the_runs_files_and_vllms_unread_files_follow_the_device(tmp_path, monkeypatch):
+    """The lent H100 (issue 63): device_vllm.sh names its runs h100-vllm-*, measures its
+    ceilings, runs aiter-triton tuned nowhere (no H100 file committed), times vllm with
+    vLLM's own files for the GPU that its lookup never reads there (Scout bf16 and Maverick
+    fp8-channel: `device_name=NVIDIA_H100`), never one it reads or another GPU's; tune
+    hands device_tune.sh the H100's required shapes (vllm first), into h100-tune-* runs."""
+    import shutil
+    for p in _parts(tmp_path, monkeypatch):
+        _call(tmp_path, [p])
+    fake, repo = _dry_repo(tmp_path)
+    pub = tmp_path / "published"
+    pub.mkdir()
+    unread = ["E=16,N=1024,device_name=NVIDIA_H100.json",
+              "E=128,N=1024,device_name=NVIDIA_H100,dtype=fp8_w8a8.json"]
+    for n in unread + ["E=128,N=192,device_name=NVIDIA_H100_80GB_HBM3.json",  # it reads this
+                       "E=16,N=1024,device_name=NVIDIA_H200.json",
+                       "E=16,N=1024,device_name=NVIDIA_H100_PCIe.json"]:
+        (pub / n).write_text('{"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, '
+                             '"GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}}')
+    log = tmp_path / "dry.log"
+    env = dict(os.environ, AITER_SITE=str(tmp_path / "aiter-site"),
+               PATH=f"{fake}{os.pathsep}{os.environ['PATH']}", DRY_LOG=str(log),
+               DRY_GPU="NVIDIA H100 80GB HBM3", PUBLISHED=str(pub),
+               REAL_PY=sys.executable, VLLM_PARTS=str(tmp_path / "none"),
+               VLLM_STAGE=str(tmp_path / "stage"), VLLM_SITE=str(tmp_path / "site"),
+               VLLM_STANDINS=str(tmp_path / "standins"), VLLM_RUNSTAGE=str(tmp_path / "runstage"),
+               TUNE_STAGE=str(tmp_path / "tunestage"), MOE_LAB_GIT_COMMIT="abc1234",
+               MOE_LAB_DATA=str(tmp_path / "no-runs"))
+
+    def call(mode):
+        out = tmp_path / f"out-{mode}"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        log.write_text("")
+        r = subprocess.run(["bash", "scripts/device_vllm.sh", mode], cwd=repo, timeout=600,
+                           env=dict(env, OUT=str(out)), capture_output=True, text=True)
+        return r.returncode, r.stdout + r.stderr, out, log.read_text().splitlines()
+    rc, out, where, calls = call("sweep")
+    assert rc == 0 and "1 x NVIDIA H100 80GB HBM3: runs h100-*" in out, out[-3000:]
+    runs = {c.split("--run-id ")[1].split()[0] for c in calls}
+    assert runs == {"h100-vllm-bf16-tp8", "h100-vllm-bf16-tp8ep8", "h100-vllm-fp8-block128-tp8",
+                    "h100-vllm-fp8-block128-tp8ep8", "h100-vllm-fp8-channel-tp8"}
+    assert not [c for c in calls if "--config tuned" in c or "default,tuned" in c]
+    files = sorted((c.split("--run-id ")[1].split()[0], c.split("--models ")[1].split()[0],
+                    c.split("--config ")[1].split()[0].rsplit("/", 1)[1])
+                   for c in calls if f"--config {pub}" in c)
+    assert files == [("h100-vllm-bf16-tp8", "llama4-scout-16e", unread[0]),
+                     ("h100-vllm-fp8-channel-tp8", "llama4-maverick-128e", unread[1])]
+    assert all("--backends vllm " in c for c in calls if f"--config {pub}" in c)
+    with tarfile.open(where / "bundle.tar.gz") as t:
+        assert "bundle/logs/ceilings.log" in t.getnames()  # measured (here: no GPU, refused)
+    rc, out, where, calls = call("tune")
+    from moe_lab.analysis.tuned_files import REQUIRED_63
+    tunes = [c for c in calls if " tune " in c]
+    assert rc == 0 and len(tunes) == len(REQUIRED_63), out[-3000:]
+    assert [c.split("--backend ")[1].split()[0] for c in tunes] == sorted(
+        (r[1] for r in REQUIRED_63), key=lambda b: b != "vllm")
+    assert all(c.split("--run-id ")[1].split()[0].startswith("h100-tune-") for c in tunes)
+
+
 @pytest.mark.parametrize("script,mode", [("device_tune.sh", "tune"), ("device_tune.sh", "sweep"),
                                          ("device_tune.sh", "verify"), ("device_vllm.sh", "sweep"),
                                          ("device_vllm.sh", "tune")])
