@@ -10,7 +10,7 @@ import torch
 from moe_lab.cli import main
 from moe_lab.core.problems import PRESETS, make_problem
 from moe_lab import backends
-from moe_lab.core.devices import DEVICE_SPECS, DeviceSpec, ceilings_for, spec_for
+from moe_lab.core.devices import DEVICE_SPECS, DeviceSpec, ceilings_for, device_slug, spec_for
 from moe_lab.cost.roofline import (Cost, add_roofline_columns, bound, cost, expected_experts_hit,
                               floor_us, intensity, ridge_intensity, roof_bandwidth, roof_basis)
 from moe_lab.core.routing import make_routing
@@ -303,3 +303,87 @@ def test_backend_intermediates_under_ep_count_local_pairs_and_all_slots():
     assert tri.inter_bytes == 2 * T * k * (2 * I + I + H) * 2
     # the expectation (no ids) is T*k/ep pairs; a row's exact count overrides it
     assert cost(p).pairs == T * k / 4 and cost(p, pairs=local).flops == ideal.flops
+
+
+# --- `roofline` without --device-spec: the ceilings follow the data ------------------------
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _ceilings_of(tmp_path, *names: str) -> Path:
+    """A ceilings folder holding the committed H200 file as measured by each device named
+    (the H100's: the same numbers relabelled), and nothing else."""
+    d = tmp_path / "ceilings"
+    d.mkdir()
+    for name in names:
+        obj = json.loads(H200_FILE.read_text())
+        slug = device_slug(name)
+        obj["device"].update(name=name, slug=slug)
+        obj["manifest"]["device_name"] = name
+        (d / f"{slug}.json").write_text(json.dumps(obj))
+    return d
+
+
+def _default_tables(capsys, monkeypatch, ceilings: Path, gpu: str | None) -> tuple[int, list, str]:
+    """`roofline` with no --device-spec, `ceilings` as data/ceilings, `gpu` the GPU present
+    (None: none): (exit code, the tables' header lines, stderr)."""
+    import moe_lab.core.devices as core_devices
+    monkeypatch.setattr(core_devices, "DEFAULT_CEILINGS_DIR", ceilings)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu is not None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: gpu)
+    rc = main(["roofline", "--model", "deepseek-r1", "--tokens", "1,64", "--tp", "8"])
+    out, err = capsys.readouterr()
+    heads = [ln for ln in out.splitlines() if ln.startswith("# ") and " [" in ln]
+    return rc, heads, err
+
+
+@pytest.mark.parametrize("measured, other", [(H100, "H200"), ("NVIDIA H200", "H100")])
+def test_without_a_gpu_the_default_is_each_device_with_measured_ceilings(
+        capsys, monkeypatch, tmp_path, measured, other):
+    rc, heads, _ = _default_tables(capsys, monkeypatch, _ceilings_of(tmp_path, measured), None)
+    assert rc == 0 and len(heads) == 1
+    assert heads[0].startswith(f"# {measured} [measured]: ") and other not in heads[0]
+
+
+def test_without_a_gpu_two_measured_devices_give_two_tables(capsys, monkeypatch, tmp_path):
+    rc, heads, _ = _default_tables(capsys, monkeypatch,
+                                   _ceilings_of(tmp_path, H100, "NVIDIA H200"), None)
+    assert rc == 0
+    assert [h.split(" [")[0] for h in heads] == [f"# {H100}", "# NVIDIA H200"]
+    assert all("[measured]" in h for h in heads)
+
+
+def test_without_a_gpu_or_measured_ceilings_it_says_so_and_exits_2(capsys, monkeypatch, tmp_path):
+    rc, heads, err = _default_tables(capsys, monkeypatch, _ceilings_of(tmp_path), None)
+    assert rc == 2 and not heads
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "no measured ceilings" in lines[0] and "--device-spec" in lines[0]
+
+
+@pytest.mark.parametrize("files, source", [((), "vendor"), (("NVIDIA H200",), "vendor"),
+                                           ((H100,), "measured")])
+def test_with_a_gpu_the_default_is_that_gpu(capsys, monkeypatch, tmp_path, files, source):
+    # the H200's measured file never stands in for the H100 present
+    rc, heads, _ = _default_tables(capsys, monkeypatch, _ceilings_of(tmp_path, *files), H100)
+    assert rc == 0 and len(heads) == 1
+    name = H100 if source == "measured" else DEVICE_SPECS["h100-sxm"].name
+    assert heads[0].startswith(f"# {name} [{source}]: ") and "H200" not in heads[0]
+
+
+def test_an_explicit_device_spec_wins_over_the_data(capsys, monkeypatch, tmp_path):
+    import moe_lab.core.devices as core_devices
+    monkeypatch.setattr(core_devices, "DEFAULT_CEILINGS_DIR", _ceilings_of(tmp_path, H100))
+    assert main(["roofline", "--model", "deepseek-r1", "--tokens", "1", "--device-spec",
+                 "h200-sxm"]) == 0
+    heads = [ln for ln in capsys.readouterr().out.splitlines() if " [" in ln]
+    assert heads == [f"# {DEVICE_SPECS['h200-sxm'].name} [vendor]: "
+                     "peak 4.8 TB/s, gemm 989.4 TFLOP/s (vendor)"]
+
+
+def test_help_says_what_the_device_spec_defaults_to():
+    from moe_lab.cli import build_parser
+    sub = next(a for a in build_parser(["roofline"])._actions
+               if a.__class__.__name__ == "_SubParsersAction")
+    text = " ".join(sub.choices["roofline"].format_help().split())
+    assert "default: the GPU present" in text and "with no GPU, one table per device" in text
+    assert "h200-sxm)" not in text  # the old fixed default

@@ -2,12 +2,15 @@
 
 No GPU needed: expected experts hit under uniform routing, FLOPs, bytes, intensity and
 the roofline floor on a vendor spec (or measured ceilings, given a device name with a
-file in data/ceilings/).
+file in data/ceilings/). Without --device-spec the ceilings follow the data: the GPU
+present (its measured ceilings, else its vendor spec); with none, one table per device
+whose measured ceilings are committed in data/ceilings/ (default_ceilings).
 
 (Heavy imports live in run(): the CLI's --help must not load torch or pandas.)"""
 from __future__ import annotations
 
 from ..core.constants import FP8_SCHEMES
+from ..core import devices
 from ..core.devices import DEVICE_SPECS, Ceilings, ceilings_for
 from ..core.errors import UsageError
 from . import options
@@ -26,6 +29,28 @@ def resolve_ceilings(text: str) -> Ceilings:
     except UsageError:
         raise UsageError(f"unknown device spec {text!r}; valid: {', '.join(DEVICE_SPECS)} "
                          "(or a torch device name such as 'NVIDIA H200')") from None
+
+
+def default_ceilings() -> list[Ceilings]:
+    """What --device-spec defaults to: the ceilings of the GPU present (measured ones from
+    data/ceilings/<slug>.json when committed, else its vendor spec); with no GPU, those of
+    each device with measured ceilings committed there (core.devices.measured_device_names),
+    in name order. UsageError (one line naming --device-spec) when there is neither."""
+    import torch
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        try:
+            return [ceilings_for(name)]
+        except UsageError:
+            raise UsageError(f"the GPU here, {name!r}, has no measured ceilings and no vendor "
+                             f"spec: give --device-spec (one of {', '.join(DEVICE_SPECS)})"
+                             ) from None
+    names = devices.measured_device_names()
+    if not names:
+        raise UsageError(f"no GPU here and no measured ceilings in {devices.DEFAULT_CEILINGS_DIR}: "
+                         f"give --device-spec (one of {', '.join(DEVICE_SPECS)}, or a torch "
+                         "device name)")
+    return [ceilings_for(n) for n in names]
 
 
 def floor_rows(model: str, tokens: list[int], ceil: Ceilings, dtype: str = "bf16",
@@ -55,8 +80,12 @@ def configure(parser) -> None:
     parser.add_argument("--ep", type=int, default=1, help="expert parallel size (== tp when > 1)")
     parser.add_argument("--dtype", default="bf16", help="bf16, fp16 or an fp8 scheme: fp8-tensor, "
                         "fp8-channel, fp8-block128 (fp32 has no quoted peak)")
-    parser.add_argument("--device-spec", default="h200-sxm",
-                        help=f"one of {', '.join(DEVICE_SPECS)}, or a torch device name")
+    parser.add_argument("--device-spec", default=None,
+                        help=f"one of {', '.join(DEVICE_SPECS)}, or a torch device name; "
+                             "default: the GPU present (its measured ceilings from "
+                             "data/ceilings/<device>.json, else its vendor spec); with no GPU, "
+                             "one table per device with measured ceilings committed in "
+                             "data/ceilings/")
     parser.add_argument("--backend", default=None,
                         help="add this backend's declared intermediates (moe-lab backends lists "
                              "them); default: the ideal fused floor")
@@ -111,22 +140,24 @@ def run(args) -> int:
         raise UsageError("--model is required (or --annotate RUN_DIR)")
     spec = parse_model(args.model)
     tokens = parse_tokens(args.tokens)
-    ceil = resolve_ceilings(args.device_spec)
+    ceils = [resolve_ceilings(args.device_spec)] if args.device_spec else default_ceilings()
     if args.backend is not None and backends.backend_class(args.backend).intermediates is None:
         raise UsageError(f"backend {args.backend!r} declares no intermediates for the cost model")
     if args.dtype not in ("bf16", "fp16") + FP8_SCHEMES:
         raise UsageError(f"--dtype must be bf16, fp16 or {', '.join(FP8_SCHEMES)} (the matrix "
                          f"peaks quoted), not {args.dtype!r}")
     p0 = make_problem(spec, tokens[0], args.dtype, args.tp, args.ep)
-    rows = floor_rows(spec, tokens, ceil, args.dtype, args.tp, args.ep, args.backend)
     print(f"# {spec.name} {p0.sharding}: H={p0.hidden} I={p0.inter} "
           f"E={p0.local_experts}/{p0.experts} k={p0.topk} {args.dtype}; "
           f"{args.backend or 'ideal fused (no intermediates)'}; uniform routing, expected")
-    print(f"# {ceil.device} [{ceil.source}]: {roof_basis(ceil, args.dtype)}")
-    print(f"{'tokens':>7} {'experts_hit':>11} {'GFLOP':>10} {'MB':>10} "
-          f"{'FLOP/B':>8} {'floor_us':>9} {'bound':>7}")
-    for r in rows:
-        print(f"{r['tokens']:>7} {r['experts_hit']:>11.2f} {r['gflop']:>10.3f} "
-              f"{r['mbytes']:>10.2f} {r['flop_per_byte']:>8.1f} {r['floor_us']:>9.2f} "
-              f"{r['bound']:>7}")
+    for i, ceil in enumerate(ceils):  # one table per device, headed by it and its source
+        rows = floor_rows(spec, tokens, ceil, args.dtype, args.tp, args.ep, args.backend)
+        print(("\n" if i else "") + f"# {ceil.device} [{ceil.source}]: "
+              f"{roof_basis(ceil, args.dtype)}")
+        print(f"{'tokens':>7} {'experts_hit':>11} {'GFLOP':>10} {'MB':>10} "
+              f"{'FLOP/B':>8} {'floor_us':>9} {'bound':>7}")
+        for r in rows:
+            print(f"{r['tokens']:>7} {r['experts_hit']:>11.2f} {r['gflop']:>10.3f} "
+                  f"{r['mbytes']:>10.2f} {r['flop_per_byte']:>8.1f} {r['floor_us']:>9.2f} "
+                  f"{r['bound']:>7}")
     return 0

@@ -322,6 +322,16 @@ def load_ceilings_file(path: str | Path) -> dict:
     return obj
 
 
+def measured_device_names(data_dir: str | Path | None = None) -> list[str]:
+    """The devices with a measured ceilings file in `data_dir` (default: the repo's
+    data/ceilings, read when called; its history/ is not looked in): each `<slug>.json`'s
+    device name, sorted. CorruptFile (one line) for a file that is not valid."""
+    data_dir = Path(data_dir) if data_dir is not None else DEFAULT_CEILINGS_DIR
+    if not data_dir.is_dir():
+        return []
+    return sorted(load_ceilings_file(p)["device"]["name"] for p in data_dir.glob("*.json"))
+
+
 def ceilings_for(device_name: str, data_dir: str | Path | None = None) -> Ceilings:
     """Measured ceilings from `<data_dir>/<device-slug>.json` when present, else the vendor
     peaks of DEVICE_SPECS; `source` says which. data_dir defaults to the repo's
