@@ -72,7 +72,7 @@ tune_one() {  # gpu shape
               --configs-dir $CONFIGS) ;;
     sweep)
       if [ -n "${PUBLISHED:-}" ] && [ "$backend" = aiter-triton ]; then
-        pub=$(python3 -c "import sys; from moe_lab.analysis.tuned_files import published_file; print(published_file('$2', sys.argv[1]))" "$GPU_NAME" 2>/dev/null)
+        pub=$(python3 -c "import sys; from moe_lab.analysis.required import published_file; print(published_file('$2', sys.argv[1]))" "$GPU_NAME" 2>/dev/null)
         [ -n "$pub" ] && [ -f "$PUBLISHED/$pub" ] && configs="$configs,$PUBLISHED/$pub"
       fi
       args=(sweep --backends "$backend" --config "$configs" --modes graph --tokens "$TOKENS") ;;

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from moe_lab.analysis import required as rq
 
 from moe_lab.core.errors import UsageError
 
@@ -326,11 +327,16 @@ def test_one_target_is_taken_as_a_list_of_one():
     # before: ValueError (not enough values to unpack), TypeError (not iterable), or a table
     # of nothing for ()
     (lambda tf: tf.inventory(required="x"), f"inventory: required 'x': {REQUIRED_FORM}"),
-    (lambda tf: tf.inventory(required=None), f"inventory: required None: {REQUIRED_FORM}"),
+    (lambda tf: tf.inventory(device=5), "inventory: device 5: give a device name, e.g. "
+     "'NVIDIA H200', or None for every GPU device with data"),
     (lambda tf: tf.inventory(required=()), f"inventory: required (): {REQUIRED_FORM}"),
     (lambda tf: tf.inventory(required=[("a",)]), f"inventory: required holds ('a',): "
      f"{REQUIRED_FORM}"),
-    (lambda tf: tf.left("tune", required="x"), f"left: required 'x': {REQUIRED_FORM}"),
+    (lambda tf: tf.left("tune", "NVIDIA H200", required="x"),
+     f"left: required 'x': {REQUIRED_FORM}"),
+    # issue 63: the device is the caller's (was a default, the H200, on any GPU)
+    (lambda tf: tf.left("tune", None), "left: device None: give the GPU's name as torch gives "
+     "it, e.g. 'NVIDIA H200' (the device scripts pass $GPU_NAME)"),
     # before: TypeError (object of type 'NoneType' has no len())
     (lambda tf: tf.verify_runs(None), "tuned_files.verify_runs: points: give a DataFrame, not "
      "None"),
@@ -347,13 +353,15 @@ def test_one_target_is_taken_as_a_list_of_one():
      "None for any"),
     # before: vLLM's file named whatever the backend (it was never read), and for device None
     # a file 'device_name=None.json'
-    (lambda tf: tf.published_file("nope:deepseek-r1:8:8:bf16"), "published_file: word "
+    (lambda tf: rq.published_file("nope:deepseek-r1:8:8:bf16", "NVIDIA H200"),
+     "published_file: word "
      "'nope:deepseek-r1:8:8:bf16': vLLM publishes no tuning for 'nope'; give a word of "
      "aiter-triton or vllm (the kernel vLLM tunes), e.g. aiter-triton:deepseek-r1:8:8:bf16"),
-    (lambda tf: tf.published_file("torch:deepseek-r1:8:8:bf16"), "published_file: word "
+    (lambda tf: rq.published_file("torch:deepseek-r1:8:8:bf16", "NVIDIA H200"),
+     "published_file: word "
      "'torch:deepseek-r1:8:8:bf16': vLLM publishes no tuning for 'torch'; give a word of "
      "aiter-triton or vllm"),
-    (lambda tf: tf.published_file("aiter-triton:deepseek-r1:8:8:bf16", device=None),
+    (lambda tf: rq.published_file("aiter-triton:deepseek-r1:8:8:bf16", device=None),
      "published_file: device None: give a device name, e.g. 'NVIDIA H200'"),
 ])
 def test_tuned_files_arguments_of_the_wrong_kind_are_one_line(committed, call, says):
@@ -368,16 +376,19 @@ def test_tuned_files_answers_what_it_answered(committed):
     from moe_lab.analysis import tuned_files as tf
     assert len(tf.search_spread()) == len(tf.search_spread(device=None)) > 0
     assert len(tf.search_spread(backend="vllm")) > 0
-    assert len(tf.inventory(required=tf.REQUIRED[:1])) == 1
+    assert len(tf.inventory(device="NVIDIA H200", required=rq.REQUIRED[:1])) == 1
+    # required None: each device's own (the H200's: REQUIRED)
+    assert len(tf.inventory(device="NVIDIA H200")) == len(rq.REQUIRED)
     word = "deepseek-r1:8:8:bf16"
-    assert tf.published_file("aiter-triton:" + word) == tf.published_file("vllm:" + word) \
-        == "E=32,N=2048,device_name=NVIDIA_H200.json"
+    assert rq.published_file("aiter-triton:" + word, "NVIDIA H200") == rq.published_file(
+        "vllm:" + word, "NVIDIA H200") == "E=32,N=2048,device_name=NVIDIA_H200.json"
 
 
 def test_search_spread_of_a_folder_searched_on_another_device(tmp_path):
-    """The default device (the H200) where only a CPU search ran: empty, as before (the
-    notebook says no tune run records a spread); a device named that no search ran on:
-    refused naming the devices that have one."""
+    """device None: any device's searches (was the H200's alone, a module default: empty
+    where only a CPU search ran); a GPU with data in the folder but no search: empty (the
+    notebook says no tune run records a spread); a device named that has no data there:
+    refused naming the devices that have a search."""
     import json
 
     import pandas as pd
@@ -392,8 +403,12 @@ def test_search_spread_of_a_folder_searched_on_another_device(tmp_path):
                        default_us=12.0, search_best_us=9.0, search_median_us=11.0,
                        search_worst_us=30.0, search_candidates=4, git_commit="c0ffee1",
                        device="cpu")]).to_parquet(run / "winners.parquet")
-    assert tf.search_spread(root=tmp_path).empty
+    assert list(tf.search_spread(root=tmp_path)["worst_over_best"]) == [30 / 9]
     assert list(tf.search_spread(root=tmp_path, device="cpu")["worst_over_best"]) == [30 / 9]
+    (tmp_path / "sweep-h200").mkdir()  # a GPU's run, no search on it
+    (tmp_path / "sweep-h200" / "manifest.json").write_text(json.dumps(dict(
+        environment=dict(device="cuda", device_name="NVIDIA H200"))))
+    assert tf.search_spread(root=tmp_path, device="NVIDIA H200").empty
     with pytest.raises(UsageError) as exc:
         tf.search_spread(root=tmp_path, device="NVIDIA H100")
     assert str(exc.value) == (f"search_spread: device 'NVIDIA H100': no tuned point under "

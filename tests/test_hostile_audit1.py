@@ -152,7 +152,7 @@ def test_inventory_and_left_refuse_an_empty_configs_dir():
     """Before: "" read as the current folder: every shape without a file."""
     from moe_lab.analysis import tuned_files as tf
     for call, who in ((lambda: tf.inventory(""), "inventory"),
-                      (lambda: tf.left("tune", configs_dir=""), "left")):
+                      (lambda: tf.left("tune", "NVIDIA H200", configs_dir=""), "left")):
         with pytest.raises(UsageError) as exc:
             call()
         assert str(exc.value) == (f"{who}: configs_dir is empty; give a folder, or None "

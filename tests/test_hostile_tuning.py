@@ -12,12 +12,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from moe_lab.analysis import required as rq
 
 from moe_lab.cli import main
 from moe_lab.core.errors import UsageError
 from conftest import folder_tree as _tree, one_line_err as _one_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+H200 = "NVIDIA H200"  # the committed tuned files' device (issue 63: left names its device)
 MODEL = "custom:H=64,I=32,E=4,k=2"
 SWEEP = ["sweep", "--models", MODEL, "--tp", "1", "--tokens", "1,2", "--backends", "torch",
          "--dtype", "fp32", "--device", "cpu", "--no-progress", "--rep-ms", "2",
@@ -96,7 +98,7 @@ def test_a_malformed_provenance_is_said_not_read_as_no_search(configs):
     device scripts would have searched them again)."""
     from moe_lab.analysis import tuned_files as tf
     (configs / "vllm" / "provenance.json").write_text('{"E=16,N=1024')
-    for call in (lambda: tf.inventory(configs), lambda: tf.left("tune", configs_dir=configs)):
+    for call in (lambda: tf.inventory(configs), lambda: tf.left("tune", H200, configs_dir=configs)):
         with pytest.raises(UsageError, match="vllm/provenance.json is unreadable or corrupt"):
             call()
 
@@ -135,11 +137,14 @@ def test_a_config_file_whose_keys_are_not_token_counts_is_refused(tmp_path, caps
      "left: data_dir /nonexistent/runs is not a folder"),
     (dict(mode="tune", configs_dir="/nonexistent/configs"),  # was every shape
      "left: configs_dir /nonexistent/configs is not a folder"),
+    (dict(mode="tune", device=""),  # issue 63: no default device (was the H200's, on any GPU)
+     "left: device '': give the GPU's name as torch gives it, e.g. 'NVIDIA H200' (the device "
+     "scripts pass $GPU_NAME)"),
 ])
 def test_left_refuses_what_it_cannot_answer(kw, says):
     from moe_lab.analysis import tuned_files as tf
     with pytest.raises(UsageError) as exc:
-        tf.left(**kw)
+        tf.left(**{"device": H200, **kw})
     assert str(exc.value) == says
 
 
@@ -152,9 +157,9 @@ def test_left_of_one_backend_given_as_a_string_is_that_backend_only(configs):
             f.unlink()
     # aiter-triton's shapes are left here: a filter that let them in would fail the all()
     # below (the silu ones may all be complete: `got` empty is then the answer)
-    assert tf.left("tune", backends=("aiter-triton",), configs_dir=configs)
-    got = tf.left("tune", backends="aiter-triton-silu", configs_dir=configs)
-    assert got == tf.left("tune", backends=("aiter-triton-silu",), configs_dir=configs)
+    assert tf.left("tune", H200, backends=("aiter-triton",), configs_dir=configs)
+    got = tf.left("tune", H200, backends="aiter-triton-silu", configs_dir=configs)
+    assert got == tf.left("tune", H200, backends=("aiter-triton-silu",), configs_dir=configs)
     assert all(w.startswith("aiter-triton-silu:") for w in got)
 
 
@@ -162,7 +167,7 @@ def test_left_of_one_backend_given_as_a_string_is_that_backend_only(configs):
 def test_published_file_of_a_word_that_is_not_a_shape_is_one_line(word):
     from moe_lab.analysis import tuned_files as tf
     with pytest.raises(UsageError, match="is not a shape word backend:model:tp:ep:dtype"):
-        tf.published_file(word)
+        rq.published_file(word, H200)
 
 
 # --- 4. tune: the configs folder and --verify, before any timing -----------------------------------

@@ -7,6 +7,7 @@ each docstring names the drift it catches. No torch, no GPU, no notebook execute
 from __future__ import annotations
 
 import json
+from moe_lab.analysis import required as rq
 import re
 from pathlib import Path
 
@@ -271,16 +272,21 @@ def test_the_tuned_roof_token_count_is_one_constant_and_the_texts_state_it():
 
 
 def test_the_issues_that_ask_for_tuned_files_are_requireds():
-    """'Per shape that issues 38 and 41 ask a tuned file for': the findings (generated) and
-    notebook 05's section 6 name the issues of tuned_files.REQUIRED (the notebook's words are
-    typed: a REQUIRED shape of a new issue fails here until they name it)."""
-    from moe_lab.analysis.tuned_files import REQUIRED
-    issues = {r[0] for r in REQUIRED}
-    doc = said(findings(), r"Per shape that issues ([\d and,]+) ask a tuned file for")[1]
+    """'Per shape that issues 38 and 41 ask a tuned file for': the findings (generated), per
+    device, name the issues of that device's required shapes (tuned_files.required_for: the
+    H200's REQUIRED, another GPU's REQUIRED_63), and notebook 05's section 6 those of
+    REQUIRED (the notebook's words are typed: a REQUIRED shape of a new issue fails here
+    until they name it)."""
+    from moe_lab.analysis.required import REQUIRED, required_for
+    text = FINDINGS.read_text()
+    found = re.findall(r"^## Tuned files against the token grid: (.+)\n(?:.*\n)*?Per shape "
+                       r"that issues ([\d and,]+) ask a tuned file for", text, re.M)
+    assert found and len(found) == text.count("## Tuned files against the token grid: ")
+    for device, doc in found:
+        assert {int(x) for x in re.findall(r"\d+", doc)} == {r[0] for r in required_for(device)}
     nb = said(markdown("05_tuning.ipynb", "## 6. The tuned files against the token grid"),
               r"Per shape that issues ([\d and,]+) ask a tuned file for")[1]
-    for text in (doc, nb):
-        assert {int(x) for x in re.findall(r"\d+", text)} == issues, text
+    assert {int(x) for x in re.findall(r"\d+", nb)} == {r[0] for r in REQUIRED}, nb
 
 
 # --- the points and runs a notebook's headings name ------------------------------------------
@@ -347,12 +353,12 @@ def test_the_seed_models_are_one_tuple():
     fp8-channel ones the Llama 4 pair."""
     from moe_lab.analysis import tuned_files as tf
     from moe_lab.core.problems import SEED_MODELS
-    assert tf.SEEDS is SEED_MODELS
-    vllm_bf16_tp8 = {m for i, b, m, tp, ep, dt in tf.REQUIRED if b == "vllm" and dt == "bf16" and ep == 1}
+    assert rq.SEEDS is SEED_MODELS
+    vllm_bf16_tp8 = {m for i, b, m, tp, ep, dt in rq.REQUIRED if b == "vllm" and dt == "bf16" and ep == 1}
     assert vllm_bf16_tp8 == set(SEED_MODELS) - {"deepseek-r1"}
-    chan = {m for i, b, m, tp, ep, dt in tf.REQUIRED if dt == "fp8-channel"}
+    chan = {m for i, b, m, tp, ep, dt in rq.REQUIRED if dt == "fp8-channel"}
     assert chan == {m for m in SEED_MODELS if m.startswith("llama4")} and len(chan) == 2
-    assert len(tf.REQUIRED) == len(set(tf.REQUIRED))
+    assert len(rq.REQUIRED) == len(set(rq.REQUIRED))
 
 
 def test_06_the_estimates_ranks_and_the_machine_are_the_codes_and_the_datas():
@@ -581,6 +587,6 @@ def test_twice_the_survivors_is_what_the_verify_plan_does():
                                 capture_output=True, text=True, cwd=ROOT,
                                 env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}).stdout)
     rec = next(t for t in tg.TARGETS if t.metric == "verify_ratio")
-    src = (ROOT / "moe_lab" / "analysis" / "findings_more.py").read_text()  # its verify section
+    src = (ROOT / "moe_lab" / "analysis" / "findings_tuned.py").read_text()  # its verify section
     for text in (out, rec.measures, folded(src)):
         assert "twice the survivors" in text

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from moe_lab.analysis import required as rq
 
 from moe_lab.analysis import targets as tg
 from moe_lab.analysis import published as pb, tuned_files as tf
@@ -22,6 +23,7 @@ CFG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M
 DS_TP8 = (38, "aiter-triton", "deepseek-r1", 8, 1, "bf16")      # E=256,N=256
 DS_EP8 = (38, "aiter-triton", "deepseek-r1", 8, 8, "bf16")      # E=32,N=2048
 QW_TP8 = (38, "aiter-triton", "qwen3-235b-a22b", 8, 1, "bf16")  # E=128,N=192
+H200 = "NVIDIA H200"  # the device the files below are named for (issue 63: no default)
 
 
 def _file(folder: Path, name: str, keys) -> None:
@@ -49,7 +51,8 @@ def _configs(tmp_path, written="2026-12-02T00:00:00+00:00", status="complete"):
 
 def test_a_shape_holds_the_grid_only_with_every_key_in_every_stage_and_a_complete_run(tmp_path):
     cfg, runs = _configs(tmp_path)
-    inv = tf.inventory(cfg, required=(DS_TP8, DS_EP8, QW_TP8), data_dir=runs).set_index("sharding")
+    inv = tf.inventory(cfg, H200, required=(DS_TP8, DS_EP8, QW_TP8),
+                       data_dir=runs).set_index("sharding")
     ds, ep = inv.loc["TP8"].iloc[0], inv.loc["TP8+EP8"]
     assert ds["holds_grid"] and ds["keys"] == len(TUNE_TOKENS) and ds["missing_keys"] == ""
     assert (ds["run"], ds["run_status"], ds["candidates"]) == ("tune-a", "complete", 100)
@@ -59,15 +62,15 @@ def test_a_shape_holds_the_grid_only_with_every_key_in_every_stage_and_a_complet
     assert not qw["holds_grid"] and qw["file"] == "" and qw["keys"] == 0
     # the same files behind a search that did not finish: not the grid
     cfg, runs = _configs(tmp_path / "b", status="budget spent")
-    assert len(tf.inventory(cfg, required=(DS_TP8,), data_dir=runs)) == 1  # its one shape
-    assert not tf.inventory(cfg, required=(DS_TP8,), data_dir=runs)["holds_grid"].any()
+    assert len(tf.inventory(cfg, H200, required=(DS_TP8,), data_dir=runs)) == 1  # its one shape
+    assert not tf.inventory(cfg, H200, required=(DS_TP8,), data_dir=runs)["holds_grid"].any()
 
 
 def test_the_inventory_says_whether_a_file_was_searched_with_the_neighbour_key_pass(tmp_path):
     """near_keys: the search plan's (its manifest); 0 for a run from before the pass (no
     near_keys in its plan, or no plan recorded); None where no run is named."""
     cfg, runs = _configs(tmp_path)
-    inv = lambda: tf.inventory(cfg, required=(DS_TP8, QW_TP8), data_dir=runs)  # noqa: E731
+    inv = lambda: tf.inventory(cfg, H200, required=(DS_TP8, QW_TP8), data_dir=runs)  # noqa: E731
     assert [None if pd.isna(v) else int(v) for v in inv()["near_keys"]] == [0, None]
     man = runs / "tune-a" / "manifest.json"
     for plan, want in (({"keep": 0.25}, 0), ({"keep": 0.25, "near_keys": 1}, 1)):
@@ -146,10 +149,10 @@ def test_the_committed_inventory_recomputed_from_the_files():
     from the JSON files, the provenance and the tune runs' manifests."""
     from moe_lab import backends
     from moe_lab.core.problems import make_problem
-    inv = tf.inventory()
-    assert len(inv) == len(tf.REQUIRED)
+    inv = tf.inventory(device=H200)
+    assert len(inv) == len(rq.REQUIRED) and set(inv["device"]) == {H200}
     cfg = ROOT / "data" / "configs" / "nvidia-h200"
-    for (issue, b, m, tp, ep, dt), row in zip(tf.REQUIRED, inv.to_dict("records")):
+    for (issue, b, m, tp, ep, dt), row in zip(rq.REQUIRED, inv.to_dict("records")):
         names = backends.get(b).config_files(make_problem(m, 1, dt, tp, ep), "NVIDIA H200")
         files = [cfg / b / n for n in names.values()]
         keys = set(TUNE_TOKENS)
@@ -285,20 +288,21 @@ def test_what_is_left_searches_started_first_then_sweeps_of_the_files_that_hold_
     cfg, runs = _configs(tmp_path)
     req = (DS_TP8, DS_EP8, QW_TP8)
     (runs / "h200-tune-aiter-triton-qwen3-235b-a22b-tp8-bf16").mkdir()  # started
-    assert tf.left("tune", data_dir=runs, configs_dir=cfg, required=req) == [
+    assert tf.left("tune", H200, data_dir=runs, configs_dir=cfg, required=req) == [
         "aiter-triton:qwen3-235b-a22b:8:1:bf16", "aiter-triton:deepseek-r1:8:8:bf16"]
-    assert tf.left("tune", backends=("vllm",), data_dir=runs, configs_dir=cfg, required=req) == []
-    assert tf.left("sweep", data_dir=runs, configs_dir=cfg, required=req) == [
+    assert tf.left("tune", H200, backends=("vllm",), data_dir=runs, configs_dir=cfg,
+                   required=req) == []
+    assert tf.left("sweep", H200, data_dir=runs, configs_dir=cfg, required=req) == [
         "aiter-triton:deepseek-r1:8:1:bf16"]
     at = "2026-12-03T00:00:00+00:00"  # after the files were written
     grid = [_row(t, c, 100.0, at) for t in TUNE_TOKENS for c in ("default", "tuned")]
     swept = _run("grid", grid)
-    assert tf.left("sweep", data_dir=runs, configs_dir=cfg, required=req, runs=[swept]) == []
+    assert tf.left("sweep", H200, data_dir=runs, configs_dir=cfg, required=req, runs=[swept]) == []
     part = _run("grid", grid[2:])  # the first key missing: still left
-    assert tf.left("sweep", data_dir=runs, configs_dir=cfg, required=req, runs=[part]) == [
+    assert tf.left("sweep", H200, data_dir=runs, configs_dir=cfg, required=req, runs=[part]) == [
         "aiter-triton:deepseek-r1:8:1:bf16"]
     with pytest.raises(ValueError):
-        tf.left("verify", data_dir=runs, configs_dir=cfg, required=req)
+        tf.left("verify", H200, data_dir=runs, configs_dir=cfg, required=req)
 
 
 def test_a_vllm_file_is_left_for_a_sweep_until_vllm_as_shipped_and_tuned_are_timed_after_it(
@@ -325,13 +329,14 @@ def test_a_vllm_file_is_left_for_a_sweep_until_vllm_as_shipped_and_tuned_are_tim
         return _run("v", rows)
 
     def left(r):
-        return tf.left("sweep", backends=("vllm",), data_dir=runs, configs_dir=cfg,
+        return tf.left("sweep", H200, backends=("vllm",), data_dir=runs, configs_dir=cfg,
                        required=req, runs=[r])
     word = ["vllm:deepseek-r1:8:1:bf16"]
     assert left(run("2026-12-03T00:00:00+00:00")) == []
     assert left(run("2026-12-01T00:00:00+00:00")) == word  # timed before the file: history
     assert left(run("2026-12-03T00:00:00+00:00", SEED_SWEEP_TOKENS[1:])) == word
-    assert tf.left("tune", backends=("vllm",), data_dir=runs, configs_dir=cfg, required=req) == []
+    assert tf.left("tune", H200, backends=("vllm",), data_dir=runs, configs_dir=cfg,
+                   required=req) == []
 
     # A shape vLLM ships no file for (DeepSeek-R1 TP8+EP8 bf16, E=32,N=2048): vLLM as
     # shipped is its default configuration, the same pair once timed after the file.
@@ -386,7 +391,7 @@ def test_a_config_file_named_as_vllm_names_it_is_one_config_value(tmp_path, monk
 
 
 def test_a_miss_at_t_against_2t_is_routing_only_where_t_hit_more_local_experts(tmp_path):
-    from moe_lab.analysis.findings_more import _two_t_routing
+    from moe_lab.analysis.findings_tuned import _two_t_routing
     cfg, _ = _configs(tmp_path)
     at = "2026-12-03T00:00:00+00:00"  # after the file (written 12-02)
     # tokens: (tuned us, local experts hit). 1 -> 2: slower at 1 and 1 hit 3 experts, 2 hit
@@ -404,7 +409,7 @@ def test_a_miss_at_t_against_2t_is_routing_only_where_t_hit_more_local_experts(t
     assert bool(m.loc[1, "routing"]) and not bool(m.loc[4, "routing"])
     assert m.loc[1, "two_t_over_t"] == pytest.approx(0.6)
     assert m.loc[4, "two_t_over_t"] == pytest.approx(85 / 90)
-    inv = tf.inventory(cfg, required=(DS_TP8,), data_dir=tmp_path / "runs")
+    inv = tf.inventory(cfg, H200, required=(DS_TP8,), data_dir=tmp_path / "runs")
     text = " ".join(_two_t_routing(tf.two_t_misses(pairs), inv))
     assert "Of the 2 misses, 1 hit more local experts at T than at 2T" in text
     assert "The other 1 hit the same number" in text and "at 4 (0.944x, 2 against 2)" in text

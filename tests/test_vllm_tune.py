@@ -286,7 +286,7 @@ def test_every_committed_vllm_file_is_read_by_vllms_lookup_as_written(vllm, monk
     vLLM gives that shape, read back entry for entry, and holds every token key of vLLM's
     shipped H200 file for that shape (where it ships one) and 8192."""
     from pathlib import Path
-    from moe_lab.analysis.tuned_files import REQUIRED
+    from moe_lab.analysis.required import REQUIRED
     fm, _ = vllm
     folder = Path(__file__).resolve().parents[1] / "data" / "configs" / "nvidia-h200" / "vllm"
     checked = 0

@@ -30,7 +30,7 @@ from ..cost.roofline import add_roofline_columns
 from ..storage.store import find_runs, open_run
 from ..storage.rows import deployed_rows, ok_rows
 from .runs import SEED_SHAPES, _imported, imported_runs, on_gpu, richest_run  # noqa: F401
-from .tuned_files import COMPARED, LLAMA4
+from .required import COMPARED, LLAMA4
 from ..core.validate import frames
 
 

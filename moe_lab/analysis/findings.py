@@ -4,6 +4,12 @@ the analysis functions, each statement naming its runs, their dates (the manifes
 `started`, UTC) and the commits that measured its rows. Nothing in the file is typed by
 hand; `moe-lab findings --check` fails when the file and the data disagree.
 
+Each device's sections (DEVICE_SECTIONS) are written once per device with data (every
+device with committed runs or tuned files, analysis.runs.data_devices: each GPU, and the
+CPU where its runs answer one), each reading only that device's runs, its headings
+naming it; a section a device has no data for is left out. The imported tables and the
+list of runs (SHARED_SECTIONS) come once.
+
     generate(root=None) -> str     the document (root: a data folder; None: data_dir())
     check(path, root=None) -> list[str]   the lines that differ (empty: the file is current)
 """
@@ -16,7 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import findings_more, findings_sections as sec
+from . import findings_more as more, findings_sections as sec, findings_tuned as tuned
+from .fp8 import imported
+from .runs import data_devices, is_gpu
 
 TITLE = "# Findings: what the committed data says"
 PREAMBLE = """\
@@ -27,6 +35,14 @@ that check). Each statement names the runs it
 reads, the dates they were measured (UTC, the manifests' `started`) and the commits that
 measured its rows. How to run the tools is in the [README](../README.md); what is still to
 measure is tracked in the issues."""
+
+# a device's sections, in the document's order: each written for every device in turn
+DEVICE_SECTIONS = (sec.targets_section, sec.tune_section, sec.tuned_section,
+                   tuned.tuned_files_section, sec.glue_section, more.vllm_section,
+                   more.fp8_gemm_section, more.compile_section, more.noise_section,
+                   more.ceilings_section, more.expert_parallel_section)
+GPU_ONLY = (tuned.tuned_files_section,)  # the required files and the GPU work left
+SHARED_SECTIONS = (more.imported_section, sec.runs_section)  # no device of moe-lab's
 
 
 @contextlib.contextmanager
@@ -59,13 +75,29 @@ def generate(root=None) -> str:
                 import sys
                 print(f"findings: left out {len(left)} run folder(s) git does not track under "
                       f"{data_dir()}: {', '.join(left)}", file=sys.stderr)
-            runs = find_runs()
-            parts = [TITLE, PREAMBLE]
-            for section in (sec.targets_section, sec.tune_section, sec.tuned_section,
-                            findings_more.tuned_files_section,
-                            sec.glue_section, findings_more.lines, sec.runs_section):
-                parts.append("\n".join(section(runs)).rstrip())
+            parts = [TITLE, PREAMBLE, *sections(find_runs())]
     return "\n\n".join(parts) + "\n"
+
+
+def devices(runs) -> tuple[list[str], list[str]]:
+    """(the GPU devices, the other devices) with data: those of the data folder's runs and
+    tuned files (runs.data_devices) and of `runs`, but for imported tables; each sorted."""
+    names = set(data_devices()) | {r.device for r in runs if not imported(r)}
+    gpus = sorted(d for d in names if is_gpu(d))
+    return gpus, sorted(names - set(gpus))
+
+
+def sections(runs) -> list[str]:
+    """The document's sections, each one markdown text: every DEVICE_SECTIONS section for
+    every device (GPU_ONLY ones for the GPUs alone) with only that device's runs, then the
+    SHARED_SECTIONS over every run."""
+    gpus, others = devices(runs)
+    out = []
+    for section in DEVICE_SECTIONS:
+        for dev in gpus + ([] if section in GPU_ONLY else others):
+            out.append(section([r for r in runs if r.device == dev], dev))
+    out += [section(runs) for section in SHARED_SECTIONS]
+    return ["\n".join(lines).rstrip() for lines in out if lines]
 
 
 def _refuse_no_runs(root) -> None:

@@ -1,7 +1,12 @@
 """The sections of docs/findings.md (analysis.findings): each a function from the runs
 (store.find_runs(), newest first) to markdown lines, its numbers computed from the rows,
 each statement with the runs it reads, their dates and commits. The words around the
-numbers say what a table is; they state no number themselves."""
+numbers say what a table is; they state no number themselves.
+
+A device's section takes `(runs, device)`: the runs measured on that device (Run.device)
+and its name, which its headings end with; what it looks up besides (the run a question
+chooses, the tune runs) is of that device only. device None: every device's, no name in
+the headings (a section read outside the findings). A section with no data: no lines."""
 from __future__ import annotations
 
 import math
@@ -10,12 +15,13 @@ import numpy as np
 import pandas as pd
 
 from ..cost import ledger as lg
-from .runs import runs_with_phases
+from .runs import choose, manifest_device, runs_with_phases
 from ..core.constants import TUNE_TOKENS
 from ..core.errors import UsageError
 from ..core.problems import sharding_name
 from ..storage.rows import ok_rows
-from . import metrics, targets as tg
+from . import (expert_parallel as dist, fp8_gemm, metrics, published as pb, targets as tg,
+               tuned_files as tf, tuning as tu, vllm_compare as vc)
 from .metrics import span  # noqa: F401 - the findings' modules take it from here
 
 
@@ -30,6 +36,11 @@ def md_table(df: pd.DataFrame) -> list[str]:
          else str(v).replace("|", "\\|") for v in row] for row in df.itertuples(index=False)]
     out = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(cells[0])]
     return out + ["| " + " | ".join(r) + " |" for r in cells[1:]]
+
+
+def head(title: str, device: str | None = None, level: int = 2) -> str:
+    """A section's heading: '## title: device' (None: the title alone)."""
+    return f"{'#' * level} {title}" + (f": {device}" if device else "")
 
 
 def date(run) -> str:
@@ -100,12 +111,13 @@ def chosen(pick):
         return None
 
 
-def target_inputs(runs):
-    """(evaluation, sources): every target evaluated on the data that answers it, and
+def target_inputs(runs, device: str | None = None):
+    """(evaluation, sources): every target evaluated on the data of `device` that answers it
+    (`runs`: its runs; None: every device's, each question's run chosen by the rule), and
     per group of targets the runs it read (for the provenance lines)."""
-    from . import fp8_gemm, tuning as tu
+    on = "on this device" if device else "on the newest one's device"
     frames, leds, src = [], [], {}
-    tuned = chosen(tu.open_tuned_run)
+    tuned = chosen(lambda: tu.open_tuned_run(device=device))
     if tuned is not None:
         rows, _ = tu.measured(tuned)
         frames.append(tu.target_metrics(rows, tuned.run_id))
@@ -114,46 +126,19 @@ def target_inputs(runs):
         best = tu.best_per_point(rows).assign(run_id=tuned.run_id)
         src["the roof targets (the run with the most points both tuned and default, its "
             "best candidate per point)"] = ([tuned], best)
-    lruns = chosen(lambda: runs_with_phases(None))
+    lruns = chosen(lambda: runs_with_phases(None, device))
     if lruns:
         lres, led = lg.of_runs(lruns)
         best = lg.best_points(lres)
         frames += [metrics.ledger_metrics(led, lres), metrics.fp8_roof_metrics(lres)]
         leds.append(led)
-        src["the glue, GEMM-share and FP8 targets (every run with stored phases on the newest "
-            "one's device, the newest measurement of each point, its best backend)"] = (
+        src[f"the glue, GEMM-share and FP8 targets (every run with stored phases {on}, the "
+            "newest measurement of each point, its best backend)"] = (
             [r for r in lruns if r.run_id in set(best["run_id"])], best)
         gemm = fp8_gemm.gemm_table(lruns)
         frames.append(metrics.promise_metrics(gemm))
-    from . import tuned_files as tf
-    pairs, _ = tf.current_pairs(runs)
-    if len(pairs):
-        frames.append(tf.tuning_metrics(pairs))
-        src["the tuning targets (per point the newest run with default and tuned rows, "
-            "the tuned row measured after its committed file was written)"] = (
-            [r for r in runs if r.run_id in set(pairs["run_id"])], pairs)
-    from . import published as pb
-    pub = pb.published_pairs(runs)
-    if len(pub):
-        frames.append(pb.published_metrics(pub))
-        src["the published-tuning target (runs that timed a published file beside the tuned "
-            "one)"] = ([r for r in runs if r.run_id in set(pub["run_id"])], pub)
-    ver = tf.verify_points()
-    if len(ver):
-        frames.append(tf.verify_metrics(ver))
-        src["the verify target (the `tune --verify` runs, the newest of each point)"] = (
-            tf.verify_runs(ver), None)
-    from . import vllm_compare as vc
-    vruns = vc.vllm_runs()
-    vt = vc.compared(vruns)[1] if vruns else pd.DataFrame()
-    if len(vt):
-        frames.append(vc.target_metrics(vt))
-        src["the vLLM targets (the runs with vLLM as shipped, the newest measurement of each "
-            "point, within its run)"] = ([r for r in vruns if r.run_id in set(vt["run_id"])],
-                                         vt.assign(point_id=vt["vllm_point_id"]))
-    from . import expert_parallel as dist
-    from ..storage.store import open_run
-    d = chosen(lambda: open_run(None, has="distributed"))
+    frames += _file_targets(runs, device, src)
+    d = chosen(lambda: choose("distributed", device=device).run)
     if d is not None:
         pts = dist.points(d.results).assign(run_id=d.run_id)
         frames.append(metrics.prediction_metrics(pts))
@@ -165,12 +150,47 @@ def target_inputs(runs):
     return ev, src
 
 
-def targets_section(runs) -> list[str]:
-    ev, src = target_inputs(runs)
+def _file_targets(runs, device, src: dict) -> list:
+    """The metric frames of the targets on tuned files (tuning, published tunings, verify)
+    and on vLLM as shipped, of `runs` (and `device`'s verify and vLLM runs), each group's
+    runs and rows put in `src`."""
+    frames = []
+    pairs, _ = tf.current_pairs(runs)
+    if len(pairs):
+        frames.append(tf.tuning_metrics(pairs))
+        src["the tuning targets (per point the newest run with default and tuned rows, "
+            "the tuned row measured after its committed file was written)"] = (
+            [r for r in runs if r.run_id in set(pairs["run_id"])], pairs)
+    pub = pb.published_pairs(runs)
+    if len(pub):
+        frames.append(pb.published_metrics(pub))
+        src["the published-tuning target (runs that timed a published file beside the tuned "
+            "one)"] = ([r for r in runs if r.run_id in set(pub["run_id"])], pub)
+    ver = tf.verify_points(device=device)
+    if len(ver):
+        frames.append(tf.verify_metrics(ver))
+        src["the verify target (the `tune --verify` runs, the newest of each point)"] = (
+            tf.verify_runs(ver), None)
+    vruns = vc.vllm_runs(device=device)
+    vt = vc.compared(vruns)[1] if vruns else pd.DataFrame()
+    if len(vt):
+        frames.append(vc.target_metrics(vt))
+        src["the vLLM targets (the runs with vLLM as shipped, the newest measurement of each "
+            "point, within its run)"] = ([r for r in vruns if r.run_id in set(vt["run_id"])],
+                                         vt.assign(point_id=vt["vllm_point_id"]))
+    return frames
+
+
+def targets_section(runs, device: str | None = None) -> list[str]:
+    """Every target with data on `device` (target_inputs): the summary, per dtype and
+    model, and every miss; no lines where no target has data."""
+    ev, src = target_inputs(runs, device)
+    if not src:
+        return []
     lines = []
     for what, (rs, rows) in src.items():
         lines += [provenance(rs, rows) + f" ({what})", ""]
-    out = ["## Targets", "", *lines,
+    out = [head("Targets", device), "", *lines,
            "Every target of `moe_lab.analysis.targets` with data, evaluated by its one "
            "function on the best point (graph mode): points, met, missed, the worst miss in "
            "the target's unit and in microseconds to take off the layer, where it is and the "
@@ -184,7 +204,7 @@ def targets_section(runs) -> list[str]:
         for key, h in (g.groupby("model", sort=True) if by_model else [("all", g)]):
             per.append(dict(target=t, dtype=dt, model=key,
                             met=f"{int(h['met'].sum())} of {len(h)}"))
-    out += ["", "## Targets per dtype (and model, for the FP8 targets)", "", *lines,
+    out += ["", head("Targets per dtype (and model, for the FP8 targets)", device), "", *lines,
             *md_table(pd.DataFrame(per))]
     miss = ev[~ev["met"].astype(bool)].copy()
     miss["tokens"] = miss["tokens"].map(lambda t: "" if pd.isna(t) else f"{int(t)}")
@@ -196,7 +216,7 @@ def targets_section(runs) -> list[str]:
                              limit=miss["limit"].map("{:.3g}".format),
                              by=miss["by"].map("{:.3g}".format),
                              by_us=miss["by_us"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}"))
-    out += ["", "## Every target miss", "", *lines,
+    out += ["", head("Every target miss", device), "", *lines,
             "Each miss: the point, its value and limit, by how much (in the target's unit, and "
             "in microseconds), the phase that holds it back and the run it comes from.", "",
             *md_table(show)]
@@ -210,9 +230,10 @@ def _keys(v) -> str:
     return ", ".join(map(str, v)) if v else "none"
 
 
-def tune_runs() -> list:
+def tune_runs(device: str | None = None) -> list:
     """The tune run folders under data_dir() (candidates.parquet, no results: find_runs
-    does not list them), newest first, as Runs with empty tables."""
+    does not list them) measured on `device` (their manifest's, runs.manifest_device; None:
+    any), newest first, as Runs with empty tables."""
     from ..storage.scope import visible
     from ..storage.store import Run, data_dir
     from .tuned_files import tune_table
@@ -220,7 +241,8 @@ def tune_runs() -> list:
     for p in sorted(filter(visible, data_dir().iterdir())):
         if (p / "candidates.parquet").is_file() and (p / "manifest.json").is_file():
             got = tune_table(p, "candidates")  # unreadable: passed over, said once
-            if got is not None and got[0].get("kind") == "tune":
+            if got is not None and got[0].get("kind") == "tune" and (
+                    device is None or manifest_device(got[0]) == device):
                 out.append(Run(p, got[0], pd.DataFrame(), pd.DataFrame()))
     return sorted(out, key=lambda r: (str(r.manifest.get("started") or ""), r.run_id),
                   reverse=True)
@@ -253,13 +275,13 @@ def _search_times(full: dict) -> list[str]:
             f"searched one shape to the end, their wall time over all invocations, none killed): {said}.", ""]
 
 
-def tune_section(runs) -> list[str]:
-    """Per tune run and shape: the token keys the search set out to cover (each has its
-    default timed), those with gemm1 and gemm2 candidates timed, the candidates, the
-    winners' speedup over the default in the search, and the manifest's wall time."""
+def tune_section(runs, device: str | None = None) -> list[str]:
+    """Per tune run on `device` and shape: the token keys the search set out to cover (each
+    has its default timed), those with gemm1 and gemm2 candidates timed, the candidates,
+    the winners' speedup over the default in the search, and the manifest's wall time."""
     from .tuned_files import tune_table
     rows, used, full = [], [], {}
-    for r in tune_runs():
+    for r in tune_runs(device):
         m = r.manifest
         c = tune_table(r.path, "candidates")[1]  # read (and checked) by tune_runs
         w = tune_table(r.path, "winners")
@@ -301,7 +323,9 @@ def tune_section(runs) -> list[str]:
             if timed and shapes.ngroups == 1 and m.get("status") == "complete" \
                     and keys == set(TUNE_TOKENS) and searched:
                 full.setdefault(backend, []).append(wall)
-    return ["## Tuning searches", "", runs_line(used), "", *_search_times(full),
+    if not used:
+        return []
+    return [head("Tuning searches", device), "", runs_line(used), "", *_search_times(full),
             "Per `moe-lab tune` run and shape: the token keys the search set out to cover, the "
             "keys whose gemm1 or gemm2 stage has no candidate timed (those keep the default "
             "configuration for that stage; vLLM's kernel takes one configuration for both "
@@ -311,9 +335,9 @@ def tune_section(runs) -> list[str]:
             "manifest's status (with what it says is left of that shape).", "", *md_table(pd.DataFrame(rows))]
 
 
-def tuned_section(runs) -> list[str]:
-    """Per sweep run, backend, dtype, model and sharding with both configurations ok in
-    graph: points, default/tuned over them."""
+def tuned_section(runs, device: str | None = None) -> list[str]:
+    """Per sweep run (of `runs`: the device's), backend, dtype, model and sharding with both
+    configurations ok in graph: points, default/tuned over them."""
     from .tuned_files import default_and_tuned
     rows, used = [], []
     for r in runs:
@@ -333,16 +357,18 @@ def tuned_section(runs) -> list[str]:
                              tuned_faster=f"{int((h['ratio'] > 1).sum())} of {len(h)}",
                              commits=", ".join(r.commits(res[res["point_id"].isin(
                                  pd.concat([h["point_id_d"], h["point_id_t"]]))]))))
-    return ["## Tuned against default", "", runs_line(used), "",
+    if not used:
+        return []
+    return [head("Tuned against default", device), "", runs_line(used), "",
             "Per sweep run, backend, dtype, model and sharding: the points with both "
             "configurations ok in graph mode (the glue a deployment runs), the token range, "
             "default / tuned over them (above 1: tuned faster).", "", *md_table(pd.DataFrame(rows))]
 
 
-def glue_section(runs) -> list[str]:
-    """Per run with rows of the fused glue and another variant (naive: PyTorch's; aiter:
-    aiter's own kernels): other / fused per (backend, config, dtype, model, sharding), over
-    the token counts both measured."""
+def glue_section(runs, device: str | None = None) -> list[str]:
+    """Per run (of `runs`: the device's) with rows of the fused glue and another variant
+    (naive: PyTorch's; aiter: aiter's own kernels): other / fused per (backend, config,
+    dtype, model, sharding), over the token counts both measured."""
     rows, used = [], []
     key = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend", "config"]
     for r in runs:
@@ -370,7 +396,9 @@ def glue_section(runs) -> list[str]:
                                  commits=", ".join(r.commits())))
         if found:
             used.append(r)
-    return ["## What fused glue buys", "", runs_line(used), "",
+    if not used:
+        return []
+    return [head("What fused glue buys", device), "", runs_line(used), "",
             "Per run that measured the glue a deployment runs (`fused`: one kernel per step, "
             "ours or aiter's, whichever is faster) beside another variant: the same point "
             "with PyTorch's glue (`naive`) or with aiter's own glue kernels wherever aiter "

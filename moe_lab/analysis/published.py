@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.constants import TP_DEFAULT
 from ..core.errors import CorruptFile
 from ..core.problems import sharding_name
 from ..cost import ledger as lg
@@ -37,7 +38,8 @@ from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _histor
 from ..core.validate import frames
 
 
-def unread_files(folder, device: str, model: str, dtype: str, ep: int, tp: int = 8) -> list[str]:
+def unread_files(folder, device: str, model: str, dtype: str, ep: int, tp: int = TP_DEFAULT
+                 ) -> list[str]:
     """The files of `folder` (vLLM's shipped configs, as fetch-device-wheels.sh copies them)
     that tune this shape for this device under a shorter form of its name, which vLLM's
     lookup never reads on it: `device_name=NVIDIA_H100` on an 'NVIDIA H100 80GB HBM3', whose

@@ -8,15 +8,21 @@ CPU (the committed GPU data answers a GPU question; a user's CPU sweep from
 then the question's preference (the newest, unless it ranks runs by a count). A run given
 is read as given, refused in one line when it cannot answer.
 
-    choose(question, run=None)    Choice(run, why, given): `why` is the one line a notebook
-                                  prints (which run, why, which newer runs it passed over)
+    choose(question, run=None, device=None)  Choice(run, why, given): `why` is the one line
+                                  a notebook prints (which run, why, which newer runs it
+                                  passed over); `device`: of that device's runs only
+    data_devices(root=None)       the devices with data under a data folder (runs, tuned files)
+    gpu_devices(root=None)        of them the GPUs
+    on_device(runs, device)       the runs measured on a device
+    manifest_device(manifest)     the device a run folder's manifest names (as its rows do)
     QUESTIONS                     the questions: kernel_time, cpu, roofline, compile, tuning,
                                   seed_shapes, ledger, distributed, vllm
     describe(run)                 'run R: N points (K ok) on DEVICE, commits C (path)'
-    open_tuned_run(run=None)      notebook 05: the run with the most points both tuned and default
-    runs_with_phases(runs=None)   the ledger's runs: every run with stored phases on the newest
-                                  one's device, newest first
-    vllm_choice(runs=None)        the vLLM comparison's runs (the same way) and its line
+    open_tuned_run(run=None, device=None)  notebook 05: the run with the most points both
+                                  tuned and default
+    runs_with_phases(runs=None, device=None)  the ledger's runs: every run with stored phases
+                                  on the newest one's device (or `device`), newest first
+    vllm_choice(runs=None, device=None)  the vLLM comparison's runs (the same way), its line
     distributed_run(run=None)     notebook 06: the newest run with ok distributed rows
     spread_pair(), runs_at(n)     a spread sweep and its one-GPU twin; the runs at n ranks
     richest_run(), imported_runs() notebooks 01/03: the measured run with the most points of
@@ -26,14 +32,16 @@ The FP8 comparison's choice (the FP8 run, bf16 beside it) is analysis.fp8.compar
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
-from ..core.errors import UsageError
+from ..core.errors import CorruptFile, UsageError
 from ..core.problems import sharding_name
 from ..storage.rows import ok_rows
-from ..storage.store import Run, data_dir, find_runs, open_run
+from ..storage.scope import tracked, visible
+from ..storage.store import Run, _warn_once, data_dir, find_runs, open_run, read_json
 from . import expert_parallel as analysis
 
 TUNED = "tuned"
@@ -49,7 +57,59 @@ def describe(run: Run) -> str:
 
 def on_gpu(run: Run) -> bool:
     """Whether the run's rows were measured on a GPU (its device is no CPU)."""
-    return "cpu" not in str(run.device).lower() and run.device != "?"
+    return is_gpu(run.device)
+
+
+def is_gpu(device) -> bool:
+    """Whether a device name (Run.device's) is a GPU's (not the CPU's, not unknown)."""
+    return bool(device) and "cpu" not in str(device).lower() and str(device) != "?"
+
+
+def manifest_device(manifest: dict) -> str:
+    """The device a run folder's manifest names, as its rows name it (Run.device): the GPU's
+    name, or `cpu (<processor>)` on the CPU (core.environment.device_name); '?' if none."""
+    env = manifest.get("environment") or {}
+    name = str(env.get("device_name") or "?")
+    return f"cpu ({name})" if env.get("device") == "cpu" else name
+
+
+def on_device(runs, device: str | None) -> list:
+    """The runs (Runs) measured on `device` (Run.device, the rows' device), in their order;
+    None: every run."""
+    return list(runs) if device is None else [r for r in runs if r.device == device]
+
+
+def data_devices(root=None) -> list[str]:
+    """The devices with data under a data folder (`root`, a folder of run folders; None:
+    data_dir()), sorted: the device each run folder's manifest names (manifest_device; the
+    run folders read now, storage.scope: in the findings the committed ones) but for
+    imported tables (not measured by moe-lab), and the `device` of every tuned file in a
+    provenance.json under the folder's configs (<root>/../configs/<device-slug>/<backend>/;
+    in a git checkout the device folders git tracks)."""
+    root = Path(root) if root is not None else data_dir()
+    found = set()
+    for p in (root.iterdir() if root.is_dir() else ()):
+        if p.is_dir() and not p.name.startswith(".") and visible(p) \
+                and (p / "manifest.json").is_file():
+            try:
+                m = read_json(p / "manifest.json")
+            except CorruptFile as exc:  # find_runs' rule: said once, passed over
+                _warn_once(f"moe-lab: warning: passed over run {p.name}: {exc}")
+                continue
+            if m.get("kind") != "import":
+                found.add(manifest_device(m))
+    configs = root.parent / "configs"
+    slugs = tracked(configs) if configs.is_dir() else frozenset()
+    for prov in sorted(configs.glob("*/*/provenance.json")):
+        if slugs is None or prov.parent.parent.name in slugs:
+            found |= {v.get("device") for n, v in read_json(prov).items()
+                      if isinstance(v, dict) and v.get("device") and (prov.parent / n).is_file()}
+    return sorted(str(d) for d in found if d and d != "?")
+
+
+def gpu_devices(root=None) -> list[str]:
+    """The GPU devices with data under a data folder (data_devices but the CPU's), sorted."""
+    return [d for d in data_devices(root) if is_gpu(d)]
 
 
 def _has_roof(run: Run) -> bool:
@@ -143,11 +203,12 @@ def _order(question: str, runs: list) -> list:
     return sorted(found, key=lambda r: not on_gpu(r))
 
 
-def choose(question: str, run=None, required: bool = True) -> Choice:
+def choose(question: str, run=None, required: bool = True, device: str | None = None
+           ) -> Choice:
     """The run `question` (a QUESTIONS key) reads: `run` (an id, a folder or a Run) as given,
-    or the first by the rule (module docs). Its `why` is one line for the notebook to print.
-    UsageError when the run given cannot answer, or (required) when no run can; a Choice
-    with run None otherwise."""
+    or the first by the rule (module docs) of the runs on `device` (None: every device's).
+    Its `why` is one line for the notebook to print. UsageError when the run given cannot
+    answer, or (required) when no run can; a Choice with run None otherwise."""
     if question not in QUESTIONS:  # was: KeyError
         raise UsageError(f"choose: no question {question!r}; one of {', '.join(QUESTIONS)}")
     q = QUESTIONS[question]
@@ -159,14 +220,15 @@ def choose(question: str, run=None, required: bool = True) -> Choice:
         else:  # as given: a notebook says what it cannot show of it (03: no roof)
             r = open_run(run, has=q.has)
         return Choice(r, f"reads run {r.run_id}: the run given (run = {run!r})", True)
-    runs = find_runs(has=q.scope, defaults=True)
+    runs = on_device(find_runs(has=q.scope, defaults=True), device)
     found = _order(question, runs)
     if not found:
+        on = "" if device is None else f" on {device}"
         if required:
-            raise UsageError(f"no run under {data_dir()} has {q.what} (and is not marked "
+            raise UsageError(f"no run under {data_dir()} has {q.what}{on} (and is not marked "
                              "running or failed)" + ("" if q.cpu_only else
                                                      ": run `moe-lab sweep` first"))
-        return Choice(None, f"no run under {data_dir()} has {q.what}", False)
+        return Choice(None, f"no run under {data_dir()} has {q.what}{on}", False)
     r = found[0]
     pref = (f"the run with the most {q.what}" if q.rank is not None
             else f"the newest run with {q.what}")
@@ -197,44 +259,45 @@ def _tuned_and_default(r) -> int:
     return int(ok["backend"].isin(both).sum())
 
 
-def open_tuned_run(run=None):
-    """`run`, or None: of the runs (find_runs) with ok rows of one backend both 'tuned' and
-    'default', the one with the most such points (the fullest picture; ties: the newest);
-    UsageError when the run given, or every run, has none."""
+def open_tuned_run(run=None, device: str | None = None):
+    """`run`, or None: of the runs (find_runs; `device`: its runs only) with ok rows of one
+    backend both 'tuned' and 'default', the one with the most such points (the fullest
+    picture; ties: the newest); UsageError when the run given, or every run, has none."""
     if run is None:
         try:
-            return choose("tuning").run
+            return choose("tuning", device=device).run
         except UsageError:
             pass  # said below, with what to run
-    runs = [open_run(run)] if run is not None else find_runs(defaults=True)
+    runs = [open_run(run)] if run is not None else on_device(find_runs(defaults=True), device)
     found = sorted((r for r in runs if _tuned_and_default(r)), key=_tuned_and_default,
                    reverse=True)  # stable: among equals find_runs' newest-first order stays
     if not found:
-        where = f"run {runs[0].run_id} has no" if run else f"no run under {data_dir()} has"
+        where = f"run {runs[0].run_id} has no" if run else f"no run under {data_dir()} " + (
+            "has" if device is None else f"on {device} has")
         raise UsageError(f"{where} ok rows of a backend both tuned and default: run "
                          "`moe-lab tune`, then `moe-lab sweep --config default,tuned`")
     return found[0]
 
 
-def runs_with_phases(runs=None) -> list:
+def runs_with_phases(runs=None, device: str | None = None) -> list:
     """`runs` (ids or folders) opened, or None: every run that stored its phases
-    (phases.parquet: measured with the glue timed now) on the device of the run the rule
-    chooses for the ledger (choose('ledger'): GPU runs first, then the newest), newest
-    first, so of_runs takes a point measured more than once from its latest run.
-    UsageError when there is none."""
-    return ledger_choice(runs)[0]
+    (phases.parquet: measured with the glue timed now) on `device`, or (None) on the device
+    of the run the rule chooses for the ledger (choose('ledger'): GPU runs first, then the
+    newest), newest first, so of_runs takes a point measured more than once from its latest
+    run. UsageError when there is none."""
+    return ledger_choice(runs, device)[0]
 
 
 def _on_one_device(question: str, runs, name: str, param: str, what: str, note: str = "",
-                   required: bool = True) -> tuple[list, str]:
+                   required: bool = True, device: str | None = None) -> tuple[list, str]:
     """(runs, line) of a question read over several runs: `runs` (ids or folders) as given,
-    else every run that answers on the device of the run choose(question) takes, newest
-    first (a point measured twice comes from its latest run); ([], why) when none answers
-    and not `required` (choose's UsageError otherwise)."""
+    else every run that answers on `device` (None: on the device of the run
+    choose(question) takes), newest first (a point measured twice comes from its latest
+    run); ([], why) when none answers and not `required` (choose's UsageError otherwise)."""
     if runs is not None:
         opened = [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
         return opened, f"{name} reads the runs given ({param})"
-    first = choose(question, required=required)
+    first = choose(question, required=required, device=device)
     if first.run is None:
         return [], first.why
     found = [r for r in _order(question, find_runs(defaults=True))
@@ -244,18 +307,19 @@ def _on_one_device(question: str, runs, name: str, param: str, what: str, note: 
                    f"{note} (the device of {first.why.removeprefix('reads ')})")
 
 
-def ledger_choice(runs=None) -> tuple[list, str]:
-    """(runs_with_phases(runs), the one line saying which runs and why)."""
+def ledger_choice(runs=None, device: str | None = None) -> tuple[list, str]:
+    """(runs_with_phases(runs, device), the one line saying which runs and why)."""
     return _on_one_device("ledger", runs, "the ledger", "ledger_runs", "stored phases",
-                          ", a point from its newest run")
+                          ", a point from its newest run", device=device)
 
 
-def vllm_choice(runs=None) -> tuple[list, str]:
+def vllm_choice(runs=None, device: str | None = None) -> tuple[list, str]:
     """(the runs analysis.vllm_compare reads, the one line saying which and why): `runs`
-    (ids or folders) as given, else every run with ok rows of vLLM as shipped on the
-    device of the run the rule chooses (choose('vllm')), newest first; ([], why) when none."""
+    (ids or folders) as given, else every run with ok rows of vLLM as shipped on `device`,
+    or (None) on the device of the run the rule chooses (choose('vllm')), newest first;
+    ([], why) when none."""
     return _on_one_device("vllm", runs, "the vLLM comparison", "vllm_runs", "vLLM as shipped",
-                          required=False)
+                          required=False, device=device)
 
 
 def _started_of(r: Run) -> str:

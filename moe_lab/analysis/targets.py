@@ -101,9 +101,9 @@ TARGETS = (
     Target("tuned not slower at T tokens than at 2T", "tuned us at 2T / tuned us at T, "
            "graph, the committed files", "two_t_over_t", 1, INF, 1.0, "x", phases=False),
     Target("tuned not slower than a published tuning", "published file's us / tuned us of "
-           "the same point and run, graph (vLLM's shipped H200 tunings of the same Triton "
-           "kernel: run as aiter-triton --config FILE, or vLLM as shipped against vLLM with "
-           "moe-lab's file)", "tuned_over_published", 1, INF, 1.0,
+           "the same point and run, graph (vLLM's shipped tunings for the GPU of the same "
+           "Triton kernel: run as aiter-triton --config FILE, or vLLM as shipped against vLLM "
+           "with moe-lab's file)", "tuned_over_published", 1, INF, 1.0,
            "x", phases=False),
     Target("a second search finds nothing 2% faster", "the committed winner's us / the "
            "best a `tune --verify` search (another order, twice the survivors) finds, graph",

@@ -5,8 +5,9 @@ against default points measured with the files now committed: a tuned row measur
 its file was written is history, not evidence about that file.
 
     REQUIRED                                   (issue, backend, model, tp, ep, dtype)
-    inventory(configs_dir=None, device=...)    a row per required shape: its file, keys,
-                                               provenance, and whether it holds the grid
+    inventory(configs_dir=None, device=None)   a row per device and required shape: its file,
+                                               keys, provenance, whether it holds the grid
+                                               (None: every GPU device with data)
     current_pairs(runs)                        default and tuned per point, the newest run
                                                with both, tuned measured after its file
     default_and_tuned(results)                 one run's default and tuned rows per point
@@ -17,12 +18,13 @@ its file was written is history, not evidence about that file.
     roof_from(pairs, ledger_df, tokens=256)    per shape: the tuned layer's % of roof
                                                (moe_lab.analysis.tuned_roof's, re-exported)
     search_spread(root=None, device=None)      per tuned point: the winner beside the search's
-                                               best, median and worst candidate
-    verify_points(root=None)                   per point a `tune --verify` searched again: the
+                                               best, median and worst candidate (None: any
+                                               device's)
+    verify_points(root=None, device=None)      per point a `tune --verify` searched again: the
                                                committed winner against the best it found
     tune_run(run_id, root=None)                a tune run folder as a Run (figures' footers)
-    left(mode, backends=None)                  the GPU work left (tune: searches; sweep: grid
-                                               points), as the device scripts' SHAPES words
+    left(mode, device, backends=None)          the work left on a GPU (tune: searches; sweep:
+                                               grid points), as the device scripts' SHAPES words
 """
 from __future__ import annotations
 
@@ -32,67 +34,68 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..core import validate
+from ..core.config_files import read_table
 from ..core.constants import SEED_SWEEP_TOKENS, TUNE_TOKENS
+from ..core.errors import UsageError
 from ..cost import ledger as lg
-from ..core.problems import SEED_MODELS, sharding_name
+from ..core.problems import sharding_name
 from ..core.validate import frames
 from ..storage.rows import deployed_rows, published_rows
+from ..storage.store import read_json
 from . import metrics
+from .required import REQUIRED, REQUIRED_63, _search_run, required_for, shape_word
+from .runs import gpu_devices, is_gpu, on_device as runs_on
 from .targets import METRIC_COLUMNS
-from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _history, _names,
-                          _paths, _required)
+from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _history, _paths,
+                          _required)
 from .tuned_roof import FROM_TOKENS, roof_from  # noqa: F401 (findings and the notebooks read it here)
 
-SEEDS = SEED_MODELS  # core.problems' (was a second, reordered copy of the four names)
-LLAMA4 = tuple(m for m in SEEDS if m.startswith("llama4"))  # the seeds shipped fp8-channel
-REQUIRED = tuple(
-    [(38, b, m, 8, ep, "bf16") for b in ("aiter-triton", "aiter-triton-silu") for m in SEEDS
-     for ep in (1, 8)]
-    + [(38, "aiter-triton", "deepseek-r1", 8, ep, "fp8-block128") for ep in (1, 8)]
-    + [(38, "aiter-triton", "qwen3-235b-a22b", 8, 8, "fp8-block128")]
-    + [(41, "vllm", m, 8, 1, "bf16") for m in SEEDS if m != "deepseek-r1"]
-    + [(41, "vllm", "deepseek-r1", 8, 8, "bf16")]
-    + [(41, "vllm", "deepseek-r1", 8, ep, "fp8-block128") for ep in (1, 8)]
-    + [(41, "vllm", m, 8, 1, "fp8-channel") for m in LLAMA4])
-# issue 63: on every other GPU (the H100 first), the shapes and schemes of the H200's vLLM
-# comparison, tuned for aiter-triton (its kernel runs no fp8-channel) and vllm
-COMPARED = ([("llama4-scout-16e", 1, "bf16"), ("llama4-maverick-128e", 1, "bf16"),
-             ("qwen3-235b-a22b", 1, "bf16"), ("deepseek-r1", 8, "bf16"),
-             ("deepseek-r1", 8, "fp8-block128"), ("deepseek-r1", 1, "fp8-block128")])
-REQUIRED_63 = tuple(
-    [(63, "vllm", m, 8, ep, dt) for m, ep, dt in COMPARED]
-    + [(63, "vllm", m, 8, 1, "fp8-channel") for m in LLAMA4]
-    + [(63, "aiter-triton", m, 8, ep, dt) for m, ep, dt in COMPARED])
-# the shapes each device's issues ask a tuned file for, by core.devices.device_tag (issues 38
-# and 41 were the H200's); a device not named: issue 63's
-REQUIRED_BY_DEVICE = {"h200": REQUIRED}
-DEVICE = "NVIDIA H200"
-
-
-def required_for(device: str) -> tuple:
-    """The required shapes of `device` (REQUIRED_BY_DEVICE, else REQUIRED_63)."""
-    from ..core.devices import device_tag
-    return REQUIRED_BY_DEVICE.get(device_tag(device), REQUIRED_63)
-INVENTORY_COLUMNS = ["issue", "backend", "model", "sharding", "dtype", "file", "keys",
+INVENTORY_COLUMNS = ["device", "issue", "backend", "model", "sharding", "dtype", "file", "keys",
                      "missing_keys", "run", "run_status", "candidates", "written", "commit",
                      "holds_grid", "near_keys"]
 
 
-def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
+def inventory(configs_dir=None, device: str | None = None, required=None,
               data_dir=None) -> pd.DataFrame:
-    """A row per required shape: its file (gemm1's; the gemm2 file beside it where the
-    backend has one), the token keys every stage's file holds (of TUNE_TOKENS), the keys
-    missing, its provenance (the tune run, its manifest's status, candidates timed, when
-    the file was written, the commit), `holds_grid`: a file for every stage with all
+    """A row per device and required shape (`required`; None: each device's own,
+    required_for): the device, the shape's file (gemm1's; the gemm2 file beside it where
+    the backend has one), the token keys every stage's file holds (of TUNE_TOKENS), the
+    keys missing, its provenance (the tune run, its manifest's status, candidates timed,
+    when the file was written, the commit), `holds_grid`: a file for every stage with all
     the keys, provenance naming a run, and that run complete, and `near_keys`: its search's
-    neighbour-key pass (SearchPlan.near_keys; 0: searched before the pass existed)."""
-    from ..core.config_files import read_table
-    from ..storage.store import data_dir as default_data, read_json
+    neighbour-key pass (SearchPlan.near_keys; 0: searched before the pass existed).
+    `device` None: every GPU device with data (analysis.runs.gpu_devices of data_dir, and
+    the devices configs_dir's provenance names), a block of rows each; none: no row."""
+    from ..storage.store import data_dir as default_data
     _folders("inventory", configs_dir=configs_dir)  # was: every shape "missing"
-    required = _required(required, "inventory")
+    if required is not None:
+        required = _required(required, "inventory")
+    if device is not None:
+        validate.text(device, "inventory: device", "a device name, e.g. 'NVIDIA H200', or "
+                      "None for every GPU device with data")
     # (data_dir may not exist yet: a fresh machine has searched nothing, as left() reads it)
-    root = _configs_dir(configs_dir, device)
     runs = Path(data_dir) if data_dir is not None else default_data()
+    blocks = [pd.DataFrame(_inventory_rows(_configs_dir(configs_dir, d), d, runs,
+                                           required_for(d) if required is None else required),
+                           columns=INVENTORY_COLUMNS)
+              for d in ([device] if device is not None else _devices(configs_dir, runs))]
+    return pd.concat(blocks, ignore_index=True) if blocks else pd.DataFrame(
+        columns=INVENTORY_COLUMNS)
+
+
+def _devices(configs_dir, runs: Path) -> list[str]:
+    """The GPU devices of a data folder (gpu_devices) and those configs_dir's provenance
+    names (a configs folder given: its files' devices, wherever it lies), sorted."""
+    named = set()
+    for prov in (sorted(Path(configs_dir).glob("*/provenance.json")) if configs_dir else ()):
+        named |= {v.get("device") for n, v in read_json(prov).items()
+                  if isinstance(v, dict) and v.get("device") and (prov.parent / n).is_file()}
+    return sorted(set(gpu_devices(runs)) | {str(d) for d in named})
+
+
+def _inventory_rows(root: Path, device: str, runs: Path, required) -> list[dict]:
+    """inventory's rows of one device: its files under `root`, their runs under `runs`."""
     rows = []
     for issue, backend, model, tp, ep, dtype in required:
         paths = _paths(backend, model, tp, ep, dtype, device, root)
@@ -110,7 +113,8 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
         plan = (man.get("config") or {}).get("search") or {}
         missing = [t for t in TUNE_TOKENS if t not in keys]
         rows.append(dict(
-            issue=issue, backend=backend, model=model, sharding=sharding_name(tp, ep),
+            device=device, issue=issue, backend=backend, model=model,
+            sharding=sharding_name(tp, ep),
             dtype=dtype, file=paths["gemm1"].name if found else "", keys=len(keys),
             missing_keys=", ".join(map(str, missing)), run=run, run_status=status,
             candidates=prov.get("candidates_timed"), written=str(prov.get("written") or "")[:10],
@@ -118,57 +122,29 @@ def inventory(configs_dir=None, device: str = DEVICE, required=REQUIRED,
             holds_grid=bool(found and not missing and run and status == "complete"),
             # the search's neighbour-key pass (0: searched before it; None: no run read)
             near_keys=int(plan.get("near_keys", 0)) if man else None))
-    return pd.DataFrame(rows, columns=INVENTORY_COLUMNS)
+    return rows
 
 
-PUBLISHED_FOR = ("aiter-triton", "vllm")  # the backends running the kernel vLLM tunes
-
-
-def shape_word(backend, model, tp, ep, dtype) -> str:
-    """A shape as the device scripts' SHAPES name it: backend:model:tp:ep:dtype."""
-    return f"{backend}:{model}:{tp}:{ep}:{dtype}"
-
-
-def published_file(word: str, device: str = DEVICE) -> str:
-    """The file name vLLM gives its shipped tuning of a shape (`word`: shape_word's form),
-    the same kernel and launch keys as aiter-triton's: what `device_tune.sh sweep` runs
-    beside the tuned file when PUBLISHED holds it. Of aiter-triton's and vllm's shapes
-    only (PUBLISHED_FOR: the kernel vLLM publishes tunings of)."""
-    from ..core import validate
-    from ..core.errors import UsageError
-    backend, model, tp, ep, dtype = _word(word)
-    if backend not in PUBLISHED_FOR:  # was: vLLM's file named for any backend, or none
-        raise UsageError(f"published_file: word {word!r}: vLLM publishes no tuning for "
-                         f"{backend!r}; give a word of {' or '.join(PUBLISHED_FOR)} (the kernel "
-                         "vLLM tunes), e.g. aiter-triton:deepseek-r1:8:8:bf16")
-    validate.text(device, "published_file: device", "a device name, e.g. 'NVIDIA H200'")
-    return _names("vllm", model, int(tp), int(ep), dtype, device)["gemm1"]
-
-
-def _word(word: str) -> list[str]:
-    """A SHAPES word's five parts; UsageError naming it when it is not of that form."""
-    parts = str(word).split(":")
-    if len(parts) != 5 or not (parts[2].isdigit() and parts[3].isdigit()):
-        from ..core.errors import UsageError
-        raise UsageError(f"{word!r} is not a shape word backend:model:tp:ep:dtype "
-                         "(e.g. vllm:deepseek-r1:8:8:bf16)")
-    return parts
-
-
-def left(mode: str, device: str = DEVICE, backends=None, data_dir=None, configs_dir=None,
+def left(mode: str, device: str, backends=None, data_dir=None, configs_dir=None,
          required=None, runs=None) -> list[str]:
-    """The GPU work left on the required shapes, as SHAPES words (the device scripts'
-    default, so the same command resumes until nothing is left). `tune`: the shapes whose
+    """The work left on `device` (a GPU's name, as torch gives it) on its required shapes
+    (required_for), as SHAPES words (the device scripts' default, so the same command
+    resumes until nothing is left). `tune`: the shapes whose
     file does not hold the grid, searches already started first (they resume). `sweep`:
     the shapes whose file holds the grid but that lack a tuned-against-default point
     measured with it at some key of TUNE_TOKENS (current_pairs over data_dir's runs); for
     vllm, against vLLM as shipped at SEED_SWEEP_TOKENS: its shipped file (published_pairs,
     the same rule) or, where vLLM ships none for the shape, its default (current_pairs).
-    `backends`: only these (e.g. ("vllm",)); None: all. `runs`: data_dir's by default."""
-    from ..core.errors import UsageError
+    `backends`: only these (e.g. ("vllm",)); None: all. `runs`: data_dir's by default (of
+    them, those measured on `device`)."""
     from ..storage.store import data_dir as default_data, find_runs
     if mode not in ("tune", "sweep"):
         raise UsageError(f"left: mode is tune or sweep, not {mode!r}")
+    validate.text(device, "left: device", "the GPU's name as torch gives it, e.g. "
+                  "'NVIDIA H200' (the device scripts pass $GPU_NAME)")
+    if not is_gpu(device):  # was: a GPU's required shapes answered for the CPU
+        raise UsageError(f"left: device {device!r} is not a GPU: the tuned files and the "
+                         "searches left are a GPU's; give its name, e.g. 'NVIDIA H200'")
     if isinstance(backends, str):  # one name (was read as a string to find names in)
         backends = (backends,)
     required = _required(required_for(device) if required is None else required, "left")
@@ -187,7 +163,7 @@ def left(mode: str, device: str = DEVICE, backends=None, data_dir=None, configs_
                    if not x["holds_grid"] and (root / _search_run(w, device)).is_dir()]
         return started + [w for x, w in todo if not x["holds_grid"] and w not in started]
     from .published import published_pairs
-    runs = find_runs(root) if runs is None else list(runs)
+    runs = runs_on(find_runs(root) if runs is None else list(runs), device)
     pairs, _ = current_pairs(runs, configs_dir)
     pairs = shape_pairs(pairs, published_pairs(runs, configs_dir, root))
     have = {(b, m, sharding_name(tp, ep), dt): set(g["tokens"]) for (b, m, tp, ep, dt), g
@@ -202,13 +178,6 @@ def shape_pairs(pairs: pd.DataFrame, pub: pd.DataFrame) -> pd.DataFrame:
     file for the shape) and vllm's published_pairs (vLLM as shipped with its own file). Was:
     vllm's current pairs dropped, so a shape vLLM ships no file for stayed left forever."""
     return pd.concat([pairs, pub[pub["backend"] == "vllm"]])
-
-
-def _search_run(word: str, device: str) -> str:
-    """The run folder of a shape's search on `device`, as scripts/device_tune.sh names it."""
-    from ..core.devices import device_tag
-    b, m, tp, ep, dt = word.split(":")
-    return f"{device_tag(device)}-tune-{b}-{m}-tp{tp}{'' if ep == '1' else f'ep{ep}'}-{dt}"
 
 
 def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
@@ -370,21 +339,22 @@ def on_device(device: str | None):
     return lambda m: device is None or (m.get("environment") or {}).get("device_name") == device
 
 
-def search_spread(root=None, device: str | None = DEVICE, backend: str | None = None
+def search_spread(root=None, device: str | None = None, backend: str | None = None
                   ) -> pd.DataFrame:
     """Per tuned point (the newest winner of the tune runs under root, default data_dir()):
     the winner's us beside the default's, and the search's spread there: the best, median
     and worst of every candidate of its first rung (each coarse configuration of the first
     GEMM searched, timed at the short repetition, so its best can sit above the winner,
     which is timed at full length with both GEMMs tuned), how many, and worst / best (what
-    a bad launch configuration costs). A device (not the default's: a folder without its
-    searches answers empty) or backend no tuned point has, where others have: UsageError."""
-    from ..core import validate
+    a bad launch configuration costs). `device`: its searches only (None: any device's); a
+    device with data under root (gpu_devices) but no search answers empty; one without, or a
+    backend no tuned point has, where others have: UsageError."""
     for arg, v in (("device", device), ("backend", backend)):
         if v is not None:
             validate.text(v, f"search_spread: {arg}", "a name (a str), or None for any")
     w = newest_of("winners", root, lambda m: m.get("kind") == "tune" and on_device(device)(m))
-    if not len(w) and device not in (None, DEVICE):  # was: an empty table, as if unsearched
+    if not len(w) and device is not None and device not in gpu_devices(root):
+        # was: an empty table, as if unsearched
         _none_of("device", device, newest_of("winners", root, lambda m: m.get("kind") == "tune"),
                  root)
     if not len(w) or "search_best_us" not in w:
@@ -405,7 +375,6 @@ def search_spread(root=None, device: str | None = DEVICE, backend: str | None = 
 
 def _none_of(what: str, value: str, w: pd.DataFrame, root) -> None:
     """UsageError when the winners `w` hold some point but none of `value` in column `what`."""
-    from ..core.errors import UsageError
     from ..storage.store import data_dir
     have = sorted(set(w[what].astype(str))) if what in w else []
     if have and value not in have:
@@ -418,7 +387,6 @@ def tune_run(run_id: str, root=None):
     """The tune run folder `run_id` (under root, default data_dir()) as a Run with empty
     tables (its manifest for the footer, the rows drawn for the commits); a run of another
     kind (a sweep): UsageError."""
-    from ..core.errors import UsageError
     from ..storage.store import Run, data_dir, read_json
     p = Path(root or data_dir()) / str(run_id)
     if str(run_id).strip() and (set(str(run_id)) & {"/", "\\"} or str(run_id) in (".", "..")):
@@ -436,13 +404,14 @@ def tune_run(run_id: str, root=None):
     return Run(p, manifest, pd.DataFrame(), pd.DataFrame())
 
 
-def verify_points(root=None) -> pd.DataFrame:
+def verify_points(root=None, device: str | None = None) -> pd.DataFrame:
     """Per point of the verify runs under root (default data_dir(); `moe-lab tune --verify`,
-    verify.parquet), the newest: the committed winner's us, the best the second search
+    verify.parquet) measured on `device` (None: any), the newest: the committed winner's
+    us, the best the second search
     found (the fastest correct candidate over the margin where there is one, else its
     best), value = committed / that (above VERIFY_MARGIN: the second search found a
     faster configuration), the verdict, run_id. Empty when no verify run is committed."""
-    v = newest_of("verify", root)
+    v = newest_of("verify", root, on_device(device))
     if not len(v):
         return v
     for c in ("committed_us", "fastest_us", "search_best_us"):

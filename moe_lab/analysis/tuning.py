@@ -12,13 +12,15 @@ import numpy as np
 import pandas as pd
 
 from ..core.devices import Ceilings, ceilings_for
+from ..core.errors import CorruptFile, UsageError
 from ..core.problems import sharding_name
 from ..measuring.profiling import PHASES
 from ..cost.roofline import add_roofline_columns
 from ..storage.rows import deployed_rows, ok_rows
-from ..storage.store import open_run
+from ..storage.store import data_dir, find_runs, open_run
 from . import metrics
 from .kernel_time import PHASE_TOKENS  # the phase figures' token counts, defined once
+from .runs import on_device
 from .runs import open_tuned_run  # noqa: F401 (the run notebook 05 reads)
 from ..core.validate import frames
 
@@ -191,26 +193,36 @@ def _has_glue_point(run, point: dict) -> bool:
 
 
 def glue_after_run(run, given: bool = False, before_run=GLUE_BEFORE_RUN, **point):
-    """(the run whose point is glue_before_after's `after`, one line saying which and why):
-    `run` where it has the point (GLUE_POINT, with its kernels); else, unless the run was
-    given (a page about that run alone), the newest run by analysis.runs' rule that has it;
-    (None, the line) when none."""
-    from .runs import on_gpu
-    from ..storage.store import find_runs
+    """(the run whose point is glue_before_after's `after`, one line saying which and why),
+    always a run on the before run's device (a before and after on two GPUs would be the
+    GPUs' difference, not the glue's): `run` where it has the point (GLUE_POINT, with its
+    kernels) on that device; else, unless the run was given (a page about that run alone),
+    the newest run on that device by analysis.runs' rule that has it; (None, the line)
+    when none, when `run` is on another device and given, or when there is no before run."""
     point = {**GLUE_POINT, **point}
     run = open_run(run)
     what = (f"{point['backend']} default at {point['model']} {point['sharding']}, "
             f"{point['tokens']} tokens ({point['mode']}) with its kernels")
-    if _has_glue_point(run, point):
+    try:
+        device = open_run(before_run).device
+    except CorruptFile:  # there but unreadable: one line, as every reader says it
+        raise
+    except UsageError:  # not in this data folder (another device's, say)
+        return None, (f"torch-grouped before and after its bf16 glue: left out (no before run "
+                      f"{before_run} under {data_dir()})")
+    other = "" if run.device == device else f"run {run.run_id} is on {run.device}, not {device}"
+    if not other and _has_glue_point(run, point):
         return run, f"after: run {run.run_id} (the run shown)"
     if given:
-        return None, (f"torch-grouped before and after its bf16 glue: left out (run "
-                      f"{run.run_id} has no {what})")
-    for r in sorted(find_runs(defaults=True), key=lambda r: not on_gpu(r)):
+        return None, (f"torch-grouped before and after its bf16 glue: left out ("
+                      + (f"{other}, the device of the before run {before_run})" if other
+                         else f"run {run.run_id} has no {what})"))
+    for r in on_device(find_runs(defaults=True), device):  # newest first
         if r.run_id != before_run and _has_glue_point(r, point):
-            return r, (f"after: run {r.run_id}, the newest run with {what} (run {run.run_id} "
-                       "has none)")
-    return None, f"torch-grouped before and after its bf16 glue: no run has {what}"
+            return r, (f"after: run {r.run_id}, the newest run with {what}, on {device} (the "
+                       "before run's device; " + (other or f"run {run.run_id} has none") + ")")
+    return None, (f"torch-grouped before and after its bf16 glue: no run on {device} (the "
+                  f"before run's device) has {what}")
 
 
 def glue_before_after(after_run, before_run=GLUE_BEFORE_RUN, **point):

@@ -21,9 +21,9 @@ figure is moe_lab.plots.vllm_compare's.
         layers that are the best at its points, with how many, most first) and run_id (the
         runs the points come from, newest first)
     own_text(own=OWN) -> the own layers as the findings name them ('backend config' each)
-    vllm_runs(runs=None) -> the runs holding ok `vllm` default rows (ids or folders given:
-        those), chosen by analysis.runs' one rule (GPU runs first; every such run on the
-        chosen one's device, newest first); [] when none
+    vllm_runs(runs=None, device=None) -> the runs holding ok `vllm` default rows (ids or
+        folders given: those), chosen by analysis.runs' one rule (GPU runs first; every such
+        run on the chosen one's device, or on `device`, newest first); [] when none
     frames(runs, mode="graph") -> (results, ledger) of those runs, each row with its
         run_id (every run's own rows: a point two runs share is kept in both)
     compared(runs) -> (results, best_over_vllm table) of frames(runs), once per runs
@@ -53,7 +53,7 @@ import pandas as pd
 from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows
 from .metrics import span
-from .runs import VLLM_AS_SHIPPED as BASE
+from .runs import VLLM_AS_SHIPPED as BASE, vllm_choice
 from .targets import METRIC_COLUMNS, by_name, metric_rows
 from ..core.validate import frames
 
@@ -194,10 +194,9 @@ def target_metrics(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([pts, per], ignore_index=True)
 
 
-def vllm_runs(runs=None) -> list:
-    """Module doc (analysis.runs.vllm_choice's runs)."""
-    from .runs import vllm_choice
-    return vllm_choice(runs)[0]
+def vllm_runs(runs=None, device: str | None = None) -> list:
+    """Module doc (analysis.runs.vllm_choice's runs; `device`: those measured on it)."""
+    return vllm_choice(runs, device)[0]
 
 
 def compared(runs) -> tuple[pd.DataFrame, pd.DataFrame]:
