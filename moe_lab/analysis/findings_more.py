@@ -220,7 +220,32 @@ def vllm_section(runs, device: str | None = None) -> list[str]:
                 "FP8 us), once with every kernel and once with the workbook's own kernels "
                 "only (vLLM left out on both sides).", "",
                 *[_fp8_sentence(r) for r in f8.itertuples(index=False)]]
-    return out
+    return out + _unread_lines(res, vruns, device)
+
+
+def _unread_lines(res: pd.DataFrame, vruns, device) -> list[str]:
+    """vLLM's own files for this GPU under a shorter form of its name, which its lookup
+    never reads here (analysis.vllm_files), against vLLM as shipped in the same runs."""
+    from . import vllm_files as vf
+    t = vf.unread(res)
+    if t.empty:
+        return []
+    s = vf.unread_summary(t)
+    used = [r for r in vruns if r.run_id in set(t["run_id"])]
+    show = s.assign(**{c: s[c].map("{:.3f}".format) for c in ("min", "max", "geomean")})
+    return ["", head("vLLM's own tunings that its lookup never reads on this GPU", device, 3),
+            "", runs_line(used), "",
+            f"vLLM ships {s['unread_file'].nunique()} file(s) for these shapes under a shorter "
+            "form of this GPU's name; its lookup asks for the full name "
+            f"(`device_name={vf.file_device_name(str(t['device'].iloc[0]))}`); what vLLM as "
+            "shipped read at these points (its rows' `config_file`): "
+            f"{', '.join(sorted(set(t['shipped_config_file']) - {''})) or 'not recorded'}. "
+            "Each file timed with vLLM's kernel "
+            "(`--config FILE`) beside vLLM as shipped, per point in one run: as shipped over "
+            f"with its file (> 1: what the missed name costs), slower at "
+            f"{int(s['slower'].sum())} of {int(s['points'].sum())} points.", "",
+            *md_table(show[["unread_file", "model", "sharding", "dtype", "points", "min",
+                            "max", "geomean", "slower"]])]
 
 
 def _ties_text(tr: pd.DataFrame) -> str:
