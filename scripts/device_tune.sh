@@ -10,21 +10,22 @@
 # the required aiter-triton* shapes (moe_lab.analysis.tuned_files.left, from the committed
 # files and runs as they travel: searches not complete, started ones first; files holding
 # the grid without a tuned-against-default point at every key), and print it.
-# A shape's search is the run folder data/runs/h200-tune-<backend>-<model>-<sharding>-<dtype>
+# A shape's search is the run folder data/runs/<tag>-tune-<backend>-<model>-<sharding>-<dtype>
+# (tag: the GPU's, core.devices.device_tag: h200, h100)
 # (TP8 or TP8EP8): a folder committed
 # from an earlier lease is copied in and resumed (moe-lab tune never times a row twice), so
 # the same command again goes on where the last one stopped (on a warm machine, from the copy
 # the last call staged under /tmp, so back-to-back calls need no commit in between). Each shape's winners are
 # written to $OUT/bundle/configs/<backend>/ (never over the committed files: a cut search's
-# winners are adopted into data/configs/nvidia-h200 only once its manifest says complete).
-# verify: `moe-lab tune --verify ${VERIFY:-4}` per shape into h200-verify-<...>: that many
+# winners are adopted into data/configs/<device slug> only once its manifest says complete).
+# verify: `moe-lab tune --verify ${VERIFY:-4}` per shape into <tag>-verify-<...>: that many
 # token keys searched again in another order with twice the survivors, against the committed
-# winners of data/configs/nvidia-h200 (verify.parquet; no file written).
-# sweep: `moe-lab sweep --config default,tuned` per shape into h200-grid-<...> at TOKENS
+# winners of data/configs/<device slug> (verify.parquet; no file written).
+# sweep: `moe-lab sweep --config default,tuned` per shape into <tag>-grid-<...> at TOKENS
 # (default: TUNE_TOKENS, the 19 keys of the tuned files), graph mode, profiled: the tuned files measured
 # beside the backend's default configuration (the committed files, as they travel); with
 # PUBLISHED=<folder> (carried: fetch-device-wheels.sh vllm writes .whl/published) aiter-triton
-# also with the published file vLLM names for the shape (vLLM's shipped H200 tuning of the
+# also with the published file vLLM names for the shape on this GPU (vLLM's shipped tuning of the
 # same Triton kernel), where it ships one: `--config default,tuned,<folder>/<file>`.
 # BUDGET: seconds for the whole command (each shape's command gets what is left, less a
 # margin for its last writes). Everything lands in $OUT/bundle.tar.gz; adopt a

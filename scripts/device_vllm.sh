@@ -12,7 +12,7 @@
 # 491b3c53, 40 MiB: N = 2 while the tree is under 32 MiB; VLLM_ARCH=all keeps every GPU's
 # code, 07a891b0, 109 MiB: N = 4 or more. Each part travels with the tree and the 38 KB
 # aiter cut under 64 MiB, so a larger tree means more, smaller parts). Rows that say "no
-# kernel image is available" would mean the sm_90 cut left out code the H200 loads: fetch
+# kernel image is available" would mean the sm_90 cut left out code the GPU loads: fetch
 # again with VLLM_ARCH=all. The run calls, in order (timeout_s 600 each; <sha>: git
 # rev-parse --short HEAD of the commit whose tree travels):
 #
@@ -31,17 +31,18 @@
 #      the required vllm shapes whose file lacks the grid), 6-10 min of one GPU each.
 #      Resumes from /tmp on a warm machine, else from the committed runs.
 #   6. after adopting the complete searches' files (bundle configs/vllm/ ->
-#      data/configs/nvidia-h200/vllm/, with provenance.json): command
+#      data/configs/<device slug>/vllm/, with provenance.json): command
 #      "MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh tuned", carry
 #      [".whl/aiter-cut.tar.gz"]: ~4 min, `vllm --config tuned` into the same run folders.
 # Calls 4-6 need vLLM on the machine: a fresh one says so (nothing measured) and needs
 # calls 1-3 again (with call 3's command). Every call's results come back in
-# $OUT/bundle.tar.gz (runs/, logs/, configs/): extract it and commit data/runs/h200-vllm-*
-# (and h200-tune-vllm-*) after each call, so a fresh machine resumes from them.
+# $OUT/bundle.tar.gz (runs/, logs/, configs/, ceilings/): extract it and commit
+# data/runs/<tag>-vllm-* (and <tag>-tune-vllm-*; tag: core.devices.device_tag, h200, h100)
+# and the GPU's first ceilings after each call, so a fresh machine resumes from them.
 #
 # sweep: JOBS (dtype:ep:models, TP8), tokens TOKENS (default core.constants.SEED_SWEEP_TOKENS),
 # graph mode, checked against the reference, profiled (the phases the ledger reads), one run
-# folder per job, data/runs/h200-vllm-<dtype>-<tp8|tp8ep8>: the job's models with a tuned vLLM file
+# folder per job, data/runs/<tag>-vllm-<dtype>-<tp8|tp8ep8>: the job's models with a tuned vLLM file
 # committed get every backend of the job with --config default,tuned in one process (vllm
 # as shipped and with moe-lab's file, aiter-triton default and tuned, back to back per token
 # count, beside torch-grouped and the FP8 backends); the others --config default, then
@@ -54,9 +55,9 @@
 # tuned: vllm --config tuned, the models of each job with a tuned file.
 # align: the points where vLLM won on the routing glue (Qwen3-235B bf16, DeepSeek-R1
 # fp8-block128, TP8, tokens 1,16,64), vllm and aiter-triton default, then aiter-triton tuned,
-# into new run folders h200-vllm-align-<dtype>-tp8 (the align kernels changed after the sweep).
+# into new run folders <tag>-vllm-align-<dtype>-tp8 (the align kernels changed after the sweep).
 # A second word `tune` (`align tune`) spends what is left of BUDGET on the searches.
-# TAG=<word>: the runs go to h200-vllm-<word>-<dtype>-<sharding> (a shape measured again
+# TAG=<word>: the runs go to <tag>-vllm-<word>-<dtype>-<sharding> (a shape measured again
 # after its tuned file changed: TAG=retuned JOBS="bf16:8:deepseek-r1" ... sweep).
 # stage: only gather the parts. VLLM_PARTS, VLLM_STAGE, VLLM_SITE, VLLM_STANDINS,
 # VLLM_RUNSTAGE (and device_tune.sh's TUNE_STAGE) move the folders (tests).
