@@ -185,6 +185,8 @@ def test_each_finding_has_its_runs_and_date():
             continue
         tagged = [ln for ln in body.splitlines() if ln.startswith(("Runs:", "Data:"))]
         assert tagged, f"findings section '{title}' names no runs"
+        if all(ln == "Runs: none yet on this device" for ln in tagged):
+            continue  # a device's section with nothing measured yet (its files, the work left)
         assert any(re.search(r"\b20\d\d-\d\d-\d\d\b", ln) for ln in tagged), \
             f"findings section '{title}' has no date"
 
@@ -288,17 +290,21 @@ def test_every_count_of_the_tuning_keys_is_the_codes():
 
 
 def test_the_gpu_and_versions_the_readme_names_are_the_manifests():
-    """'all GPU numbers so far are from one NVIDIA H200 (torch T, triton R, amd-aiter A ...)':
-    every committed run measured on a GPU names that device and those versions."""
+    """'GPU numbers are from one NVIDIA H200 and one NVIDIA H100 80GB HBM3 (torch T, triton R,
+    amd-aiter A ... where a run loads them ...)': the committed runs measured on a GPU are of
+    exactly those devices (a device's data committed without the README naming it fails
+    here), with those versions; aiter's is that one or none (a run that did not load it)."""
     text = " ".join(README.read_text().split())
-    m = re.search(r"all GPU numbers so far are from one (NVIDIA \w+) \(torch (\S+), triton (\S+), "
+    m = re.search(r"GPU numbers are from (one .+?) \(torch (\S+), triton (\S+), "
                   r"amd-aiter (\S+) ", text)
-    assert m, "the sentence naming the GPU and versions"
+    assert m, "the sentence naming the GPUs and versions"
+    named = {d.removeprefix("one ") for d in m[1].split(" and ")}
     gpu = [json.loads(p.read_text()).get("environment") or {} for p in RUNS.glob("*/manifest.json")]
     gpu = [e for e in gpu if e.get("device_name") and e["device_name"] not in ("cpu", "x86_64")]
-    assert gpu and {e["device_name"] for e in gpu} == {m[1]}
+    assert gpu and {e["device_name"] for e in gpu} == named
     assert {e["torch"] for e in gpu} == {m[2].replace("2.11+", "2.11.0+")}
-    assert all(e["triton"].startswith(m[3]) for e in gpu) and {e["aiter"] for e in gpu} == {m[4]}
+    assert all(e["triton"].startswith(m[3]) for e in gpu)
+    assert {e["aiter"] for e in gpu} - {None} == {m[4]}
 
 
 def test_the_repeatability_evidence_readme_states_what_its_csvs_hold():

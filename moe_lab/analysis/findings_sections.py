@@ -61,6 +61,8 @@ def provenance(runs, rows: pd.DataFrame | None = None) -> str:
         commits |= set(r.commits(sel)) if len(r.results) else {
             str(i.get("git_commit", ""))[:7] for i in r.manifest.get("invocations") or []
             if i.get("git_commit")} or set(r.commits())
+    if not runs:  # was "Runs:  · commits unknown"
+        return "Runs: none yet on this device"
     names = ", ".join(f"`{r.run_id}` ({date(r)})" for r in runs)
     return f"Runs: {names} · commits {', '.join(sorted(commits)) or 'unknown'}"
 

@@ -101,8 +101,8 @@ def _inventory_lines(inv: pd.DataFrame, device: str) -> list[str]:
         holds_grid=inv["holds_grid"].map({True: "yes", False: "no"}),
         candidates=inv["candidates"].map(_int_text), near_keys=inv["near_keys"].map(_int_text))
     return [head("Tuned files against the token grid", device), "", runs_line(used), "",
-            f"Per shape that issues {' and '.join(map(str, sorted(set(inv['issue']))))} ask a "
-            f"tuned file for on this device (`moe_lab.analysis.tuned_files."
+            f"Per shape that {_issues(inv['issue'])} ask{'s' if inv['issue'].nunique() == 1 else ''} a "
+            f"tuned file for on this device (`moe_lab.analysis.required."
             f"{required_name(device)}`): the file its backend reads, the keys of the token "
             f"grid ({len(TUNE_TOKENS)} keys) every stage's file holds, its provenance (the tune "
             "run, its status, candidates timed, when the file was written, the commit), "
@@ -253,3 +253,9 @@ def _roof_lines(prs: list, pairs: pd.DataFrame, device: str) -> list[str]:
 
 
 __all__ = ["span", "tuned_files_section"]
+
+
+def _issues(numbers) -> str:
+    """'issue 63' or 'issues 38 and 41'."""
+    n = sorted(set(map(int, numbers)))
+    return ("issue " if len(n) == 1 else "issues ") + " and ".join(map(str, n))
