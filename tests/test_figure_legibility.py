@@ -92,7 +92,7 @@ def test_the_implications_legend_hides_no_bar_and_the_footer_stays_on_the_figure
 
 @pytest.fixture(scope="module")
 def best():
-    lruns, _ = an.runs.ledger_choice(None)
+    lruns, _ = an.runs.ledger_choice(None, question="fp8_ledger")  # the FP8 panels' device
     lres, led = an.ledger.of_runs(lruns)
     return led[led["point_id"].isin(an.ledger.best_points(lres)["point_id"])]
 

@@ -50,12 +50,14 @@ def newest_committed_run_with_ok_rows() -> str:
     return max(found)[1]
 
 
-def test_default_run_against_the_measured_h200_ceilings():
+def test_default_run_against_its_devices_measured_ceilings():
     outputs = run_notebook(NB)
     text = printed(outputs)
     run_id, pct, median = shown(text)
     assert run_id == newest_committed_run_with_ok_rows()
-    ceil = json.loads((Path(ROOT) / "data" / "ceilings" / "nvidia-h200.json").read_text())
+    from moe_lab.core.devices import device_slug  # the run's own device's ceilings
+    dev = json.loads((RUNS / run_id / "manifest.json").read_text())["environment"]["device_name"]
+    ceil = json.loads((Path(ROOT) / "data" / "ceilings" / f"{device_slug(dev)}.json").read_text())
     assert "[measured]" in text
     want, want_median = best_pct(pd.read_parquet(RUNS / run_id / "results.parquet"),
                                  ceil["gemm_bf16"]["tflops"],

@@ -280,7 +280,7 @@ def test_the_issues_that_ask_for_tuned_files_are_requireds():
     from moe_lab.analysis.required import REQUIRED, required_for
     text = FINDINGS.read_text()
     found = re.findall(r"^## Tuned files against the token grid: (.+)\n(?:.*\n)*?Per shape "
-                       r"that issues ([\d and,]+) ask a tuned file for", text, re.M)
+                       r"that issues? ([\d and,]+) asks? a tuned file for", text, re.M)
     assert found and len(found) == text.count("## Tuned files against the token grid: ")
     for device, doc in found:
         assert {int(x) for x in re.findall(r"\d+", doc)} == {r[0] for r in required_for(device)}

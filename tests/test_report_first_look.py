@@ -95,12 +95,15 @@ def test_the_plain_report_reads_the_gpu_runs_and_says_why(first_look):
     p01 = page(folder, "01_kernel_time")
     main = re.search(r"^reads run (\S+): the newest run with ok rows measured by moe-lab, on a GPU;"
                      r" passed over newer runs: (.*)$", p01, re.M)
-    assert main and main[1].startswith("h200-") and CPU_RUN in main[2], p01[:2000]
+    committed = committed_ids(first_look["runs"])  # a GPU run of the data, never the CPU's
+    assert main and main[1] in committed and CPU_RUN in main[2], p01[:2000]
     assert re.search(rf"^reads run {CPU_RUN}: the newest run with ok rows measured on the CPU$",
                      p01, re.M)  # the CPU panel shows the user's run
     p05 = page(folder, "05_tuning")  # the ledger: the H200 runs, not the newer CPU run
     ledger = re.search(r"^ledger runs: (.*)$", p05, re.M)[1].split(", ")
-    assert ledger and all(r.startswith("h200-") for r in ledger), ledger
+    assert ledger and all(r in committed for r in ledger), ledger  # the GPU runs, one device
+    assert len({json.loads((first_look["runs"] / r / "manifest.json").read_text())[
+        "environment"]["device_name"] for r in ledger}) == 1
     assert "KeyError" not in p05
     figs = probes(folder)
     assert any(k.startswith("05_tuning") and "graph median = kernels + gaps"
@@ -108,7 +111,6 @@ def test_the_plain_report_reads_the_gpu_runs_and_says_why(first_look):
     # the CPU run is drawn in notebook 01's CPU panel and nowhere else
     with_cpu = sorted(k for k, d in figs.items() if CPU_RUN in drawn_words(d))
     assert len(with_cpu) == 1 and with_cpu[0].startswith("01_kernel_time"), with_cpu
-    committed = committed_ids(first_look["runs"])
     gpu_drawn = [k for k, d in figs.items() if drawn_words(d) & committed]
     assert len(gpu_drawn) >= 15, gpu_drawn
 

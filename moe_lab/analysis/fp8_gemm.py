@@ -49,11 +49,12 @@ def _points(res: pd.DataFrame, led: pd.DataFrame) -> pd.DataFrame:
 
 
 def gemm_table(runs=None, mode: str = "graph") -> pd.DataFrame:
-    """`runs`: ids, folders or Runs (None: analysis.runs.runs_with_phases()). A row per point and
+    """`runs`: ids, folders or Runs (None: analysis.runs.runs_with_phases of the newest device
+    with FP8 points and phases). A row per point and
     FP8 scheme with a bf16 point beside it: the FP8 point with the fastest layer and its
     GEMMs, the bf16 point likewise, and the fastest torch-fp8-grouped GEMMs on the same
     rows (any FP8 scheme; NaN where none was measured)."""
-    runs = runs_with_phases(runs)
+    runs = runs_with_phases(runs, question="fp8_ledger")
     res, led = ledger.of_runs(runs, mode=mode)
     if not len(res) or not len(led):
         return pd.DataFrame()

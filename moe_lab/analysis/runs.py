@@ -16,7 +16,7 @@ is read as given, refused in one line when it cannot answer.
     on_device(runs, device)       the runs measured on a device
     manifest_device(manifest)     the device a run folder's manifest names (as its rows do)
     QUESTIONS                     the questions: kernel_time, cpu, roofline, compile, tuning,
-                                  seed_shapes, ledger, distributed, vllm
+                                  seed_shapes, ledger, fp8_ledger, distributed, vllm
     describe(run)                 'run R: N points (K ok) on DEVICE, commits C (path)'
     open_tuned_run(run=None, device=None)  notebook 05: the run with the most points both
                                   tuned and default
@@ -161,6 +161,10 @@ QUESTIONS = {
                             lambda r: r.has("graph") and _seed_points(r),
                             rank=lambda r: _seed_points(r)),
     "ledger": Question("stored phases (phases.parquet)", lambda r: len(r.phases) > 0),
+    # the FP8 GEMM section: the newest device whose runs hold FP8 points with phases (a newer
+    # bf16-only run on another GPU does not take it to a device with nothing to say)
+    "fp8_ledger": Question("stored phases of ok FP8 points",
+                           lambda r: len(r.phases) > 0 and _has_fp8(r)),
     "distributed": Question("ok distributed rows", lambda r: r.has("distributed"),
                             has="distributed", scope="distributed"),
     "vllm": Question("ok rows of vLLM as shipped (backend vllm, config default)",
@@ -279,13 +283,19 @@ def open_tuned_run(run=None, device: str | None = None):
     return found[0]
 
 
-def runs_with_phases(runs=None, device: str | None = None) -> list:
+def _has_fp8(r: Run) -> bool:
+    """Whether a run holds ok rows of an FP8 scheme."""
+    res = ok_rows(r.results)
+    return bool(len(res)) and res["dtype"].astype(str).str.startswith("fp8").any()
+
+
+def runs_with_phases(runs=None, device: str | None = None, question: str = "ledger") -> list:
     """`runs` (ids or folders) opened, or None: every run that stored its phases
     (phases.parquet: measured with the glue timed now) on `device`, or (None) on the device
     of the run the rule chooses for the ledger (choose('ledger'): GPU runs first, then the
     newest), newest first, so of_runs takes a point measured more than once from its latest
     run. UsageError when there is none."""
-    return ledger_choice(runs, device)[0]
+    return ledger_choice(runs, device, question)[0]
 
 
 def _on_one_device(question: str, runs, name: str, param: str, what: str, note: str = "",
@@ -307,8 +317,14 @@ def _on_one_device(question: str, runs, name: str, param: str, what: str, note: 
                    f"{note} (the device of {first.why.removeprefix('reads ')})")
 
 
-def ledger_choice(runs=None, device: str | None = None) -> tuple[list, str]:
-    """(runs_with_phases(runs, device), the one line saying which runs and why)."""
+def ledger_choice(runs=None, device: str | None = None, question: str = "ledger"
+                  ) -> tuple[list, str]:
+    """(runs_with_phases(runs, device), the one line saying which runs and why); `question`
+    "fp8_ledger": every run with phases on the device of the newest run with FP8 points and
+    phases (its bf16 points are read beside them)."""
+    if question == "fp8_ledger" and runs is None and device is None:
+        first = choose(question, required=False)
+        device = first.run.device if first.run is not None else None
     return _on_one_device("ledger", runs, "the ledger", "ledger_runs", "stored phases",
                           ", a point from its newest run", device=device)
 
