@@ -171,7 +171,7 @@ job() {  # gpu dtype:ep:models
       [ "$dtype" != fp8-channel ] && [ -n "$at" ] && sweep "$g" "$run" "$dtype" "$ep" "$at" aiter-triton tuned
     fi
     # vLLM's own tuning of a shape for this GPU under a name its lookup never reads here
-    # (published.unread_files: `NVIDIA_H100` on an `NVIDIA H100 80GB HBM3`): vllm with that
+    # (vllm_files.unread_files: `NVIDIA_H100` on an `NVIDIA H100 80GB HBM3`): vllm with that
     # file, beside vLLM as shipped (which runs its default there)
     local m f
     for m in ${models//,/ }; do
@@ -191,7 +191,7 @@ TUNED= AT_TUNED=
 AT_TUNED=$(with_tuned_files aiter-triton "${all[@]}")
 unread() {  # model dtype ep -> the files of PUBLISHED (carried) vLLM's lookup misses here
   [ -n "${PUBLISHED:-}" ] && [ "$MODE" = sweep ] || return 0
-  python3 -c "import sys; from moe_lab.analysis.published import unread_files; print(' '.join(unread_files(*sys.argv[1:5], int(sys.argv[5]))))" "$PUBLISHED" "$GPU_NAME" "$1" "$2" "$3"
+  python3 -c "import sys; from moe_lab.analysis.vllm_files import unread_files; print(' '.join(unread_files(*sys.argv[1:5], int(sys.argv[5]))))" "$PUBLISHED" "$GPU_NAME" "$1" "$2" "$3"
 }
 # this GPU's ceilings, once (data/ceilings/<slug>.json: the roofs of its rows)
 if [ "$MODE" = sweep ] && [ ! -f data/ceilings/$DEVICE_SLUG.json ] && [ ! -f $RUNSTAGE/ceilings/$DEVICE_SLUG.json ]; then

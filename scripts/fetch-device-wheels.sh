@@ -73,7 +73,7 @@ python3 scripts/device_bundle.py vllm-parts "$WHEEL" $D/deps $D/parts "$TREE" .w
 # vLLM's published tunings of the fused-MoE kernel, every device's (326 files, 1.1 MB):
 # what `device_tune.sh sweep` with PUBLISHED=.whl/published times aiter-triton with, beside
 # default and tuned, and `device_vllm.sh sweep` vllm with where vLLM's lookup misses the
-# GPU's file (published.unread_files); the device scripts take the GPU found's
+# GPU's file (vllm_files.unread_files); the device scripts take the GPU found's
 rm -rf .whl/published && mkdir -p .whl/published
 python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [open(".whl/published/" + n.rsplit("/", 1)[1], "wb").write(z.read(n)) for n in z.namelist() if "/fused_moe/configs/" in n and "device_name=" in n and n.endswith(".json")]' "$WHEEL"
 echo "published: $(ls .whl/published | wc -l) files of vllm $VLLM in .whl/published ($(ls .whl/published | grep -c NVIDIA_H200) H200, $(ls .whl/published | grep -c 'NVIDIA_H100[_,]') H100; carry it for device_tune.sh sweep and device_vllm.sh sweep, PUBLISHED=.whl/published)"

@@ -198,8 +198,9 @@ def test_vllm_names_every_h200_alike(vllm, monkeypatch):
     fm, _ = vllm
     monkeypatch.setattr(fm, "get_device_name_as_file_name", lambda device_id=0: "NVIDIA_H200_NVL")
     assert fm.get_config_file_name(8, 64, None) == "E=8,N=64,device_name=NVIDIA_H200.json"
-    assert vb.vllm_device_name("NVIDIA H200 NVL") == "NVIDIA_H200"
-    assert vb.vllm_device_name("NVIDIA H100 80GB HBM3") == "NVIDIA_H100_80GB_HBM3"
+    from moe_lab.core.devices import file_device_name  # the one device part of a file name
+    assert file_device_name("NVIDIA H200 NVL") == "NVIDIA_H200"
+    assert file_device_name("NVIDIA H100 80GB HBM3") == "NVIDIA_H100_80GB_HBM3"
 
 
 def test_the_default_is_what_vllm_as_shipped_picks(vllm, kernel):

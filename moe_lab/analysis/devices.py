@@ -30,6 +30,7 @@ from ..cost.roofline import add_roofline_columns
 from ..storage.store import find_runs, open_run
 from ..storage.rows import deployed_rows, ok_rows
 from .runs import SEED_SHAPES, _imported, imported_runs, on_gpu, richest_run  # noqa: F401
+from .metrics import geomean
 from .required import COMPARED, LLAMA4
 from ..core.validate import frames
 
@@ -222,10 +223,6 @@ def newest_series(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True).sort_values(SERIES + ["tokens"]).reset_index(drop=True)
 
 
-def _geomean(s) -> float:
-    return float(np.exp(np.log(np.asarray(s, dtype=float)).mean()))
-
-
 def _best_config(g: pd.DataFrame) -> tuple[str, str]:
     """(backend, config) of one shape and device's series: of those covering the most seed
     token counts (SEED_SWEEP_TOKENS; any count where none has one), the lowest geometric
@@ -236,7 +233,7 @@ def _best_config(g: pd.DataFrame) -> tuple[str, str]:
     top = toks[toks.map(len) == toks.map(len).max()]
     common = frozenset.intersection(*top)
     sub = g[g["tokens"].isin(common) & g.set_index(["backend", "config"]).index.isin(top.index)]
-    return sub.groupby(["backend", "config"])["median_us"].agg(_geomean).idxmin()
+    return sub.groupby(["backend", "config"])["median_us"].agg(geomean).idxmin()
 
 
 PAIR_COLUMNS = SHAPE + ["sharding", "device", "backend", "tokens", "pair_run_id", "default_us",
@@ -285,7 +282,7 @@ def _pair_backend(pairs: pd.DataFrame, chosen: str) -> str | None:
         return None
     if (pairs["backend"] == chosen).any():
         return chosen
-    return pairs.groupby("backend")["tuned_us"].agg(_geomean).idxmin()
+    return pairs.groupby("backend")["tuned_us"].agg(geomean).idxmin()
 
 
 @frames(rows=SERIES + ["tokens", "median_us", "run_id", "started", "sharding"])

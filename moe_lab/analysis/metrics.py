@@ -12,6 +12,7 @@ frames the analysis functions return. Each builder says which points it takes.
         GEMM table, analysis.fp8_gemm.gemm_table)
     prediction_metrics(pts), spread_metrics(ratio) the expert-parallel targets
     span(values, fmt)                      'lo-hi' of finite values (the findings' ranges)
+    geomean(values)                        their geometric mean (ratios, times)
 """
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ def span(values, fmt="{:.2f}") -> str:
 
 
 GLUE = ("quant", "act", "align", "combine")
+
+
+def geomean(values) -> float:
+    """The geometric mean of positive values (a shape's ratios, a series' times)."""
+    return float(np.exp(np.log(np.asarray(values, dtype=float)).mean()))
 
 
 def _concat(frames) -> pd.DataFrame:

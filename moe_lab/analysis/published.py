@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.constants import TP_DEFAULT
 from ..core.errors import CorruptFile
 from ..core.problems import sharding_name
 from ..cost import ledger as lg
@@ -36,25 +35,6 @@ from .targets import METRIC_COLUMNS
 from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _history, _paths,
                           _provenance)
 from ..core.validate import frames
-
-
-def unread_files(folder, device: str, model: str, dtype: str, ep: int, tp: int = TP_DEFAULT
-                 ) -> list[str]:
-    """The files of `folder` (vLLM's shipped configs, as fetch-device-wheels.sh copies them)
-    that tune this shape for this device under a shorter form of its name, which vLLM's
-    lookup never reads on it: `device_name=NVIDIA_H100` on an 'NVIDIA H100 80GB HBM3', whose
-    lookup asks for `NVIDIA_H100_80GB_HBM3`. There vLLM as shipped runs its default
-    configuration; `device_vllm.sh sweep` times vllm with each such file beside it."""
-    from ..backends.vllm_fused import config_file_name
-    from ..core.devices import file_device_name
-    from ..core.problems import make_problem
-    name = config_file_name(make_problem(model, 1, dtype, tp, int(ep)), device)
-    full = file_device_name(device)
-    words = full.split("_")
-    shorter = ["_".join(words[:i]) for i in range(len(words) - 1, 0, -1)]
-    return [str(Path(folder) / n) for n in (
-        name.replace(f"device_name={full}", f"device_name={s}") for s in shorter)
-        if (Path(folder) / n).is_file()]
 
 
 def published_pairs(runs, configs_dir=None, data_dir=None) -> pd.DataFrame:

@@ -13,6 +13,7 @@ is read as given, refused in one line when it cannot answer.
                                   passed over); `device`: of that device's runs only
     data_devices(root=None)       the devices with data under a data folder (runs, tuned files)
     gpu_devices(root=None)        of them the GPUs
+    tuned_file_devices(folder)    the devices a configs folder's tuned files were written on
     on_device(runs, device)       the runs measured on a device
     manifest_device(manifest)     the device a run folder's manifest names (as its rows do)
     QUESTIONS                     the questions: kernel_time, cpu, roofline, compile, tuning,
@@ -100,11 +101,20 @@ def data_devices(root=None) -> list[str]:
                 found.add(manifest_device(m))
     configs = root.parent / "configs"
     slugs = tracked(configs) if configs.is_dir() else frozenset()
-    for prov in sorted(configs.glob("*/*/provenance.json")):
-        if slugs is None or prov.parent.parent.name in slugs:
-            found |= {v.get("device") for n, v in read_json(prov).items()
-                      if isinstance(v, dict) and v.get("device") and (prov.parent / n).is_file()}
+    for folder in sorted(p for p in configs.glob("*") if p.is_dir()):
+        if slugs is None or folder.name in slugs:
+            found |= tuned_file_devices(folder)
     return sorted(str(d) for d in found if d and d != "?")
+
+
+def tuned_file_devices(folder) -> set[str]:
+    """The devices a configs folder's tuned files were written on (<folder>/<backend>/
+    provenance.json's `device` of each file that is there)."""
+    found = set()
+    for prov in sorted(Path(folder).glob("*/provenance.json")):
+        found |= {str(v["device"]) for n, v in read_json(prov).items()
+                  if isinstance(v, dict) and v.get("device") and (prov.parent / n).is_file()}
+    return found
 
 
 def gpu_devices(root=None) -> list[str]:

@@ -45,7 +45,7 @@ from ..storage.rows import deployed_rows, published_rows
 from ..storage.store import read_json
 from . import metrics
 from .required import REQUIRED, REQUIRED_63, _search_run, required_for, shape_word
-from .runs import gpu_devices, is_gpu, on_device as runs_on
+from .runs import gpu_devices, is_gpu, on_device as runs_on, tuned_file_devices
 from .targets import METRIC_COLUMNS
 from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _history, _paths,
                           _required)
@@ -87,11 +87,8 @@ def inventory(configs_dir=None, device: str | None = None, required=None,
 def _devices(configs_dir, runs: Path) -> list[str]:
     """The GPU devices of a data folder (gpu_devices) and those configs_dir's provenance
     names (a configs folder given: its files' devices, wherever it lies), sorted."""
-    named = set()
-    for prov in (sorted(Path(configs_dir).glob("*/provenance.json")) if configs_dir else ()):
-        named |= {v.get("device") for n, v in read_json(prov).items()
-                  if isinstance(v, dict) and v.get("device") and (prov.parent / n).is_file()}
-    return sorted(set(gpu_devices(runs)) | {str(d) for d in named})
+    return sorted(set(gpu_devices(runs)) | (tuned_file_devices(configs_dir) if configs_dir
+                                            else set()))
 
 
 def _inventory_rows(root: Path, device: str, runs: Path, required) -> list[dict]:

@@ -47,12 +47,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows
-from .metrics import span
+from .metrics import geomean, span
 from .runs import VLLM_AS_SHIPPED as BASE, vllm_choice
 from .targets import METRIC_COLUMNS, by_name, metric_rows
 from ..core.validate import frames
@@ -171,7 +170,7 @@ def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
     rows = []
     for k, g in newest(table).groupby(SHAPE, sort=True):
         worst = g.loc[g["ratio"].idxmax()]
-        gm = float(np.exp(np.log(g["ratio"].astype(float)).mean()))
+        gm = geomean(g["ratio"])
         rows.append(dict(zip(SHAPE, k), points=len(g), geomean_ratio=gm,
                          worst_ratio=float(worst["ratio"]), worst_tokens=int(worst["tokens"]),
                          slower=int(g["slower"].sum()),

@@ -6,6 +6,10 @@ and Maverick FP8), while on an 'NVIDIA H100 80GB HBM3' its lookup asks for
 override_config, the file's entry nearest the token count) beside vLLM as shipped, in one
 run, at the same points. Frames in, frames out.
 
+    shorter_names(device)  the shorter forms of the device part of its files' names
+    unread_files(folder, device, model, dtype, ep)  vLLM's files in `folder` for the shape
+        under such a form (what device_vllm.sh sweep times beside vLLM as shipped)
+    is_unread(config, device)  whether a row's --config is such a file
     unread(results) -> per run, device and point where both ran: the file (`unread_file`),
         shipped_us (vllm default: what vLLM runs), file_us (vllm with its own file) and
         shipped_over_file (> 1: what the missed name costs vLLM at that point)
@@ -14,15 +18,16 @@ run, at the same points. Frames in, frames out.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
+from ..core.constants import TP_DEFAULT
 from ..core.devices import file_device_name
-from ..core.problems import sharding_name
+from ..core.problems import make_problem, sharding_name
 from ..core.validate import frames
 from ..storage.rows import deployed_rows, vllm_named
+from .metrics import geomean
 
 POINT = ["run_id", "device", "model", "tp", "ep", "ep_rank", "dtype", "routing", "mode",
          "tokens"]
@@ -30,15 +35,35 @@ COLUMNS = ["run_id", "device", "model", "sharding", "dtype", "mode", "tokens", "
            "shipped_us", "file_us", "shipped_over_file", "shipped_config_file"]
 
 
+def shorter_names(device: str) -> list[str]:
+    """The shorter forms, whole words of it, of the device part of `device`'s file names,
+    longest first ('NVIDIA H100 80GB HBM3' -> NVIDIA_H100_80GB, NVIDIA_H100, NVIDIA): the
+    names vLLM's lookup never reads on that device."""
+    words = file_device_name(device).split("_")
+    return ["_".join(words[:i]) for i in range(len(words) - 1, 0, -1)]
+
+
+def unread_files(folder, device: str, model: str, dtype: str, ep: int, tp: int = TP_DEFAULT
+                 ) -> list[str]:
+    """The files of `folder` (vLLM's shipped configs, as fetch-device-wheels.sh copies them)
+    that tune this shape for this device under one of its shorter_names: there vLLM as
+    shipped runs its default configuration; `device_vllm.sh sweep` times vllm with each
+    such file beside it."""
+    from ..backends.vllm_fused import config_file_name
+    name = config_file_name(make_problem(model, 1, dtype, tp, int(ep)), device)
+    full = f"device_name={file_device_name(device)}"
+    found = (Path(folder) / name.replace(full, f"device_name={s}") for s in shorter_names(device))
+    return [str(p) for p in found if p.is_file()]
+
+
 def is_unread(config: str, device: str) -> bool:
-    """Whether `config` is a vLLM-named file for a shorter form of `device`'s name than the
-    one vLLM's lookup asks for there (e.g. NVIDIA_H100 on an NVIDIA H100 80GB HBM3)."""
+    """Whether `config` is a vLLM-named file for one of `device`'s shorter_names (e.g.
+    NVIDIA_H100 on an NVIDIA H100 80GB HBM3)."""
     name = Path(str(config)).name
     if not vllm_named(name) or "device_name=" not in name:
         return False
-    dev = name.split("device_name=", 1)[1].split(",")[0].removesuffix(".json")
-    full = file_device_name(device)
-    return dev != full and full.startswith(dev + "_")
+    return name.split("device_name=", 1)[1].split(",")[0].removesuffix(".json") in \
+        shorter_names(device)
 
 
 @frames(results=("backend", "config", "device", "model", "tp", "ep", "dtype", "mode",
@@ -77,6 +102,6 @@ def unread_summary(table: pd.DataFrame) -> pd.DataFrame:
     g = table.groupby(["device", "unread_file", "model", "sharding", "dtype"])[
         "shipped_over_file"]
     out = g.agg(points="size", min="min", max="max",
-                geomean=lambda v: math.exp(sum(map(math.log, v)) / len(v)),
+                geomean=geomean,
                 slower=lambda v: int((v > 1).sum())).reset_index()
     return out[cols]

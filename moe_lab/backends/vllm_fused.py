@@ -73,7 +73,6 @@ from pathlib import Path
 
 import torch
 
-from ..core.devices import file_device_name
 from ..core.environment import vllm_device_code
 from . import Backend, Weights, register
 from ._triton_configs import FINE_KEYS, file_stem, gemm_space, is_coarse, nearest
@@ -176,12 +175,9 @@ def config_choice(problem, fm=None) -> str:
     return "default"
 
 
-vllm_device_name = file_device_name  # the device part of vLLM's config file names
-
-
 def config_file_name(problem, device_name: str) -> str:
     """The file vLLM's lookup reads for this problem on that device."""
-    return file_stem(problem.local_experts, problem.inter, vllm_device_name(device_name),
+    return file_stem(problem.local_experts, problem.inter, device_name,
                      problem.dtype) + ".json"
 
 
