@@ -9,8 +9,8 @@ Here (scripts/fetch-device-wheels.sh calls these):
       config JSONs) and its METADATA (for its version), from the wheel or an installed
       site folder; a few hundred KB instead of 40 MB.
   vllm-parts WHEEL DEPS_DIR OUT_DIR TREE_BYTES [AITER_CUT [ARCH]]
-      vLLM's fused-MoE files (VLLM_SKIP: no flash-attention, DeepGEMM, FMHA, no vllm-rs
-      binary, no .so but the two VLLM_SO) and the wheels of DEPS_DIR under _wheels/, one
+      vLLM's fused-MoE files (VLLM_SKIP: no flash-attention, FMHA, no vllm-rs binary, no
+      .so but the two VLLM_SO and DeepGEMM's DEEP_GEMM_SO; DeepGEMM kept) and the wheels of DEPS_DIR under _wheels/, one
       tar.gz with a fixed order and times (the same inputs give the same bytes), split
       into N equal parts `vllm-<id>-K-of-N` (id: the first 8 hex digits of the whole
       archive's sha256), N the fewest that keep tree + aiter cut + one part under the
@@ -63,8 +63,11 @@ AITER_KEEP = re.compile(
     r"|ops/triton/configs/moe/[^/]+\.json)$"
     r"|^amd_aiter-[^/]+\.dist-info/(METADATA|top_level\.txt)$")
 VLLM_SO = ("vllm/_C_stable_libtorch.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so")
-VLLM_SKIP = ("vllm/vllm_flash_attn/", "vllm/third_party/deep_gemm/",
-             "vllm/third_party/fmha_sm100/", "vllm/third_party/tml_fa4/", "vllm/vllm-rs")
+VLLM_SKIP = ("vllm/vllm_flash_attn/", "vllm/third_party/fmha_sm100/",
+             "vllm/third_party/tml_fa4/", "vllm/vllm-rs")
+# DeepGEMM (vllm/third_party/deep_gemm: its Python, its CUDA headers for the JIT and its _C
+# for the device's CPython) is kept: the deepgemm backend and vLLM's oracle use it
+DEEP_GEMM_SO = "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so"
 FATBIN_MAGIC = 0xBA55ED50  # a CUDA fat binary's container header (nvcc's fatbinary format)
 PTX, CUBIN = 1, 2  # the kinds of image a container holds
 PART = re.compile(r"^vllm-([0-9a-f]{8})-(\d+)-of-(\d+)$")
@@ -180,7 +183,7 @@ def parts_needed(total: int, tree_bytes: int, cut_bytes: int) -> int:
 def vllm_parts(wheel: str, deps: str, out_dir: str, tree_bytes: int, cut_bytes: int = 0,
                arch: int | None = None):
     def keep(n):
-        return (n in VLLM_SO or re.match(r"^vllm-[^/]+\.dist-info/", n) and not n.endswith("RECORD")
+        return (n in VLLM_SO or n == DEEP_GEMM_SO or re.match(r"^vllm-[^/]+\.dist-info/", n) and not n.endswith("RECORD")
                 or n.startswith("vllm/") and not n.startswith(VLLM_SKIP) and not n.endswith(".so"))
     items = [(n, read()) for n, read in _members(wheel) if keep(n)]
     if not any(n.startswith("vllm/") for n, _ in items):  # was: an empty bundle, exit 0,

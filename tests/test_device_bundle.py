@@ -74,6 +74,9 @@ def _fake_wheel(path: Path, so_mib: float = 1.0, instead: dict | None = None) ->
              "vllm/model_executor/layers/fused_moe/configs/E=8,N=64,device_name=NVIDIA_H200.json": b"{}",
              "vllm/third_party/__init__.py": b"", "vllm/third_party/pynvml.py": b"# nvml\n",
              "vllm/third_party/deep_gemm/__init__.py": b"", "vllm/vllm_flash_attn/__init__.py": b"",
+             "vllm/third_party/deep_gemm/include/deep_gemm/impls/sm90.cuh": b"// jit\n",
+             "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so": b"\x7fELF312",
+             "vllm/third_party/deep_gemm/_C.cpython-311-x86_64-linux-gnu.so": b"\x7fELF311",
              "vllm/_C_stable_libtorch.abi3.so": rnd(so_mib * 2 ** 20),
              "vllm/_moe_C_stable_libtorch.abi3.so": rnd(so_mib * 2 ** 20),
              "vllm/_flashmla_C.abi3.so": rnd(2 ** 16), "vllm/vllm-rs": rnd(2 ** 18),
@@ -128,8 +131,13 @@ def test_the_vllm_archive_keeps_the_fused_moe_and_fits_each_part_beside_the_tree
     assert {"vllm/_C_stable_libtorch.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so",
             "vllm/third_party/pynvml.py", "vllm-0.26.0.dist-info/METADATA",
             "_wheels/moelabfake-1.0-py3-none-any.whl"} <= set(names)
+    # DeepGEMM travels (issue 64's deepgemm backend): its Python, the headers its JIT compiles
+    # and its extension for the device's CPython 3.12, not the other CPythons'
+    assert {"vllm/third_party/deep_gemm/__init__.py", db.DEEP_GEMM_SO,
+            "vllm/third_party/deep_gemm/include/deep_gemm/impls/sm90.cuh"} <= set(names)
     for gone in ("vllm/vllm-rs", "vllm/_flashmla_C.abi3.so", "vllm/vllm_flash_attn/__init__.py",
-                 "vllm/third_party/deep_gemm/__init__.py", "vllm-0.26.0.dist-info/RECORD"):
+                 "vllm/third_party/deep_gemm/_C.cpython-311-x86_64-linux-gnu.so",
+                 "vllm-0.26.0.dist-info/RECORD"):
         assert gone not in names
     # a tree too large for any part is refused, not split into parts that cannot travel
     with pytest.raises(SystemExit, match="no room"):

@@ -72,6 +72,8 @@ COLUMNS: tuple[Column, ...] = (
        "from vLLM's own lookup); None where a backend has none or a row predates the column"),
     _c("backend_version", "str", doc="the library behind the backend and its version "
        "(`vllm 0.26.0`, `aiter ...`), where the backend names one"),
+    _c("kernel_class", "str", doc="the library's experts class that ran (vLLM's Hopper paths; "
+       "vllm-deployed: the class vLLM's own oracle picked for the point, and its backend)"),
     _c("status", "str", "ok", core=True, doc="one of " + ", ".join(STATUSES)),
     _c("error", "str", "", core=True),
     _c("median_us", "float", core=True, doc="median per-call time (eager: of the steady blocks)"),
