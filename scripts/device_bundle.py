@@ -28,13 +28,16 @@ On the device (scripts/device_vllm.sh):
       warm), says which are there and which are missing (exit 3: call again with the
       next), and once all N are there joins them, checks the sha256 against the id,
       unpacks into SITE_DIR and installs the _wheels/ whose distribution python3 lacks
-      (exit 0). SITE_DIR/BUNDLE holds the id: a later call finds it ready.
+      (exit 0). SITE_DIR/BUNDLE holds the id: a later call finds it ready. It removes
+      and replaces only what it made: STAGE_DIR and SITE_DIR new, empty or its own
+      (STAGE_MARK, BUNDLE), the three folders apart; else one line, exit 2, nothing touched.
   standins DIR NAME...
       for each NAME python3 cannot import, a stand-in package under DIR (version 0.0.0):
       vLLM imports openai and openai_harmony on its way to the fused MoE (and the issue's
       exploration saw mistral_common) and runs nothing of them there; any attribute of a
       stand-in is another stand-in, and a library that checks its version finds it too
-      old to use (transformers probes mistral_common so).
+      old to use (transformers probes mistral_common so). A package, module or dist-info
+      of such a name in DIR that it did not write: one line, exit 2, none written.
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 
 MIB = 1 << 20
@@ -233,8 +237,58 @@ def _parts(folder: str) -> dict[str, dict]:
     return out
 
 
+STAGE_MARK = ".moe-lab-vllm-stage"  # in a staging folder stage made: its parts are copies
+
+
+def _inside(a: str, b: str) -> bool:
+    """Whether folder `a` is `b` or lies under it (real paths)."""
+    a, b = os.path.realpath(a), os.path.realpath(b)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
+
+def _entries(folder: str, cmd: str = "stage") -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise SystemExit(f"{cmd}: {folder}: cannot list it ({exc.strerror or exc})")
+
+
+def _stage_refusals(parts_dir: str, stage_dir: str, site: str) -> None:
+    """Before anything is copied, removed or unpacked (SystemExit: one line, exit 2): stage
+    removes only what it made. STAGE_DIR is new, empty or one it made (STAGE_MARK): the
+    parts it removes there (another build's, parts that do not join) are its own copies;
+    SITE_DIR is new, empty or a bundle it unpacked (BUNDLE), the folder it replaces whole.
+    Before: a VLLM_SITE that was a user's folder was deleted with its files, and a staging
+    folder that was the parts folder lost the carried parts ("set aside")."""
+    named = {"PARTS_DIR": parts_dir, "STAGE_DIR": stage_dir, "SITE_DIR": site}
+    for a, fa in named.items():
+        for b, fb in named.items():
+            if a != b and _inside(fa, fb):
+                raise SystemExit(f"stage: {a} {fa} is {'' if os.path.realpath(fa) == os.path.realpath(fb) else 'inside '}"
+                                 f"{b} {fb}: give three separate folders (VLLM_PARTS, VLLM_STAGE, "
+                                 "VLLM_SITE), stage removes and replaces files in the last two")
+    held = [n for n in _entries(stage_dir) if n != STAGE_MARK]
+    if held and STAGE_MARK not in _entries(stage_dir):
+        raise SystemExit(f"stage: STAGE_DIR {stage_dir} holds {len(held)} files stage did not "
+                         f"put there (no {STAGE_MARK}; e.g. {held[0]}): give a new or empty "
+                         "folder (VLLM_STAGE); stage removes parts there")
+    if os.path.exists(site) and not os.path.isdir(site):
+        raise SystemExit(f"stage: SITE_DIR {site} is a file, not a folder")
+    held = _entries(site)
+    if held and "BUNDLE" not in held:
+        raise SystemExit(f"stage: SITE_DIR {site} holds {len(held)} files stage did not unpack "
+                         f"(no BUNDLE; e.g. {held[0]}): give a new or empty folder (VLLM_SITE); "
+                         "stage replaces it whole")
+
+
 def stage(parts_dir: str, stage_dir: str, site: str) -> int:
+    _stage_refusals(parts_dir, stage_dir, site)
     os.makedirs(stage_dir, exist_ok=True)
+    if not os.path.exists(os.path.join(stage_dir, STAGE_MARK)):
+        with open(os.path.join(stage_dir, STAGE_MARK), "w") as f:
+            f.write("parts copied here by scripts/device_bundle.py stage; removed by it\n")
     carried = _parts(parts_dir)
     for bid, d in carried.items():
         for k, p in d["have"].items():
@@ -257,7 +311,8 @@ def stage(parts_dir: str, stage_dir: str, site: str) -> int:
     d = staged[want]
     missing = [k for k in range(d["n"]) if k not in d["have"]]
     for other in set(staged) - {want}:  # another build's parts: never joined with these
-        print(f"stage: parts of another bundle ({other}) in {stage_dir} set aside")
+        print(f"stage: parts of another bundle ({other}) in {stage_dir} removed (stage's "
+              "copies)")
         for p in staged[other]["have"].values():
             os.remove(p)
     if missing:
@@ -265,7 +320,7 @@ def stage(parts_dir: str, stage_dir: str, site: str) -> int:
               + ", ".join(f".whl/vllm/parts/vllm-{want}-{k}-of-{d['n']}" for k in missing)
               + " (call again at once, carrying the next: the machine keeps /tmp for 30 s)")
         return 3
-    h, tmp = hashlib.sha256(), site + ".tmp"
+    h = hashlib.sha256()
     joined = os.path.join(stage_dir, f"vllm-{want}.tar.gz")
     with open(joined, "wb") as out:
         for k in range(d["n"]):
@@ -279,13 +334,19 @@ def stage(parts_dir: str, stage_dir: str, site: str) -> int:
         print(f"stage: the {d['n']} parts of {want} do not join into it (sha256 "
               f"{h.hexdigest()[:8]}): removed; carry them again from part 0")
         return 1  # (was: an empty SITE_DIR.tmp left beside SITE_DIR)
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    with tarfile.open(joined) as t:
-        try:
-            t.extractall(tmp, filter="data")
-        except TypeError:  # a Python without extraction filters
-            t.extractall(tmp)
+    parent = os.path.dirname(os.path.abspath(site))
+    os.makedirs(parent, exist_ok=True)  # a folder of its own: never one that was there
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(site))}.", dir=parent)
+    os.chmod(tmp, 0o755)
+    try:
+        with tarfile.open(joined) as t:
+            try:
+                t.extractall(tmp, filter="data")
+            except TypeError:  # a Python without extraction filters
+                t.extractall(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # its own folder: nothing else is touched
+        raise
     os.remove(joined)
     wheels = sorted(glob.glob(os.path.join(tmp, "_wheels", "*.whl")))
     need = [w for w in wheels if not _installed(os.path.basename(w).split("-")[0])]
@@ -302,7 +363,8 @@ def stage(parts_dir: str, stage_dir: str, site: str) -> int:
     shutil.rmtree(os.path.join(tmp, "_wheels"), ignore_errors=True)
     with open(os.path.join(tmp, "BUNDLE"), "w") as f:
         f.write(want + "\n")
-    shutil.rmtree(site, ignore_errors=True)
+    _stage_refusals(parts_dir, stage_dir, site)  # again: the unpacking took a while
+    shutil.rmtree(site, ignore_errors=True)  # new, empty or a bundle stage unpacked
     os.replace(tmp, site)
     print(f"stage: vLLM bundle {want} unpacked in {site}")
     return 0
@@ -376,22 +438,55 @@ sys.meta_path.append(_Finder())
 '''
 
 
+def _metadata(name: str) -> str:
+    return (f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: 0.0.0\n"
+            "Summary: a stand-in of scripts/device_bundle.py, nothing of it runs\n")
+
+
+def _standin_files(folder: str, name: str) -> dict[str, str]:
+    """{path: text} of one stand-in: its package and, version 0.0.0 (a library that checks
+    the version, as transformers does for mistral_common, takes it for one too old to
+    use, never for a working one), its METADATA."""
+    return {os.path.join(folder, name, "__init__.py"): STANDIN,
+            os.path.join(folder, f"{name}-0.0.0.dist-info", "METADATA"): _metadata(name)}
+
+
+def _not_mine(path: str, text: str) -> bool:
+    """A file (or anything else) at `path` that is not the stand-in's own `text`."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        with open(path) as f:
+            return f.read() != text
+    except (OSError, UnicodeDecodeError):
+        return True
+
+
 def standins(folder: str, names: list[str]) -> list[str]:
+    """Every name checked before one is written (SystemExit, one line: exit 2): a package,
+    module or dist-info of that name in DIR that is not a stand-in written here is never
+    overwritten (was: a user's DIR/foo/__init__.py replaced by the stand-in)."""
     import importlib.util
+    todo = [n for n in dict.fromkeys(names) if importlib.util.find_spec(n) is None]
+    for name in todo:
+        files = _standin_files(folder, name)
+        theirs = [p for p, text in files.items() if _not_mine(p, text)]
+        pkg = os.path.join(folder, name)
+        extra = [os.path.join(pkg, x) for x in _entries(pkg, "standins") if x not in ("__init__.py", "__pycache__")] \
+            if os.path.isdir(pkg) else []
+        theirs += extra + [p for p in (pkg + ".py",) if os.path.lexists(p)]
+        if os.path.lexists(pkg) and not os.path.isdir(pkg):
+            theirs.append(pkg)
+        if theirs:
+            raise SystemExit(f"standins: {theirs[0]} is there and is not a stand-in this script "
+                             f"wrote: left as it is; give another DIR (VLLM_STANDINS)")
     made = []
-    for name in names:
-        if importlib.util.find_spec(name) is not None:
-            continue
-        os.makedirs(os.path.join(folder, name), exist_ok=True)
-        with open(os.path.join(folder, name, "__init__.py"), "w") as f:
-            f.write(STANDIN)
-        # version 0.0.0: a library that checks the version (transformers does for
-        # mistral_common) takes it for one too old to use, never for a working one
-        info = os.path.join(folder, f"{name}-0.0.0.dist-info")
-        os.makedirs(info, exist_ok=True)
-        with open(os.path.join(info, "METADATA"), "w") as f:
-            f.write(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: 0.0.0\n"
-                    "Summary: a stand-in of scripts/device_bundle.py, nothing of it runs\n")
+    for name in todo:
+        for path, text in _standin_files(folder, name).items():
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".tmp", "w") as f:  # whole files: a kill leaves none half written
+                f.write(text)
+            os.replace(path + ".tmp", path)
         made.append(name)
     print(f"standins: {', '.join(made) or 'none needed'} in {folder}")
     return made

@@ -56,16 +56,23 @@
 # align: the points where vLLM won on the routing glue (Qwen3-235B bf16, DeepSeek-R1
 # fp8-block128, TP8, tokens 1,16,64), vllm and aiter-triton default, then aiter-triton tuned,
 # into new run folders <tag>-vllm-align-<dtype>-tp8 (the align kernels changed after the sweep).
+# paths: vLLM's Hopper MoE paths (moe_lab.backends.vllm_paths: vllm-cutlass, deepgemm,
+# flashinfer-cutlass, triton-kernels) and vllm-deployed beside vllm and the workbook's layers
+# of the scheme, at JOBS (the sweep's and Qwen3-235B TP8+EP8), into <tag>-vllm-paths-*.
 # A second word `tune` (`align tune`) spends what is left of BUDGET on the searches.
 # TAG=<word>: the runs go to <tag>-vllm-<word>-<dtype>-<sharding> (a shape measured again
 # after its tuned file changed: TAG=retuned JOBS="bf16:8:deepseek-r1" ... sweep).
 # stage: only gather the parts. VLLM_PARTS, VLLM_STAGE, VLLM_SITE, VLLM_STANDINS,
-# VLLM_RUNSTAGE (and device_tune.sh's TUNE_STAGE) move the folders (tests).
+# VLLM_RUNSTAGE (and device_tune.sh's TUNE_STAGE) move the folders (tests); VLLM_STAGE and
+# VLLM_SITE new, empty or the ones stage made (else refused, exit 2: it removes and
+# replaces files there), VLLM_STANDINS without other packages of the stand-ins' names.
 set -uo pipefail
 MODE=${1:-sweep} THEN=${2:-}
-case $MODE:$THEN in stage:|sweep:|tune:|tuned:|align:|sweep:tune|tuned:tune|align:tune) ;;
-  *) echo "usage: bash scripts/device_vllm.sh sweep|tune|tuned|align|stage [tune]"; exit 2 ;; esac
-[ "$MODE" = stage ] || DEVICE_CHECK_ONLY=1 source "$(dirname "$0")/device_env.sh"  # a GPU, OUT
+case $MODE:$THEN in stage:|sweep:|tune:|tuned:|align:|paths:|sweep:tune|tuned:tune|align:tune|paths:tune) ;;
+  *) echo "usage: bash scripts/device_vllm.sh sweep|tune|tuned|align|paths|stage [tune]"; exit 2 ;; esac
+# a GPU and OUT, stage too (it unpacks into VLLM_SITE: the GPU machine's folders, never
+# this one's; before, `stage` ran anywhere)
+DEVICE_CHECK_ONLY=1 source "$(dirname "$0")/device_env.sh"
 t0=$(date +%s)
 BUDGET=${BUDGET:-540}
 left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
@@ -77,8 +84,9 @@ if [ $rc = 3 ]; then
   echo "device_vllm: vLLM is not complete on this machine yet: nothing measured; call again with the next part"
   exit 0
 fi
+[ $rc = 2 ] && exit 2  # a refusal: device_bundle.py's one line said why, nothing touched
 [ $rc = 0 ] || { echo "device_vllm: staging vLLM failed (rc=$rc)"; exit 1; }
-python3 scripts/device_bundle.py standins "$VLLM_STANDINS" openai openai_harmony mistral_common
+python3 scripts/device_bundle.py standins "$VLLM_STANDINS" openai openai_harmony mistral_common || exit $?
 [ "$MODE" = stage ] && exit 0
 
 source "$(dirname "$0")/device_env.sh"
@@ -104,6 +112,9 @@ trap pack EXIT
 if [ "$MODE" = align ]; then
   TOKENS=${TOKENS:-1,16,64}
   JOBS=${JOBS:-"bf16:1:qwen3-235b-a22b fp8-block128:1:deepseek-r1"}
+elif [ "$MODE" = paths ]; then
+  TOKENS=${TOKENS:-$(python3 -c "from moe_lab.core.constants import SEED_SWEEP_TOKENS as t; print(','.join(map(str, t)))")}
+  JOBS=${JOBS:-"bf16:1:llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b bf16:8:deepseek-r1,qwen3-235b-a22b fp8-block128:1:deepseek-r1 fp8-block128:8:deepseek-r1,qwen3-235b-a22b fp8-channel:1:llama4-scout-16e,llama4-maverick-128e"}
 else
   TOKENS=${TOKENS:-$(python3 -c "from moe_lab.core.constants import SEED_SWEEP_TOKENS as t; print(','.join(map(str, t)))")}
   JOBS=${JOBS:-"bf16:1:llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b bf16:8:deepseek-r1 fp8-block128:1:deepseek-r1 fp8-block128:8:deepseek-r1 fp8-channel:1:llama4-scout-16e,llama4-maverick-128e"}
@@ -112,6 +123,11 @@ RUNSTAGE=${VLLM_RUNSTAGE:-/tmp/moe_lab_vllm_runs}; mkdir -p $RUNSTAGE  # a warm 
 
 backends_for() {  # dtype: vLLM as shipped beside the workbook's own layers of that scheme
   [ "$MODE" = align ] && { echo vllm,aiter-triton; return; }
+  if [ "$MODE" = paths ]; then case $1 in  # vLLM's paths of the scheme (a refusal is a row)
+    bf16) echo vllm,vllm-deployed,flashinfer-cutlass,triton-kernels,aiter-triton,torch-grouped ;;
+    fp8-block128) echo vllm,vllm-deployed,deepgemm,flashinfer-cutlass,vllm-cutlass,aiter-triton,torch-fp8 ;;
+    *) echo vllm,vllm-deployed,vllm-cutlass,flashinfer-cutlass,deepgemm,torch-fp8-grouped,torch-fp8 ;;
+  esac; return; fi
   case $1 in
     bf16) echo vllm,aiter-triton,torch-grouped ;;
     fp8-block128) echo vllm,aiter-triton,torch-fp8 ;;
@@ -120,7 +136,7 @@ backends_for() {  # dtype: vLLM as shipped beside the workbook's own layers of t
   esac
 }
 run_id() {  # TAG: a new run folder for points measured again after a change
-  local s=tp8 a=${TAG:-}; [ "$2" != 1 ] && s=tp8ep8; [ "$MODE" = align ] && a=${TAG:-align}
+  local s=tp8 a=${TAG:-}; [ "$2" != 1 ] && s=tp8ep8; [ "$MODE" = align ] && a=${TAG:-align}; [ "$MODE" = paths ] && a=${TAG:-paths}
   echo "$DEVICE_TAG-vllm-${a:+$a-}$1-$s"
 }
 
@@ -194,7 +210,7 @@ unread() {  # model dtype ep -> the files of PUBLISHED (carried) vLLM's lookup m
   python3 -c "import sys; from moe_lab.analysis.vllm_files import unread_files; print(' '.join(unread_files(*sys.argv[1:5], int(sys.argv[5]))))" "$PUBLISHED" "$GPU_NAME" "$1" "$2" "$3"
 }
 # this GPU's ceilings, once (data/ceilings/<slug>.json: the roofs of its rows)
-if [ "$MODE" = sweep ] && [ ! -f data/ceilings/$DEVICE_SLUG.json ] && [ ! -f $RUNSTAGE/ceilings/$DEVICE_SLUG.json ]; then
+if [ "$MODE" = sweep ] || [ "$MODE" = paths ] && [ ! -f data/ceilings/$DEVICE_SLUG.json ] && [ ! -f $RUNSTAGE/ceilings/$DEVICE_SLUG.json ]; then
   mkdir -p $B/ceilings $RUNSTAGE/ceilings
   python3 -m moe_lab ceilings --out-dir $B/ceilings > $B/logs/ceilings.log 2>&1 &&
     cp $B/ceilings/* $RUNSTAGE/ceilings/

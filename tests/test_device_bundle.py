@@ -245,8 +245,25 @@ def test_the_archive_says_which_code_it_carries_and_the_backend_reports_it(tmp_p
 
 # --- the device script gathers them ---------------------------------------------------------
 
-def _call(tmp_path, carried: list[Path], site="site", mode="stage"):
-    """One device call of scripts/device_vllm.sh, carrying `carried` parts."""
+GPU_PY = ('#!/bin/sh\n# python3 of a machine whose torch sees one H200 (the rest: the real one)\n'
+          'case "$2" in *"device_count()"*) echo 1; exit 0 ;; *"get_device_name"*) '
+          'echo "NVIDIA H200"; exit 0 ;; esac\nexec "$REAL_PY" "$@"\n')
+
+
+def _gpu_bin(tmp_path) -> Path:
+    """A folder whose python3 answers as the GPU machine's does (GPU_PY): `stage` runs
+    only there (scripts/device_env.sh's check)."""
+    fake = tmp_path / "gpu-bin"
+    if not fake.exists():
+        fake.mkdir()
+        (fake / "python3").write_text(GPU_PY)
+        (fake / "python3").chmod(0o755)
+    return fake
+
+
+def _call(tmp_path, carried: list[Path], site="site", mode="stage", **extra):
+    """One device call of scripts/device_vllm.sh, carrying `carried` parts, on a machine
+    whose torch sees a GPU (GPU_PY)."""
     call = tmp_path / "call"
     if call.exists():
         for p in call.iterdir():
@@ -256,7 +273,8 @@ def _call(tmp_path, carried: list[Path], site="site", mode="stage"):
         (call / p.name).write_bytes(p.read_bytes())
     env = dict(os.environ, VLLM_PARTS=str(call), VLLM_STAGE=str(tmp_path / "stage"),
                VLLM_SITE=str(tmp_path / site), VLLM_STANDINS=str(tmp_path / "standins"),
-               OUT=str(tmp_path / "out"))
+               OUT=str(tmp_path / "out"), REAL_PY=sys.executable,
+               PATH=f"{_gpu_bin(tmp_path)}{os.pathsep}{os.environ['PATH']}", **extra)
     r = subprocess.run(["bash", "scripts/device_vllm.sh", mode], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
     return r.returncode, r.stdout + r.stderr
@@ -651,7 +669,7 @@ def test_on_an_h100_the_runs_files_and_vllms_unread_files_follow_the_device(tmp_
 
 @pytest.mark.parametrize("script,mode", [("device_tune.sh", "tune"), ("device_tune.sh", "sweep"),
                                          ("device_tune.sh", "verify"), ("device_vllm.sh", "sweep"),
-                                         ("device_vllm.sh", "tune")])
+                                         ("device_vllm.sh", "tune"), ("device_vllm.sh", "stage")])
 def test_the_device_scripts_refuse_a_machine_that_is_not_the_gpu_one(tmp_path, script, mode):
     """The README's `bash scripts/device_tune.sh [tune|verify|sweep]` and `device_vllm.sh
     sweep|tune` typed on a machine without a GPU: one line, exit 2, nothing staged or
@@ -755,3 +773,53 @@ def test_parts_that_do_not_join_leave_no_stray_site_tmp(tmp_path, capsys, names)
     assert db.stage(str(tmp_path / "parts"), str(tmp_path / "stage"), str(tmp_path / "site")) == 1
     assert "do not join" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["parts", "stage"]
+
+
+def test_a_dry_run_of_the_paths_call_puts_vllms_hopper_paths_beside_its_triton(tmp_path, monkeypatch):
+    """`device_vllm.sh paths` (issue 64): every seed shape and scheme (the sweep's, and
+    Qwen3-235B TP8+EP8 bf16 and fp8-block128) with vLLM's Hopper paths and vllm-deployed
+    beside vllm and the workbook's layers of the scheme, into <tag>-vllm-paths-* runs, the
+    GPU's ceilings measured first, no vLLM unread-file timing (that is the sweep's)."""
+    import shutil
+    for p in _parts(tmp_path, monkeypatch):
+        _call(tmp_path, [p])
+    fake, repo = _dry_repo(tmp_path)
+    log = tmp_path / "dry.log"
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, AITER_SITE=str(tmp_path / "aiter-site"),
+               PATH=f"{fake}{os.pathsep}{os.environ['PATH']}", DRY_LOG=str(log),
+               DRY_GPU="NVIDIA H100 80GB HBM3", REAL_PY=sys.executable,
+               VLLM_PARTS=str(tmp_path / "none"), VLLM_STAGE=str(tmp_path / "stage"),
+               VLLM_SITE=str(tmp_path / "site"), VLLM_STANDINS=str(tmp_path / "standins"),
+               VLLM_RUNSTAGE=str(tmp_path / "runstage"), TUNE_STAGE=str(tmp_path / "tunestage"),
+               MOE_LAB_GIT_COMMIT="abc1234", MOE_LAB_DATA=str(tmp_path / "no-runs"), OUT=str(out))
+    r = subprocess.run(["bash", "scripts/device_vllm.sh", "paths"], cwd=repo, timeout=600,
+                       env=env, capture_output=True, text=True)
+    text = r.stdout + r.stderr
+    assert r.returncode == 0 and "paths: every job complete" in text, text[-3000:]
+    calls = [c for c in log.read_text().splitlines() if " sweep " in c]
+
+    def arg(c, k):
+        return c.split(f"--{k} ")[1].split()[0]
+    got = {}
+    for c in calls:
+        got.setdefault((arg(c, "run-id"), arg(c, "backends")), set()).update(
+            arg(c, "models").split(","))
+    paths = {"bf16": "vllm,vllm-deployed,flashinfer-cutlass,triton-kernels,aiter-triton,torch-grouped",
+             "fp8-block128": "vllm,vllm-deployed,deepgemm,flashinfer-cutlass,vllm-cutlass,aiter-triton,torch-fp8",
+             "fp8-channel": "vllm,vllm-deployed,vllm-cutlass,flashinfer-cutlass,deepgemm,torch-fp8-grouped,torch-fp8"}
+    want = {("h100-vllm-paths-bf16-tp8", paths["bf16"]):
+            {"llama4-scout-16e", "llama4-maverick-128e", "qwen3-235b-a22b"},
+            ("h100-vllm-paths-bf16-tp8ep8", paths["bf16"]): {"deepseek-r1", "qwen3-235b-a22b"},
+            ("h100-vllm-paths-fp8-block128-tp8", paths["fp8-block128"]): {"deepseek-r1"},
+            ("h100-vllm-paths-fp8-block128-tp8ep8", paths["fp8-block128"]):
+            {"deepseek-r1", "qwen3-235b-a22b"},
+            ("h100-vllm-paths-fp8-channel-tp8", paths["fp8-channel"]):
+            {"llama4-scout-16e", "llama4-maverick-128e"}}
+    assert {k: v for k, v in got.items() if k in want} == want
+    assert all(arg(c, "run-id").startswith("h100-vllm-paths-") for c in calls)
+    assert all("--modes graph" in c and "--tokens 1,16,64,256,1024,2048,4096,8192" in c for c in calls)
+    with tarfile.open(out / "bundle.tar.gz") as t:
+        assert "bundle/logs/ceilings.log" in t.getnames()
+    shutil.rmtree(out)
