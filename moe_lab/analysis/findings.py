@@ -39,6 +39,7 @@ measure is tracked in the issues."""
 # a device's sections, in the document's order: each written for every device in turn
 DEVICE_SECTIONS = (sec.targets_section, sec.tune_section, sec.tuned_section,
                    tuned.tuned_files_section, sec.glue_section, more.vllm_section,
+                   more.fastest_section,
                    more.fp8_gemm_section, more.compile_section, more.noise_section,
                    more.ceilings_section, more.expert_parallel_section)
 GPU_ONLY = (tuned.tuned_files_section,)  # the required files and the GPU work left

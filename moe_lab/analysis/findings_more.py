@@ -223,6 +223,45 @@ def vllm_section(runs, device: str | None = None) -> list[str]:
     return out + _unread_lines(res, vruns, device)
 
 
+def fastest_section(runs, device: str | None = None) -> list[str]:
+    """The fastest path per point over every kernel the vLLM comparison's runs measured
+    (analysis.fastest), on `device`: per shape, which kernels are the fastest and how far
+    they are from the roof and the dtype's peak; per point, the fastest against vLLM's
+    Triton path as shipped and against the class vLLM deploys (`vllm-deployed`)."""
+    from . import fastest as fa, vllm_compare as vc
+    vruns = vc.vllm_runs(device=device)
+    if not vruns:
+        return []
+    res, _ = vc.compared(vruns)
+    t = fa.fastest(res)
+    if t.empty:
+        return []
+    now = fa.newest(t)
+    shapes = fa.by_shape(t)
+    deployed = int(now["deployed_us"].notna().sum())
+    fmt = {"fastest_us": "{:.1f}", "pct_of_roof": "{:.1f}", "pct_of_peak": "{:.1f}",
+           "over_vllm": "{:.3f}", "over_deployed": "{:.3f}"}
+    show = now.assign(**{c: now[c].map(lambda v, f=f: "" if v != v else f.format(v))
+                         for c, f in fmt.items()})
+    used = [r for r in vruns if r.run_id in set(now["run_id"])]
+    return [head("The fastest path per point, over every kernel measured", device), "",
+            runs_line(used), "",
+            f"Every correct, timed row of the default glue in these runs, per point (the newest "
+            f"measurement of each): how many kernel paths were timed there, the fastest, its % "
+            f"of the roof and of the measured GEMM peak of its dtype, and the fastest over "
+            f"vLLM's Triton path as shipped (`vllm default`) and over the class vLLM's oracle "
+            f"deploys (`vllm-deployed`, measured at {deployed} of {len(now)} points here). The "
+            f"fastest is a kernel outside the workbook's own layers at "
+            f"{int(shapes['not_own'].sum())} of {int(shapes['points'].sum())} points; the "
+            f"median % of peak of the fastest at {fa.PREFILL}+ tokens, per shape: "
+            + ", ".join(f"{r.model} {r.sharding} {r.dtype} {r.median_pct_of_peak_prefill:.1f}%"
+                        for r in shapes.itertuples(index=False)) + ".", "",
+            *md_table(shapes[["model", "sharding", "dtype", "points", "fastest", "not_own"]]),
+            "", *md_table(show[["model", "sharding", "dtype", "tokens", "paths", "fastest",
+                                "fastest_us", "pct_of_roof", "pct_of_peak", "over_vllm",
+                                "over_deployed", "run_id"]])]
+
+
 def _unread_lines(res: pd.DataFrame, vruns, device) -> list[str]:
     """vLLM's own files for this GPU under a shorter form of its name, which its lookup
     never reads here (analysis.vllm_files), against vLLM as shipped in the same runs."""
