@@ -4,13 +4,13 @@
 # moe-lab (tune), and vLLM with moe-lab's tuned files measured (tuned). Resumable, any GPU
 # count (the jobs dealt to the GPUs in turn), each call under 10 minutes (BUDGET, 540 s).
 #
-#   MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh sweep|tune|tuned|align|stage [tune]
+#   MOE_LAB_GIT_COMMIT=<sha> bash scripts/device_vllm.sh sweep|tune|tuned|align|paths|stage [tune]
 #
 # Before the first call, here: bash scripts/fetch-device-wheels.sh && bash
 # scripts/fetch-device-wheels.sh vllm: it prints the part names, vllm-<id>-K-of-N (with vllm
-# 0.26.0's wheel, the pinned deps and sm_90 code only, the default, the id is always
-# 491b3c53, 40 MiB: N = 2 while the tree is under 32 MiB; VLLM_ARCH=all keeps every GPU's
-# code, 07a891b0, 109 MiB: N = 4 or more. Each part travels with the tree and the 38 KB
+# 0.26.0's wheel, DeepGEMM, FlashInfer 0.6.14, the pinned deps and sm_90 code only, the
+# default, the id is always d9fcb09a, 59.5 MiB: N = 3 while the tree is under 34 MiB;
+# VLLM_ARCH=all keeps every GPU's code: N = 5 or more. Each part travels with the tree and the 38 KB
 # aiter cut under 64 MiB, so a larger tree means more, smaller parts). Rows that say "no
 # kernel image is available" would mean the sm_90 cut left out code the GPU loads: fetch
 # again with VLLM_ARCH=all. The run calls, in order (timeout_s 600 each; <sha>: git

@@ -15,17 +15,20 @@
 #
 # vllm: the vllm 0.26.0 wheel (304 MB: torch 2.11, CUDA 13; found in .whl/vllm/,
 # .vllm-wheel/ or $MOE_LAB_VLLM_WHEEL, else downloaded) cut to what its Triton fused MoE
-# needs: its Python files and JSON configs, vllm/third_party/ without DeepGEMM/FMHA builds
+# needs: its Python files and JSON configs, vllm/third_party/ without the FMHA builds
 # (pynvml.py is how vLLM finds CUDA), the dist-info and the two compiled libraries
 # `_C_stable_libtorch.abi3.so` and `_moe_C_stable_libtorch.abi3.so` (no flash-attention,
-# no DeepGEMM, no vllm-rs binary), with the cp312 wheels of the pure-Python packages vLLM
+# no vllm-rs binary; DeepGEMM's extension for CPython 3.12), with the cp312 wheels of the pure-Python packages vLLM
 # imports that the H200 image lacks (DEPS: the image has transformers, tokenizers,
-# safetensors, huggingface-hub, aiohttp and regex). One archive (the same inputs give the
+# safetensors, huggingface-hub, aiohttp and regex), and FlashInfer as vLLM 0.26 pins it
+# (flashinfer-python 0.6.14 with what its import needs: apache-tvm-ffi, nvidia-ml-py; ninja for
+# its JIT with the machine's nvcc: the flashinfer-cutlass backend; DeepGEMM comes with the
+# wheel's vllm/third_party/deep_gemm). One archive (the same inputs give the
 # same bytes), split into the fewest equal parts that fit beside today's working tree and
 # the aiter cut. scripts/device_vllm.sh gathers them on the device, one part per call.
 # VLLM_ARCH (default 90, the H200): of the two libraries' compiled GPU code only what an
 # sm_90 GPU's driver loads travels, as the wheel has it (device_bundle.py: the other GPUs'
-# images zeroed in place; 40 MB instead of 109, two parts instead of four); `all` keeps it all.
+# images zeroed in place: the two libraries 40 MB instead of 109, one part fewer); `all` keeps it all.
 set -eu
 EXCLUDE=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
 mkdir -p "$(dirname "$EXCLUDE")"
@@ -44,7 +47,8 @@ TXT
 fi
 VLLM=0.26.0
 DEPS="pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
-      msgspec==0.23.0 cbor2==6.3.0 pyzmq==27.3.0 blake3==1.0.11 cachetools==8.0.2 pybase64==1.5.1"
+      msgspec==0.23.0 cbor2==6.3.0 pyzmq==27.3.0 blake3==1.0.11 cachetools==8.0.2 pybase64==1.5.1
+      flashinfer-python==0.6.14 apache-tvm-ffi==0.1.15.post2 nvidia-ml-py==13.615.71 ninja==1.13.2"
 PYV=${DEVICE_PYTHON:-3.12}
 D=.whl/vllm
 mkdir -p $D/deps $D/parts

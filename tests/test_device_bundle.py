@@ -333,9 +333,9 @@ def test_the_script_header_names_the_parts_fetch_makes():
     text = (ROOT / "scripts" / "device_vllm.sh").read_text()
     import re
     named = re.findall(r"\.whl/vllm/parts/(vllm-<id>-\d+-of-N)", text)
-    assert named and all(db.PART.match(n.replace("<id>", "491b3c53").replace("N", "2"))
+    assert named and all(db.PART.match(n.replace("<id>", "d9fcb09a").replace("N", "3"))
                          for n in named)
-    assert "vllm-<id>-K-of-N" in text and "491b3c53" in text  # the form, and the id it has
+    assert "vllm-<id>-K-of-N" in text and "d9fcb09a" in text  # the form, and the id it has
     assert text.count('".whl/aiter-cut.tar.gz"') >= 5
 
 
