@@ -19,7 +19,7 @@ from . import backends as registry
 from .measuring.correctness import check_problem, resolve_device
 from .core.constants import PROFILE_ITERS, TP_DEFAULT
 from .core.errors import UsageError  # noqa: F401  (ml.UsageError)
-from .measuring.modes import Mode, parse_mode
+from .storage.modes import Mode, parse_mode
 from .core.problems import make_problem, split_models
 from .storage import store
 from .storage.store import Run, open_run  # noqa: F401  (part of the API)

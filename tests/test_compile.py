@@ -10,7 +10,7 @@ from moe_lab.measuring import custom_ops
 from moe_lab.measuring.correctness import make_weights
 from moe_lab.measuring.compile_table import merge_compile_rows
 from moe_lab.measuring.layer import MoELayer
-from moe_lab.measuring.modes import parse_mode
+from moe_lab.storage.modes import parse_mode
 from moe_lab.core.problems import make_problem
 
 MODEL = "custom:H=64,I=32,E=4,k=2"

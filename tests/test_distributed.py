@@ -16,7 +16,8 @@ import torch
 from conftest import ROOT, cli_processes
 from moe_lab.cli import main
 from moe_lab.measuring.correctness import make_inputs, reference, rel_err
-from moe_lab.distributed import VARIANTS, shards
+from moe_lab.distributed import shards
+from moe_lab.storage.vocabulary import VARIANTS
 from moe_lab.distributed.launch import free_port
 from moe_lab.core.problems import parse_model
 

@@ -1,13 +1,16 @@
-"""Where eager time goes (moe_lab.measuring.eager_split): the parts of a call add up to its window, the
-host's Python lands in the host part, and on the committed H200 traces every point either
-adds up to its timed eager median within 10% or says why."""
+"""Where eager time goes (moe_lab.analysis.eager_split; one point profiled here:
+moe_lab.measuring.eager_split): the parts of a call add up to its window, the host's Python
+lands in the host part, and on the committed H200 traces every point either adds up to its
+timed eager median within 10% or says why."""
 import math
 import os
 import time
 
 import pytest
 
-from moe_lab.measuring import eager_split as es
+from moe_lab.analysis import eager_split as es
+from moe_lab.measuring.eager_split import split_point
+from moe_lab.storage.traces import RANGE_NAME, parse_trace_name, trace_name
 from moe_lab.cli import main
 
 from conftest import RUNS_DIR
@@ -22,7 +25,7 @@ def _close(a, b, tol=1e-6):
 def test_interval_arithmetic_of_a_device_timeline():
     """Two overlapping kernels (two streams) count once; the idle between them is a gap;
     host time before the first kernel and after the last is the host part."""
-    ev = [dict(ph="X", cat="user_annotation", name=es.RANGE_NAME, ts=0, dur=200),
+    ev = [dict(ph="X", cat="user_annotation", name=RANGE_NAME, ts=0, dur=200),
           dict(ph="X", cat="kernel", name="a", ts=30, dur=20),      # 30-50
           dict(ph="X", cat="kernel", name="b", ts=40, dur=20),      # 40-60, overlaps a
           dict(ph="X", cat="kernel", name="c", ts=100, dur=10),     # 100-110, gap 40
@@ -72,7 +75,7 @@ def test_a_cpu_call_split_from_a_real_profile(tmp_path):
 
 
 def test_split_point_checks_the_backend_and_explains_its_sum():
-    r = es.split_point("custom:H=64,I=32,E=4,k=2", 4, "torch", tp=1, device="cpu", iters=3)
+    r = split_point("custom:H=64,I=32,E=4,k=2", 4, "torch", tp=1, device="cpu", iters=3)
     assert _close(r["host_us"] + r["gap_us"] + r["kernel_us"], r["wall_us"])
     assert r["eager_us"] > 0 and r["profiled_eager_us"] > 0
     assert r["adds_up"] or r["reason"]  # within 10% of the timed eager, or why not
@@ -147,7 +150,7 @@ def test_trace_names_carry_the_configuration_and_find_their_own_rows():
     from moe_lab.core.problems import make_problem
     prob = make_problem("deepseek-r1", 64, "bf16", 8, 8, 0)
     cfg = "data/configs/nvidia-h200/aiter-triton/E=32,N=2048,device_name=NVIDIA_H200.json"
-    names = [es.trace_name(prob, "aiter-triton", c) for c in ("default", "tuned", cfg)]
+    names = [trace_name(prob, "aiter-triton", c) for c in ("default", "tuned", cfg)]
     assert names[0] == "deepseek-r1_TP8+EP8_T64_aiter-triton.json.gz"
     assert len(set(names)) == 3
     rows = pd.DataFrame([dict(model="deepseek-r1", tp=8, ep=8, ep_rank=0, tokens=64,
@@ -155,7 +158,7 @@ def test_trace_names_carry_the_configuration_and_find_their_own_rows():
                               median_us=us) for c, us in (("default", 900.0), ("tuned", 600.0),
                                                           (cfg, 700.0))])
     for name, us in zip(names, (900.0, 600.0, 700.0)):
-        pt = es.parse_trace_name(name)
+        pt = parse_trace_name(name)
         assert (pt["model"], pt["tp"], pt["ep"], pt["tokens"], pt["backend"]) == (
             "deepseek-r1", 8, 8, 64, "aiter-triton")
         row, why = es._timed_row(rows, pt, "eager")

@@ -139,7 +139,7 @@ def test_the_list_parsers_give_each_value_once():
     from moe_lab import backends
     from moe_lab.core.problems import parse_int_list, split_models
     from moe_lab.core.validate import names
-    from moe_lab.measuring.modes import parse_modes
+    from moe_lab.storage.modes import parse_modes
     from moe_lab.measuring.sweep import Grid
     assert split_models(f"{MODEL},qwen3-30b-a3b,{MODEL}") == [MODEL, "qwen3-30b-a3b"]
     assert parse_int_list("8,1,8") == [8, 1]

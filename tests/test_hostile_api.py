@@ -21,7 +21,7 @@ def committed(monkeypatch):
 
 def _calls():
     from moe_lab.analysis import published, tuned_files, vllm_compare
-    from moe_lab.cost import ledger
+    from moe_lab.analysis import ledger
     return [ledger.of_runs, vllm_compare.compared, vllm_compare.frames,
             tuned_files.current_pairs, published.published_pairs]
 

@@ -147,3 +147,78 @@ def test_the_checks_see_what_they_must():
     planted["moe_lab.core.errors"].add("moe_lab.measuring.sweep")
     assert any("moe_lab.core.errors" in c for c in _cycles(planted))
     assert any("core" in c and "measuring" in c for c in _cycles(_folder_graph(planted)))
+
+
+# --- the rows' vocabulary stands under storage (issue 65) -------------------------------------
+
+# where each folder may not reach: analysis and plots read rows, not the code that measures
+# them; cost is pure functions and reads no run
+FORBIDDEN = {"analysis": {"measuring", "distributed"}, "plots": {"measuring", "distributed"},
+             "cost": {"storage"}}
+VOCABULARY = ("GEMMS", "PHASES", "COVERAGE_RANGE", "NOISE_LIMIT", "PARTS", "PART_LABELS",
+              "VARIANTS")  # the rows' names, each assigned by one module
+VOCABULARY_HOME = "moe_lab.storage.vocabulary"
+
+
+def _crossings(graph: dict[str, set[str]], src: str) -> list[str]:
+    """`module -> import` for every import of a module under `src` into a folder FORBIDDEN
+    to it (top of file or inside a function)."""
+    return sorted(f"{m} -> {d}" for m, deps in graph.items() if _folder(m) == src
+                  for d in deps if _folder(d) in FORBIDDEN[src])
+
+
+def _assigners(name: str) -> list[str]:
+    """The modules that assign `name` at their top level (`X = ...`, `X: T = ...`, or
+    within a tuple target), whatever else they import."""
+    out = []
+    for mod, path in _modules().items():
+        for node in ast.parse(path.read_text(), str(path)).body:
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if name in names:
+                out.append(mod)
+                break
+    return sorted(out)
+
+
+def test_analysis_and_plots_import_nothing_from_measuring_or_distributed():
+    graph = _graph()
+    bad = _crossings(graph, "analysis") + _crossings(graph, "plots")
+    assert not bad, f"analysis/plots importing the code that measures: {bad}"
+
+
+def test_cost_imports_nothing_from_storage():
+    bad = _crossings(_graph(), "cost")
+    assert not bad, f"cost/ (pure functions) importing storage: {bad}"
+
+
+def test_one_module_defines_gemms():
+    where = _assigners("GEMMS")
+    assert len(where) == 1, f"GEMMS assigned at the top of {len(where)} modules: {where}"
+    assert where == [VOCABULARY_HOME]
+
+
+def test_the_rows_vocabulary_is_defined_once_under_storage():
+    twice = {n: _assigners(n) for n in VOCABULARY if _assigners(n) != [VOCABULARY_HOME]}
+    assert not twice, f"the rows' vocabulary assigned elsewhere than {VOCABULARY_HOME}: {twice}"
+
+
+def test_the_vocabulary_checks_see_what_they_must():
+    """Not vacuous: an import planted in a copy of the graph (a function-local one counts
+    the same) is a crossing, and _assigners finds assignments of every form."""
+    graph = _graph()
+    assert {"moe_lab.analysis.kernel_time", "moe_lab.plots.style",
+            "moe_lab.cost.ledger"} <= set(graph)
+    planted = {m: set(d) for m, d in graph.items()}
+    planted["moe_lab.plots.style"].add("moe_lab.measuring.timing")
+    planted["moe_lab.analysis.kernel_time"].add("moe_lab.distributed")
+    planted["moe_lab.cost.ledger"].add("moe_lab.storage.store")
+    assert _crossings(planted, "plots") == ["moe_lab.plots.style -> moe_lab.measuring.timing"]
+    assert _crossings(planted, "analysis") == [
+        "moe_lab.analysis.kernel_time -> moe_lab.distributed"]
+    assert _crossings(planted, "cost") == ["moe_lab.cost.ledger -> moe_lab.storage.store"]
+    assert "moe_lab.storage.store" in graph["moe_lab.analysis.ledger"]  # analysis reads runs
+    assert _assigners("PHASE_RANGES") == ["moe_lab.measuring.profiling"]  # plain assignment
+    assert "moe_lab.cost.ledger" in _assigners("GAPS")  # within a tuple target
+    assert "moe_lab.storage.vocabulary" in _assigners("NOISE_LIMIT")

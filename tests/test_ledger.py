@@ -1,6 +1,7 @@
-"""The ledger (moe_lab.cost.ledger): each phase's floor against a hand count, a real CPU run's
-ledger adding up to its measured layer time, the ledger of a committed H200 run, issue
-23's targets on a hand-made frame, and the ledger figure."""
+"""The ledger (its floors: moe_lab.cost.ledger; of stored rows: moe_lab.analysis.ledger):
+each phase's floor against a hand count, a real CPU run's ledger adding up to its measured
+layer time, the ledger of a committed H200 run, issue 23's targets on a hand-made frame,
+and the ledger figure."""
 import json
 import math
 from pathlib import Path
@@ -11,6 +12,7 @@ import torch
 
 from conftest import ROOT, RUNS_DIR
 from moe_lab.cost import ledger as lg
+from moe_lab.analysis import ledger as aled
 from moe_lab.analysis import metrics, targets as tg
 from moe_lab.analysis.runs import runs_with_phases
 from moe_lab.core.devices import Ceilings
@@ -135,7 +137,7 @@ def test_a_stored_run_gets_the_rows_in_its_align_and_combine_floors():
     untouched; aiter-triton's stay."""
     from moe_lab.storage.store import open_run
     run = open_run(Path(RUNS_DIR) / "h200-rows-bf16-tp8ep8-20261201")
-    led = lg.ledger(run.results, run.kernels, run.phases)
+    led = aled.ledger(run.results, run.kernels, run.phases)
     al = led[led["phase"] == "align"].set_index("point_id")
     st = run.phases[run.phases["phase"] == "align"].set_index("point_id")
     pt = run.results[(run.results["tokens"] == 4096) & (run.results["model"] == "deepseek-r1")
@@ -149,7 +151,7 @@ def test_a_stored_run_gets_the_rows_in_its_align_and_combine_floors():
     assert co.at[pt["point_id"], "floor_bytes"] == pytest.approx(
         (pt["pairs"] + 4096) * p.hidden * 2)
     ai = open_run(Path(RUNS_DIR) / "h200-align-bf16-tp8ep8-20261201")
-    la = lg.ledger(ai.results, ai.kernels, ai.phases)
+    la = aled.ledger(ai.results, ai.kernels, ai.phases)
     sa = ai.phases.set_index(["point_id", "phase"])["floor_us"]
     got = la.set_index(["point_id", "phase"])["floor_us"]
     assert len(sa.index.intersection(got.index)) == len(sa) > 0  # every stored phase compared
@@ -206,8 +208,8 @@ def test_the_ledger_of_a_cpu_run_adds_up_to_the_layer_time(cpu_run):
         p = make_problem(r["model"], r["tokens"], r["dtype"], r["tp"], r["ep"], r["ep_rank"])
         phases += lg.phase_rows(r["point_id"], p, None, kern, None, median_us=r["median_us"],
                                 experts_hit=r["experts_hit"], pairs=r["pairs"])
-    stored = lg.ledger(res, kern, pd.DataFrame(phases))
-    computed = lg.ledger(res, kern)
+    stored = aled.ledger(res, kern, pd.DataFrame(phases))
+    computed = aled.ledger(res, kern)
     for led in (stored, computed):
         tot = led.groupby("point_id").agg(m=("measured_us", "sum"), med=("median_us", "first"))
         assert len(tot) == len(res)
@@ -227,7 +229,7 @@ def test_the_ledger_of_a_cpu_run_adds_up_to_the_layer_time(cpu_run):
 def h200():
     from moe_lab.storage.store import open_run
     run = open_run(Path(RUNS_DIR) / "h200-tuned-20261130")
-    return run, lg.ledger(run.results, run.kernels)
+    return run, aled.ledger(run.results, run.kernels)
 
 
 def test_the_ledger_of_a_committed_h200_run(h200):
@@ -246,7 +248,7 @@ def test_the_ledger_of_a_committed_h200_run(h200):
     # graph: act (SiLU and mul as two kernels over every row) holds the most
     from moe_lab.storage.store import open_run
     tail = open_run(Path(RUNS_DIR) / "h200-tuned-deepseek-ep8-tail-20261130")
-    led = lg.ledger(tail.results, tail.kernels)
+    led = aled.ledger(tail.results, tail.kernels)
     pt = led[(led["tokens"] == 4096) & (led["backend"] == "aiter-triton")
              & (led["mode"] == "graph")]
     assert list(pt["phase"].iloc[:3]) == ["act", "gemm1", "gemm2"]
@@ -261,7 +263,7 @@ def test_the_ledger_of_a_committed_h200_run(h200):
 def test_targets_and_the_figure_on_the_committed_run(h200):
     run, led = h200
     t = tg.evaluate(metrics.ledger_metrics(led, run.results), led)
-    best = lg.best_points(run.results)
+    best = aled.best_points(run.results)
     assert set(t["point_id"]) <= set(best["point_id"])
     glue = t[t["target"].str.startswith("glue")]
     assert glue["tokens"].min() == 256 and set(glue["phase"]) <= set(lg.GLUE)
@@ -283,7 +285,7 @@ def test_targets_and_the_figure_on_the_committed_run(h200):
 
 def test_the_figure_of_a_cpu_run_and_of_nothing(cpu_run):
     from moe_lab.plots.ledger import fig_ledger
-    led = lg.ledger(cpu_run.results, cpu_run.kernels)
+    led = aled.ledger(cpu_run.results, cpu_run.kernels)
     fig = fig_ledger(led, run_id="cpu")
     assert "run cpu" in fig.texts[-1].get_text().replace("\n", " ")
     assert "no ok point" in fig_ledger(led.iloc[:0], run_id="cpu").axes[0].texts[0].get_text()
@@ -302,7 +304,7 @@ def test_the_default_ledger_runs_are_the_newest_device_and_the_newest_point(tmp_
     monkeypatch.setenv("MOE_LAB_DATA", str(tmp_path))
     runs = runs_with_phases(None)
     assert [r.run_id for r in runs] == [new, old]
-    res, led = lg.of_runs(runs)
+    res, led = aled.of_runs(runs)
     shared = set(runs[0].results["point_id"]) & set(runs[1].results["point_id"])
     assert len(shared) == 28  # Qwen3-235B TP8+EP8, both aiter-triton backends tuned
     assert set(res[res["point_id"].isin(shared)]["run_id"]) == {new}
@@ -332,21 +334,21 @@ def test_shared_reads_runs_once_and_each_caller_gets_its_own_frames(monkeypatch)
     that changes its frames does not change the next caller's; a different mode is its
     own answer; outside the block nothing is kept."""
     runs = runs_with_phases([RUNS_DIR + "/h200-rows-bf16-qwen3-tp8ep8-20261202"])
-    want_res, want_led = lg.of_runs(runs)
+    want_res, want_led = aled.of_runs(runs)
     computed = []
-    real = lg._of_runs
-    monkeypatch.setattr(lg, "_of_runs", lambda r, m: computed.append(m) or real(r, m))
-    with lg.shared():
-        res, led = lg.of_runs(runs)
+    real = aled._of_runs
+    monkeypatch.setattr(aled, "_of_runs", lambda r, m: computed.append(m) or real(r, m))
+    with aled.shared():
+        res, led = aled.of_runs(runs)
         res["median_us"] = 0.0
         led.drop(led.index, inplace=True)
-        again_res, again_led = lg.of_runs(runs_with_phases(
+        again_res, again_led = aled.of_runs(runs_with_phases(
             [RUNS_DIR + "/h200-rows-bf16-qwen3-tp8ep8-20261202"]))
-        lg.of_runs(runs, mode=None)
+        aled.of_runs(runs, mode=None)
     assert computed == ["graph", None]
     pd.testing.assert_frame_equal(again_res, want_res)
     pd.testing.assert_frame_equal(again_led, want_led)
-    lg.of_runs(runs)
+    aled.of_runs(runs)
     assert computed == ["graph", None, "graph"]
 
 

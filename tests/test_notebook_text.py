@@ -32,10 +32,12 @@ def said(text: str, pattern: str) -> re.Match:
 def test_01_the_profiler_coverage_range_is_the_profilers():
     from moe_lab.analysis import kernel_time
     from moe_lab.measuring import profiling
+    from moe_lab.storage.vocabulary import COVERAGE_RANGE
     text = markdown("01_kernel_time.ipynb", "Does the profiler see every kernel?")
     lo, hi = map(float, said(text, r"should lie in \[([\d.]+), ([\d.]+)\]").groups())
-    assert (lo, hi) == profiling.COVERAGE_RANGE
-    assert kernel_time.COVERAGE_RANGE is profiling.COVERAGE_RANGE  # defined once
+    assert (lo, hi) == COVERAGE_RANGE
+    assert kernel_time.COVERAGE_RANGE is COVERAGE_RANGE  # defined once
+    assert profiling.check_kernel_coverage.__defaults__ == COVERAGE_RANGE  # the check's range
 
 
 def _target(metric: str, lo=None, hi=None):

@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("nbclient")
 
 from conftest import pngs, printed, run_notebook, with_params  # noqa: E402
-from moe_lab.measuring.modes import Mode  # noqa: E402
+from moe_lab.storage.modes import Mode  # noqa: E402
 from moe_lab.measuring.sweep import Grid, Sweep  # noqa: E402
 
 MODEL = "custom:H=256,I=256,E=4,k=2"

@@ -3,7 +3,7 @@ plain message when no run has FP8 rows."""
 import pandas as pd
 import pytest
 
-from moe_lab.measuring.modes import Mode
+from moe_lab.storage.modes import Mode
 from moe_lab.plots import fp8
 from moe_lab.storage.store import find_runs, open_run
 from moe_lab.measuring.sweep import Grid, Sweep

@@ -8,9 +8,10 @@ import torch
 
 from moe_lab import backends
 from moe_lab.core.problems import make_problem
-from moe_lab.measuring.profiling import (PHASES, check_kernel_coverage, classify, classify_sequence,
+from moe_lab.measuring.profiling import (check_kernel_coverage, classify, classify_sequence,
                                export_trace, kernel_table, kernel_us, phase_table,
                                profile_kernels, split_iterations)
+from moe_lab.storage.vocabulary import PHASES
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 

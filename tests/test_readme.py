@@ -260,7 +260,8 @@ def test_the_other_constants_the_readme_states_are_the_codes():
     rows to 16') and compare's interval ('bootstrap 95%'): each the constant the code
     uses, not a copy that can drift from it."""
     from moe_lab.backends.torch_fp8 import ALIGN
-    from moe_lab.core.constants import NOISE_LIMIT, VERIFY_MARGIN
+    from moe_lab.core.constants import VERIFY_MARGIN
+    from moe_lab.storage.vocabulary import NOISE_LIMIT
     from moe_lab.core.problems import SEED_MODELS
     text = " ".join(README.read_text().split())
     m = re.search(r"any candidate over (\d+)% faster than the committed winner", text)

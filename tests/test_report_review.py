@@ -100,7 +100,7 @@ def test_two_runs_give_a_compare_section_and_every_figure_with_its_provenance(
     from moe_lab.analysis.compare import CONFIDENCE  # the interval compare computes
     assert "Compare: b over a" in text and f"bootstrap {CONFIDENCE:.0%} interval" in text
     assert "Where eager time goes: a" in text and "Where eager time goes: b" in text
-    from moe_lab.measuring.eager_split import CHECK_TOL  # the split's own limit, not a copy
+    from moe_lab.analysis.eager_split import CHECK_TOL  # the split's own limit, not a copy
     assert f"within {CHECK_TOL:.0%} of the timed eager median" in text
     assert "cpu" in page.figures[0]["caption"]
     # a second export into the same folder leaves no stale figure files behind

@@ -15,6 +15,7 @@ import pytest
 
 import moe_lab
 from moe_lab.cost import ledger as lg
+from moe_lab.analysis import ledger as aled
 from moe_lab.analysis import metrics, targets as tg
 from moe_lab.core.devices import Ceilings
 
@@ -94,9 +95,10 @@ def test_the_summary_counts_and_names_the_worst_miss_and_the_median():
 
 
 def test_what_holds_a_point_back_is_the_ledgers_largest_excess_over_its_floor_or_the_gaps():
-    """held_back_by reads the ledger (moe_lab.cost.ledger: the one cost model of a phase), so
-    gemm1, the largest phase but only 50 us above its floor, gives way to act; a point
-    whose kernels cover 45 of a 100 us replay is held back by its gaps."""
+    """held_back_by reads the ledger (moe_lab.analysis.ledger, on moe_lab.cost.ledger's
+    floors: the one cost model of a phase), so gemm1, the largest phase but only 50 us above
+    its floor, gives way to act; a point whose kernels cover 45 of a 100 us replay is held
+    back by its gaps."""
     res = pd.DataFrame([
         dict(point_id="a", model="deepseek-r1", tp=8, ep=1, ep_rank=0, dtype="bf16",
              routing="uniform", tokens=4096, backend="aiter-triton", config="default",
@@ -114,7 +116,7 @@ def test_what_holds_a_point_back_is_the_ledgers_largest_excess_over_its_floor_or
                       for p, ph, us in (("a", "gemm1", g1 + 50), ("a", "act", 120.0),
                                         ("a", "gemm2", 150.0), ("b", "gemm1", 20.0),
                                         ("b", "align", 25.0))])
-    led = lg.ledger(res, k)
+    led = aled.ledger(res, k)
     led = led.assign(floor_us=led["phase"].map({p: f["floor_us"] for p, f in floors.items()})
                      .where(led["point_id"] == "a", led["floor_us"]).fillna(0.0))
     led["over_us"] = (led["measured_us"] - led["floor_us"]).clip(lower=0)

@@ -569,7 +569,7 @@ def test_a_sweep_compiles_ahead_what_each_point_will_launch(tmp_path, monkeypatc
     backend without launch configurations left out."""
     from moe_lab.core.config_files import nearest
     from moe_lab.measuring.correctness import make_weights
-    from moe_lab.measuring.modes import parse_modes
+    from moe_lab.storage.modes import parse_modes
     from moe_lab.storage import configs as sc
     model = "custom:H=64,I=32,E=8,k=2"
     base = dict(BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=3)

@@ -354,7 +354,7 @@ def test_inside_shared_the_pairs_are_read_once_and_each_caller_gets_its_copy(tmp
                                                                             monkeypatch):
     """findings reads the pairs for the targets and again for its section: inside
     ledger.shared() once, outside every time; a caller's change reaches no other caller."""
-    from moe_lab.cost import ledger as lg
+    from moe_lab.analysis import ledger as lg
     cfg, _ = _configs(tmp_path)
     at = "2026-12-03T00:00:00+00:00"
     runs = [_run("r", [_row(16, "default", 100.0, at), _row(16, "tuned", 80.0, at)])]

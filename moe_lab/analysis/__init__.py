@@ -5,17 +5,17 @@ to draw what it returns:
     runs              which run a question reads (the one module that chooses runs)
     targets, metrics  the workbook's targets (one record each), the one evaluation, and
                       the metric frames it is evaluated on
-    ledger            every phase against its floor (moe_lab.cost.ledger)
+    ledger            every phase against its floor (the floors: moe_lab.cost.ledger)
     kernel_time (01), compile_tables (02), roofline_tables (03), fp8 (01, 03),
     fp8_gemm (03), devices (01, 03, 04), tuning, required and tuned_files (05),
     expert_parallel (06), vllm_files (vLLM's own files its lookup misses on a GPU),
     vllm_compare (05: ours over vLLM as shipped), published (05: tuned files against
-    published tunings), eager_split_tables (the review export)
+    published tunings), eager_split (where an eager call's time goes, from its trace),
+    eager_split_tables (the review export)
     findings          docs/findings.md, generated from the committed runs
 """
-from ..cost import ledger  # noqa: F401
 from . import (  # noqa: F401
-    compile_tables, devices, eager_split_tables, expert_parallel, fp8, fp8_gemm, kernel_time,
-    metrics, published, required, roofline_tables, runs, targets, tuned_files, tuning,
-    vllm_compare, vllm_files)
+    compile_tables, devices, eager_split, eager_split_tables, expert_parallel, fp8, fp8_gemm,
+    kernel_time, ledger, metrics, published, required, roofline_tables, runs, targets,
+    tuned_files, tuning, vllm_compare, vllm_files)
 from .targets import TARGETS, Target, evaluate, held_back_by, summary  # noqa: F401

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..measuring.modes import parse_mode
+from ..storage.modes import parse_mode
 from ..storage.rows import ok_rows
 from ..storage.store import open_run
 

@@ -66,7 +66,7 @@ def _data_dir(root):
 
 def generate(root=None) -> str:
     """The findings document for the runs under `root` (default data_dir())."""
-    from ..cost import ledger
+    from . import ledger
     from ..storage.scope import only_committed
     from ..storage.store import data_dir, find_runs
     with _data_dir(root), pd.option_context("display.width", 200), ledger.shared():

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..cost import ledger as lg
+from . import ledger as lg
 from .runs import choose, manifest_device, runs_with_phases
 from ..core.constants import TUNE_TOKENS
 from ..core.errors import UsageError

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..core.constants import TUNE_TOKENS
-from ..cost import ledger as lg
+from . import ledger as lg
 from . import published as pb, tuned_files as tf
 from .findings_more import _ties_text
 from .findings_sections import head, md_table, provenance, runs_line, span, tune_runs

@@ -20,20 +20,20 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..cost import ledger
+from . import ledger
 from . import targets as tg
 from .runs import runs_with_phases
 from ..core.devices import ceilings_for, spec_for
 from ..core.problems import FP8_SCHEMES, sharding_name
 from ..storage.rows import ok_rows
 from ..core.validate import frames
+from ..storage.vocabulary import GEMMS
 
 KEY = ["device", "model", "sharding", "tokens"]
 SOL_BACKEND = "torch-fp8-grouped"  # torch._scaled_grouped_mm, row-wise: CUTLASS's grouped GEMM
 PROMISE = {b: tg.by_name(n).limit for b, n in (   # the targets' records (analysis.targets)
     ("memory", "fp8 >= 2x bf16 where bf16's GEMMs are memory-bound"),
     ("compute", "fp8 >= 1.7x bf16 where bf16's GEMMs are compute-bound"))}
-GEMMS = ("gemm1", "gemm2")
 
 
 def _points(res: pd.DataFrame, led: pd.DataFrame) -> pd.DataFrame:

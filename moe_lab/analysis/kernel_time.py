@@ -11,9 +11,9 @@ from ..storage import rows as row_schema
 from ..core.problems import sharding_name
 from ..storage.store import open_run
 from ..storage.rows import ok_rows
-# profiler kernel sum / graph time accepted as complete: the profiler's own range (the one
-# check_kernel_coverage warns by), re-exported for the notebook
-from ..measuring.profiling import COVERAGE_RANGE, PHASES
+# profiler kernel sum / graph time accepted as complete: the range check_kernel_coverage
+# warns by (the rows' vocabulary), re-exported for the notebook
+from ..storage.vocabulary import COVERAGE_RANGE, PHASES
 
 
 PHASE_TOKENS = (1, 64, 1024, 8192)

@@ -19,10 +19,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..cost import ledger as lg
+from . import ledger as lg
 from ..core.problems import sharding_name
 from .targets import METRIC_COLUMNS, metric_rows
 from ..core.validate import frames
+from ..storage.vocabulary import GEMMS
 
 
 def span(values, fmt="{:.2f}") -> str:
@@ -76,7 +77,7 @@ def ledger_metrics(ledger_df: pd.DataFrame, results_df: pd.DataFrame,
             if p in ph.index and (ph.at[p, "measured_us"] > 0 or ph.at[p, "floor_us"] > 0):
                 glue.append({**b, "phase": p, "value": ph.at[p, "measured_us"],
                              "floor_us": ph.at[p, "floor_us"]})
-        g = float(ph["measured_us"].reindex(list(lg.GEMMS)).fillna(0).sum())
+        g = float(ph["measured_us"].reindex(list(GEMMS)).fillna(0).sum())
         gemm.append({**b, "value": 100 * g / b["median_us"]})
     key = [c for c in lg.POINT if c != "dtype"]
     fp8 = best[best["dtype"].str.startswith("fp8")].sort_values("median_us").groupby(key).head(1)

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..core.errors import CorruptFile
 from ..core.problems import sharding_name
-from ..cost import ledger as lg
+from . import ledger as lg
 from ..storage.rows import deployed_rows, published_rows, vllm_named
 from . import metrics
 from .targets import METRIC_COLUMNS

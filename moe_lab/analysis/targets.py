@@ -26,8 +26,8 @@ import pandas as pd
 
 from ..core.constants import VERIFY_MARGIN
 from ..core.validate import frames
+from ..storage.vocabulary import GEMMS
 
-GEMMS = ("gemm1", "gemm2")
 NO_KERNELS = "no kernels"
 METRIC_COLUMNS = ["metric", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
                   "floor_us", "median_us", "point_id", "run_id"]

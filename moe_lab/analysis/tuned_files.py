@@ -38,7 +38,7 @@ from ..core import validate
 from ..core.config_files import read_table
 from ..core.constants import SEED_SWEEP_TOKENS, TUNE_TOKENS
 from ..core.errors import UsageError
-from ..cost import ledger as lg
+from . import ledger as lg
 from ..core.problems import sharding_name
 from ..core.validate import frames
 from ..storage.rows import deployed_rows, published_rows

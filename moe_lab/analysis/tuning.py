@@ -14,10 +14,10 @@ import pandas as pd
 from ..core.devices import Ceilings, ceilings_for
 from ..core.errors import CorruptFile, UsageError
 from ..core.problems import sharding_name
-from ..measuring.profiling import PHASES
 from ..cost.roofline import add_roofline_columns
 from ..storage.rows import deployed_rows, ok_rows
 from ..storage.store import data_dir, find_runs, open_run
+from ..storage.vocabulary import PHASES
 from . import metrics
 from .kernel_time import PHASE_TOKENS  # the phase figures' token counts, defined once
 from .runs import on_device

@@ -7,8 +7,8 @@ figure is moe_lab.plots.vllm_compare's.
         best (the fastest ok row among OWN of the same run, point and mode), ratio =
         best_us / vllm_us (< 1: ours faster), slower (ratio > BAND), and for a slower
         point the ledger's answer: loses_in, the phase whose measured time exceeds vLLM's
-        the most, and loses_us, by how much (from the ledger frame of moe_lab.cost.ledger when
-        given and holding both points' phases; else '' and NaN)
+        the most, and loses_us, by how much (from the ledger frame of
+        moe_lab.analysis.ledger when given and holding both points' phases; else '' and NaN)
     newest(table) -> the newest measurement of each point (model, sharding, scheme, mode,
         tokens): of the runs that compared it, the one whose vLLM row was measured last (a
         point measured again after a change is read from its new run; each row is still a
@@ -201,7 +201,7 @@ def vllm_runs(runs=None, device: str | None = None) -> list:
 def compared(runs) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results, table): frames(runs)'s results and best_over_vllm over them, once per
     runs inside ledger.shared() (the findings' targets and their vLLM section read both)."""
-    from ..cost import ledger as lg
+    from . import ledger as lg
     runs = lg.opened(runs)
 
     def compute():
@@ -212,9 +212,9 @@ def compared(runs) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def frames(runs, mode: str | None = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Module doc."""
-    from ..cost.ledger import ledger, opened
+    from .ledger import ledger, opened
     from ..core.errors import UsageError
-    from ..measuring import modes
+    from ..storage import modes
     try:  # was: an unknown mode gave two empty frames, as if no run had rows of it
         if mode is not None:
             modes.parse_mode(mode if isinstance(mode, str) else "?")

@@ -3,7 +3,9 @@ here, or every trace of a run against its eager rows)."""
 from __future__ import annotations
 
 
-from ..measuring.eager_split import PART_LABELS, PARTS, run_split, split_point
+from ..analysis.eager_split import run_split
+from ..measuring.eager_split import split_point
+from ..storage.vocabulary import PART_LABELS, PARTS
 from ..core.errors import UsageError
 
 

@@ -133,7 +133,7 @@ def run(args) -> int:
     from ..core.problems import make_problem, parse_int_list, parse_model, parse_tokens, split_models
     from ..core.routing import parse_routing
     from ..measuring.correctness import resolve_device
-    from ..measuring.modes import parse_modes
+    from ..storage.modes import parse_modes
     from ..measuring.sweep import Grid, Sweep
     args.data_dir = args.data_dir or default_data_dir_arg()
     options.timing(args.warmup_ms, args.rep_ms, args.point_timeout, args.traces, args.nproc)

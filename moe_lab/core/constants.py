@@ -47,8 +47,6 @@ VERIFY_MARGIN = 1.02  # verify: a candidate this much faster than the committed 
 SEARCH_RUNGS = (1 / 16, 1 / 4, 1.0)
 # moe_lab.measuring.compile: seconds of compile allowed per backend x variant (sweep --compile-budget)
 COMPILE_BUDGET_S = 900.0
-# moe_lab.measuring.timing: (p90 - p10) / median above this marks a point `noisy` (rows read it too)
-NOISE_LIMIT = 0.1
 # moe_lab.analysis.compare: the bootstrap interval's confidence (compare.CONFIDENCE; the noise
 # files' `what` text states it)
 BOOTSTRAP_CONFIDENCE = 0.95

@@ -15,9 +15,9 @@ Modules: `shards` (weights of the full layer and each rank's real shard), `layer
 three variants), `control` (status exchange through the rendezvous store, with
 timeouts), `worker` (one rank's point loop), `launch` (spawn N ranks or run under
 torchrun; one sweep part per GPU), `analysis` (imbalance, collective model, the N-GPU
-estimate and the targets: pure pandas).
+estimate and the targets: pure pandas). The variants' names (the `parallel` column) are
+the rows' vocabulary: moe_lab.storage.vocabulary.VARIANTS.
 """
-VARIANTS = ("tp-allreduce", "ep-allreduce", "ep-alltoall")
 DIST_TIMEOUT_S = 120.0  # a collective that waits longer fails the point (launch, worker)
 PARENT_ENV = "MOE_LAB_PARENT_PID"  # set by launch.spawn: its ranks die with that pid (worker)
 SIGNAL_NOTE_ENV = "MOE_LAB_SIGNAL_NOTE"  # set by launch.spawn: a file the rank writes at a SIGTERM

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from ..core.errors import EXIT_SIGTERM, Terminated, UsageError
-from . import DIST_TIMEOUT_S, PARENT_ENV, SIGNAL_NOTE_ENV, VARIANTS
+from ..storage.vocabulary import VARIANTS
+from . import DIST_TIMEOUT_S, PARENT_ENV, SIGNAL_NOTE_ENV
 
 FAULT_ENV = "MOE_LAB_DIST_FAULT"  # testing hook: "RANK:PHASE" (worker.fault)
 PKG_ROOT = str(Path(__file__).resolve().parents[2])

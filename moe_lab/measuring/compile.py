@@ -3,7 +3,7 @@ graph breaks, recompiles and compile time recorded rather than hidden.
 
 A `CompileBench` prepares one shard's token grid once (weights, inputs, the fp32 layer
 reference); `bench.run(backend, mode)` compiles the layer for one Mode
-(`compile:<variant>[:dynamic]`, wrapped or not, see moe_lab.measuring.modes) and times it at every
+(`compile:<variant>[:dynamic]`, wrapped or not, see moe_lab.storage.modes) and times it at every
 token count with the sweep's timer (`timing.time_fn`). Without `:dynamic` the compile is
 `dynamic=False`: every new token count recompiles (what a server that compiles fixed
 batch-size buckets pays once per bucket); the recompile limit is raised so that no token
@@ -35,7 +35,7 @@ from .correctness import classify_exception, make_weights, one_line, rel_err
 from ..core.environment import now_iso
 from ..core.errors import has_timeout, reraise_if_terminated, time_limit
 from .layer import MoELayer
-from .modes import Mode
+from ..storage.modes import Mode
 from .points import Measured, Point, check_point, fill_metrics, new_row, within_limit
 from ..core.problems import Problem
 from ..core.routing import make_routing, route

@@ -44,11 +44,10 @@ import tempfile
 from typing import Callable, Sequence
 
 from ..core.constants import PROFILE_ITERS
+from ..storage.traces import RANGE_NAME
+from ..storage.vocabulary import COVERAGE_RANGE, PHASES
 
-PHASES = ("route", "align", "gemm1", "act", "gemm2", "combine", "quant", "other")
-RANGE_NAME = "moe_lab.forward"
 PHASE_RANGES = {f"moe_lab.{p}": p for p in PHASES}  # record_function name -> phase
-COVERAGE_RANGE = (0.7, 1.05)
 
 # order-dependent kinds, resolved by classify_sequence
 GEMM, GEMM_AUX, GEMM_PREP = "GEMM", "GEMM_AUX", "GEMM_PREP"

@@ -28,7 +28,7 @@ from ..core.constants import POINT_TIMEOUT_S, SWEEP_REP_MS, SWEEP_WARMUP_MS
 from ..core.environment import capture_environment, device_name
 from ..core.errors import (PointTimeout, Terminated, UsageError, disk_full,
                           reraise_if_terminated, terminate_gracefully, time_limit)
-from .modes import Mode
+from ..storage.modes import Mode
 from ..core.problems import Problem, make_problem
 from .progress import native_log_filter, progress_bar
 from ..cost.roofline import local_counts
@@ -302,7 +302,8 @@ class Sweep:
 
     def _measure_backend(self, prob, routing, bname, config, glue, modes, weights, inp, ref,
                          prepared, facts):
-        from .eager_split import profiled_eager_us, trace_name
+        from ..storage.traces import trace_name
+        from .eager_split import profiled_eager_us
         from .profiling import check_kernel_coverage, export_trace, kernel_us, profile_kernels
         from .timing import CaptureError, time_fn
         point = points.Point(prob, bname, config=config, glue=glue, routing=routing)

@@ -59,7 +59,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
-from ..core.constants import NOISE_LIMIT  # (p90 - p10) / median above this marks a point `noisy`
+from ..storage.vocabulary import NOISE_LIMIT  # (p90 - p10) / median above this: `noisy`
 EAGER_MIN_REPS = 200  # eager: calls at least (see the module doc)
 EAGER_MAX_MS = 1500.0  # eager: stop adding blocks after this long
 EAGER_BLOCK_MS = 25.0  # eager: one block lasts at least this long ...

@@ -1,13 +1,14 @@
 """The "why eager costs so much at decode" figure: each traced point's eager call split into
 Python and dispatch on the host, launch gaps on the device and kernel time, against tokens,
-with the timed eager and graph medians beside the bars (moe_lab.measuring.eager_split)."""
+with the timed eager and graph medians beside the bars (moe_lab.analysis.eager_split)."""
 from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from ..measuring.eager_split import CHECK_TOL, PART_LABELS, PARTS
+from ..analysis.eager_split import CHECK_TOL
+from ..storage.vocabulary import PART_LABELS, PARTS
 from ..core.problems import sharding_name
 from . import style
 from ..analysis.eager_split_tables import (  # noqa: F401 (the tables)

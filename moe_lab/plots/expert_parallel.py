@@ -5,7 +5,7 @@ moe_lab.analysis.expert_parallel; every figure has the provenance footer of the 
 from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
-from ..distributed import VARIANTS
+from ..storage.vocabulary import VARIANTS
 from ..analysis import expert_parallel as analysis
 from . import style
 from ..analysis.runs import (  # noqa: F401 (the runs notebook 06 reads)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from ..measuring.timing import NOISE_LIMIT
+from ..storage.vocabulary import NOISE_LIMIT
 from . import style
 from ..analysis.kernel_time import (  # noqa: F401 (the tables)
     COVERAGE_RANGE, PHASE_TOKENS, SPEEDUP_TOKENS, coverage_summary, coverage_table, default_mode, launch_overhead, ok_times, phase_table, speedup_table, status_table)

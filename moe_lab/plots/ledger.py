@@ -1,4 +1,4 @@
-"""The ledger figure (moe_lab.cost.ledger): per point, the measured time of every phase stacked,
+"""The ledger figure (moe_lab.analysis.ledger): per point, the measured time of every phase stacked,
 a tick at each phase's floor (the part of a segment above its tick is recoverable), the
 sum of the phase floors and the layer roof beside each bar; below, the recoverable us by
 phase per token count. Takes a ledger frame; loads nothing."""

@@ -12,7 +12,7 @@ import textwrap
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..measuring.modes import Mode, parse_mode, row_mode
+from ..storage.modes import Mode, parse_mode, row_mode
 from ..storage import rows as row_schema
 from ..storage.store import Run
 from ..analysis.runs import describe  # noqa: F401 (what a notebook prints first)

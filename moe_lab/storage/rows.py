@@ -199,9 +199,9 @@ def spread(df):
 
 
 def noisy(df):
-    """Per row: flagged `noisy` when measured (timing.NOISE_LIMIT), or its spread above that
-    limit (rows of a run that kept no flag)."""
-    from ..core.constants import NOISE_LIMIT
+    """Per row: flagged `noisy` when measured (vocabulary.NOISE_LIMIT), or its spread above
+    that limit (rows of a run that kept no flag)."""
+    from .vocabulary import NOISE_LIMIT
     flag = (df["noisy"].astype("boolean").fillna(False).astype(bool) if "noisy" in df.columns
             else False)
     return (spread(df) > NOISE_LIMIT) | flag
