@@ -175,3 +175,328 @@ def test_device_vllm_stage_passes_a_refusal_through_as_exit_2_and_needs_a_gpu(tm
     rc, out = _call(tmp_path, [])
     assert rc == 2 and "no GPU visible to torch here" in _one_line(out)
     assert not (tmp_path / "stage").exists() and not (tmp_path / "site").exists()
+
+
+# --- 2. merge reads every file of a part as open_run does ------------------------------------
+
+MODEL = "custom:H=64,I=32,E=4,k=2"
+
+
+def _sweep(data_dir, run_id, *extra) -> list[str]:
+    return ["sweep", "--models", MODEL, "--tp", "1", "--ep", "1", "--tokens", "1,2",
+            "--backends", "torch,torch-grouped", "--modes", "eager", "--dtype", "fp32",
+            "--device", "cpu", "--no-progress", "--rep-ms", "2", "--warmup-ms", "1",
+            "--data-dir", str(data_dir), "--run-id", run_id, *extra]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """Runs made once: the two parts of one sweep (p0, p1), and the same whole sweep twice
+    (w1, w2: an A/A' pair) and with --rep-ms 3 and --warmup-ms 2 (r3, u2)."""
+    runs = tmp_path_factory.mktemp("made")
+    for run_id, extra in (("p0", ("--shard", "0/2")), ("p1", ("--shard", "1/2")), ("w1", ()),
+                          ("w2", ()), ("r3", ("--rep-ms", "3")), ("u2", ("--warmup-ms", "2"))):
+        argv = _sweep(runs, run_id, *extra)
+        if "--rep-ms" in extra or "--warmup-ms" in extra:  # the given one replaces the default
+            flag = extra[0]
+            i = argv.index(flag)
+            argv = argv[:i] + argv[i + 2:] + list(extra)
+        assert main(argv) == 0, run_id
+    return runs
+
+
+def _copy(made, tmp_path, *names) -> list[Path]:
+    out = []
+    for n in names:
+        shutil.copytree(made / n, tmp_path / "runs" / n)
+        out.append(tmp_path / "runs" / n)
+    return out
+
+
+def _rewrite(path: Path, change) -> None:
+    df = pd.read_parquet(path)
+    change(df).to_parquet(path)
+
+
+@pytest.mark.parametrize("name,col", [("phases.parquet", "point_id"), ("phases.parquet", "phase"),
+                                      ("samples.parquet", "point_id"),
+                                      ("samples.parquet", "samples_us")])
+def test_merge_refuses_a_part_file_that_open_run_would_refuse(made, tmp_path, capsys, name, col):
+    """Was: exit 0, and the merged run's .phases / .samples() raised CorruptFile."""
+    a, b = _copy(made, tmp_path, "p0", "p1")
+    _rewrite(b / name, lambda df: df.drop(columns=[col]))
+    before = _tree(tmp_path)
+    assert main(["merge", str(tmp_path / "runs" / "all"), str(a), str(b)]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert err == f"moe-lab: error: {b / name} is unreadable or corrupt (no {col} column)"
+    assert _tree(tmp_path) == before
+    # the part as it was merges, and the merged run reads
+    shutil.copy(made / "p1" / name, b / name)
+    assert main(["merge", str(tmp_path / "runs" / "all"), str(a), str(b)]) == 0
+    from moe_lab.storage.store import open_run
+    run = open_run(tmp_path / "runs" / "all")
+    assert len(run.phases) and len(run.samples()) == len(run.results)
+
+
+def test_merge_names_the_part_and_file_whose_column_is_of_another_kind(made, tmp_path, capsys):
+    """A part whose phases hold text where the other's hold numbers: was pyarrow's tuple
+    ("Could not convert '0.0' with type str", ...), naming neither part nor file."""
+    a, b = _copy(made, tmp_path, "p0", "p1")
+    _rewrite(b / "phases.parquet", lambda df: df.assign(measured_us=df["measured_us"].astype(str)))
+    before = _tree(tmp_path)
+    assert main(["merge", str(tmp_path / "runs" / "all"), str(a), str(b)]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert (f"{b / 'phases.parquet'}: column 'measured_us' holds text where "
+            f"{a / 'phases.parquet'} holds numbers") in err
+    assert _tree(tmp_path) == before
+
+
+def test_merge_names_a_part_killed_before_its_first_row(made, tmp_path, capsys):
+    """Was: merged without a word (exit 0), as if the part's points were there."""
+    a, b = _copy(made, tmp_path, "p0", "p1")
+    for p in b.iterdir():
+        if p.name != "manifest.json":
+            p.unlink()
+    man = json.loads((b / "manifest.json").read_text())
+    (b / "manifest.json").write_text(json.dumps(dict(man, status="running")))
+    before = _tree(tmp_path)
+    assert main(["merge", str(tmp_path / "runs" / "all"), str(a), str(b)]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert "p1 holds no rows (status running: its sweep stopped before its first point)" in err
+    assert _tree(tmp_path) == before
+
+
+# --- 3. no run folder inside a run folder ------------------------------------------------------
+
+def _table(tmp_path):
+    from test_aiter_tables import synthetic
+    tmp_path.mkdir(exist_ok=True)
+    return synthetic(tmp_path)
+
+
+@pytest.mark.parametrize("writer", ["sweep --data-dir", "MOE_LAB_DATA", "sweep --data-dir below",
+                                    "import-aiter --out", "merge", "tune --data-dir"])
+def test_no_writer_puts_a_run_folder_inside_a_run(made, tmp_path, capsys, monkeypatch, writer):
+    """Was: exit 0, a run written among another run's measured files (tune refused it only
+    as --configs-dir)."""
+    run, a, b = _copy(made, tmp_path, "w1", "p0", "p1")
+    table = _table(tmp_path / "t") if writer.startswith("import") else None
+    if writer.startswith("tune"):
+        from conftest import plugin_backend
+        gen = plugin_backend("torch_chunked.py", "torch-chunked")
+        next(gen)
+    argv = {"sweep --data-dir": _sweep(run, "in"),
+            "MOE_LAB_DATA": [a for a in _sweep(run, "in") if a not in ("--data-dir", str(run))],
+            "sweep --data-dir below": _sweep(run / "sub", "in"),
+            "import-aiter --out": ["import-aiter", "--file", str(table), "--out", str(run / "x")],
+            "merge": ["merge", str(run / "m"), str(a), str(b)],
+            "tune --data-dir": ["tune", "--backend", "torch-chunked", "--models", MODEL, "--tp",
+                                "1", "--ep", "1", "--tokens", "1", "--dtype", "fp32", "--device",
+                                "cpu", "--no-progress", "--data-dir", str(run), "--configs-dir",
+                                str(tmp_path / "configs")]}[writer]
+    if writer == "MOE_LAB_DATA":
+        monkeypatch.setenv("MOE_LAB_DATA", str(run))
+    before = _tree(tmp_path)
+    try:
+        assert main(argv) == 2
+    finally:
+        if writer.startswith("tune"):
+            list(gen)
+    err = _one_line(capsys.readouterr().err)
+    assert f"inside the folder of run w1 ({run}), whose files are measured data" in err
+    assert _tree(tmp_path) == before
+
+
+def test_every_writers_lock_refuses_a_folder_inside_a_run(made, tmp_path):
+    """The backstop under every writer (storage.runlock.acquire): nothing made."""
+    from moe_lab.core.errors import UsageError
+    from moe_lab.storage.runlock import run_lock
+    run, = _copy(made, tmp_path, "w1")
+    before = _tree(run)
+    with pytest.raises(UsageError, match="inside the folder of run w1"):
+        with run_lock(run / "a" / "b", "a writer"):
+            pass
+    assert _tree(run) == before
+
+
+# --- 4. compare --calibrate: an A/A' pair is one sweep run twice -------------------------------
+
+@pytest.mark.parametrize("other,differs", [("r3", "rep_ms differs"), ("u2", "warmup_ms differs"),
+                                           ("p1", "tokens differs")])
+def test_calibrate_refuses_runs_timed_otherwise_or_of_another_grid(made, tmp_path, capsys, other,
+                                                                   differs):
+    """Was: exit 0, and the band every later compare on the device uses written from runs
+    timed with other --rep-ms or --warmup-ms (merge refused the same pair)."""
+    a, b = _copy(made, tmp_path, "w1", other)
+    cal = tmp_path / "noise.json"
+    cal.write_text('{"a calibration": "of the user"}\n')
+    if other == "p1":  # a part of a sweep of other token counts
+        man = json.loads((b / "manifest.json").read_text())
+        man["config"]["tokens"] = [1]
+        (b / "manifest.json").write_text(json.dumps(man))
+    before = _tree(tmp_path)
+    assert main(["compare", "--calibrate", str(a), str(b), "--calibration", str(cal)]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert f"--calibrate: {other} is another sweep than w1 ({differs})" in err
+    assert _tree(tmp_path) == before
+    # the same sweep twice calibrates
+    w1, w2 = _copy(made, tmp_path / "ok", "w1", "w2")
+    assert main(["compare", "--calibrate", str(w1), str(w2), "--calibration",
+                 str(tmp_path / "ok" / "noise.json")]) == 0
+    assert json.loads((tmp_path / "ok" / "noise.json").read_text())["pairs"]
+
+
+# --- 5. tracebacks and wrong exits -------------------------------------------------------------
+
+def test_findings_check_of_a_binary_file_is_one_line(tmp_path, capsys):
+    """Was: UnicodeDecodeError (a traceback)."""
+    f = tmp_path / "findings.md"
+    f.write_bytes(bytes(range(128, 256)) * 4)
+    before = _tree(tmp_path)
+    assert main(["findings", "--check", "--out", str(f)]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert err == (f"moe-lab: error: --check: {f} is not a findings file (not UTF-8 text); give "
+                   "the markdown file `moe-lab findings` wrote")
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("iters", ["5", "5,6", [5, 6]])
+def test_profile_iters_not_a_number_is_one_line(iters):
+    """Was: TypeError from inside measuring/profiling.py (iters='5')."""
+    import moe_lab.api as ml
+    from moe_lab.core.errors import UsageError
+    with pytest.raises(UsageError) as exc:
+        ml.profile(MODEL, 1, "torch", tp=1, dtype="fp32", device="cpu", iters=iters)
+    assert str(exc.value) == f"iters {iters!r}: give a whole number >= 1"
+    from moe_lab.core import validate
+    validate.api_values(tp="4,8", ep=[1, 8])  # the API's lists are still lists
+
+
+def test_runs_of_a_data_folder_that_cannot_be_listed_is_one_line(tmp_path, monkeypatch):
+    """Was: PermissionError (the tests run as root, where a chmod 000 folder still lists:
+    the listing refuses as the kernel would)."""
+    import moe_lab.api as ml
+    from moe_lab.core.errors import UsageError
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    real = Path.iterdir
+
+    def iterdir(self):
+        if self == folder:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    with pytest.raises(UsageError) as exc:
+        ml.runs(folder)
+    assert str(exc.value) == f"{folder}: cannot list the folder of runs (Permission denied)"
+    with pytest.raises(UsageError):
+        ml.find_runs(folder)
+
+
+# --- 6. tune's words, up front -------------------------------------------------------------------
+
+@pytest.fixture
+def chunked():
+    """The tunable CPU test backend (tests/data/plugin/torch_chunked.py), registered."""
+    from conftest import plugin_backend
+    for mod in plugin_backend("torch_chunked.py", "torch-chunked"):
+        yield mod
+
+
+def _tune(tmp_path, *extra) -> list[str]:
+    return ["tune", "--backend", "torch-chunked", "--models", MODEL, "--tp", "1", "--ep", "1",
+            "--tokens", "1", "--dtype", "fp32", "--device", "cpu", "--no-progress", "--rep-ms",
+            "1", "--warmup-ms", "1", "--data-dir", str(tmp_path / "runs"), "--run-id", "t",
+            "--configs-dir", str(tmp_path / "configs"), *extra]
+
+
+def _tuned_name(stage="gemm1") -> str:
+    from moe_lab import backends
+    from moe_lab.core.environment import device_name
+    from moe_lab.core.problems import make_problem
+    return backends.get("torch-chunked").config_files(make_problem(MODEL, 1, "fp32", 1, 1),
+                                                      device_name("cpu"))[stage]
+
+
+def test_tune_refuses_a_configs_folder_it_cannot_write_before_the_search(tmp_path, capsys,
+                                                                           chunked, monkeypatch):
+    """Was: refused only after the whole search (its winners then lost). The tests run as
+    root, who may write anywhere: the check asks os.access, as a user's run would."""
+    (tmp_path / "configs").mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **k: False if Path(p) == tmp_path / "configs"
+                        else real(p, mode, **k))
+    before = _tree(tmp_path)
+    assert main(_tune(tmp_path)) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert err == (f"moe-lab: error: --configs-dir {tmp_path / 'configs'}: {tmp_path / 'configs'} "
+                   "cannot be written by this user (read-only); the winners would be lost at "
+                   "the search's end: give a folder you can write")
+    assert _tree(tmp_path) == before  # no run folder: nothing was timed
+
+
+@pytest.mark.parametrize("stage", ["gemm1", "gemm2"])
+def test_tune_refuses_a_tuned_files_path_that_is_a_folder_before_the_search(tmp_path, capsys,
+                                                                             chunked, stage):
+    where = tmp_path / "configs" / "torch-chunked" / _tuned_name(stage)
+    (where / "mine").mkdir(parents=True)
+    (where / "mine" / "notes.txt").write_text("kept\n")
+    before = _tree(tmp_path)
+    assert main(_tune(tmp_path)) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert f"{where} is a folder, not a file; this run writes it at the search's end" in err
+    assert _tree(tmp_path) == before
+
+
+def test_a_cpu_tune_is_refused_another_devices_configs_folder(tmp_path, capsys, chunked):
+    """Was: `--configs-dir data/configs/nvidia-h200` on a CPU took the CPU's winners among
+    the H200's files without a word."""
+    h200 = tmp_path / "configs" / "nvidia-h200"
+    (h200 / "vllm").mkdir(parents=True)
+    shutil.copy(ROOT / "data" / "configs" / "nvidia-h200" / "vllm" / "provenance.json",
+                h200 / "vllm" / "provenance.json")
+    elsewhere = tmp_path / "mine"  # a folder of another name whose files the H200 wrote
+    shutil.copytree(h200, elsewhere)
+    before = _tree(tmp_path)
+    for folder, says in ((h200, "the tuned files' folder of NVIDIA H200"),
+                         (elsewhere, "holds tuned files written on NVIDIA H200")):
+        argv = _tune(tmp_path)
+        argv[argv.index("--configs-dir") + 1] = str(folder)
+        assert main(argv) == 2
+        err = _one_line(capsys.readouterr().err)
+        assert f"--configs-dir {folder}: {says}; this tune runs on cpu" in err
+        assert _tree(tmp_path) == before
+
+
+def test_a_tune_that_tunes_nothing_says_why_and_names_its_device(tmp_path, capsys, chunked,
+                                                                  monkeypatch):
+    """Was: "done (complete): 0 points tuned" and nothing more."""
+    cls = type(chunked.TorchChunkedBackend())
+    monkeypatch.setattr(cls, "default_config", lambda self, p: {"gemm1": {"CHUNK": 128},
+                                                                "gemm2": {"CHUNK": 128}})
+    monkeypatch.setattr(cls, "config_space", lambda self, p: {
+        s: [{"CHUNK": 128}, {"CHUNK": 256}] for s in ("gemm1", "gemm2")})
+    assert main(_tune(tmp_path)) == 0
+    out = capsys.readouterr().out
+    from moe_lab.core.environment import device_name
+    assert f"tune torch-chunked on {device_name('cpu')}: 1 points -> {tmp_path / 'runs' / 't'}" in out
+    done = [line for line in out.splitlines() if line.startswith("done (")]
+    assert done and done[0].startswith("done (complete): 0 points tuned (no candidate, the "
+                                       "default included, was correct and timed at any token "
+                                       "count (failed ")
+    assert not (tmp_path / "configs" / "torch-chunked").exists()
+
+
+def test_a_tune_refused_for_a_full_disk_leaves_no_empty_run_folder(tmp_path, capsys, chunked,
+                                                                   monkeypatch):
+    import errno
+    from moe_lab.measuring import tuning
+
+    def full(store, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(store.manifest_path))
+    monkeypatch.setattr(tuning, "begin_invocation", full)
+    (tmp_path / "runs").mkdir()
+    before = _tree(tmp_path)
+    assert main(_tune(tmp_path)) == 2
+    assert "no space left on the device" in _one_line(capsys.readouterr().err)
+    assert _tree(tmp_path) == before  # was: an empty runs/t left behind

@@ -35,6 +35,11 @@ def run(args) -> int:
         if not out.is_file():  # was: exit 1 and a diff against nothing
             raise UsageError(f"--check: no findings file {out} to check (write it with "
                              "`moe-lab findings` first)")
+        try:  # was: a UnicodeDecodeError traceback
+            out.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise UsageError(f"--check: {out} is not a findings file (not UTF-8 text); give "
+                             "the markdown file `moe-lab findings` wrote") from None
         diff = findings.check(out, args.data_dir)
         if diff:
             print(f"{out} differs from what the data gives ({len(diff)} diff lines); "

@@ -90,6 +90,8 @@ def write_run(out: Path, rows: list[dict], kernels: list[dict], manifest: dict,
     from ..storage.runlock import LOCK_NAME, run_lock
     from ..storage.store import RunStore
     out = Path(out)
+    from ..core.validate import not_inside_run
+    not_inside_run(out, "--out")  # a run among another run's files
     _refuse_unless_replaceable(out, force)  # before the lock: a refusal touches nothing
     created = not out.exists()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -82,6 +82,24 @@ def _configs_beside(data_dir, configs_dir) -> None:
                      f"{Path(data_dir).parent / 'configs'}, where `sweep --config tuned` reads them")
 
 
+def _why_none(tuner, man: dict) -> str:
+    """Why a tune ended with no point tuned (was: "0 points tuned" and nothing more)."""
+    status = man.get("status")
+    if tuner.stopped_by:
+        return f"stopped: {tuner.stopped_by}"
+    if status == "budget spent":
+        return (f"the --budget of {tuner.budget_s:g} s was spent before a shape's search "
+                "ended; the same command resumes it")
+    if status != "complete":
+        return f"the search stopped ({status}) before a shape's search ended"
+    rows = tuner.store.load_table("candidates")
+    said = (rows["status"].astype(str).value_counts().to_dict()
+            if len(rows) and "status" in rows else {})
+    return ("no candidate, the default included, was correct and timed at any token count ("
+            + (", ".join(f"{k} {v}" for k, v in said.items()) or "none timed")
+            + "; their errors are in candidates.parquet)")
+
+
 def run(args) -> int:
     from ..measuring import tuning
     from ..storage.configs import configs_dir_for
@@ -129,7 +147,7 @@ def run(args) -> int:
         _configs_beside(given_data_dir, tuner.configs_dir)
     tuner.check(shards)  # another writer's folder, one tuned otherwise, a configs folder
     # that cannot take the winners, a --verify without a committed file: one line, untouched
-    print(f"{kind} {args.backend}: {sum(len(s) for s in shards)} points -> {run_dir}"
+    print(f"{kind} {args.backend} on {dev}: {sum(len(s) for s in shards)} points -> {run_dir}"
           + ("" if verify else f", configs to {tuner.configs_dir / tuner.backend_name}")
           + (f", compiling ahead in {tuner.compile_workers} processes"
              if tuner.compile_workers else ""), flush=True)
@@ -149,7 +167,8 @@ def run(args) -> int:
               + (f"{x['step']} ({len(x['step_keys'])} token counts in it)" if x["step"] else "")
               + "; the same command resumes it")
     print(f"done ({man.get('status')}): {len(win)} points "
-          + ("checked" if verify else "tuned") + f"; candidates in {run_dir}/candidates.parquet")
+          + ("checked" if verify else "tuned") + ("" if len(win) else f" ({_why_none(tuner, man)})")
+          + f"; candidates in {run_dir}/candidates.parquet")
     if tuner.stopped_by:  # the row that did it is kept: the next command goes on after it
         print(f"moe-lab: stopped: {tuner.stopped_by}; rerun the same command to resume",
               file=sys.stderr)

@@ -137,15 +137,19 @@ def cli_values(args) -> None:
         limit(value, key, flag(key, False))
 
 
+API_LISTS = ("tp", "ep", "tokens")  # the API's values that may be a list, or text "4,8"
+
+
 def api_values(**values) -> None:
     """The notebook API's numbers, each within its LIMITS (the CLI's), named by keyword;
-    a list (tp=[4, 8]) each. None: not given."""
+    a list (tp=[4, 8]) each, for API_LISTS. None: not given. Text for any other (iters='5')
+    is refused (was: passed on, a TypeError from inside)."""
     for key, value in values.items():
         if value is None:
             continue
         rule = next((k for k in LIMITS if API_NAMES.get(k, k) == key), key)
-        items = value if isinstance(value, (list, tuple)) else [value]
-        if isinstance(value, str) and LIMITS[rule][0]:
+        items = value if isinstance(value, (list, tuple)) and rule in API_LISTS else [value]
+        if isinstance(value, str) and LIMITS[rule][0] and rule in API_LISTS:
             items = [_whole_text(v, key) for v in value.split(",") if v.strip()] or [value]
         for v in items:
             limit(v, rule, key)
@@ -400,6 +404,21 @@ def not_in_run(value, name: str, head: str | None = None) -> None:
         raise UsageError(f"{head or f'{name} {os.fspath(value)}'}: {where} run "
                          f"{os.path.basename(run)} ({run}), whose files are measured data; "
                          "give a path outside any run folder")
+
+
+def not_inside_run(run_dir, name: str = "run folder") -> None:
+    """UsageError (one line naming the run) when a new run folder `run_dir` would go inside
+    another run's folder: a writer's run goes in a folder of run folders, never in a run
+    (was: `sweep --data-dir RUN`, MOE_LAB_DATA=RUN, `import-aiter --out RUN/x`, `merge
+    RUN/m` wrote a run among a run's measured files). `run_dir` itself may be a run (a
+    resume, an import replaced)."""
+    import os
+    from .errors import UsageError
+    run = run_holding(os.path.dirname(os.path.abspath(os.fspath(run_dir))))
+    if run is not None:
+        raise UsageError(f"{name} {os.fspath(run_dir)}: inside the folder of run "
+                         f"{os.path.basename(run)} ({run}), whose files are measured data; a "
+                         "run folder goes in a folder of run folders (--data-dir, MOE_LAB_DATA)")
 
 
 def output(value, name: str, folder: bool = False) -> str:

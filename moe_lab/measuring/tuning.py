@@ -148,9 +148,18 @@ class Tuner(StageSearch):
         settings (MEANING) is refused before anything is written."""
         from ..storage.runlock import run_lock
         self.check(shards)
-        with run_lock(self.run_dir, self.command or "moe-lab tune"):
-            self._check_folder()
-            return self._run(shards)
+        made = not self.run_dir.exists()
+        try:
+            with run_lock(self.run_dir, self.command or "moe-lab tune"):
+                self._check_folder()
+                return self._run(shards)
+        except BaseException:  # a refusal (a full disk at the manifest...): no empty folder
+            if made and self.run_dir.is_dir() and all(
+                    p.name.startswith(".") and p.name.endswith(".tmp")
+                    for p in self.run_dir.iterdir()):
+                import shutil
+                shutil.rmtree(self.run_dir, ignore_errors=True)  # its own, holding nothing
+            raise
 
     # settings that change what a candidate's row means, or which rows a search times
     MEANING = ("backend", "mode", "seed", "routing", "warmup_ms", "rep_ms", "search", "verify")
@@ -166,15 +175,18 @@ class Tuner(StageSearch):
         configs folder cannot take the winners, holds a file of a shard with token counts
         another run tuned and this one does not (tuning_files), or (--verify) lacks a
         shard's file."""
+        from ..core.validate import not_inside_run
         from ..storage.configs import check_configs_dir
         from ..storage.runlock import busy
+        not_inside_run(self.run_dir)  # --data-dir a run's folder (or in one)
         who = busy(self.run_dir)
         if who:
             from ..core.errors import RunLocked
             raise RunLocked(who)
         self._check_folder()
         check_configs_dir(self.configs_dir, self.backend_name,
-                          shards if self.verify else None, self.device_name, self.run_dir)
+                          shards if self.verify else None, self.device_name, self.run_dir,
+                          writes=None if self.verify else shards or [])
         if shards and not self.verify:  # a tuned file whose other run's keys it would drop
             tuning_files.refuse_dropping(self, shards)
 

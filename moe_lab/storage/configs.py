@@ -52,11 +52,15 @@ def load_tuned(backend: str, problem: Problem, dev_name: str, configs_dir=None) 
 
 
 def check_configs_dir(configs_dir, backend: str, shards=None, dev_name: str = "",
-                      run_dir=None) -> None:
+                      run_dir=None, writes=None) -> None:
     """Before a search (UsageError, one line; nothing written): the tuned files' folder
-    can be one (no file along its path), is no run's (not_runs) and its provenance.json,
-    which the search's end merges into, is readable. `shards` (a --verify: the winners it
-    checks): every shape has a committed file, and it reads."""
+    can be one (no file along its path) and this user can write it, is no run's
+    (not_runs) nor another device's (other_device), and its provenance.json, which the
+    search's end merges into, is readable. `shards` (a --verify: the winners it checks):
+    every shape has a committed file, and it reads. `writes` (a tune's shards): no tuned
+    file's path is a folder. Before, the last two were found after the whole search."""
+    import os
+
     from .store import read_json
     folder = Path(configs_dir) / backend
     for p in [folder, *folder.parents]:
@@ -64,6 +68,20 @@ def check_configs_dir(configs_dir, backend: str, shards=None, dev_name: str = ""
             raise UsageError(f"--configs-dir {configs_dir}: {p} is a file, not a folder; give "
                              "a new path or remove the file")
     not_runs(configs_dir, run_dir)
+    other_device(configs_dir, dev_name)
+    up = next(p for p in [folder, *folder.parents] if p.exists())
+    if writes is not None and not os.access(up, os.W_OK | os.X_OK):
+        raise UsageError(f"--configs-dir {configs_dir}: {up} cannot be written by this user "
+                         "(read-only); the winners would be lost at the search's end: give a "
+                         "folder you can write")
+    paths = [folder / "provenance.json"] + [p for shard in writes or () for p in
+                                            tuned_file_paths(backend, shard[0], dev_name,
+                                                             configs_dir).values()]
+    for p in paths:
+        if p.exists() and not p.is_file():
+            raise UsageError(f"--configs-dir {configs_dir}: {p} is a folder, not a file; this "
+                             "run writes it at the search's end: move it away or give another "
+                             "--configs-dir")
     read_json(folder / "provenance.json")  # CorruptFile naming it
     for shard in shards or ():
         if load_tuned(backend, shard[0], dev_name, configs_dir) is None:
@@ -95,6 +113,38 @@ def not_runs(configs_dir, run_dir=None) -> None:
     if held is not None or here in (data_dir().resolve(), parent):
         raise UsageError(f"{say}: a folder of run folders"
                          + (f" (run {held} is in it)" if held else "") + own)
+
+
+def other_device(configs_dir, dev_name: str) -> None:
+    """UsageError (one line) when a tune on `dev_name` would put its winners in another
+    device's tuned-files folder: one named for another known device (data/configs/<slug>)
+    or whose provenance.json files say another device wrote them. Before: a CPU tune wrote
+    into `--configs-dir data/configs/nvidia-h200` without a word."""
+    from ..core.devices import DEVICE_SPECS, device_slug, measured_device_names
+    from .store import CorruptFile, read_json
+    if not dev_name:
+        return
+    c = Path(configs_dir)
+    try:
+        measured = measured_device_names()
+    except (CorruptFile, OSError):  # a ceilings file's own readers say what is wrong
+        measured = []
+    others = {device_slug(n): n for n in [s.name for s in DEVICE_SPECS.values()] + measured}
+    named = others.get(c.name) if c.name != device_slug(dev_name) else None
+    wrote = []
+    for prov in sorted(c.glob("*/provenance.json")) if c.is_dir() and not named else ():
+        try:
+            entries = read_json(prov).values()
+        except (CorruptFile, OSError):
+            continue  # said by check_configs_dir for the backend written, else not read
+        wrote += [str(e.get("device")) for e in entries if isinstance(e, dict)
+                  and e.get("device") and str(e.get("device")) != dev_name]
+    if named or wrote:
+        raise UsageError(f"--configs-dir {configs_dir}: "
+                         + (f"the tuned files' folder of {named}" if named else
+                            f"holds tuned files written on {wrote[0]}")
+                         + f"; this tune runs on {dev_name}: its winners go in this device's "
+                           f"own folder (default {_shown(configs_dir_for(dev_name))})")
 
 
 def configs_dir_for(dev_name: str) -> Path:

@@ -45,6 +45,7 @@ def merge_runs(dst: str | os.PathLike, sources: list, command: str | None = None
     runs = [open_run(s) for s in sources]  # every check before the lock: a refusal writes nothing
     _sweeps_only(runs)
     _same_sweep(runs)
+    _with_rows(runs)
     ids = pd.concat([r.results["point_id"] for r in runs])
     if ids.duplicated().any():
         raise ValueError(f"point {ids[ids.duplicated()].iloc[0]} is in more than one source")
@@ -77,6 +78,7 @@ def _new_folder(dst) -> None:
     from .runlock import LOCK_NAME, busy
     from .store import MANIFEST, RESULTS
     validate.path(dst, "OUT", optional=False)
+    validate.not_inside_run(dst, "OUT")  # `merge RUN/m ...`: a run among a run's files
     p = Path(dst)
     if (p / RESULTS).exists():
         raise ValueError(f"{dst} already holds a run")
@@ -99,25 +101,61 @@ def _new_folder(dst) -> None:
 
 def _tables(runs: list[Run]) -> dict[str, pd.DataFrame]:
     """Every parquet table of the sources but results and kernels (samples, phases,
-    compile, tuning tables...), read and checked, each the sources' rows together. A table
-    with point ids keeps the rows of the points its source holds a row of."""
+    compile, tuning tables...), read and checked as open_run's readers check them
+    (store.TABLE_NEEDS: was, a phases or samples file without point_id or phase merged
+    into a run whose reader refused it), each the sources' rows together. A table with
+    point ids keeps the rows of the points its source holds a row of. A column whose
+    values are of one kind in a part and another in the next is refused naming both files
+    (was: pyarrow's tuple, naming neither)."""
     from .rows import check_table
-    from .store import KERNELS, RESULTS, _read
+    from .store import KERNELS, RESULTS, TABLE_NEEDS, _read
     names = sorted({p.name for r in runs for p in r.path.glob("*.parquet")} - {RESULTS, KERNELS})
     out = {}
     for name in names:
-        parts = []
+        parts, paths = [], []
         for r in runs:
             df = _read(r.path / name)  # CorruptFile: one line naming it, nothing written
             if df is None or not len(df):
                 continue
+            needs = TABLE_NEEDS.get(name, ("point_id",) if "point_id" in df else None)
+            if needs:
+                check_table(r.path / name, df, needs)
             if "point_id" in df:
-                check_table(r.path / name, df, ("point_id",))
                 df = df[df["point_id"].isin(set(r.results["point_id"]))]
             parts.append(df)
+            paths.append(r.path / name)
         if parts:
+            _same_kinds(parts, paths)
             out[name] = pd.concat(parts, ignore_index=True)
     return out
+
+
+def _kind(col) -> str | None:
+    """What a column's values are: number, text, bool, or another pandas name (None: all
+    missing), as a parquet column must hold one."""
+    from pandas.api.types import infer_dtype
+    k = infer_dtype(col, skipna=True)
+    if k == "empty":
+        return None
+    return {"integer": "numbers", "floating": "numbers", "mixed-integer-float": "numbers",
+            "decimal": "numbers", "string": "text", "boolean": "bools"}.get(k, k)
+
+
+def _same_kinds(parts: list, paths: list) -> None:
+    """UsageError naming the part and file whose column holds values of another kind than
+    the same column of an earlier part's file (the merged file could not be written)."""
+    first: dict = {}
+    for df, path in zip(parts, paths):
+        for c in df.columns:
+            k = _kind(df[c])
+            if k is None:
+                continue
+            if c not in first:
+                first[c] = (k, path)
+            elif first[c][0] != k:
+                raise UsageError(f"{path}: column {c!r} holds {k} where {first[c][1]} holds "
+                                 f"{first[c][0]}: the parts' files are not of one sweep's "
+                                 "making; merge only the parts of one sweep")
 
 
 def _traces(runs: list[Run]) -> dict[str, Path]:
@@ -178,14 +216,34 @@ def _sweeps_only(runs: list) -> None:
                              "combines the parts of one sweep")
 
 
+def _with_rows(runs: list) -> None:
+    """A part without a row (its sweep stopped before its first point was written) is
+    refused naming it: was merged without a word, as if its points had been measured."""
+    for r in runs:
+        if not len(r.results):
+            raise UsageError(f"{r.run_id} holds no rows (status {r.manifest.get('status') or '?'}"
+                             f": its sweep stopped before its first point): resume it with its "
+                             "own command, or leave it out of the merge")
+
+
+def sweep_differences(a: Run, b: Run) -> list[str]:
+    """The settings of a run's sweep (its manifest's config: the grid, --rep-ms,
+    --warmup-ms, the seed..., which part aside) in which `b`'s differs from `a`'s, sorted;
+    [] for two runs of one sweep. merge's rule for its parts, and compare --calibrate's
+    for an A/A' pair."""
+    def sweep_of(r):
+        c = r.manifest.get("config")
+        return {k: v for k, v in (c if isinstance(c, dict) else {}).items()
+                if k not in ("part", "shard")}
+    first, other = sweep_of(a), sweep_of(b)
+    return sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
+
+
 def _same_sweep(runs: list) -> None:
     """Parts of one sweep differ only in which part they are: a folder whose sweep
     (its manifest's config, the part aside) is another is refused (ValueError)."""
-    def sweep_of(r):
-        return {k: v for k, v in (r.manifest.get("config") or {}).items() if k not in ("part", "shard")}
-    first = sweep_of(runs[0])
     for r in runs[1:]:
-        diff = sorted(k for k in set(first) | set(sweep_of(r)) if first.get(k) != sweep_of(r).get(k))
+        diff = sweep_differences(runs[0], r)
         if diff:
             raise ValueError(f"{r.run_id} is from another sweep than {runs[0].run_id} "
                              f"({', '.join(diff)} differ); merge only the parts of one sweep")

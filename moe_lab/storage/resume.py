@@ -132,7 +132,9 @@ def check_sweep(sweep, locked: bool) -> None:
     schema, another kind of run, other settings. Unreadable files with
     set_aside_corrupt: passed over before the lock, set aside under it."""
     from ..core.errors import RunLocked
+    from ..core.validate import not_inside_run
     from .runlock import busy
+    not_inside_run(sweep.run_dir)  # --data-dir or MOE_LAB_DATA a run's folder (or in one)
     if not locked:
         who = busy(sweep.run_dir)
         if who:

@@ -116,8 +116,12 @@ def _flock_soon(fd: int, tries: int = 10, pause_s: float = 0.02) -> None:
 
 def acquire(run_dir, command: str | None = None) -> int | None:
     """Take the lock of `run_dir` (created, with its parents, if missing); returns its fd.
-    RunLocked if another writer holds it. Re-entrant within one process."""
+    RunLocked if another writer holds it. Re-entrant within one process. A folder inside
+    another run's folder is refused (core.validate.not_inside_run): every writer's
+    backstop, nothing made."""
+    from ..core.validate import not_inside_run
     run_dir = Path(run_dir)
+    not_inside_run(run_dir)
     made = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     key = os.path.realpath(run_dir)

@@ -37,6 +37,7 @@ NOT_A_DEFAULT = ("running", "failed")  # a manifest status with either: never a 
 LACKS = {"ok": "no ok single-process rows", "compile": "no compile rows (--modes compile:...)",
          "distributed": "no distributed rows: it is a single-process run (no world_size column)"}
 SAMPLES = "samples.parquet"  # per timed point: its per-call times (point_id, samples_us list)
+TABLE_NEEDS = {"phases.parquet": ("point_id", "phase"), SAMPLES: ("point_id", "samples_us")}
 DATA_DIR_ENV = "MOE_LAB_DATA"
 
 
@@ -138,8 +139,7 @@ def _read(path: Path, needs: tuple[str, ...] | None = None) -> pd.DataFrame | No
     return frame.copy()
 
 
-# (path, size, digest) -> (the parsed frame, never handed out itself; the `needs` its
-# schema check passed with)
+# (path, size, digest) -> (the parsed frame, never handed out; the `needs` it passed)
 _PARSED: dict = {}
 _PARSED_MAX = 512
 
@@ -327,13 +327,13 @@ class Run:
     def phases(self) -> pd.DataFrame:
         """Per timed point and phase: measured_us beside floor_us (moe_lab.cost.ledger); empty
         for runs made before phases were kept (the ledger then computes the floors)."""
-        df = _read(self.path / "phases.parquet", ("point_id",))
+        df = _read(self.path / "phases.parquet", TABLE_NEEDS["phases.parquet"])
         return pd.DataFrame() if df is None else df
 
     def samples(self) -> pd.DataFrame:
         """point_id -> samples_us (per-call times) of the timed points; empty for runs
         made before samples were kept."""
-        df = _read(self.path / SAMPLES, ("point_id", "samples_us"))
+        df = _read(self.path / SAMPLES, TABLE_NEEDS[SAMPLES])
         return pd.DataFrame(columns=["point_id", "samples_us"]) if df is None else df
 
     @property
@@ -421,8 +421,11 @@ def find_runs(data_dir_: str | os.PathLike | None = None, has: str | None = None
     root = Path(data_dir_) if data_dir_ is not None else data_dir()
     if not root.is_dir():
         return []
-    paths = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
-             and (p / RESULTS).exists() and visible(p)]
+    try:  # was: PermissionError from a folder that cannot be listed
+        paths = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                 and (p / RESULTS).exists() and visible(p)]
+    except OSError as exc:
+        raise UsageError(f"{root}: cannot list the folder of runs ({exc.strerror or exc})") from None
     paths.sort(key=lambda p: (_started(p), p.name), reverse=True)
     runs = []
     for p in paths:
