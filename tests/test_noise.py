@@ -7,6 +7,7 @@ checked out of sample against the other H200 pair)."""
 import json
 import math
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -270,3 +271,35 @@ def test_verdict_needs_both_the_interval_and_the_band():
     assert verdict(0.9, 1.1, None) == "no detectable change"     # the interval holds 1
     # symmetric in log: swapping A and B flips the verdict
     assert verdict(1 / 0.97, 1 / 0.90, 0.02) == "slower"
+
+
+@pytest.mark.parametrize("run,factor", [("h200-review-a-20261201", 1.05),
+                                        ("h200-repeat-b-20261130", 1.05)])
+def test_the_findings_bands_are_recomputed_from_the_pairs_runs(tmp_path, run, factor):
+    """The findings' noise section states the bands computed from the A/A' runs and, per
+    pair, how many points the calibration file has as the runs give them: +5% on one row
+    of an A/A' run (a pair timed with samples, and one without) changes that text, so
+    `findings --check` fails on it."""
+    import shutil
+    from moe_lab.analysis.findings import _data_dir
+    from moe_lab.analysis.findings_more import noise_section
+    from moe_lab.storage.store import find_runs
+    data = tmp_path / "runs"
+    for r in ("h200-review-a-20261201", "h200-review-b-20261201", "h200-repeat-a-20261130",
+              "h200-repeat-b-20261130"):
+        shutil.copytree(Path(__file__).resolve().parents[1] / "data" / "runs" / r, data / r,
+                        ignore=shutil.ignore_patterns("traces"))
+
+    def text():
+        with _data_dir(data):
+            return "\n".join(noise_section(find_runs(), "NVIDIA H200"))
+    before = text()
+    assert "48 of 48 points as the file has them" in before
+    assert "80 of 80 points as the file has them" in before
+    p = data / run / "results.parquet"
+    res = pd.read_parquet(p)
+    i = res.index[(res["status"] == "ok") & (res["mode"] == "graph")][0]
+    res.loc[i, "median_us"] *= factor
+    res.to_parquet(p)
+    after = text()
+    assert after != before and "differ:" in after

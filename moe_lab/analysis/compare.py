@@ -216,6 +216,31 @@ def calibrate(a, b, path=None, command: str | None = None):
     return noise_model.add_pair(noise_model.pair_of(a, b, points, skipped, command), path)
 
 
+def recalibrated(pair: dict) -> dict | None:
+    """An A/A' pair's entry of a noise file computed again from its two runs, as calibrate
+    computes it (nothing written); None when either run is not in the data folder. What
+    `findings` reads, so the bands it states are the runs' and a changed row shows."""
+    from ..core.errors import UsageError as _Usage
+    try:
+        a, b = noise_model.check_pair(measured(pair["a"]), measured(pair["b"]))
+    except (_Usage, KeyError, TypeError):
+        return None
+    j, _ = joined(a, b)
+    both = j[j["_merge"] == "both"].to_dict("records")
+    points = [(row, *point_ratio(row)) for row in both if same_inputs(row)]
+    skipped = {"only in one run": int((j["_merge"] != "both").sum()),
+               "inputs differ": len(both) - len(points)}
+    out = noise_model.pair_of(a, b, points, skipped, pair.get("command"))
+    # a row whose median_us is not the median of the samples stored beside it was edited
+    # (or written by another rule): the ratio of its samples would not show it
+    out["row_vs_samples"] = sorted(
+        f"{row['mode']} {noise_model._label(row)} ({side})" for row in both for side in "ab"
+        if _has(row.get(f"samples_us_{side}")) and row.get(f"median_us_{side}") == row.get(
+            f"median_us_{side}") and abs(float(row[f"median_us_{side}"]) / float(np.median(
+                np.asarray(row[f"samples_us_{side}"], float))) - 1) > 1e-6)
+    return out
+
+
 def _has(samples) -> bool:
     return samples is not None and not (isinstance(samples, float) and math.isnan(samples)) \
         and len(samples) >= 2

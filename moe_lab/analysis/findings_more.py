@@ -64,12 +64,25 @@ def noise_section(runs, device: str | None = None) -> list[str]:
         if cal is None or not cal.pairs:
             continue
         pair_runs = [by_id[x] for p in cal.pairs for x in (p.get("a"), p.get("b")) if x in by_id]
+        from .compare import recalibrated
+        fresh = [recalibrated(p) for p in cal.pairs]  # the bands from the runs, not the file
+        now = noise.Calibration(dev, [f or p for f, p in zip(fresh, cal.pairs)])
         rows = [dict(mode=m, band=noise.band_text(d["noise"]), pairs=d["pairs"],
-                     points=d["points"]) for m, d in cal.modes().items()]
+                     points=d["points"]) for m, d in now.modes().items()]
+        agree = []
+        for p, f in zip(cal.pairs, fresh):
+            n, off = noise.disagreements(p, f)
+            agree.append(f"`{p.get('a')}`/`{p.get('b')}`: " + (
+                "its runs are not here (the file's values stated)" if f is None else
+                f"{n - len(off)} of {n} points as the file has them" + (
+                    f"; differ: {', '.join(off[:3])}{' ...' if len(off) > 3 else ''}"
+                    if off else "")))
         out += [f"## Noise between processes: {dev}", "", runs_line(pair_runs, "the A/A' pairs"),
                 "", "The band `moe-lab compare` judges a change against: per mode, the "
                 f"noisiest A/A' pair's {noise.QUANTILE:g} quantile of |ln B/A| (two runs of one commit, the "
-                "same sweep, in two processes).", "", *md_table(pd.DataFrame(rows)), ""]
+                "same sweep, in two processes), computed here from the pairs' runs; against "
+                f"the calibration file (`{cal.path.name if cal.path else noise.slug(dev) + '.json'}`"
+                "), per pair: " + "; ".join(agree) + ".", "", *md_table(pd.DataFrame(rows)), ""]
         pub = pb.published_pairs([r for r in runs if r.device == dev])
         tr = pb.ties_by_run(pub) if len(pub) else pd.DataFrame()
         if len(tr):  # another witness: the same launch configuration, minutes apart

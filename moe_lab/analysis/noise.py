@@ -193,6 +193,22 @@ def load(device: str, where=None) -> Calibration | None:
     return None
 
 
+def disagreements(stored: dict, fresh: dict | None) -> tuple[int, list[str]]:
+    """(points of the stored pair, the labels whose ln(B/A) the fresh computation of the
+    same pair (compare.recalibrated) does not give, to the file's 6 decimals, or has not
+    at all, or has beside them, and the rows whose median_us is not their samples' median:
+    row_vs_samples); fresh None: every point."""
+    labels = {(m, k): v for m, d in (stored.get("modes") or {}).items()
+              for k, v in d["ln_ratio"].items()}
+    if fresh is None:
+        return len(labels), [f"{m} {k}" for m, k in sorted(labels)]
+    now = {(m, k): v for m, d in fresh["modes"].items() for k, v in d["ln_ratio"].items()}
+    off = [f"{m} {k}" for m, k in sorted(set(labels) | set(now))
+           if (m, k) not in labels or (m, k) not in now
+           or abs(float(labels[(m, k)]) - float(now[(m, k)])) > 5e-7]
+    return len(labels), off + list(fresh.get("row_vs_samples") or [])
+
+
 def _label(row: dict) -> str:
     from ..core.problems import sharding_name
     try:
