@@ -337,7 +337,13 @@ def test_calibrate_refuses_runs_timed_otherwise_or_of_another_grid(made, tmp_pat
     before = _tree(tmp_path)
     assert main(["compare", "--calibrate", str(a), str(b), "--calibration", str(cal)]) == 2
     err = _one_line(capsys.readouterr().err)
-    assert f"--calibrate: {other} is another sweep than w1 ({differs})" in err
+    assert f"{other} is another sweep than w1 ({differs})" in err
+    assert _tree(tmp_path) == before
+    # the notebook API's calibrate holds the pair to the same rule (noise.check_pair)
+    from moe_lab.analysis.compare import calibrate
+    from moe_lab.core.errors import UsageError
+    with pytest.raises(UsageError, match=f"{other} is another sweep than w1"):
+        calibrate(str(a), str(b), str(cal))
     assert _tree(tmp_path) == before
     # the same sweep twice calibrates
     w1, w2 = _copy(made, tmp_path / "ok", "w1", "w2")

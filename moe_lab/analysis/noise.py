@@ -235,7 +235,7 @@ def _run(value, name: str):
 
 def check_pair(a, b) -> tuple:
     """UsageError (one line) unless a and b can be an A/A' pair: two runs (not one run
-    twice) of one commit on one device. Runs, run ids or folders: (a, b) as Runs."""
+    twice) of one commit on one device, of one sweep (storage.merging.sweep_differences). Runs, run ids or folders: (a, b) as Runs."""
     a, b = _run(a, "check_pair: a"), _run(b, "check_pair: b")
     if Path(a.path).resolve() == Path(b.path).resolve():
         raise UsageError("an A/A' pair is two runs of one commit, each in its own process; a "
@@ -248,6 +248,12 @@ def check_pair(a, b) -> tuple:
     if a.device != b.device or "+" in a.device:
         raise UsageError(f"an A/A' pair is of one device: {a.run_id} ran on {a.device}, "
                          f"{b.run_id} on {b.device}")
+    from ..storage.merging import sweep_differences  # merge's rule for "another sweep"
+    diff = sweep_differences(a, b)
+    if diff:  # was: a band from runs timed otherwise, which every later compare then used
+        raise UsageError(f"{b.run_id} is another sweep than {a.run_id} ({', '.join(diff)} "
+                         f"differ{'s' if len(diff) == 1 else ''}): an A/A' pair is one sweep "
+                         "(one grid, one --rep-ms and --warmup-ms) run twice")
     return a, b
 
 
