@@ -303,3 +303,38 @@ def test_a_reader_never_sees_a_file_being_replaced_as_corrupt(tmp_path):
         stop.set()
         t.join()
     assert min(lengths) >= 10 and len(set(lengths)) > 1, "the writer did not run during the reads"
+
+
+def test_a_manifest_says_whether_the_code_that_ran_was_its_commits(tmp_path, monkeypatch):
+    """source_digest (recorded in every manifest, on a machine without git too) is the
+    commit's own digest while the package and scripts are as committed, and not once a
+    file changes: code_state reads it as `as committed` / `changed` (issue 66)."""
+    import subprocess
+    from moe_lab.core import environment as envm
+    repo = tmp_path / "repo"
+    (repo / "moe_lab" / "sub").mkdir(parents=True)
+    (repo / "scripts").mkdir()
+    (repo / "moe_lab" / "a.py").write_text("A = 1\n")
+    (repo / "moe_lab" / "sub" / "b.py").write_text("B = 2\n")
+    (repo / "scripts" / "run.sh").write_text("echo hi\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(git + ["-C", str(repo), "add", "."], check=True)
+    subprocess.run(git + ["-C", str(repo), "commit", "-q", "-m", "c"], check=True)
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    here = envm.source_digest(repo)
+    assert here == envm.commit_source_digest(sha, repo)
+    (repo / "moe_lab" / "sub" / "__pycache__").mkdir()
+    (repo / "moe_lab" / "sub" / "__pycache__" / "b.pyc").write_bytes(b"x")
+    (repo / "moe_lab" / "notes.txt").write_text("not code\n")
+    assert envm.source_digest(repo) == here  # caches and non-code files are not the code
+    env = {"git_commit": sha, "source_digest": here}
+    assert envm.code_state(env, repo) == "as committed"
+    (repo / "scripts" / "run.sh").write_text("echo changed\n")
+    changed = envm.source_digest(repo)
+    assert changed != here
+    assert envm.code_state({"git_commit": sha, "source_digest": changed}, repo) == "changed"
+    assert envm.code_state({"git_commit": "0" * 40, "source_digest": here}, repo) == "commit not here"
+    assert envm.code_state({"git_commit": sha, "git_dirty": "unknown"}, repo) == "not recorded"
+    assert envm.code_state({"git_commit": sha, "git_dirty": False}, repo) == "clean"

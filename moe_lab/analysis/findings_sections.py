@@ -14,6 +14,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..core.environment import code_state
+
 from . import ledger as lg
 from .runs import choose, manifest_device, runs_with_phases
 from ..core.constants import TUNE_TOKENS
@@ -88,17 +90,21 @@ def runs_section(runs) -> list[str]:
                          started=date(r), finished=str(m.get("finished") or "")[:10],
                          status=str(m.get("status") or ""), rows=len(res),
                          ok=int((res["status"] == "ok").sum()) if len(res) else 0,
-                         commits=", ".join(r.commits()),
+                         commits=", ".join(r.commits()), code=code_state(env),
                          versions=" ".join(f"{k} {env[k]}" for k in ("torch", "triton", "aiter")
                                            if env.get(k))))
     dated = [r for r in runs if r.manifest.get("started")]
     span = (f", from `{dated[-1].run_id}` ({date(dated[-1])}) to `{dated[0].run_id}` "
             f"({date(dated[0])})") if dated else ""  # none dated: a folder of tune runs only
+    codes = pd.Series([x["code"] for x in rows], dtype=object).value_counts()
     return ["## The runs", "",
             f"Runs: all {len(runs)} folders{span} · commits of each below", "",
             "Every run folder, newest first: its kind, device, dates, status, rows (ok), the "
-            "commits that measured them and the libraries its manifest names.", "",
-            *md_table(pd.DataFrame(rows))]
+            "commits that measured them, whether the code that ran was its commit's (`code`: "
+            "the manifest's source_digest against the commit's files; runs measured before "
+            "the digest was recorded: git's word, or `not recorded`) and the libraries its "
+            "manifest names. Code: " + ", ".join(f"{k} {v}" for k, v in codes.items()) + ".",
+            "", *md_table(pd.DataFrame(rows))]
 
 
 # --- the targets ------------------------------------------------------------------------------

@@ -70,6 +70,76 @@ def git_state(repo_dir: str | os.PathLike | None = None) -> dict:
     return {"commit": sha, "dirty": bool(status) if status is not None else None}
 
 
+SOURCE_PARTS = ("moe_lab", "scripts")  # what a measurement's code is: the package, the scripts
+
+
+def _source_file(rel: str) -> bool:
+    return rel.startswith("scripts/") or (rel.startswith("moe_lab/") and rel.endswith(".py"))
+
+
+def _digest(items) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    for rel, data in sorted(items):
+        h.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()[:16]
+
+
+def source_digest(root: str | os.PathLike | None = None) -> str:
+    """The code a measurement ran, as one hash: every moe_lab/**/*.py and scripts/* file
+    here (path and bytes). Recorded in every manifest, on machines without git too (the lent
+    GPUs get a copy of the tree and no .git), so a run can be checked against its commit:
+    commit_source_digest(commit) is the same hash over that commit's files."""
+    base = Path(root or REPO_ROOT)
+    items = []
+    for part in SOURCE_PARTS:
+        for f in (base / part).rglob("*"):
+            rel = f.relative_to(base).as_posix()
+            if f.is_file() and "__pycache__" not in rel and _source_file(rel):
+                items.append((rel, f.read_bytes()))
+    return _digest(items)
+
+
+def commit_source_digest(commit: str, repo_dir=None) -> str | None:
+    """source_digest over `commit`'s tracked files (git), None without git or the commit:
+    a run whose manifest's source_digest equals it ran that commit's code unchanged."""
+    repo = str(repo_dir or REPO_ROOT)
+    names = _run(["git", "ls-tree", "-r", "--name-only", commit, "--", *SOURCE_PARTS], cwd=repo)
+    if names is None:
+        return None
+    rels = [n for n in names.splitlines() if _source_file(n)]
+    try:
+        out = subprocess.run(["git", "cat-file", "--batch"], cwd=repo, capture_output=True,
+                             timeout=60, input="".join(f"{commit}:{r}\n" for r in rels).encode())
+    except (OSError, subprocess.SubprocessError):
+        return None
+    data, items, at = out.stdout, [], 0
+    for rel in rels:  # "<sha> blob <size>\n<bytes>\n" per object
+        nl = data.index(b"\n", at)
+        size = int(data[at:nl].split()[2])
+        items.append((rel, data[nl + 1:nl + 1 + size]))
+        at = nl + 1 + size + 1
+    return _digest(items)
+
+
+def code_state(env: dict, repo_dir=None) -> str:
+    """Whether a manifest's environment ran its commit's code: `as committed` (its
+    source_digest is the commit's), `changed` (it is not), `commit not here`; without a
+    digest, git's word where it had one (`clean`/`changed (git status)`), else `not recorded`."""
+    digest, commit = env.get("source_digest"), str(env.get("git_commit") or "")
+    if digest:
+        want = _commit_digest(commit, str(repo_dir or REPO_ROOT)) if commit else None
+        return "commit not here" if want is None else "as committed" if want == digest else "changed"
+    dirty = env.get("git_dirty")
+    return {True: "changed (git status)", False: "clean"}.get(dirty, "not recorded")
+
+
+def _commit_digest(commit: str, repo: str, _memo: dict = {}) -> str | None:  # noqa: B006
+    if (commit, repo) not in _memo:
+        _memo[(commit, repo)] = commit_source_digest(commit, repo)
+    return _memo[(commit, repo)]
+
+
 def _device_info() -> dict:
     import torch
     info = {"device": "cpu", "device_name": platform.processor() or platform.machine(),
@@ -163,6 +233,7 @@ def capture_environment(repo_dir: str | os.PathLike | None = None) -> dict:
                                   if "version" in ln.lower() and ":" in ln), out.splitlines()[-1])
     g = git_state(repo_dir)
     env["git_commit"], env["git_dirty"] = g["commit"], g["dirty"]
+    env["source_digest"] = source_digest(repo_dir)  # the code that ran, checkable later
     if g.get("warning"):
         env["git_warning"] = g["warning"]
     return env
