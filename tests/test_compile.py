@@ -141,6 +141,31 @@ def test_failing_compile_is_a_row(monkeypatch):
     assert crows[0]["status"] == "failed" and "exploded" in crows[0]["error"]
 
 
+def test_a_compiled_point_that_fails_the_check_is_incorrect_and_has_no_time(monkeypatch):
+    """Correct before fast, for compiled points too: the eager layer passes its check, the
+    "compiled" one (a stand-in that doubles the output) fails it at every token count; those
+    rows are `incorrect` with their error measured and no time, and the one timing loop
+    (points.time_modes) is never asked for them (it was: a time on an incorrect row)."""
+    real, timed = C.compile_fn, []
+
+    def wrong(fn, m):
+        return real(fn, m) if not m.compiled else (lambda x, logits: 2 * fn(x, logits))
+    monkeypatch.setattr(C, "compile_fn", wrong)
+    real_loop = C.time_modes
+    monkeypatch.setattr(C, "time_modes", lambda c, modes, *a, **kw:
+                        timed.append([m.name for m in modes]) or real_loop(c, modes, *a, **kw))
+    rows, crows = bench((2, 4), "torch", ["compile:default", "compile:off"])
+    df = pd.DataFrame(rows)
+    bad, good = df[df["mode"] == "compile:default"], df[df["mode"] == "compile:off"]
+    assert list(bad.status) == ["incorrect"] * 2, bad[["status", "error"]]
+    assert bad.error.str.contains("max_rel_err").all() and (bad.max_rel_err > 0.5).all()
+    assert bad.median_us.isna().all() and bad.p10_us.isna().all() and bad.p90_us.isna().all()
+    assert not any(r.get("samples_us") for r in rows if r["mode"] == "compile:default")
+    assert (good.status == "ok").all() and (good.median_us > 0).all()
+    assert timed == [["compile:off"]] * 2  # timed: the correct token counts only
+    assert crows[0]["points_ok"] == 0
+
+
 def test_compile_budget_stops_a_compile_that_runs_past_it(monkeypatch):
     """The budget is a hard limit: a compile still running when it runs out is stopped
     (through Dynamo, which wraps the error) and it and the remaining token counts become

@@ -74,16 +74,51 @@ def gate(backend, problem, device):
     return _gate0(backend, problem, device)
 
 
+def _caller():  # the first module outside this one on the stack (measure_point calls check_point)
+    f = _sys._getframe(2)
+    while f.f_globals["__name__"] == __name__:
+        f = f.f_back
+    spec = f.f_globals.get("__spec__")  # a rank runs as `python -m ...worker`: __main__
+    return (spec.name if spec else f.f_globals["__name__"]).rsplit(".", 1)[-1]
+
+
 def check_point(point, *a, **kw):
     _inside.append(0)
     try:
         c = _check0(point, *a, **kw)
     finally:
         gates = _inside.pop()
-    caller = _sys._getframe(1).f_globals["__name__"].rsplit(".", 1)[-1]
     _trace("check", resolve(point.backend).name, point.problem.tokens, point.config,
-           point.routing, caller, gates)
+           point.routing, _caller(), gates)
     return c
+
+
+# the timing: every call of the one timing loop (time_modes: by whom, for which point,
+# with which modes and outcomes) and every call of a timer (inside that loop or not)
+_time_modes0, _timing = time_modes, []
+
+
+def time_modes(c, modes, *a, **kw):
+    _timing.append(1)
+    try:
+        out = _time_modes0(c, modes, *a, **kw)
+    finally:
+        _timing.pop()
+    _trace("time", c.backend.name, c.point.problem.tokens, c.point.config, _caller(),
+           ",".join(f"{getattr(t.mode, 'name', t.mode)}={t.status}" for t in out))
+    return out
+
+
+def _traced_timer(name, timer):
+    def traced(*a, **kw):
+        _trace("timer", name, "inside" if _timing else "outside")
+        return timer(*a, **kw)
+    return traced
+
+
+from . import timing as _timers  # noqa: E402 - time_fn calls its timers by module name
+for _name in ("time_cpu", "time_eager", "time_graph"):
+    setattr(_timers, _name, _traced_timer(_name, getattr(_timers, _name)))
 """
 
 
@@ -109,10 +144,22 @@ def contributed(tmp_path_factory):
     return _contributor_checkout(tmp), tmp / "data"
 
 
-def _calls(log: Path) -> tuple[list[list[str]], list[list[str]]]:
-    """(check_point calls, gate calls) of a logged run: each a list of the logged fields."""
+def _calls(log: Path, what=("check", "gate")) -> tuple[list[list[str]], ...]:
+    """(check_point calls, gate calls) of a logged run (or the kinds in `what`): each a
+    list of the logged fields."""
     lines = [ln.split() for ln in log.read_text().splitlines()]
-    return [x for x in lines if x[1] == "check"], [x for x in lines if x[1] == "gate"]
+    return tuple([x for x in lines if x[1] == w] for w in what)
+
+
+def _timed_in_one_place(log: Path, where: str) -> list[list[str]]:
+    """Every timer the run called ran inside the one timing loop (points.time_modes, which
+    measure_point calls after the check), and that loop timed only points that passed
+    check_point: nothing times a point on its own. The loop's calls."""
+    loops, timers, checks = _calls(log, ("time", "timer", "check"))
+    assert loops, f"{where}: the one timing loop was never called"
+    assert timers and all(t[3] == "inside" for t in timers), \
+        f"{where}: a timer called outside the one timing loop: {[t for t in timers if t[3] != 'inside']}"
+    return loops
 
 
 def _one_path(log: Path, where: str) -> list[list[str]]:
@@ -147,6 +194,14 @@ def test_a_new_metric_reaches_a_cpu_sweep_and_a_compile_sweep(contributed):
     assert (comp["status"] == "ok").all(), comp["error"].tolist()
     assert sum(c[6] == "compile" for c in checks) == len(comp.drop_duplicates(
         ["backend", "wrapped", "routing"]))
+    # every timing of the sweep went through the one loop: once per eager point (sweep,
+    # after measure_point's check) and once per compiled token count (compile)
+    loops = _timed_in_one_place(log, "sweep")
+    assert sorted((x[2], x[3]) for x in loops if x[5] == "sweep") == sorted(
+        (b, t) for b in ("torch", "torch-grouped") for t in ("1", "2") for _ in range(2))
+    assert all(x[6] == "eager=ok" for x in loops if x[5] == "sweep")
+    assert sum(x[5] == "compile" for x in loops) == len(comp)  # one per compiled row
+    assert {x[5] for x in loops} == {"sweep", "compile"}
 
 
 def test_a_new_metric_reaches_a_two_process_gloo_sweep(contributed):
@@ -163,6 +218,11 @@ def test_a_new_metric_reaches_a_two_process_gloo_sweep(contributed):
     assert len(points_) > 2
     for pid in ranks:  # once per point on each rank
         assert len([c for c in checks if c[0] == pid]) == len(points_)
+    # each rank timed each point through the one loop, with every mode asked for
+    loops = _timed_in_one_place(log, "2-rank gloo sweep")
+    assert {x[5] for x in loops} == {"worker"}
+    for pid in ranks:
+        assert len([x for x in loops if x[0] == pid]) == len(points_)
 
 
 def test_a_new_metric_reaches_a_tune_run(contributed):
@@ -176,6 +236,41 @@ def test_a_new_metric_reaches_a_tune_run(contributed):
     checks = _one_path(log, "tune")  # its would-be winners, each checked before it is kept
     assert all(c[2] == "torch-chunked" and c[4] == "candidate" and c[6] == "tuning_search"
                for c in checks)
+
+
+def test_nproc_carries_the_configuration_to_every_rank(contributed, tmp_path):
+    """`sweep --nproc 2 --config default,tuned` (gloo, CPU) measures the tuned configuration
+    (was dropped: every rank measured the default). The tuned file of the rank's shard asks
+    for chunks of 128 rows, which the test backend cannot run: the tuned points fail on
+    every rank saying so, the default ones are timed; each through the one function."""
+    import json
+    from moe_lab.core.devices import device_slug
+    from moe_lab.core.environment import device_name
+    from moe_lab.core.problems import parse_model
+    from moe_lab.distributed import shards
+    src, data = contributed[0], tmp_path / "data"
+    name = device_name("cpu")
+    folder = tmp_path / "configs" / device_slug(name) / "torch-chunked"  # `tuned`'s home
+    folder.mkdir(parents=True)
+    for rank in (0, 1):  # tp-allreduce: both ranks hold the same shape
+        prob = shards.rank_problem(parse_model(MODEL), 1, "fp32", "tp-allreduce", 2, rank)
+        stem = f"E={prob.local_experts},N={prob.inter},device_name={name.replace(' ', '_')}"
+        (folder / f"{stem}.json").write_text(json.dumps({"1": {"CHUNK": 128}}))
+    log = tmp_path / "config.log"
+    _run(src, data, "sweep", *COMMON, "--nproc", "2", "--parallel", "tp-allreduce",
+         "--backends", "torch-chunked", "--config", "default,tuned", "--dist-reps", "3",
+         "--run-id", "c", log=log)
+    res = pd.read_parquet(data / "c" / "results.parquet")
+    assert sorted(res["config"].unique()) == ["default", "tuned"]
+    tuned, default = res[res["config"] == "tuned"], res[res["config"] == "default"]
+    assert len(tuned) == len(default) == 2 * 2  # 2 token counts x 2 ranks
+    assert (default["status"] == "ok").all(), default["error"].tolist()
+    assert (tuned["status"] == "failed").all() and tuned["error"].str.contains("CHUNK=128").all()
+    assert tuned["median_us"].isna().all()
+    checks = _one_path(log, "2-rank gloo sweep with --config")
+    assert {(c[4], c[6]) for c in checks} == {("default", "worker"), ("tuned", "worker")}
+    loops = _timed_in_one_place(log, "2-rank gloo sweep with --config")
+    assert {x[4] for x in loops} == {"default"}  # the failing tuned points: never timed
 
 
 def test_check_reaches_the_one_point_function(contributed):

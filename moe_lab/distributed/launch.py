@@ -298,6 +298,10 @@ def run_nproc(args, device: str, models, tokens, routings, modes, backends) -> i
                 modes=[m.name for m in modes], variants=variants, dtype=args.dtype,
                 seed=args.seed, nproc=args.nproc, device=device, reps=args.dist_reps,
                 warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, timeout_s=args.dist_timeout)
+    from ..storage.configs import validate_config_arg
+    configs = validate_config_arg(getattr(args, "config", None) or "default")
+    if configs != ["default"]:  # carried to the ranks (was dropped: default measured)
+        spec["configs"] = configs  # a default run keeps its spec, so its id, as before
     dev = device_name(device) if device == "cpu" else "gpu"
     if device == "cuda":
         import torch

@@ -37,8 +37,8 @@ from ..core.errors import EXIT_SIGINT, EXIT_SIGTERM, Terminated, terminating_han
 from ..storage.invocations import begin_invocation, end_invocation
 from ..core.problems import DTYPES, parse_model
 from ..storage.store import RunStore, point_id
-from ..measuring.points import Point, check_point, finish, new_row
-from ..measuring.timing import CaptureError, summarize, time_fn
+from ..measuring.points import Point, finish, measure_point, new_row
+from ..measuring.timing import summarize
 from . import DIST_TIMEOUT_S, layers, shards
 from .control import Control, RankLost, open_store
 from .timed import across_ranks, sync_loop
@@ -189,17 +189,24 @@ class Worker:
             for routing in s["routings"]:
                 for variant in s["variants"]:
                     for b in s["backends"]:
-                        yield tokens, routing, variant, b
+                        for config in self.configs_of(b):
+                            yield tokens, routing, variant, b, config
 
-    def row_key(self, model, tokens, routing, variant, backend, mode, rank) -> dict:
+    def configs_of(self, backend: str) -> list[str]:
+        """The configurations a backend is measured with (--config, carried in the spec):
+        every one asked for when it is tunable, else its own, as the one-process sweep."""
+        from ..backends import backend_class
+        return self.spec.get("configs", ["default"]) if backend_class(backend).tunable else ["default"]
+
+    def row_key(self, model, tokens, routing, variant, backend, mode, rank, config="default") -> dict:
         prob = shards.rank_problem(model, tokens, self.spec["dtype"], variant, self.world, rank)
-        return dict(prob.key(), backend=backend, mode=mode, routing=routing, config="default",
+        return dict(prob.key(), backend=backend, mode=mode, routing=routing, config=config,
                     parallel=variant, world_size=self.world, rank=rank,
                     sharding=prob.sharding)
 
-    def todo_modes(self, model, tokens, routing, variant, b) -> list[str]:
+    def todo_modes(self, model, tokens, routing, variant, b, config="default") -> list[str]:
         return [m for m in self.spec["modes"]
-                if any(point_id(self.row_key(model, tokens, routing, variant, b, m, r))
+                if any(point_id(self.row_key(model, tokens, routing, variant, b, m, r, config))
                        not in self.done for r in range(self.world))]
 
     def run_model(self, model, counts):
@@ -229,15 +236,15 @@ class Worker:
                 self.fresh_group()
         status = self.verdict(states)[0]
         tp_w = None
-        for (tokens, routing, variant, b), modes in work:
+        for (tokens, routing, variant, b, config), modes in work:
             if status != "ok":  # this model's weights: every point a row with the reason
-                self.write(model, tokens, routing, variant, b, modes, states, {})
+                self.write(model, tokens, routing, variant, b, modes, states, {}, config)
                 counts["measured"] += len(modes) * self.world
                 continue
             if variant == "tp-allreduce" and tp_w is None:
                 tp_w = shards.rank_weights(variant, None, full, self.world, self.rank,
                                            self.device)
-            self.run_point(model, full, tp_w, tokens, routing, variant, b, modes)
+            self.run_point(model, full, tp_w, tokens, routing, variant, b, modes, config)
             counts["measured"] += len(modes) * self.world
             if self.lost:
                 raise RankLost(f"rank(s) {self.lost} stopped reporting")
@@ -260,7 +267,10 @@ class Worker:
         return out
 
     # --- one point -------------------------------------------------------------------
-    def run_point(self, model, full, tp_w, tokens, routing, variant, bname, modes):
+    def run_point(self, model, full, tp_w, tokens, routing, variant, bname, modes,
+                  config="default"):
+        """One point through the one measuring function (points.measure_point): set up,
+        checked and timed per mode, every step agreed by every rank."""
         s, r = self.spec, self.rank
         prob = shards.rank_problem(model, tokens, s["dtype"], variant, self.world, r)
         seed = point_seed(s["seed"], tokens, routing)
@@ -268,7 +278,8 @@ class Worker:
         inp = make_inputs(fprob, self.device, seed, routing, ensure_local=False)
         facts = dict(inputs_digest=inp.digest(), seed=seed, threshold=THRESHOLDS[s["dtype"]])
         bprob = layers.k1_problem(prob) if variant == "ep-alltoall" else prob
-        got = {}  # what the steps leave: every rank's setup states, the layer, its facts
+        got = {}  # what the steps leave: every rank's setup and check states, the layer
+        where = (model, tokens, routing, variant, bname)
 
         def build(be, kw):  # setup: this rank alone, its shard of the layer's weights
             w = tp_w if variant == "tp-allreduce" else shards.rank_weights(
@@ -277,9 +288,17 @@ class Worker:
             fault(s, r, "setup", tokens)
             return fn
 
-        def agree(step, st, why):  # no rank checks (collectives) unless every rank is set up
-            got["setup"] = self.agree(step, st, why)
-            return self.verdict(got["setup"])
+        def agree(step, st, why, c):  # no rank checks (collectives) or times alone
+            if step == "setup":
+                got["setup"] = self.agree(step, st, why)
+                return self.verdict(got["setup"])
+            got["check"] = self.agree("check", st, why, max_rel_err=c.max_rel_err,
+                                      **got.get("mine", {}))
+            facts["max_rel_err"] = max((x.get("max_rel_err", float("nan")) for x in got["check"]),
+                                       key=lambda v: -1 if v != v else v)
+            if config != "default":
+                facts.update(c.facts)  # the configuration's file and launch, as measured
+            return self.verdict(got["check"])
 
         def output(fn):  # the layer once, end to end, against the single-process reference
             lay = got["lay"] = layers.build(variant, prob, fn, inp, self.world, r, self.group)
@@ -291,59 +310,41 @@ class Worker:
             got["mine"] = dict(pairs=lay.pairs, experts_hit=lay.experts_hit,
                                sent_bytes=lay.sent_bytes, tokens_local=len(lay.rows))
             return out, ref
-        c = check_point(Point(bprob, bname, routing=routing), None, self.device, build=build,
-                        output=output, agree=agree)
-        if self.verdict(got["setup"])[0] != "ok":
-            return self.write(model, tokens, routing, variant, bname, modes, got["setup"], facts)
-        states = self.agree("check", c.status, c.error, max_rel_err=c.max_rel_err,
-                            **got.get("mine", {}))
-        facts["max_rel_err"] = max((x.get("max_rel_err", float("nan")) for x in states),
-                                   key=lambda v: -1 if v != v else v)
-        status, error = self.verdict(states)
-        if status != "ok":
-            self.write(model, tokens, routing, variant, bname, modes, states, facts)
-            if status != "incorrect":
-                self.fresh_group()
-            return
-        backend, lay = c.backend, got["lay"]
-        for mode in modes:
-            self.time_mode(model, tokens, routing, variant, bname, mode, backend, lay, facts,
-                           states)
 
-    def time_mode(self, model, tokens, routing, variant, bname, mode, backend, lay, facts,
-                  checked):
-        s = self.spec
-        mine = {}
-        try:
-            if mode == "graph" and not self.cuda:
-                raise _Unsupported("graph mode needs a GPU (CUDA/HIP graphs)")
-            if mode == "graph" and (backend.not_capturable or getattr(lay, "not_capturable", None)):
-                raise _Unsupported(f"graph capture: {backend.not_capturable or lay.not_capturable}")
-            t = time_fn(mode, lay.compute, [()], self.device, warmup_ms=s["warmup_ms"],
-                        rep_ms=s["rep_ms"])
-            fault(s, self.rank, "time", tokens)
-            # the parts and the whole in one regime (barrier, then the call): the prediction
-            # adds the first two; expert_us above is the single-GPU sweeps' timer
+        def then(c, mode, t):  # expert_us is the timer's; then the parts and the whole in
+            # one regime (barrier, then the call): the prediction adds the first two
+            fault(s, r, "time", tokens)
+            lay = got["lay"]
             comp = sync_loop(lay.compute, self.device, mode, s["reps"], 3, self.group)
             coll = sync_loop(lay.collective, self.device, mode, s["reps"], 3, self.group)
             e2e = sync_loop(lay.layer, self.device, mode, s["reps"], 3, self.group)
-            mine = dict(expert_us=t.median_us, expert_p10_us=t.p10_us, expert_p90_us=t.p90_us,
+            return dict(expert_us=t.median_us, expert_p10_us=t.p10_us, expert_p90_us=t.p90_us,
                         expert_n=t.n, comp=comp, coll=coll, e2e=e2e)
-            st, why = "ok", ""
-        except _Unsupported as exc:
-            st, why = "unsupported", str(exc)
-        except CaptureError as exc:  # as the single-GPU sweep: a row saying why
-            st, why = "unsupported", f"graph capture: {exc}"
-        except Exception as exc:
-            st, why = classify_exception(exc), one_line(exc)
-        states = self.agree(f"time-{mode}", st, why, **mine)
-        merged = [dict(c, **t) for c, t in zip(checked, states)]
-        self.write(model, tokens, routing, variant, bname, [mode], merged, facts)
-        if self.verdict(states)[0] not in ("ok", "unsupported"):
-            self.fresh_group()
+
+        def each(t):  # every rank's outcome of the mode, written; a broken group renewed
+            states = self.agree(f"time-{t.mode}", t.status, t.error, **(t.extra or {}))
+            merged = [dict(c, **x) for c, x in zip(got["check"], states)]
+            self.write(*where, [t.mode], merged, facts, config)
+            if self.verdict(states)[0] not in ("ok", "unsupported"):
+                self.fresh_group()
+        c = measure_point(Point(bprob, bname, config=config, routing=routing), None, self.device,
+                          modes=modes, build=build, output=output, agree=agree, then=then,
+                          each=each, timed=lambda c: (got["lay"].compute, [()]),
+                          refuse=self.refuse_mode,
+                          timer_kw=dict(warmup_ms=s["warmup_ms"], rep_ms=s["rep_ms"]))
+        if self.verdict(got["setup"])[0] != "ok":
+            return self.write(*where, modes, got["setup"], facts, config)
+        if not c.ok:
+            self.write(*where, modes, got["check"], facts, config)
+            if c.status != "incorrect":
+                self.fresh_group()
+
+    def refuse_mode(self, c, mode) -> str:
+        """Why a rank cannot time `mode` here: graphs of collectives need a GPU."""
+        return "graph mode needs a GPU (CUDA/HIP graphs)" if mode == "graph" and not self.cuda else ""
 
     # --- rows ------------------------------------------------------------------------
-    def write(self, model, tokens, routing, variant, bname, modes, states, facts):
+    def write(self, model, tokens, routing, variant, bname, modes, states, facts, config="default"):
         """Rank 0 writes one row per rank and mode; every row of the point carries the
         point's status and every failing rank's reason."""
         if self.rank != 0:
@@ -362,7 +363,7 @@ class Worker:
                          imbalance_time=max(exp) / (sum(exp) / len(exp)))
         for mode in modes:
             for r, x in enumerate(states):
-                row = new_row(self.row_key(model, tokens, routing, variant, bname, mode, r),
+                row = new_row(self.row_key(model, tokens, routing, variant, bname, mode, r, config),
                               git_commit=self.env.get("git_commit"), device=self.devices[r],
                               status=status, error=error, dist_backend=self.pg_backend, **facts)
                 for k in ("pairs", "experts_hit", "sent_bytes", "tokens_local"):
@@ -379,10 +380,6 @@ class Worker:
                 rows.append(row)
         self.store.append_samples(samples)
         self.store.append(rows, [])
-
-
-class _Unsupported(Exception):
-    pass
 
 
 def die_with_parent(parent: int) -> None:

@@ -4,8 +4,9 @@ graph breaks, recompiles and compile time recorded rather than hidden.
 A `CompileBench` prepares one shard's token grid once (weights, inputs, the fp32 layer
 reference); `bench.run(backend, mode)` compiles the layer for one Mode
 (`compile:<variant>[:dynamic]`, wrapped or not, see moe_lab.storage.modes) and times it at every
-token count with the sweep's timer (`timing.time_fn`). Without `:dynamic` the compile is
-`dynamic=False`: every new token count recompiles (what a server that compiles fixed
+token count with the sweep's timing loop (`points.time_modes`), each token count checked
+first (a compiled point that fails the check is `incorrect`, untimed). Without `:dynamic`
+the compile is `dynamic=False`: every new token count recompiles (what a server that compiles fixed
 batch-size buckets pays once per bucket); the recompile limit is raised so that no token
 count silently falls back to eager. `compile:off` is the same layer uncompiled.
 
@@ -36,10 +37,9 @@ from ..core.environment import now_iso
 from ..core.errors import has_timeout, reraise_if_terminated, time_limit
 from .layer import MoELayer
 from ..storage.modes import Mode
-from .points import Measured, Point, check_point, fill_metrics, new_row, within_limit
+from .points import Measured, Point, check_point, fill_metrics, new_row, time_modes, within_limit
 from ..core.problems import Problem
 from ..core.routing import make_routing, route
-from .timing import time_fn
 # Compile time (s) allowed for one backend x variant x wrapped over the whole token grid:
 # a compile still running when it is spent is stopped, and it and the remaining token
 # counts become `timeout` rows instead of compiling on for hours.
@@ -244,20 +244,20 @@ class CompileBench:
                 failed["why"] = f"prepare: {error_line(exc)}"
                 raise
 
-        def grid(c):  # correct eager first (at the grid's first token count), then compiled
-            brk, brk_error = self._breaks(c.fn) if mode.compiled else (None, "")
-            return brk, brk_error, self._grid(c.fn, backend, mode, brk, tokens, budget_s, emit)
-        with quiet_dynamo():
+        with quiet_dynamo():  # correct eager first (at the grid's first token), then compiled
             c = check_point(Point(self.problem.with_tokens(tokens[0]), backend,
                                   routing=self.routing), self.weights, self.device, build=build,
-                            output=lambda layer: (layer(x0, logits0), ref0), time=grid)
+                            output=lambda layer: (layer(x0, logits0), ref0))
+            if c.ok:
+                brk, brk_error = self._breaks(c.fn) if mode.compiled else (None, "")
+                timed = self._grid(c, backend, mode, brk, tokens, budget_s, emit)
         if not c.ok:
             rows = [self.row(backend, mode, t, status=c.status, error=failed.get("why", c.error),
                              max_rel_err=c.max_rel_err) for t in tokens]
             for r in rows:
                 emit(r)
             return rows, None
-        brk, brk_error, (rows, n_skips, skips, graphs_first) = c.timed
+        rows, n_skips, skips, graphs_first = timed
         if not mode.compiled:
             return rows, None
         crow = compile_row(self.base, backend, mode.name, mode.wrapped, rows, brk, brk_error,
@@ -277,11 +277,11 @@ class CompileBench:
         _sync(self.device)
         return brk, err
 
-    def _grid(self, layer, backend, mode: Mode, brk, tokens, budget_s, emit):
+    def _grid(self, c, backend, mode: Mode, brk, tokens, budget_s, emit):
         rows = []
         reset_dynamo()
         with recompile_limit(len(tokens) * 8 + 8), cudagraph_skips() as skips:
-            fn = compile_fn(layer, mode)
+            fn = compile_fn(c.fn, mode)
             spent, before, graphs_first = 0.0, 0, 0
             for i, t in enumerate(tokens):
                 row = self.row(backend, mode, t,
@@ -290,7 +290,7 @@ class CompileBench:
                     row.update(status="timeout", error=f"skipped: compile for earlier token "
                                f"counts used up the {budget_s:.0f} s budget")
                 else:
-                    spent += self._point(fn, mode, t, row, budget_s, spent)
+                    spent += self._point(c, fn, mode, t, row, budget_s, spent)
                 now = graphs_compiled()
                 row["recompiles"] = (now - before) if (i > 0 and mode.compiled) else 0
                 if i == 0:
@@ -302,9 +302,10 @@ class CompileBench:
         reset_dynamo()
         return rows, n_skips, skips, graphs_first
 
-    def _point(self, fn, mode: Mode, t: int, row: dict, budget_s: float, spent: float) -> float:
-        """Compile (first call), check and time one token count into `row`; returns the
-        compile seconds spent (inf when the budget stopped it)."""
+    def _point(self, c, fn, mode: Mode, t: int, row: dict, budget_s: float, spent: float) -> float:
+        """Compile (first call), check and, only when correct, time one token count into
+        `row` (points.time_modes: a compiled point that fails the check has no time);
+        returns the compile seconds spent (inf when the budget stopped it)."""
         x, logits, ref = self.inputs[t]
         t0 = time.perf_counter()
         try:
@@ -317,12 +318,17 @@ class CompileBench:
             row["compile_s"] = time.perf_counter() - t0
             err = rel_err(out, ref)
             del out
-            timing = time_fn("compile", fn, arg_copies(x, logits), self.device)
-            fill_metrics(row, Measured(timing, self.problem.with_tokens(t)))
-            row.update(note=timing.note, max_rel_err=err, samples_us=list(timing.samples_us))
             status, why = within_limit(err, self.problem.dtype)
-            if status != "ok":
+            row.update(max_rel_err=err)
+            if status != "ok":  # incorrect: a row with its error, never a time
                 row.update(status=status, error=why)
+                return row["compile_s"] if mode.compiled else 0.0
+            timed, = time_modes(c, [mode], self.device, fn, arg_copies(x, logits))
+            if timed.status != "ok":
+                raise timed.exc
+            timing = timed.timing
+            fill_metrics(row, Measured(timing, self.problem.with_tokens(t)))
+            row.update(note=timing.note, samples_us=list(timing.samples_us))
             return row["compile_s"] if mode.compiled else 0.0
         except Exception as exc:  # a failed compile or call is a row
             reraise_if_terminated(exc)

@@ -1,19 +1,21 @@
 """A point's one path to its row: gate, prepare, check, time, row.
 
     pt = Point(problem, "aiter-triton", config="tuned", glue="fused", routing="uniform")
-    c = check_point(pt, weights, device, inputs=inp, ref=ref, time=...)  # the one path
+    c = measure_point(pt, weights, device, inputs=inp, ref=ref, modes=modes)  # the one path
     row = new_row(key, git_commit=..., device=...)     # every declared column at its default
     finish(row, timing=t, problem=p, topk_ids=ids, device="cuda")  # timer, metrics, roof, id
 
-`check_point` is the one function every measuring path hands its point to (the sweep,
-compile sweeps, distributed ranks, tune's would-be winners, `check`, `profile` and the
-eager split): it resolves the backend once, gates once (`gate`: can it run here at all?),
-resolves the launch configuration, prepares, checks the output against the reference by
-the one limit rule (`within_limit`), and only then times (the path's `time`). What differs
-between paths is handed in, never written again: how the callable is built (`build`: a
-compiled layer, a rank's shard), how its output and reference are had (`output`: a whole
-layer, a distributed layer), a verdict shared by ranks before they check together
-(`agree`), and how it is timed (`time`: modes, a compile grid, a profiler).
+`measure_point` is the one function a measuring path hands a point to time (the sweep,
+distributed ranks, the eager split): `check_point` resolves the backend once, gates once
+(`gate`: can it run here at all?), resolves the launch configuration, prepares and checks
+the output against the reference by the one limit rule (`within_limit`); only a point that
+passed is timed, by `time_modes`, the one loop over modes and the one `not_capturable`
+rule. Paths that only check (tune's would-be winners, `check`, `profile`) call
+`check_point`; a compile grid checks each compiled token count by `within_limit` before
+`time_modes` times it. What differs between paths is handed in, never written again: how
+the callable is built (`build`: a compiled layer, a rank's shard), how its output and
+reference are had (`output`), a verdict shared by ranks (`agree`), what is timed (`timed`)
+and what a path adds per mode (`then`: a rank's synchronised loops).
 
 The sweep, compile sweeps, distributed ranks, tune and the aiter import build their rows
 with `new_row` and close them with `finish`; none copies timer fields or computes the
@@ -234,7 +236,7 @@ class Checked:
     failed / oom / timeout) and error, max_rel_err against its threshold, the prepared
     callable `fn` (None when it never got that far), the facts a row carries about what
     ran (`facts`: config_file, launch_config, backend_version, glue_used, glue_notes) and
-    what `time` returned (`timed`)."""
+    its modes' Timed (`timed`, measure_point's)."""
     point: Point
     backend: Any
     status: str = "ok"
@@ -276,9 +278,9 @@ def resolve(backend):
 def check_point(point: Point, weights, device: str, *, inputs=None, ref=None,
                 device_name: str | None = None, fn=None, cache: dict | None = None,
                 build: Callable | None = None, output: Callable | None = None,
-                agree: Callable | None = None, time: Callable | None = None) -> Checked:
-    """The one path of a point (module doc): backend resolved, gated, configured, prepared,
-    checked against the reference, then timed. Never raises for the point's own failures:
+                agree: Callable | None = None) -> Checked:
+    """A point up to its verdict (module doc): backend resolved, gated, configured,
+    prepared, checked against the reference. Never raises for the point's own failures:
     each is the Checked's status and error (a kill, SIGTERM, is re-raised).
 
       fn      a callable already prepared for this point (used as it is)
@@ -287,9 +289,10 @@ def check_point(point: Point, weights, device: str, *, inputs=None, ref=None,
       build   (backend, kw) -> callable; default backend.prepare(problem, weights, **kw),
               kw holding the configuration (tunable backends) and the glue
       output  fn -> (out, ref); default fn(*inputs.args()) against `ref`
-      agree   (step, status, error) -> (status, error): the verdict of every rank on the
-              setup (gate, configuration, prepare), asked on every path before the check
-      time    Checked -> anything, called only when the check passed (Checked.timed)"""
+      agree   (step, status, error, checked) -> (status, error): the verdict of every
+              rank on the setup (step "setup": gate, configuration, prepare), asked on
+              every path before the check, and on the check (step "check"), asked on every
+              path that reached it, before anything is timed"""
     from ..core.errors import one_line, reraise_if_terminated
     be = resolve(point.backend)
     prob = point.problem
@@ -321,7 +324,7 @@ def check_point(point: Point, weights, device: str, *, inputs=None, ref=None,
             reraise_if_terminated(exc)
             status, why = classify_exception(exc), one_line(exc)
     if agree is not None:
-        status, why = agree("setup", status, why)
+        status, why = agree("setup", status, why, c)
     if status != "ok":
         c.status, c.error = status, why
         return c
@@ -331,13 +334,12 @@ def check_point(point: Point, weights, device: str, *, inputs=None, ref=None,
             import torch
             torch.cuda.synchronize()
         c.max_rel_err = rel_err(out, want)
+        c.status, c.error = within_limit(c.max_rel_err, prob.dtype)
     except Exception as exc:
         reraise_if_terminated(exc)
         c.status, c.error = classify_exception(exc), one_line(exc)
-        return c
-    c.status, c.error = within_limit(c.max_rel_err, prob.dtype)
-    if c.ok and time is not None:
-        c.timed = time(c)
+    if agree is not None:
+        c.status, c.error = agree("check", c.status, c.error, c)
     return c
 
 
@@ -352,3 +354,95 @@ def _prepared(be, point: Point, table, weights, cache, build):
     if cache is not None:
         cache[key] = fn
     return fn
+
+
+# --- the one timing of a point ---------------------------------------------------------------
+
+class Unsupported(Exception):
+    """This mode cannot be timed here: its row is `unsupported`, str(exc) says why."""
+
+
+@dataclass
+class Timed:
+    """One mode of a checked point: status and error, the timer's Timing (None unless ok)
+    and what the path's `then` hook returned (`extra`)."""
+    mode: Any
+    status: str = "ok"
+    error: str = ""
+    timing: Any = None
+    extra: Any = None
+    exc: BaseException | None = None  # what stopped it (a path may handle it its own way)
+
+
+def capture_refusal(c: Checked, kind: str, device: str, fn=None) -> str:
+    """Why a graph of this point is not even tried on a GPU, or "": the `not_capturable`
+    rule, written once (the backend's, or that of the object whose method is timed)."""
+    if kind != "graph" or not str(device).startswith("cuda"):
+        return ""
+    owner = getattr(fn, "__self__", fn)
+    return c.backend.not_capturable or getattr(owner, "not_capturable", None) or ""
+
+
+def time_modes(c: Checked, modes, device: str, fn, arg_sets, *, limit_s=None, refuse=None,
+               then: Callable | None = None, each: Callable | None = None,
+               **timer_kw) -> list[Timed]:
+    """The timing loop over modes, written once: per mode (a Mode or its name) the path's
+    `refuse(c, mode)` (why not here, or "") and the capture rule, then timing.time_fn(kind,
+    fn, arg_sets) within `limit_s`, then `then(c, mode, timing)` (what a path times after:
+    a rank's synchronised loops), and `each(timed)`. A failure is the mode's status, never
+    a raise (a kill is re-raised)."""
+    from ..core.errors import PointTimeout, one_line, reraise_if_terminated, time_limit
+    from .timing import CaptureError, time_fn
+    out = []
+    for mode in modes:
+        kind = getattr(mode, "kind", mode)
+        t = Timed(mode)
+        try:
+            with time_limit(limit_s):
+                why = refuse(c, mode) if refuse is not None else ""
+                if why:
+                    raise Unsupported(why)
+                why = capture_refusal(c, kind, device, fn)
+                if why:
+                    raise CaptureError(why)
+                t.timing = time_fn(kind, fn, arg_sets, device, **timer_kw)
+                if then is not None:
+                    t.extra = then(c, mode, t.timing)
+        except Exception as exc:
+            reraise_if_terminated(exc)
+            t.exc, t.timing, t.extra = exc, None, None  # a mode that failed has no time
+            t.status, t.error = (
+                ("unsupported", f"graph capture: {exc}") if isinstance(exc, CaptureError) else
+                ("unsupported", str(exc)) if isinstance(exc, Unsupported) else
+                ("timeout", str(exc)) if isinstance(exc, PointTimeout) else
+                (classify_exception(exc), one_line(exc)))
+        if each is not None:
+            each(t)
+        out.append(t)
+    return out
+
+
+def measure_point(point: Point, weights, device: str, *, modes, limit_s=None,
+                  timed: Callable | None = None, before: Callable | None = None,
+                  refuse=None, then: Callable | None = None, each: Callable | None = None,
+                  timer_kw: dict | None = None, **check_kw) -> Checked:
+    """The one measuring function: gate, configuration, prepare, check (check_point, in
+    `limit_s`), then only for a point that passed `before(c)` (the sweep's profiler) and
+    every mode timed (time_modes, each in `limit_s`) into Checked.timed. `timed(c)` ->
+    (fn, arg_sets) is what is timed (default c.fn on check_kw's `inputs`)."""
+    from ..core.errors import one_line, reraise_if_terminated, time_limit
+    try:
+        with time_limit(limit_s):
+            c = check_point(point, weights, device, **check_kw)
+    except Exception as exc:  # the point's time limit struck between its steps
+        reraise_if_terminated(exc)
+        return Checked(point, resolve(point.backend), status=classify_exception(exc),
+                       error=one_line(exc), threshold=THRESHOLDS[point.problem.dtype])
+    if not c.ok:
+        return c
+    if before is not None:
+        before(c)
+    fn, arg_sets = timed(c) if timed is not None else (c.fn, [check_kw["inputs"].args()])
+    c.timed = time_modes(c, modes, device, fn, arg_sets, limit_s=limit_s, refuse=refuse,
+                         then=then, each=each, **(timer_kw or {}))
+    return c

@@ -26,7 +26,7 @@ from .correctness import (THRESHOLDS, classify_exception, make_inputs,
                           make_weights, one_line, point_seed, quant_facts, reference)
 from ..core.constants import POINT_TIMEOUT_S, SWEEP_REP_MS, SWEEP_WARMUP_MS
 from ..core.environment import capture_environment, device_name
-from ..core.errors import (PointTimeout, Terminated, UsageError, disk_full,
+from ..core.errors import (Terminated, UsageError, disk_full,
                           reraise_if_terminated, terminate_gracefully, time_limit)
 from ..storage.modes import Mode
 from ..core.problems import Problem, make_problem
@@ -302,78 +302,77 @@ class Sweep:
 
     def _measure_backend(self, prob, routing, bname, config, glue, modes, weights, inp, ref,
                          prepared, facts):
-        from ..storage.traces import trace_name
-        from .eager_split import profiled_eager_us
-        from .profiling import check_kernel_coverage, export_trace, kernel_us, profile_kernels
-        from .timing import CaptureError, time_fn
-        point = points.Point(prob, bname, config=config, glue=glue, routing=routing)
-        try:
-            with time_limit(self.point_timeout_s):
-                c = points.check_point(point, weights, self.device, inputs=inp, ref=ref,
-                                       device_name=self.device_name, cache=prepared)
-            backend, fn, chk = c.backend, c.fn, c.row()
-        except Exception as exc:  # the point's time limit struck between its steps
-            reraise_if_terminated(exc)
-            backend, fn = registry.get(bname), None
-            chk = dict(status=classify_exception(exc),  # timeout, wrapped or not
-                       error=one_line(exc), max_rel_err=float("nan"))
+        """One point through the one measuring function (points.measure_point): checked,
+        profiled, then timed per mode; its rows, kernel rows and phase rows."""
+        from .profiling import check_kernel_coverage
+        got: dict = {}
+
+        def each(t):  # a failed timing can leave the device's memory in pieces
+            if self.device.startswith("cuda") and t.status in ("failed", "oom"):
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+        c = points.measure_point(
+            points.Point(prob, bname, config=config, glue=glue, routing=routing), weights,
+            self.device, modes=modes, limit_s=self.point_timeout_s, inputs=inp, ref=ref,
+            device_name=self.device_name, cache=prepared, each=each,
+            before=lambda c: got.update(self._profile(prob, bname, config, c.fn, inp)),
+            timer_kw=dict(warmup_ms=self.warmup_ms, rep_ms=self.rep_ms))
+        chk = c.row()
         base = dict(facts, max_rel_err=chk["max_rel_err"],
                     **{k: chk[k] for k in ("glue_used", "glue_notes", "config_file",
                                            "launch_config", "backend_version") if k in chk})
-        if chk["status"] != "ok":  # incorrect / unsupported / ...: a row, never timed
+        if not c.ok:  # incorrect / unsupported / ...: a row, never timed
             return [self._row(prob, routing, bname, m, config, glue, status=chk["status"],
                               error=chk["error"], **base) for m in modes], [], []
-        kdf, kus = None, float("nan")
-        if self.profile:
-            try:
-                with time_limit(self.point_timeout_s), native_log_filter():
-                    kdf = profile_kernels(fn, inp.args(), iters=3, device=self.device)
-                    kus = kernel_us(kdf) if len(kdf) else float("nan")
-                    if self.traces_left > 0:
-                        os.makedirs(os.path.join(self.run_dir, "traces"), exist_ok=True)
-                        export_trace(fn, inp.args(), os.path.join(
-                            self.run_dir, "traces", trace_name(prob, bname, config)),
-                            device=self.device)
-                        self.traces_left -= 1
-                        # the eager time with the profiler's cost: what its split is held to
-                        base["eager_profiled_us"] = profiled_eager_us(
-                            fn, inp.args(), self.device, warmup_ms=self.warmup_ms,
-                            rep_ms=self.rep_ms)
-            except Exception as exc:
-                reraise_if_terminated(exc)
-                base["warning"] = f"profiler pass failed: {one_line(exc)}"
+        kdf, kus = got.get("kdf"), got.get("kus", float("nan"))
+        base.update(got.get("base", {}))
         rows, krows, samples = [], [], {}
-        for mode in modes:
+        for t in c.timed:
+            mode = t.mode
             row = self._row(prob, routing, bname, mode, config, glue, kernel_us=kus, **base)
-            try:
-                with time_limit(self.point_timeout_s):
-                    if mode.kind == "graph" and backend.not_capturable and \
-                            self.device.startswith("cuda"):
-                        raise CaptureError(backend.not_capturable)
-                    t = time_fn(mode.kind, fn, [inp.args()], self.device,
-                                warmup_ms=self.warmup_ms, rep_ms=self.rep_ms)
-                finish(row, timing=t)
-                samples[row["point_id"]] = t.samples_us
-                notes = [row.get("warning", ""), t.note if t.noisy else ""]
+            if t.status == "ok":
+                finish(row, timing=t.timing)
+                samples[row["point_id"]] = t.timing.samples_us
+                notes = [row.get("warning", ""), t.timing.note if t.timing.noisy else ""]
                 if mode.kind == "graph" and kus == kus:
-                    ok, warn = check_kernel_coverage(kus, t.median_us)
+                    ok, warn = check_kernel_coverage(kus, t.timing.median_us)
                     notes.append("" if ok else warn)
                 row["warning"] = "; ".join(n for n in notes if n)
-            except CaptureError as exc:
-                row.update(status="unsupported", error=f"graph capture: {exc}")
-            except PointTimeout as exc:
-                row.update(status="timeout", error=str(exc))
-            except Exception as exc:
-                reraise_if_terminated(exc)
-                row.update(status=classify_exception(exc), error=one_line(exc))
-            if self.device.startswith("cuda") and row["status"] in ("failed", "oom"):
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
+            else:
+                row.update(status=t.status, error=t.error)
             rows.append(row)
             if kdf is not None and row["status"] == "ok":
                 krows += [dict(k, point_id=row["point_id"]) for k in kdf.to_dict("records")]
         self.store.append_samples(samples)  # before the rows: a kill between leaves no row
         return rows, krows, self._phases(prob, inp, rows, kdf)
+
+    def _profile(self, prob, bname, config, fn, inp) -> dict:
+        """The profiler pass of a checked point, before it is timed: kernels (kdf, kus),
+        a trace while --traces lasts, and what goes on its rows (base)."""
+        from ..storage.traces import trace_name
+        from .eager_split import profiled_eager_us
+        from .profiling import export_trace, kernel_us, profile_kernels
+        out: dict = {"base": {}}
+        if not self.profile:
+            return out
+        try:
+            with time_limit(self.point_timeout_s), native_log_filter():
+                out["kdf"] = kdf = profile_kernels(fn, inp.args(), iters=3, device=self.device)
+                out["kus"] = kernel_us(kdf) if len(kdf) else float("nan")
+                if self.traces_left > 0:
+                    os.makedirs(os.path.join(self.run_dir, "traces"), exist_ok=True)
+                    export_trace(fn, inp.args(), os.path.join(
+                        self.run_dir, "traces", trace_name(prob, bname, config)),
+                        device=self.device)
+                    self.traces_left -= 1
+                    # the eager time with the profiler's cost: what its split is held to
+                    out["base"]["eager_profiled_us"] = profiled_eager_us(
+                        fn, inp.args(), self.device, warmup_ms=self.warmup_ms,
+                        rep_ms=self.rep_ms)
+        except Exception as exc:
+            reraise_if_terminated(exc)
+            out["base"]["warning"] = f"profiler pass failed: {one_line(exc)}"
+        return out
 
     def _phases(self, prob, inp, rows, kdf) -> list[dict]:
         """Per timed point and phase: measured time beside its own floor (moe_lab.cost.ledger),
