@@ -77,3 +77,22 @@ def test_empty_and_wrong_frames_are_refused_or_empty():
     from moe_lab.core.errors import UsageError
     with pytest.raises(UsageError):
         fa.fastest(pd.DataFrame({"x": [1]}))
+
+
+def test_the_vllm_comparison_has_both_readings_and_a_deployed_base(res):
+    """Issue 66/64: the own layers with vLLM's kernel on moe-lab's files and without it
+    (OWN_ONLY) are two tables of one rule; with `vllm-deployed` rows the same rule runs
+    against vLLM as deployed (here its rows are vLLM's own rows relabelled: the same times
+    give the same ratios)."""
+    with_v = vc.best_over_vllm(res)
+    alone = vc.best_over_vllm(res, own=vc.OWN_ONLY)
+    assert not alone["best"].str.startswith("vllm ").any()
+    assert with_v["best"].str.startswith("vllm tuned").any()
+    j = with_v.merge(alone, on=["run_id", "model", "tp", "ep", "dtype", "mode", "tokens"],
+                     suffixes=("", "_alone"))
+    assert (j["ratio"] <= j["ratio_alone"] + 1e-12).all()  # more candidates: never slower
+    dep = res.assign(backend=np.where((res["backend"] == "vllm")
+                                      & (res["config"].fillna("default") == "default"),
+                                      "vllm-deployed", res["backend"]))
+    t = vc.best_over_vllm(dep, base=vc.DEPLOYED, own=vc.OWN_ONLY)
+    assert len(t) == len(alone) and np.allclose(t["ratio"].values, alone["ratio"].values)

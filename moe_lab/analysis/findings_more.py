@@ -195,9 +195,19 @@ def vllm_section(runs, device: str | None = None) -> list[str]:
     shapes = vc.by_shape(t)
     versions = sorted(set(res.loc[res["backend"] == vc.BASE[0], "backend_version"]
                           .dropna().astype(str))) if "backend_version" in res else []
+    alone = vc.by_shape(vc.best_over_vllm(res, own=vc.OWN_ONLY))  # the other reading
+    alone = alone.set_index(vc.SHAPE)[["geomean_ratio", "slower", "met", "points"]].add_suffix(
+        "_own_only")
+    shapes = shapes.join(alone, on=vc.SHAPE)
     show = shapes.assign(geomean_ratio=shapes["geomean_ratio"].map("{:.3f}".format),
                          worst_ratio=shapes["worst_ratio"].map("{:.3f}".format),
-                         met=shapes["met"].map({True: "yes", False: "no"}))
+                         met=shapes["met"].map({True: "yes", False: "no"}),
+                         geomean_ratio_own_only=shapes["geomean_ratio_own_only"].map(
+                             lambda v: "" if v != v else f"{v:.3f}"),
+                         met_own_only=shapes["met_own_only"].map(
+                             {True: "yes", False: "no"}).fillna(""))
+    n_alone = shapes["points_own_only"].fillna(0)
+    dep = vc.by_shape(vc.best_over_vllm(res, base=vc.DEPLOYED))
     now = vc.newest(t)
     slow = now[now["slower"]].assign(ratio=lambda d: d["ratio"].map("{:.3f}".format),
                                  vllm_us=lambda d: d["vllm_us"].map("{:.1f}".format),
@@ -215,9 +225,25 @@ def vllm_section(runs, device: str | None = None) -> list[str]:
            f"the points slower than the run-to-run band ({vc.BAND:.2f}x), whether the goal "
            f"(no point above the band, geomean at or below {vc.GEOMEAN:.2f}) is met "
            f"({int(shapes['met'].sum())} of {len(shapes)} shapes), and which own layers are "
-           "the best at its points (how many each).", "",
+           "the best at its points (how many each). Both readings: the own layers include "
+           "vLLM's kernel with moe-lab's tuned files; with the workbook's own kernels alone "
+           "(`_own_only`: vLLM's kernel left out) the points within the band are "
+           f"{int((n_alone - shapes['slower_own_only'].fillna(0)).sum())} of "
+           f"{int(n_alone.sum())} and the goal is met at "
+           f"{int(shapes['met_own_only'].fillna(False).astype(bool).sum())} of {len(shapes)} shapes.", "",
            *md_table(show[["model", "sharding", "dtype", "points", "geomean_ratio",
-                           "worst_ratio", "worst_tokens", "slower", "met", "best", "run_id"]])]
+                           "worst_ratio", "worst_tokens", "slower", "met",
+                           "geomean_ratio_own_only", "slower_own_only", "met_own_only",
+                           "best", "run_id"]]), "",
+           ("Against vLLM as deployed (`vllm-deployed`: the experts class vLLM's own oracle "
+            "picks on this GPU) at the points it was measured, per shape: " + "; ".join(
+                f"{r.model} {r.sharding} {r.dtype} geomean {r.geomean_ratio:.3f} over "
+                f"{r.points} points, {r.slower} slower" for r in dep.itertuples(index=False))
+            + "." if len(dep) else
+            "vLLM as deployed (`vllm-deployed`, the experts class vLLM's own oracle picks on "
+            "this GPU) is not measured on this device yet: the comparison above is against "
+            "vLLM's Triton path, which vLLM deploys for bf16 and for block FP8 under TP on "
+            "Hopper, and not for per-channel FP8 or block FP8 under EP.")]
     if len(slow):
         out += ["", "The slower points, with the phase that loses the most time against "
                 "vLLM's (the ledger's phases of both points) and by how much (us):", "",

@@ -60,6 +60,8 @@ _needs = frames  # the columns' decorator, for below this module's own frames(ru
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("aiter-triton-silu", "default"),
        ("aiter-triton-silu", "tuned"), ("torch-grouped", "default"),
        ("torch-fp8", "default"), ("torch-fp8-grouped", "default"), ("vllm", "tuned"))
+OWN_ONLY = tuple(o for o in OWN if o[0] != BASE[0])  # the workbook's own kernels alone
+DEPLOYED = ("vllm-deployed", "default")  # the class vLLM's oracle picks (backends.vllm_paths)
 BAND = by_name("own layer within 1.03x of vLLM as shipped").limit  # issue 41's band
 GEOMEAN = by_name("own layer's geomean at or below vLLM's, per shape").limit  # and its geomean
 KEY = ["run_id", "model", "tp", "ep", "ep_rank", "dtype", "routing", "mode", "tokens"]
@@ -84,12 +86,15 @@ def _candidates(results: pd.DataFrame, mode: str | None) -> pd.DataFrame:
 @frames(results=("model", "tp", "ep", "dtype", "backend", "mode", "tokens", "median_us",
         "point_id"), ledger=("point_id", "phase", "measured_us"))
 def best_over_vllm(results: pd.DataFrame, ledger: pd.DataFrame | None = None,
-                   mode: str | None = "graph", own=OWN, band: float = BAND) -> pd.DataFrame:
+                   mode: str | None = "graph", own=OWN, band: float = BAND,
+                   base=BASE) -> pd.DataFrame:
     """Module doc. Points without an ok vLLM-default row or without an ok own row are left
-    out; empty (COLUMNS) when none has both."""
+    out; empty (COLUMNS) when none has both. `own`: the layers counted as the workbook's
+    (OWN_ONLY: without vLLM's kernel on moe-lab's files); `base`: what vLLM runs
+    (DEPLOYED: the experts class its oracle picks, `vllm-deployed`)."""
     r = _candidates(results, mode)
     pair = list(zip(r["backend"].astype(str), r["config"]))
-    base = r[[p == BASE for p in pair]]
+    base = r[[p == tuple(base) for p in pair]]
     mine = r[[p in set(own) for p in pair]]
     if base.empty or mine.empty:
         return pd.DataFrame(columns=COLUMNS)
