@@ -794,6 +794,9 @@ def test_a_dry_run_of_the_paths_call_puts_vllms_hopper_paths_beside_its_triton(t
                VLLM_SITE=str(tmp_path / "site"), VLLM_STANDINS=str(tmp_path / "standins"),
                VLLM_RUNSTAGE=str(tmp_path / "runstage"), TUNE_STAGE=str(tmp_path / "tunestage"),
                MOE_LAB_GIT_COMMIT="abc1234", MOE_LAB_DATA=str(tmp_path / "no-runs"), OUT=str(out))
+    # FlashInfer's JIT module is built on this machine (an earlier call's background build)
+    (tmp_path / "runstage").mkdir()
+    (tmp_path / "runstage" / "flashinfer-jit.log").write_text("built in 312 s\n")
     r = subprocess.run(["bash", "scripts/device_vllm.sh", "paths"], cwd=repo, timeout=600,
                        env=env, capture_output=True, text=True)
     text = r.stdout + r.stderr
@@ -822,4 +825,16 @@ def test_a_dry_run_of_the_paths_call_puts_vllms_hopper_paths_beside_its_triton(t
     assert all("--modes graph" in c and "--tokens 1,16,64,256,1024,2048,4096,8192" in c for c in calls)
     with tarfile.open(out / "bundle.tar.gz") as t:
         assert "bundle/logs/ceilings.log" in t.getnames()
+        assert "bundle/logs/flashinfer-jit.log" in t.getnames()
+    # not built yet (and no flashinfer to build it with here): its points wait, the rest go on
+    shutil.rmtree(out)
+    out.mkdir()
+    shutil.rmtree(tmp_path / "runstage")
+    log.write_text("")
+    r = subprocess.run(["bash", "scripts/device_vllm.sh", "paths"], cwd=repo, timeout=600,
+                       env=dict(env, JOBS="bf16:8:deepseek-r1"), capture_output=True, text=True)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
+    calls = [c for c in log.read_text().splitlines() if " sweep " in c]
+    assert calls and all(arg(c, "backends") == paths["bf16"].replace("flashinfer-cutlass,", "")
+                         for c in calls)
     shutil.rmtree(out)
