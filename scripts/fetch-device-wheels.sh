@@ -47,8 +47,11 @@ TXT
 fi
 VLLM=0.26.0
 DEPS="pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
-      msgspec==0.23.0 cbor2==6.3.0 pyzmq==27.3.0 blake3==1.0.11 cachetools==8.0.2 pybase64==1.5.1
-      flashinfer-python==0.6.14 apache-tvm-ffi==0.1.15.post2 nvidia-ml-py==13.615.71 ninja==1.13.2"
+      msgspec==0.23.0 cbor2==6.3.0 pyzmq==27.3.0 blake3==1.0.11 cachetools==8.0.2 pybase64==1.5.1"
+FI_DEPS="flashinfer-python==0.6.14 apache-tvm-ffi==0.1.15.post2 nvidia-ml-py==13.615.71 ninja==1.13.2"
+# VLLM_FLASHINFER=0: without FlashInfer (one part fewer: 43 MiB in 2 parts, id f75a58d2 with
+# sm_90 code), for a lease too short to build its JIT module anyway
+[ "${VLLM_FLASHINFER:-1}" = 0 ] || DEPS="$DEPS $FI_DEPS"
 PYV=${DEVICE_PYTHON:-3.12}
 D=.whl/vllm
 mkdir -p $D/deps $D/parts
@@ -68,6 +71,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: -d $D/deps $DEPS \
   --platform manylinux_2_26_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64 --platform any
 rm -f $D/deps/regex-*.whl  # the image has regex: one version only
+[ "${VLLM_FLASHINFER:-1}" = 0 ] && rm -f $D/deps/flashinfer_python-*.whl $D/deps/apache_tvm_ffi-*.whl \
+  $D/deps/nvidia_ml_py-*.whl $D/deps/ninja-*.whl
 # what travels with every call: the tracked and the untracked-not-ignored files
 TREE=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 -r stat -c %s 2>/dev/null \
         | awk '{s += $1} END {print s + 0}')
