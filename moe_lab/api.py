@@ -19,7 +19,6 @@ from . import backends as registry
 from .measuring.correctness import check_problem, resolve_device
 from .core.constants import PROFILE_ITERS, TP_DEFAULT
 from .core.errors import UsageError  # noqa: F401  (ml.UsageError)
-from .core.validate import shown as _shown
 from .storage.modes import Mode, parse_mode
 from .core.problems import make_problem, split_models
 from .storage import store
@@ -40,7 +39,7 @@ def _wholes(v, name: str) -> list[int]:
     items = v.split(",") if isinstance(v, str) else v if isinstance(v, (list, tuple)) else [v]
     items = [validate._whole_text(x, name) if isinstance(x, str) else x for x in items]
     if not items:
-        raise UsageError(f"{name} {_shown(v)}: give a whole number or a list of them")
+        raise UsageError(f"{name} {v!r}: give a whole number or a list of them")
     return [validate.limit(x, name, name) for x in items]
 
 
@@ -51,7 +50,7 @@ def _routings(v) -> list[str]:
     what = "a routing (uniform, balanced, zipf:S, hot:P), a comma string or a list of them"
     items = v.split(",") if isinstance(v, str) else v if isinstance(v, (list, tuple)) else None
     if not items or not all(isinstance(x, str) and x.strip() for x in items):
-        raise UsageError(f"routing {_shown(v)}: give {what}")
+        raise UsageError(f"routing {v!r}: give {what}")
     out = [validate.text(x.strip(), "routing", what) for x in items]
     for r in out:
         parse_routing(r)
@@ -111,7 +110,7 @@ def _models(v) -> list[str]:
         return split_models(v)
     if isinstance(v, (list, tuple)) and v and all(isinstance(m, str) and m.strip() for m in v):
         return list(v)
-    raise UsageError(f"models {_shown(v)}: give one or more model names, e.g. 'qwen3-30b-a3b' or "
+    raise UsageError(f"models {v!r}: give one or more model names, e.g. 'qwen3-30b-a3b' or "
                      "['mixtral-8x7b', 'custom:H=4096,I=14336,E=8,k=2']")
 
 
@@ -132,7 +131,7 @@ def _has(has, name: str) -> None:
             try:  # any other is a mode name; was: an empty table for any word
                 parse_mode(has)
             except UsageError:
-                raise UsageError(f"{name} {_shown(has)}: give {kinds}") from None
+                raise UsageError(f"{name} {has!r}: give {kinds}") from None
 
 
 def _data_dir(value, name: str, what: str = "a folder or file path") -> None:
@@ -228,7 +227,7 @@ def measure(models, tokens, backends=None, modes=None, tp=TP_DEFAULT, ep=1, ep_r
     glues = _glues(glue)
     if run is not None:
         if not isinstance(run, (str, Path)) or not str(run):
-            raise UsageError(f"run={_shown(run)}: give a folder path (str or Path), or None")
+            raise UsageError(f"run={run!r}: give a folder path (str or Path), or None")
         run = _run_folder(run)
         if Path(run).exists() and not Path(run).is_dir():
             raise UsageError(f"run={str(run)!r} is a file, not a run folder")
@@ -236,7 +235,7 @@ def measure(models, tokens, backends=None, modes=None, tp=TP_DEFAULT, ep=1, ep_r
     device = resolve_device(device)
     modes = modes or ("eager,graph" if device.startswith("cuda") else "eager")
     if not isinstance(modes, (str, list, tuple)) or isinstance(modes, str) and not modes.strip():
-        raise UsageError(f"modes {_shown(modes)}: give eager, graph or compile:<variant>, a comma "
+        raise UsageError(f"modes {modes!r}: give eager, graph or compile:<variant>, a comma "
                          "string or a list of them")
     grid = Grid(models=models, tokens=tokens,
                 backends=registry.parse_names(wanted) if wanted else
@@ -276,7 +275,7 @@ def _glues(v) -> list[str]:
     if isinstance(v, (list, tuple)) and all(isinstance(g, str) for g in v):
         v = ",".join(v)
     if not isinstance(v, str):
-        raise UsageError(f"glue {_shown(v)}: give one or more of {', '.join(GLUES)}")
+        raise UsageError(f"glue {v!r}: give one or more of {', '.join(GLUES)}")
     return parse_glues(v, "glue")
 
 

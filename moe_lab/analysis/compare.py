@@ -264,7 +264,3 @@ def bands_line(table: pd.DataFrame) -> str:
         return "noise bands: none met"
     seen = list(dict.fromkeys(str(c) for c in table["calibration"].dropna()))
     return "noise bands: " + "; ".join(seen)
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

@@ -194,7 +194,3 @@ def status_line(run) -> str:
     counts = rows["status"].value_counts()
     return (f"compile rows: {len(rows)} ("
             + ", ".join(f"{s} {int(n)}" for s, n in counts.items()) + ")")
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

@@ -337,7 +337,3 @@ def coverage(table: pd.DataFrame, shapes=SEED_DEVICE_SHAPES) -> str:
     parts = [f"{dev}: {n} shape(s), {g['run_id'].nunique()} run(s) ({g['source'].iloc[0]})"
              for dev, (n, g) in sorted(per.items(), key=lambda kv: (-kv[1][0], kv[0]))]
     return f"devices side by side: {len(shapes)} seed shapes; " + "; ".join(parts)
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

@@ -228,7 +228,3 @@ def run_split(run) -> pd.DataFrame:
         out["sum_over_eager"] = out["wall_us"] / out["eager_us"]
         out = out.sort_values(["model", "tp", "ep", "backend", "tokens"]).reset_index(drop=True)
     return out
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

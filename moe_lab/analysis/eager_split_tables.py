@@ -10,7 +10,3 @@ from ..storage.store import open_run
 def table(run) -> pd.DataFrame:
     """run_split of the run (every sweep trace, its split and its check)."""
     return run_split(open_run(run))
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

@@ -238,7 +238,3 @@ def spread_target(spread_manifest: dict, single_manifest: dict) -> dict:
     ratio = float(spread["wall_s"]) / float(one)
     return dict(ratio=ratio, met=ratio <= SPREAD_TARGET, gpus=spread.get("gpus"),
                 spread_wall_s=float(spread["wall_s"]), one_gpu_wall_s=float(one))
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

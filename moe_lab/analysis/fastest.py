@@ -115,7 +115,3 @@ def by_shape(table: pd.DataFrame) -> pd.DataFrame:
                          median_pct_of_peak_prefill=float(pre.median()) if len(pre) else np.nan,
                          not_own=int((~g["fastest"].isin(own)).sum())))
     return pd.DataFrame(rows, columns=cols)
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

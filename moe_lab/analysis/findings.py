@@ -132,7 +132,3 @@ def default_path() -> Path:
     return Path(__file__).resolve().parents[2] / "docs" / "findings.md"
 
 
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

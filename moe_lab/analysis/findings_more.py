@@ -332,7 +332,3 @@ def _ties_text(tr: pd.DataFrame) -> str:
     return "; ".join(f"`{x.run_id}` {x.ties} ties {x.lo:.3f}-{x.hi:.3f}x, rows up to "
                      f"{x.apart_min:.0f} min apart, machines: {x.machines}"
                      for x in tr.itertuples(index=False))
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

@@ -412,7 +412,3 @@ def glue_section(runs, device: str | None = None) -> list[str]:
             "with PyTorch's glue (`naive`) or with aiter's own glue kernels wherever aiter "
             "ships one (`aiter`), over the fused, graph mode (above 1: fused faster).", "",
             *md_table(pd.DataFrame(rows))]
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

@@ -259,7 +259,3 @@ def _issues(numbers) -> str:
     """'issue 63' or 'issues 38 and 41'."""
     n = sorted(set(map(int, numbers)))
     return ("issue " if len(n) == 1 else "issues ") + " and ".join(map(str, n))
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

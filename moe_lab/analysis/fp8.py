@@ -144,7 +144,3 @@ def targets(cmp: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     the FP8 roof targets and FP8 against bf16 (16-256 tokens, 4096+, never slower)."""
     ev = tg.evaluate(metrics.fp8_metrics(cmp, mode))
     return tg.summary(ev)
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

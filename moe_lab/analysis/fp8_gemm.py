@@ -156,7 +156,3 @@ def sources(table: pd.DataFrame):
     runs = sorted(set(table["fp8_run"]) | set(table["bf16_run"]) | set(table["sol_run"].dropna()))
     drawn = pd.concat([open_run(r).results.assign(run_id=r) for r in runs], ignore_index=True)
     return open_run(str(table["fp8_run"].iloc[0])), drawn[drawn["model"].isin(set(table["model"]))]
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

@@ -122,7 +122,3 @@ def coverage_summary(run) -> str:
     unwarned = int((~cov["in_range"] & ~cov["warned"]).sum())
     return (f"graph points with kernel sum within [{lo}, {hi}] of graph time: {k} of {n} "
             f"({k / n:.1%}); outside and unwarned: {unwarned}")
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

@@ -217,7 +217,3 @@ def _of_runs(runs, mode):
     return (pd.concat(res, ignore_index=True) if res else pd.DataFrame(),
             pd.concat(nonempty, ignore_index=True) if nonempty else ledger(pd.DataFrame(
                 columns=["status", "median_us"]), None))
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

@@ -146,7 +146,3 @@ def spread_metrics(ratio: float, spread_run: str = "") -> pd.DataFrame:
     """The spread target's one row: spread wall / one-GPU wall (NaN: no pair yet)."""
     p = pd.DataFrame([dict(backend="sweep --gpus", run_id=spread_run, tokens=np.nan)])
     return metric_rows(p, "spread_ratio", [ratio])
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

@@ -379,7 +379,3 @@ class Bands:
         if self.runs and cal.includes(*self.runs):  # describe() ends with ")"
             text = text[:-1] + "; this very pair among them: circular)"
         return n, text
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals(), own=dict(add_pair=("path",)))  # its own words

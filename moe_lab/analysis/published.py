@@ -180,7 +180,3 @@ def published_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
     return metrics.metric_rows(p.assign(backend=p["backend"] + " tuned"),
                                "tuned_over_published", "value")
 
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

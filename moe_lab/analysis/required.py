@@ -86,7 +86,3 @@ def _search_run(word: str, device: str) -> str:
     """The run folder of a shape's search on `device`, as scripts/device_tune.sh names it."""
     b, m, tp, ep, dt = word.split(":")
     return f"{device_tag(device)}-tune-{b}-{m}-tp{tp}{'' if ep == '1' else f'ep{ep}'}-{dt}"
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

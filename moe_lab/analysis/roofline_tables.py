@@ -51,7 +51,3 @@ def best_pct_of_roof(df: pd.DataFrame) -> str:
             f"{r['model']} {sharding_name(r['tp'], r['ep'])}, {int(r['tokens'])} "
             f"tokens, {r['median_us']:.4g} us against a {r['roof_us']:.4g} us roof); median "
             f"over {len(d)} rows: {d['pct_of_roof'].median():.4g}%")
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

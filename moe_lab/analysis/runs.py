@@ -425,7 +425,3 @@ def richest_run() -> str | None:
 def imported_runs() -> list[str]:
     """Run ids of the tables imported from aiter (`moe-lab import-aiter`), newest first."""
     return [r.run_id for r in find_runs() if _imported(r)]
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

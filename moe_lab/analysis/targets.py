@@ -269,7 +269,3 @@ def summary(evaluation: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
 
 def _tok(t) -> str:
     return "" if pd.isna(t) else f"{int(t)}"
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

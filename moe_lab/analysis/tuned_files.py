@@ -433,9 +433,3 @@ def verify_metrics(points: pd.DataFrame) -> pd.DataFrame:
 def verify_runs(points: pd.DataFrame) -> list:
     """The verify runs behind `points` (verify_points), as Runs, newest first."""
     return [tune_run(r) for r in sorted(set(points["run_id"]), reverse=True)] if len(points) else []
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals(), own=dict(  # these say their own words for these
-    newest_of=("where", "root"), inventory=("configs_dir", "device"), tune_run=("run_id", "root"),
-    search_spread=("root", "device", "backend"), verify_points=("root",)))

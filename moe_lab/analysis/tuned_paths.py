@@ -113,7 +113,3 @@ def with_device(r) -> "pd.DataFrame":
     was a column, a table built by hand) the run's."""
     res = r.results
     return res if "device" in res or not len(res) else res.assign(device=r.device)
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

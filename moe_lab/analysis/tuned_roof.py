@@ -91,7 +91,3 @@ def _floors(row, ceils: dict) -> tuple[str, float]:
         return "", np.nan
     return bound(c, ceil, dtype), 100 * min(compute, memory) / max(compute, memory)
 
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals(), own=dict(roof_from=("pairs", "ledger_df")))  # frames'

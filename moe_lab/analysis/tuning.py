@@ -295,7 +295,3 @@ def winners_table(backend="aiter-triton", device=None, shipped="MI300X", root=No
         tuned_us=w["median_us"].round(1), default_us=w["default_us"].round(1),
         speedup=w["speedup"].round(2), tune_run=w["tune_run"]))
     return out.sort_values(["model", "sharding", "tokens"]).reset_index(drop=True)
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals(), own=dict(phase_best_worst=("run",)))  # None: the rows

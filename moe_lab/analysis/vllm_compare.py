@@ -290,7 +290,3 @@ def fp8_summary(table: pd.DataFrame) -> pd.DataFrame:
                          fp8_own_best=", ".join(sorted(set(o["fp8_own_best"].astype(str))))))
     return pd.DataFrame(rows, columns=cols)
 
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

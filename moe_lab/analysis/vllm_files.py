@@ -105,7 +105,3 @@ def unread_summary(table: pd.DataFrame) -> pd.DataFrame:
                 geomean=geomean,
                 slower=lambda v: int((v > 1).sum())).reset_index()
     return out[cols]
-
-
-from . import checked as _checked  # noqa: E402  (the one argument check, issue 67)
-_checked.public(globals())

@@ -17,7 +17,7 @@ def run_id(value, name: str = "--run-id") -> str:
     if (not text or text.strip() != text or text.startswith(".") or "\0" in text
             or any(s in text for s in seps) or os.path.isabs(text) or len(text) > 200
             or any(ord(c) < 32 for c in text)):
-        raise UsageError(f"{name} {shown(value)}: a run id is a folder name (no '/', not '.', '..' "
+        raise UsageError(f"{name} {value!r}: a run id is a folder name (no '/', not '.', '..' "
                          "or an absolute path, not starting with '.'); the folder goes under "
                          "--data-dir")
     return text
@@ -78,13 +78,6 @@ LIMITS = {
 API_NAMES = {"point_timeout": "point_timeout_s"}  # the API's keyword where it differs
 
 
-def shown(value) -> str:
-    """A value as a refusal shows it: its repr when short and one line, else its kind (was:
-    a DataFrame's whole repr pasted into the message)."""
-    r = repr(value)
-    return r if len(r) <= 80 and "\n" not in r else f"(a {type(value).__name__})"
-
-
 def flag(key: str, api: bool) -> str:
     """How the caller spells a value: `--rep-ms` (CLI) or `rep_ms` (API)."""
     return API_NAMES.get(key, key) if api else "--" + key.replace("_", "-")
@@ -101,9 +94,9 @@ def _number(value, name: str, what: str, ok, integer: bool = False, high=None, u
     if good:
         good = (isinstance(value, numbers.Integral) or math.isfinite(value)) and ok(value)
     if not good:
-        raise UsageError(f"{name} {shown(value)}: give {what}")
+        raise UsageError(f"{name} {value!r}: give {what}")
     if high is not None and value > high:
-        raise UsageError(f"{name} {shown(value)}: at most {high}{' ' + unit if unit else ''} "
+        raise UsageError(f"{name} {value!r}: at most {high}{' ' + unit if unit else ''} "
                          f"(give {what})")
     return int(value) if integer else float(value)
 
@@ -202,7 +195,7 @@ def device(value, name: str = "device") -> str | None:
     from .errors import UsageError
     if value is None or (isinstance(value, str) and re.fullmatch(r"cpu|cuda(:\d+)?", value)):
         return value
-    raise UsageError(f"{name} {shown(value)}: give cpu or cuda (cuda:N for one GPU), or leave it "
+    raise UsageError(f"{name} {value!r}: give cpu or cuda (cuda:N for one GPU), or leave it "
                      "out for cuda when a GPU is visible, else cpu")
 
 
@@ -216,7 +209,7 @@ def tokens(value, name: str = "tokens") -> list[int]:
     values = [value] if not isinstance(value, (list, tuple, range)) and not hasattr(
         value, "tolist") else list(value.tolist() if hasattr(value, "tolist") else value)
     if not values:
-        raise UsageError(f"{name} {shown(value)}: give one or more token counts, e.g. [1, 16] or "
+        raise UsageError(f"{name} {value!r}: give one or more token counts, e.g. [1, 16] or "
                          "'1-64'")
     ints = [count(v, name, 1) for v in values]
     return parse_tokens(",".join(map(str, ints)))  # its cap, and each count once
@@ -231,7 +224,7 @@ def names(value, name: str, what: str) -> list[str] | None:
     good = isinstance(items, (list, tuple)) and all(isinstance(v, str) for v in items)
     out = list(dict.fromkeys(v.strip() for v in items if v.strip())) if good else []
     if not out:
-        raise UsageError(f"{name} {shown(value)}: give one or more {what} (a comma string or a "
+        raise UsageError(f"{name} {value!r}: give one or more {what} (a comma string or a "
                          f"list of str), or None for the default")
     return out
 
@@ -240,7 +233,7 @@ def text(value, name: str, what: str) -> str:
     """A non-empty str (a model name, a routing, a dtype...)."""
     from .errors import UsageError
     if not isinstance(value, str) or not value.strip():
-        raise UsageError(f"{name} {shown(value)}: give {what}")
+        raise UsageError(f"{name} {value!r}: give {what}")
     return value
 
 
@@ -249,7 +242,7 @@ def choice(value, name: str, options) -> str:
     from .errors import UsageError
     options = list(options)
     if not isinstance(value, str) or value not in options:
-        raise UsageError(f"{name} {shown(value)}: give one of {', '.join(map(str, options))}")
+        raise UsageError(f"{name} {value!r}: give one of {', '.join(map(str, options))}")
     return value
 
 
@@ -260,7 +253,7 @@ def path(value, name: str, optional: bool = True, what: str = "a folder or file 
     if value is None and optional:
         return None
     if not isinstance(value, (str, os.PathLike)) or not str(value):
-        raise UsageError(f"{name}={shown(value)}: give {what} (str or Path)"
+        raise UsageError(f"{name}={value!r}: give {what} (str or Path)"
                          + (", or None" if optional else ""))
     return value
 
@@ -276,8 +269,77 @@ def parse_glues(text: str, name: str = "--glue") -> list[str]:
     return out
 
 
-# --- the frames the analysis layer's public functions take: core.frame_checks ----------------
-from .frame_checks import NUMERIC, _lacking, frame, frames  # noqa: E402,F401
+# --- the frames the analysis layer's public functions take (the notebooks' API) --------------
+
+def _lacking(value, needs, name: str) -> str:
+    """The one line saying which of the columns `needs` the frame `value` lacks ("" if none);
+    UsageError when `value` is no DataFrame."""
+    from .errors import UsageError
+    cols = getattr(value, "columns", None)
+    if cols is None or not hasattr(value, "index"):
+        raise UsageError(f"{name}: give a DataFrame, not "
+                         f"{'None' if value is None else type(value).__name__}")
+    missing = [c for c in needs if c not in cols]
+    if not missing:
+        return ""
+    has = [str(c) for c in cols]
+    return (f"{name} lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+            f"(it has: {', '.join(has[:12]) + (', ...' if len(has) > 12 else '') or 'none'})")
+
+
+def frame(value, needs, name: str):
+    """`value` as a DataFrame holding the columns `needs`; UsageError (one line) naming
+    `name` (the function and argument) and the columns it lacks."""
+    from .errors import UsageError
+    why = _lacking(value, needs, name)
+    if why:
+        raise UsageError(why)
+    return value
+
+
+def frames(where: str | None = None, **needs):
+    """Decorator of a public function taking DataFrames: each argument named in `needs` (a
+    tuple of columns, or a function of the bound arguments giving them) is checked before
+    the call (frame()). Before, a frame without them raised pandas' KeyError of the first
+    one from deep inside. None is passed on unchecked where the parameter takes it (its
+    default is None, or its annotation names None) and refused elsewhere (was: a TypeError
+    or AttributeError from inside). A frame without rows is handed on as it is (many
+    answer it with an empty result, whatever its columns); a KeyError it then raises is
+    the UsageError naming what it lacks."""
+    def deco(fn):
+        import functools
+        import inspect
+        sig = inspect.signature(fn)
+        name = where or f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
+        takes_none = {a for a in needs if sig.parameters[a].default is None
+                      or "None" in str(sig.parameters[a].annotation)}
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            from .errors import UsageError
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError:
+                return fn(*args, **kwargs)  # Python's own message for a wrong call
+            bound.apply_defaults()
+            later = ""
+            for arg, cols in needs.items():
+                value = bound.arguments.get(arg)
+                if value is None and arg in takes_none:
+                    continue
+                why = _lacking(value, cols(bound.arguments) if callable(cols) else cols,
+                               f"{name}: {arg}")
+                if why and len(value):
+                    raise UsageError(why)
+                later = later or why
+            if not later:
+                return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except KeyError:
+                raise UsageError(later) from None
+        return wrapper
+    return deco
 
 
 # --- where a report-like output may go: never into a run (its files are measured data) --------
