@@ -335,3 +335,23 @@ def test_the_repeatability_evidence_readme_states_what_its_csvs_hold():
     raw = pd.read_csv(ev / "lease-20261129-d" / "repeatability.csv")
     ds = raw[(raw["model"] == "deepseek-r1") & (raw["mode"] == "eager")].sort_values("rep")
     assert [int(x) for x in calls.split(", ")] == [round(v) for v in ds["median_us"]]
+
+
+def test_the_times_the_readme_states_are_the_committed_records():
+    """How long the two commands and `report` take, and what they install, are the numbers
+    of data/timings/readme-commands.json (tests/readme_timings.py measured them on a fresh
+    clone): a changed record or a retyped number fails here."""
+    import json
+    import re
+    rec = json.loads((ROOT / "data" / "timings" / "readme-commands.json").read_text())
+    by = {c["name"]: c for c in rec["commands"]}
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"On a fresh clone on a (\d+)-core CPU machine \(`data/timings/readme-commands"
+                  r"\.json`[^)]*\): `main\.sh` (\d+) s, adding (\d+) MB to the virtualenv; "
+                  r"`test\.sh` (\d+) s, (\d+) MB more; `python -m moe_lab report` (\d+) s\.", text)
+    assert m, "the README's sentence on how long its commands take is gone or reworded"
+    cpus, main_s, main_mb, test_s, test_mb, report_s = map(int, m.groups())
+    assert cpus == rec["machine"]["cpus"]
+    assert (main_s, test_s, report_s) == tuple(round(by[k]["wall_s"]) for k in ("main", "test", "report"))
+    assert (main_mb, test_mb) == (round(by["main"]["venv_added_mb"]), round(by["test"]["venv_added_mb"]))
+    assert all(c["command"] in text for c in rec["commands"] if c["name"] != "report")
