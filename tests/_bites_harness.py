@@ -148,3 +148,35 @@ def within(line: str, named: str) -> bool:
     of the named file (node ids may hold spaces: a parametrisation's id)."""
     rest = line[len(named):] if line.startswith(named) else None
     return rest is not None and (rest == "" or rest.startswith((" - ", "[", "::")))
+
+
+def assert_caught(m: Mutation, tmp_path: Path, runs) -> None:
+    """The verdict on one mutation (tests/test_bites*.py): its old text is in the checkout
+    exactly once (a refactor that removes or repeats the line fails here, never passes
+    silently); applied to a copy, the tests it names fail there, only they, for the bug
+    (not a slip in the mutation's own text) and saying m.says; skipped when those tests
+    skip here. `runs`: run_pytest or a PytestServer's run."""
+    import pytest
+    n = m.occurrences()
+    assert n == 1, (f"{m.file} holds the mutated text {n} times, not once: the bite "
+                    f"{m.name!r} ({m.bug}) needs updating to the code as it is now")
+    copy = checkout(tmp_path / "checkout")
+    m.apply(copy)
+    rc, out = runs(copy, m.catch, tmp_path / "basetemp")
+    if rc == 0 and " skipped" in out and " passed" not in out:
+        pytest.skip(f"the tests that catch {m.name} skip here: {out.strip().splitlines()[-1]}")
+    failed = failed_lines(out)
+    assert rc == 1 and failed, f"{m.name} ({m.bug}) was not caught (pytest rc {rc}):\n{out[-3000:]}"
+    assert all(any(within(f, node) for node in m.catch) for f in failed), failed
+    assert not any(f" - {e}" in f for f in failed
+                   for e in ("NameError", "SyntaxError", "ImportError", "AttributeError")), failed
+    assert m.says in out, f"{m.name}: the failure does not say {m.says!r}:\n{out[-3000:]}"
+
+
+def assert_control(mutations, tmp_path: Path, runs) -> None:
+    """The control: every test the mutations name passes in an unmutated copy, run the
+    same way, so each failure of assert_caught is the mutation's."""
+    nodes = list(dict.fromkeys(n for m in mutations for n in m.catch))
+    copy = checkout(tmp_path / "checkout")
+    rc, out = runs(copy, nodes, tmp_path / "basetemp")
+    assert rc == 0, out[-3000:]

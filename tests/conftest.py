@@ -362,3 +362,14 @@ def put(obj, path, value) -> None:
         del node[last]
     else:
         node[last] = value
+
+
+@pytest.fixture(scope="module")
+def mutation_runs():
+    """The mutation checks' runner (tests/test_bites*.py): pytest on a copy of the checkout,
+    as _bites_harness.run_pytest runs it, each run a process forked from one that imported
+    torch, pandas and the like once (PytestServer)."""
+    from _bites_harness import PytestServer
+    server = PytestServer()
+    yield server.run
+    server.close()

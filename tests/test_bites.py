@@ -69,7 +69,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from _bites_harness import Mutation, PytestServer, checkout, failed_lines, within
+from _bites_harness import Mutation, assert_caught, assert_control
 from conftest import plugin_backend  # noqa: E402
 
 import moe_lab as ml
@@ -857,44 +857,16 @@ def test_the_mutations_are_distinct_and_name_their_catching_tests():
             assert (ROOT / node.split("::")[0]).is_file(), (m.name, node)
 
 
-@pytest.fixture(scope="module")
-def pytest_runs():
-    """Runs pytest on a copy as _bites_harness.run_pytest does, each run a process of its
-    own forked from one that imported torch, pandas and the like once (PytestServer)."""
-    server = PytestServer()
-    yield server.run
-    server.close()
-
-
 @pytest.mark.parametrize("m", MUTATIONS, ids=[m.name for m in MUTATIONS])
-def test_the_mutation_is_caught(m, tmp_path, pytest_runs):
+def test_the_mutation_is_caught(m, tmp_path, mutation_runs):
     """Apply `m` to a copy of the checkout; the tests it names must fail there, and only
-    they are run. Its old text must be in the checkout exactly once: a refactor that
-    removes or repeats the line fails here, never passes silently."""
-    n = m.occurrences()
-    assert n == 1, (f"{m.file} holds the mutated text {n} times, not once: the bite "
-                    f"{m.name!r} ({m.bug}) needs updating to the code as it is now")
-    copy = checkout(tmp_path / "checkout")
-    m.apply(copy)
-    rc, out = pytest_runs(copy, m.catch, tmp_path / "basetemp")
-    if rc == 0 and " skipped" in out and " passed" not in out:
-        pytest.skip(f"the tests that catch {m.name} skip here: {out.strip().splitlines()[-1]}")
-    failed = failed_lines(out)
-    assert rc == 1 and failed, f"{m.name} ({m.bug}) was not caught (pytest rc {rc}):\n{out[-3000:]}"
-    assert all(any(within(f, node) for node in m.catch) for f in failed), failed
-    # the bug is caught, not a slip in the mutation's own text
-    assert not any(f" - {e}" in f for f in failed
-                   for e in ("NameError", "SyntaxError", "ImportError", "AttributeError")), failed
-    assert m.says in out, f"{m.name}: the failure does not say {m.says!r}:\n{out[-3000:]}"
+    they are run (tests/_bites_harness.assert_caught)."""
+    assert_caught(m, tmp_path, mutation_runs)
 
 
-def test_the_catching_tests_pass_on_the_copy_without_a_mutation(tmp_path, pytest_runs):
-    """The control: every test the mutations name passes in an unmutated copy, run the
-    same way, so each failure above is the mutation's."""
-    nodes = list(dict.fromkeys(n for m in MUTATIONS for n in m.catch))
-    copy = checkout(tmp_path / "checkout")
-    rc, out = pytest_runs(copy, nodes, tmp_path / "basetemp")
-    assert rc == 0, out[-3000:]
+def test_the_catching_tests_pass_on_the_copy_without_a_mutation(tmp_path, mutation_runs):
+    """The control (tests/_bites_harness.assert_control)."""
+    assert_control(MUTATIONS, tmp_path, mutation_runs)
 
 
 def test_the_docstring_lists_every_mutation():

@@ -120,7 +120,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from _bites_harness import Mutation, PytestServer, checkout, failed_lines, within
+from _bites_harness import Mutation, assert_caught, assert_control
 from conftest import plugin_backend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -767,39 +767,15 @@ def test_the_docstring_lists_every_mutation():
         assert m.name in __doc__, m.name
 
 
-@pytest.fixture(scope="module")
-def pytest_runs():
-    """Runs pytest on a copy as _bites_harness.run_pytest does, each run a process of its
-    own forked from one that imported torch, pandas and the like once (PytestServer)."""
-    if not RUN_MUTATIONS:
-        pytest.skip(f"the mutation runs are slow; run them with `{HOW}`")
-    server = PytestServer()
-    yield server.run
-    server.close()
+slow = pytest.mark.skipif(not RUN_MUTATIONS, reason=f"the mutation runs are slow; run them with `{HOW}`")
 
 
+@slow
 @pytest.mark.parametrize("m", MUTATIONS, ids=[m.name for m in MUTATIONS])
-def test_the_mutation_is_caught(m, tmp_path, pytest_runs):
-    """Apply `m` to a copy of the checkout; the tests it names must fail there, and only
-    they are run."""
-    assert m.occurrences() == 1, f"{m.name}: its old text is not in {m.file} exactly once"
-    copy = checkout(tmp_path / "checkout")
-    m.apply(copy)
-    rc, out = pytest_runs(copy, m.catch, tmp_path / "basetemp")
-    if rc == 0 and " skipped" in out and " passed" not in out:
-        pytest.skip(f"the tests that catch {m.name} skip here: {out.strip().splitlines()[-1]}")
-    failed = failed_lines(out)
-    assert rc == 1 and failed, f"{m.name} ({m.bug}) was not caught (pytest rc {rc}):\n{out[-3000:]}"
-    assert all(any(within(f, node) for node in m.catch) for f in failed), failed
-    assert not any(f" - {e}" in f for f in failed
-                   for e in ("NameError", "SyntaxError", "ImportError", "AttributeError")), failed
-    assert m.says in out, f"{m.name}: the failure does not say {m.says!r}:\n{out[-3000:]}"
+def test_each_mutation_is_caught(m, tmp_path, mutation_runs):
+    assert_caught(m, tmp_path, mutation_runs)  # tests/_bites_harness.py says what is asserted
 
 
-def test_the_catching_tests_pass_on_the_copy_without_a_mutation(tmp_path, pytest_runs):
-    """The control: every test the mutations name passes in an unmutated copy, run the
-    same way, so each failure above is the mutation's."""
-    nodes = list(dict.fromkeys(n for m in MUTATIONS for n in m.catch))
-    copy = checkout(tmp_path / "checkout")
-    rc, out = pytest_runs(copy, nodes, tmp_path / "basetemp")
-    assert rc == 0, out[-3000:]
+@slow
+def test_the_control_passes_unmutated(tmp_path, mutation_runs):
+    assert_control(MUTATIONS, tmp_path, mutation_runs)

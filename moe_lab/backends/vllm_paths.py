@@ -216,26 +216,27 @@ class _VllmPath(Backend):
         return {"vllm": vllm_version(), "vllm_path": ".".join(self.experts)}
 
 
+class _Fp8Path(_VllmPath):
+    """An FP8-only path: asked for every scheme, so a scheme vLLM's class does not take is a
+    row with vLLM's reason."""
+    quant_schemes = ("fp8-tensor", "fp8-channel", "fp8-block128")
+    fp8_only = True
+
+
 @register
-class VllmCutlass(_VllmPath):
+class VllmCutlass(_Fp8Path):
     name = "vllm-cutlass"
     label, color = "vllm CUTLASS", "darkgoldenrod"
     description = "vLLM's CUTLASS grouped FP8 MoE (CutlassExpertsFp8), per-tensor and per-channel"
-    quant_schemes = ("fp8-tensor", "fp8-channel", "fp8-block128")
-    fp8_only = True
-    experts = ("experts.cutlass_moe", "CutlassExpertsFp8")
-    fp8_enum = "VLLM_CUTLASS"
+    experts, fp8_enum = ("experts.cutlass_moe", "CutlassExpertsFp8"), "VLLM_CUTLASS"
 
 
 @register
-class DeepGemm(_VllmPath):
+class DeepGemm(_Fp8Path):
     name = "deepgemm"
     label, color = "DeepGEMM", "teal"
     description = "DeepGEMM's grouped FP8 block128 GEMMs as vLLM calls them (DeepGemmExperts)"
-    quant_schemes = ("fp8-tensor", "fp8-channel", "fp8-block128")
-    fp8_only = True
-    experts = ("experts.deep_gemm_moe", "DeepGemmExperts")
-    fp8_enum = "DEEPGEMM"
+    experts, fp8_enum = ("experts.deep_gemm_moe", "DeepGemmExperts"), "DEEPGEMM"
     needs = ("vllm.third_party.deep_gemm",)
 
 
@@ -245,10 +246,8 @@ class FlashInferCutlass(_VllmPath):
     label, color = "FlashInfer CUTLASS", "crimson"
     description = "FlashInfer's CUTLASS fused MoE as vLLM calls it (FlashInferExperts)"
     quant_schemes = ("fp8-tensor", "fp8-channel", "fp8-block128")
-    experts = ("experts.flashinfer_cutlass_moe", "FlashInferExperts")
-    fp8_enum = "FLASHINFER_CUTLASS"
-    bf16_enum = "FLASHINFER_CUTLASS"
-    needs = ("flashinfer",)
+    experts, needs = ("experts.flashinfer_cutlass_moe", "FlashInferExperts"), ("flashinfer",)
+    fp8_enum = bf16_enum = "FLASHINFER_CUTLASS"  # one class for bf16 and block FP8 on sm90
 
 
 @register
