@@ -71,3 +71,47 @@ def test_measured_figures_name_the_commit_of_their_rows():
         assert "run h200-seed4-20261129" in text and "commit 406a341" in text
         assert "NVIDIA H200 [measured]" in text
         assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+
+
+def _drawn_values(fig):
+    """Every y value a figure draws as a measured series (lines with markers, scatters)."""
+    import numpy as np
+    out = []
+    for ax in fig.axes:
+        for ln in ax.get_lines():
+            if ln.get_marker() not in (None, "None", ""):
+                out += list(np.asarray(ln.get_ydata(), float))
+        for col in ax.collections:
+            off = col.get_offsets()
+            if len(off):
+                out += list(np.asarray(off)[:, 1])
+    return out
+
+
+def test_a_series_is_one_configuration_never_a_blend():
+    """Issue 66: with one backend measured at two configurations (tuned at half the default's
+    time) and two modes, every value the roofline figures draw is a measured row's value
+    (us for the floor-vs-tokens lines, TFLOP/s for the roofline), never a median across
+    configurations or modes (was: ~76 us drawn where 102.1 and 49.8 were measured)."""
+    import numpy as np
+    import pandas as pd
+    import moe_lab as ml
+    from moe_lab.plots import roofline as pr
+    run = ml.open_run("h200-seed4-20261129")
+    df, ceil = pr.measured(run)
+    ok = df[df["status"] == "ok"]
+    tuned = ok.assign(config="tuned", median_us=ok["median_us"] / 2,
+                      point_id=ok["point_id"].astype(str) + "-t")
+    both = pd.concat([ok.assign(config="default"), tuned], ignore_index=True)
+    fig = pr.fig_floor_vs_tokens(run, both, ceil)
+    graph = both[both["mode"] == "graph"]
+    assert "graph" in fig.axes[0].get_ylabel()
+    measured_us = set(np.round(graph["median_us"].astype(float), 6))
+    drawn = _drawn_values(fig)
+    assert drawn and all(round(v, 6) in measured_us for v in drawn)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(" tuned " in f" {x} " for x in labels)  # the tuned series is its own entry
+    fig = pr.fig_roofline(run, both, ceil)
+    tflops = set(np.round((both["flops"] / both["median_us"] / 1e6).astype(float), 6))
+    drawn = _drawn_values(fig)
+    assert drawn and all(round(v, 6) in tflops for v in drawn)

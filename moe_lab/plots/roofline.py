@@ -44,24 +44,46 @@ def fig_roofline(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
     lo = max(min(x.min(), 1.0) / 2, 0.1)
     hi = max(x.max(), peak_tflops(ceil, "bf16") / ceil.roof_tb_s) * 4
     _roofs(ax, ceil, np.logspace(np.log10(lo), np.log10(hi), 200))
-    for (b, mode, wrapped), g in d.assign(wrapped=d["wrapped"].fillna(False).astype(bool)) \
-            .groupby(["backend", "mode", "wrapped"]):
+    for (b, cfg, glue, mode, wrapped), g in _series(d).groupby(
+            ["backend", "config", "glue", "mode", "wrapped"]):
         m = style.mode_of(mode, wrapped)
         ax.scatter(g["flops"] / g["bytes"], g["flops"] / g["median_us"] / 1e6, s=18, alpha=0.75,
                    marker=style.MODE_MARKER.get(m.name, "o"), color=style.backend_color(b),
-                   label=f"{style.backend_label(b)} / {m.label}")
+                   label=f"{_name(b, cfg, glue)} / {m.label}")
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / byte, ideal fused bytes)",
            ylabel="achieved TFLOP/s", title="MoE layer roofline")
     ax.grid(True, which="both", alpha=0.25)
     return style.finish(fig, run, d, _ceiling_text(ceil), device=f"{ceil.device} [{ceil.source}]")
 
 
+def _series(d: pd.DataFrame) -> pd.DataFrame:
+    """Rows with what tells one measured series from another: a series is one backend,
+    configuration, glue and mode, never an aggregate across them."""
+    return d.assign(wrapped=d["wrapped"].fillna(False).astype(bool) if "wrapped" in d else False,
+                    config=d["config"].fillna("default").astype(str) if "config" in d else "default",
+                    glue=d["glue"].fillna("").astype(str) if "glue" in d else "")
+
+
+def _name(backend: str, config: str, glue: str) -> str:
+    """A series' legend name: the backend, and its configuration and glue where not the
+    default."""
+    return style.backend_label(backend) + (f" {config}" if config != "default" else "") + (
+        f" ({glue} glue)" if glue not in ("", "fused") else "")
+
+
 def fig_floor_vs_tokens(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
-    """Per model (one panel each): measured median_us per backend and sharding against
-    tokens, with the ideal fused floor (roof_us) as a black line per sharding."""
-    d = ok_rows(df).copy()
+    """Per model (one panel each): measured median_us per backend, configuration, glue and
+    sharding against tokens in one mode (graph where the run has it: the title says which),
+    with the ideal fused floor (roof_us) as a black line per sharding. Each line is one
+    measured series: no point is an aggregate of configurations or modes."""
+    d = _series(ok_rows(df))
     if d.empty:
         return style.note_figure("no ok row to draw", run, d)
+    modes = list(d["mode"].astype(str).unique())
+    mode = "graph" if "graph" in modes else sorted(modes)[0]
+    d = d[(d["mode"] == mode) & ~d["wrapped"]].copy()
+    if d.empty:
+        return style.note_figure(f"no ok {mode} row to draw", run, d)
     d["sharding"] = [sharding_name(t, e) for t, e in zip(d["tp"], d["ep"])]
     models = sorted(d["model"].unique())
     shards = sorted(d["sharding"].unique(), key=len)
@@ -73,12 +95,12 @@ def fig_floor_vs_tokens(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
             ls = style.sharding_style(shards.index(sh))
             fl = gs.groupby("tokens")["roof_us"].median()
             ax.plot(fl.index, fl.values, color="k", ls=ls, lw=1.5, label=f"floor {sh}")
-            for b, gb in gs.groupby("backend"):
-                med = gb.groupby("tokens")["median_us"].median()
+            for (b, cfg, glue), gb in gs.groupby(["backend", "config", "glue"]):
+                med = gb.sort_values("measured_at" if "measured_at" in gb else "tokens") \
+                    .groupby("tokens")["median_us"].last()  # a point measured again: its newest
                 ax.plot(med.index, med.values, marker="o", ms=3, lw=1, ls=ls,
-                        color=style.backend_color(b), label=f"{style.backend_label(b)} {sh}")
-        ax.set(yscale="log", xlabel="tokens", ylabel="time per call (us, median over modes)",
-               title=m)
+                        color=style.backend_color(b), label=f"{_name(b, cfg, glue)} {sh}")
+        ax.set(yscale="log", xlabel="tokens", ylabel=f"time per call (us, {mode})", title=m)
         ax.set_xscale("log", base=2)
         ax.grid(True, which="both", alpha=0.25)
     return style.finish(fig, run, d, _ceiling_text(ceil), device=f"{ceil.device} [{ceil.source}]")
