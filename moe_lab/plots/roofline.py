@@ -44,12 +44,14 @@ def fig_roofline(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
     lo = max(min(x.min(), 1.0) / 2, 0.1)
     hi = max(x.max(), peak_tflops(ceil, "bf16") / ceil.roof_tb_s) * 4
     _roofs(ax, ceil, np.logspace(np.log10(lo), np.log10(hi), 200))
-    for (b, cfg, glue, mode, wrapped), g in _series(d).groupby(
-            ["backend", "config", "glue", "mode", "wrapped"]):
+    d = _series(d)
+    looks = _looks(d)
+    for (b, cfg, glue, mode, wrapped), g in d.groupby(["backend", "config", "glue", "mode", "wrapped"]):
         m = style.mode_of(mode, wrapped)
+        color, name = looks[(b, cfg, glue)]
         ax.scatter(g["flops"] / g["bytes"], g["flops"] / g["median_us"] / 1e6, s=18, alpha=0.75,
-                   marker=style.MODE_MARKER.get(m.name, "o"), color=style.backend_color(b),
-                   label=f"{_name(b, cfg, glue)} / {m.label}")
+                   marker=style.MODE_MARKER.get(m.name, "o"), color=color,
+                   label=f"{name} / {m.label}" if name else None)
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / byte, ideal fused bytes)",
            ylabel="achieved TFLOP/s", title="MoE layer roofline")
     ax.grid(True, which="both", alpha=0.25)
@@ -62,6 +64,27 @@ def _series(d: pd.DataFrame) -> pd.DataFrame:
     return d.assign(wrapped=d["wrapped"].fillna(False).astype(bool) if "wrapped" in d else False,
                     config=d["config"].fillna("default").astype(str) if "config" in d else "default",
                     glue=d["glue"].fillna("").astype(str) if "glue" in d else "")
+
+
+MANY = 3  # past this many configurations of one backend: one legend entry names the count
+
+
+def _looks(d: pd.DataFrame) -> dict:
+    """(backend, config, glue) -> (colour, label or None): each configuration of a backend
+    its own shade of the backend's colour and its own legend entry; past MANY of them, one
+    entry saying how many (every series still drawn, none merged)."""
+    from matplotlib.colors import to_rgb
+    out = {}
+    for b, g in d.groupby("backend"):
+        keys = sorted(set(zip(g["config"], g["glue"])))
+        base = np.array(to_rgb(style.backend_color(b)))
+        for i, (cfg, glue) in enumerate(keys):
+            shade = tuple(base + (1 - base) * (0.55 * i / max(len(keys) - 1, 1)))
+            label = (_name(b, cfg, glue) if len(keys) <= MANY else
+                     f"{style.backend_label(b)} ({len(keys)} configurations, one series each)"
+                     if i == 0 else None)
+            out[(b, cfg, glue)] = (shade if len(keys) <= MANY else tuple(base), label)
+    return out
 
 
 def _name(backend: str, config: str, glue: str) -> str:
@@ -85,6 +108,7 @@ def fig_floor_vs_tokens(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
     if d.empty:
         return style.note_figure(f"no ok {mode} row to draw", run, d)
     d["sharding"] = [sharding_name(t, e) for t, e in zip(d["tp"], d["ep"])]
+    looks = _looks(d)
     models = sorted(d["model"].unique())
     shards = sorted(d["sharding"].unique(), key=len)
     fig, axes = style.new_figure(1, len(models), squeeze=False,
@@ -98,8 +122,9 @@ def fig_floor_vs_tokens(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
             for (b, cfg, glue), gb in gs.groupby(["backend", "config", "glue"]):
                 med = gb.sort_values("measured_at" if "measured_at" in gb else "tokens") \
                     .groupby("tokens")["median_us"].last()  # a point measured again: its newest
-                ax.plot(med.index, med.values, marker="o", ms=3, lw=1, ls=ls,
-                        color=style.backend_color(b), label=f"{_name(b, cfg, glue)} {sh}")
+                color, name = looks[(b, cfg, glue)]
+                ax.plot(med.index, med.values, marker="o", ms=3, lw=1, ls=ls, color=color,
+                        label=f"{name} {sh}" if name else None)
         ax.set(yscale="log", xlabel="tokens", ylabel=f"time per call (us, {mode})", title=m)
         ax.set_xscale("log", base=2)
         ax.grid(True, which="both", alpha=0.25)
