@@ -203,42 +203,47 @@ def compare(a, b, by: str | None = None, values=None, n_resamples: int = RESAMPL
     return pd.DataFrame(out).sort_values(key).reset_index(drop=True)
 
 
-def calibrate(a, b, path=None, command: str | None = None):
-    """Calibrate the A/A' pair (a, b): two runs of one commit, the same sweep, two
-    processes; adds it to the device's file (noise.add_pair) and returns the Calibration.
-    Runs, run ids or folders (noise.check_pair opens them)."""
+def _pair(a, b, command: str | None) -> tuple[dict, list]:
+    """(the A/A' pair's entry, its joined rows both runs hold) of two runs: noise.check_pair
+    (two runs of one commit, device and sweep), every point both timed alike, its ratio."""
     a, b = noise_model.check_pair(measured(a), measured(b))  # a tune run: said as such
     j, _ = joined(a, b)
     both = j[j["_merge"] == "both"].to_dict("records")
     points = [(row, *point_ratio(row)) for row in both if same_inputs(row)]
     skipped = {"only in one run": int((j["_merge"] != "both").sum()),
                "inputs differ": len(both) - len(points)}
-    return noise_model.add_pair(noise_model.pair_of(a, b, points, skipped, command), path)
+    return noise_model.pair_of(a, b, points, skipped, command), both
+
+
+def calibrate(a, b, path=None, command: str | None = None):
+    """Calibrate the A/A' pair (a, b): two runs of one commit, the same sweep, two
+    processes; adds it to the device's file (noise.add_pair) and returns the Calibration.
+    Runs, run ids or folders (noise.check_pair opens them)."""
+    return noise_model.add_pair(_pair(a, b, command)[0], path)
 
 
 def recalibrated(pair: dict) -> dict | None:
     """An A/A' pair's entry of a noise file computed again from its two runs, as calibrate
-    computes it (nothing written); None when either run is not in the data folder. What
-    `findings` reads, so the bands it states are the runs' and a changed row shows."""
-    from ..core.errors import UsageError as _Usage
+    computes it (nothing written), with `row_vs_samples`: the rows whose median_us is not
+    the median of the samples stored beside them (edited, or written by another rule: the
+    ratio of their samples would not show it). None when either run is not in the data
+    folder. What `findings` reads, so the bands it states are the runs' and a changed row
+    shows."""
     try:
-        a, b = noise_model.check_pair(measured(pair["a"]), measured(pair["b"]))
-    except (_Usage, KeyError, TypeError):
+        out, both = _pair(pair["a"], pair["b"], pair.get("command"))
+    except (UsageError, KeyError, TypeError):
         return None
-    j, _ = joined(a, b)
-    both = j[j["_merge"] == "both"].to_dict("records")
-    points = [(row, *point_ratio(row)) for row in both if same_inputs(row)]
-    skipped = {"only in one run": int((j["_merge"] != "both").sum()),
-               "inputs differ": len(both) - len(points)}
-    out = noise_model.pair_of(a, b, points, skipped, pair.get("command"))
-    # a row whose median_us is not the median of the samples stored beside it was edited
-    # (or written by another rule): the ratio of its samples would not show it
     out["row_vs_samples"] = sorted(
         f"{row['mode']} {noise_model._label(row)} ({side})" for row in both for side in "ab"
-        if _has(row.get(f"samples_us_{side}")) and row.get(f"median_us_{side}") == row.get(
-            f"median_us_{side}") and abs(float(row[f"median_us_{side}"]) / float(np.median(
-                np.asarray(row[f"samples_us_{side}"], float))) - 1) > 1e-6)
+        if _off_samples(row.get(f"median_us_{side}"), row.get(f"samples_us_{side}")))
     return out
+
+
+def _off_samples(median_us, samples) -> bool:
+    """A row's median_us that is not the median of its stored samples (to 1e-6)."""
+    if not _has(samples) or median_us is None or median_us != median_us:
+        return False
+    return abs(float(median_us) / float(np.median(np.asarray(samples, float))) - 1) > 1e-6
 
 
 def _has(samples) -> bool:

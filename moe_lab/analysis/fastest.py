@@ -24,10 +24,9 @@ import pandas as pd
 from ..core.devices import ceilings_for
 from ..core.problems import sharding_name
 from ..core.validate import frames
-from ..storage.rows import deployed_rows
-from .vllm_compare import OWN
+from . import vllm_compare as vc
 
-POINT = ["run_id", "model", "sharding", "dtype", "mode", "tokens"]
+POINT = ["run_id", "model", "sharding", "tp", "ep", "dtype", "mode", "tokens"]
 SHAPE = ["model", "sharding", "dtype"]
 PREFILL = 4096  # the token counts of the bf16-peak target (analysis.targets)
 COLUMNS = POINT + ["paths", "fastest", "fastest_us", "pct_of_roof", "pct_of_peak",
@@ -42,11 +41,11 @@ def _peak(device: str, dtype: str) -> float:
 
 
 def _ok(results: pd.DataFrame) -> pd.DataFrame:
-    r = deployed_rows(results, None)
-    r = r[(r["status"] == "ok") & np.isfinite(pd.to_numeric(r["median_us"], errors="coerce"))]
-    r = r.assign(config=r["config"].fillna("default").astype(str) if "config" in r else "default",
-                 run_id=r["run_id"] if "run_id" in r else "",
-                 sharding=[sharding_name(t, e) for t, e in zip(r["tp"], r["ep"])])
+    """The comparison's rows (vllm_compare.candidates, every mode) with a finite time, their
+    sharding and choice ('backend config')."""
+    r = vc.candidates(results, None)
+    r = r[np.isfinite(pd.to_numeric(r["median_us"], errors="coerce"))]
+    r = r.assign(sharding=[sharding_name(t, e) for t, e in zip(r["tp"], r["ep"])])
     return r.assign(choice=r["backend"].astype(str) + " " + r["config"])
 
 
@@ -57,7 +56,7 @@ def fastest(results: pd.DataFrame) -> pd.DataFrame:
     r = _ok(results)
     if not len(r):
         return pd.DataFrame(columns=COLUMNS)
-    own = {f"{b} {c}" for b, c in OWN}
+    own = {f"{b} {c}" for b, c in vc.OWN}
     peaks = {(d, t): _peak(d, t) for d, t in r[["device", "dtype"]].drop_duplicates()
              .itertuples(index=False)}
     out = []
@@ -88,14 +87,11 @@ def fastest(results: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=COLUMNS)
 
 
-@frames(table=("model", "sharding", "dtype", "mode", "tokens", "measured_at"))
 def newest(table: pd.DataFrame) -> pd.DataFrame:
-    """Module doc."""
+    """Module doc (vllm_compare.newest's rule), in point order."""
     if not len(table):
         return table
-    key = ["model", "sharding", "dtype", "mode", "tokens"]
-    t = table.sort_values("measured_at", kind="stable")
-    return t.groupby(key).tail(1).sort_values(key).reset_index(drop=True)
+    return vc.newest(table).sort_values(POINT[1:]).reset_index(drop=True)
 
 
 @frames(table=("model", "sharding", "dtype", "tokens", "fastest", "pct_of_peak", "own"))
@@ -105,7 +101,7 @@ def by_shape(table: pd.DataFrame) -> pd.DataFrame:
     t = newest(table)
     if not len(t):
         return pd.DataFrame(columns=cols)
-    own = {f"{b} {c}" for b, c in OWN}
+    own = {f"{b} {c}" for b, c in vc.OWN}
     rows = []
     for key, g in t.groupby(SHAPE, sort=True):
         counts = g["fastest"].value_counts()

@@ -72,7 +72,9 @@ SHAPE = ["model", "sharding", "dtype", "mode"]
 POINT = SHAPE + ["tp", "ep", "tokens"]
 
 
-def _candidates(results: pd.DataFrame, mode: str | None) -> pd.DataFrame:
+def candidates(results: pd.DataFrame, mode: str | None) -> pd.DataFrame:
+    """The rows a comparison reads: deployed_rows (ok, the default glue) of `mode` (None:
+    every mode), config, run_id, routing and ep_rank filled where a frame lacks them."""
     r = deployed_rows(results, mode).copy()  # the default glue only (a deployment's)
     r["config"] = r["config"].fillna("default").astype(str) if "config" in r else "default"
     if "run_id" not in r:
@@ -92,7 +94,7 @@ def best_over_vllm(results: pd.DataFrame, ledger: pd.DataFrame | None = None,
     out; empty (COLUMNS) when none has both. `own`: the layers counted as the workbook's
     (OWN_ONLY: without vLLM's kernel on moe-lab's files); `base`: what vLLM runs
     (DEPLOYED: the experts class its oracle picks, `vllm-deployed`)."""
-    r = _candidates(results, mode)
+    r = candidates(results, mode)
     pair = list(zip(r["backend"].astype(str), r["config"]))
     base = r[[p == tuple(base) for p in pair]]
     mine = r[[p in set(own) for p in pair]]
@@ -251,7 +253,7 @@ def fp8_over_bf16(results: pd.DataFrame, mode: str | None = "graph") -> pd.DataF
     """Module doc; empty when no point has both a bf16 and an FP8 ok row."""
     cols = ["model", "sharding", "dtype", "tokens", "bf16_us", "bf16_best", "fp8_us",
             "fp8_best", "speedup", "bf16_own_us", "fp8_own_us", "fp8_own_best", "speedup_own"]
-    r = _candidates(results, mode)
+    r = candidates(results, mode)
     if r.empty or "dtype" not in r:
         return pd.DataFrame(columns=cols)
     own = r[r["backend"] != BASE[0]]
