@@ -14,9 +14,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..core.environment import code_state
-
 from . import ledger as lg
+from ..core.environment import code_state
 from .runs import choose, manifest_device, runs_with_phases
 from ..core.constants import TUNE_TOKENS
 from ..core.errors import UsageError

@@ -235,7 +235,8 @@ def _run(value, name: str):
 
 def check_pair(a, b) -> tuple:
     """UsageError (one line) unless a and b can be an A/A' pair: two runs (not one run
-    twice) of one commit on one device, of one sweep (storage.merging.sweep_differences). Runs, run ids or folders: (a, b) as Runs."""
+    twice) of one commit on one device, of one sweep (storage.merging.sweep_differences).
+    Runs, run ids or folders: (a, b) as Runs."""
     a, b = _run(a, "check_pair: a"), _run(b, "check_pair: b")
     if Path(a.path).resolve() == Path(b.path).resolve():
         raise UsageError("an A/A' pair is two runs of one commit, each in its own process; a "

@@ -6,6 +6,7 @@ figure footer that names a commit gets it from here (or from the rows themselves
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import platform
 import re
@@ -100,6 +101,7 @@ def source_digest(root: str | os.PathLike | None = None) -> str:
     return _digest(items)
 
 
+@functools.lru_cache(maxsize=None)  # a commit's files do not change: read once per commit
 def commit_source_digest(commit: str, repo_dir=None) -> str | None:
     """source_digest over `commit`'s tracked files (git), None without git or the commit:
     a run whose manifest's source_digest equals it ran that commit's code unchanged."""
@@ -128,16 +130,10 @@ def code_state(env: dict, repo_dir=None) -> str:
     digest, git's word where it had one (`clean`/`changed (git status)`), else `not recorded`."""
     digest, commit = env.get("source_digest"), str(env.get("git_commit") or "")
     if digest:
-        want = _commit_digest(commit, str(repo_dir or REPO_ROOT)) if commit else None
+        want = commit_source_digest(commit, str(repo_dir or REPO_ROOT)) if commit else None
         return "commit not here" if want is None else "as committed" if want == digest else "changed"
     dirty = env.get("git_dirty")
     return {True: "changed (git status)", False: "clean"}.get(dirty, "not recorded")
-
-
-def _commit_digest(commit: str, repo: str, _memo: dict = {}) -> str | None:  # noqa: B006
-    if (commit, repo) not in _memo:
-        _memo[(commit, repo)] = commit_source_digest(commit, repo)
-    return _memo[(commit, repo)]
 
 
 def _device_info() -> dict:
