@@ -44,6 +44,7 @@ from types import SimpleNamespace
 
 import torch
 
+from ..core.errors import one_line
 from . import Backend, Weights, register
 from .vllm_fused import BLOCK_SHAPE, VllmBackend, quant_kwargs, vllm_version
 
@@ -117,9 +118,10 @@ def oracle_choice(problem, config=None):
     return _mod("oracle.unquantized").select_unquantized_moe_backend(config)
 
 
-def build_kernel(problem, weights: Weights, backend, cls, config=None):
+def build_kernel(problem, weights: Weights, backend, cls, config=None, kn_weights=False):
     """(kernel, w13, w2) as vLLM's method holds them after loading: weights converted for the
-    backend, quant config, prepare/finalize and experts, outside timing."""
+    backend, quant config, prepare/finalize and experts, outside timing. kn_weights: bf16
+    weights as [E, K, N] (triton_kernels' matmul_ogs) instead of the backend's format."""
     config = config or moe_config(problem)
     if problem.is_fp8:
         o = _mod("oracle.fp8")
@@ -138,7 +140,7 @@ def build_kernel(problem, weights: Weights, backend, cls, config=None):
     else:
         o = _mod("oracle.unquantized")
         w13, w2 = weights.w1, weights.w2
-        if getattr(cls, "__name__", "") == "UnfusedOAITritonExperts":  # matmul_ogs: [E, K, N]
+        if kn_weights:
             w13, w2 = w13.transpose(1, 2).contiguous(), w2.transpose(1, 2).contiguous()
         else:
             w13, w2 = o.convert_to_unquantized_kernel_format(backend, config, w13, w2)
@@ -165,6 +167,7 @@ class _VllmPath(Backend):
     bf16_enum = None  # UnquantizedMoeBackend member, where the class runs bf16
     off_label = ""  # why vLLM would not pick this class for the point, where it never would
     needs: tuple[str, ...] = ()  # import names the path needs beyond vLLM
+    kn_weights = False  # bf16 weights as [E, K, N] (build_kernel)
     fp8_formats = ("e4m3fn",)
 
     def available(self):
@@ -175,8 +178,7 @@ class _VllmPath(Backend):
             try:
                 importlib.import_module(name)
             except Exception as exc:  # noqa: BLE001 - any import failure is the reason
-                return False, (f"{self.name} needs {name}, which does not import here: "
-                               f"{type(exc).__name__}: {str(exc).splitlines()[0][:140] if str(exc) else ''}")
+                return False, f"{self.name} needs {name}, which does not import here: {one_line(exc)}"
         try:
             self._class()
         except Exception as exc:  # noqa: BLE001
@@ -195,9 +197,7 @@ class _VllmPath(Backend):
     def supports(self, problem, device):
         if not str(device).startswith("cuda"):
             return False, f"{self.name} runs on an NVIDIA GPU only"
-        if problem.dtype not in ("bf16",) + self.quant_schemes:
-            return False, f"{self.name} has no {problem.dtype} path in vLLM {vllm_version()}"
-        if self._enum(problem) is None:
+        if problem.dtype not in ("bf16",) + self.quant_schemes or self._enum(problem) is None:
             return False, f"{self.name} has no {problem.dtype} path in vLLM {vllm_version()}"
         if self.off_label:
             return True, ""
@@ -205,7 +205,8 @@ class _VllmPath(Backend):
 
     def prepare(self, problem, weights: Weights):
         cls = self._class()
-        kernel, w13, w2 = build_kernel(problem, weights, self._enum(problem), cls)
+        kernel, w13, w2 = build_kernel(problem, weights, self._enum(problem), cls,
+                                       kn_weights=self.kn_weights)
         fn = _apply_fn(problem, kernel, w13, w2, weights.expert_map)
         fn.row_facts = dict(backend_version=f"vllm {vllm_version()}",
                             kernel_class=cls.__name__ + (f" ({self.off_label})"
@@ -257,6 +258,7 @@ class TritonKernels(_VllmPath):
     description = "OpenAI's triton_kernels matmul_ogs MoE, bf16 (vLLM's UnfusedOAITritonExperts)"
     experts = ("experts.gpt_oss_triton_kernels_moe", "UnfusedOAITritonExperts")
     bf16_enum = "TRITON"  # only names the kernel's weight format: unquantised, as loaded
+    kn_weights = True  # matmul_ogs takes [E, K, N]
     off_label = "vLLM deploys it for MXFP4 weights only; bf16 weights here"
 
     def supports(self, problem, device):
@@ -289,8 +291,7 @@ class VllmDeployed(Backend):
         try:
             backend, cls = oracle_choice(problem)
         except Exception as exc:  # noqa: BLE001 - vLLM's refusal (or its failure) is the reason
-            text = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            return False, f"vLLM's oracle found no experts class: {text}"
+            return False, f"vLLM's oracle found no experts class: {one_line(exc)}"
         mk = importlib.import_module(f"{MOE}.modular_kernel")
         if cls is None or issubclass(cls, mk.FusedMoEExpertsMonolithic):
             return False, (f"vLLM's oracle picks {getattr(cls, '__name__', backend)}, which routes "
