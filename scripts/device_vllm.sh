@@ -112,12 +112,10 @@ trap pack EXIT
 if [ "$MODE" = align ]; then
   TOKENS=${TOKENS:-1,16,64}
   JOBS=${JOBS:-"bf16:1:qwen3-235b-a22b fp8-block128:1:deepseek-r1"}
-elif [ "$MODE" = paths ]; then
-  TOKENS=${TOKENS:-$(python3 -c "from moe_lab.core.constants import SEED_SWEEP_TOKENS as t; print(','.join(map(str, t)))")}
-  JOBS=${JOBS:-"bf16:1:llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b bf16:8:deepseek-r1,qwen3-235b-a22b fp8-block128:1:deepseek-r1 fp8-block128:8:deepseek-r1,qwen3-235b-a22b fp8-channel:1:llama4-scout-16e,llama4-maverick-128e"}
 else
   TOKENS=${TOKENS:-$(python3 -c "from moe_lab.core.constants import SEED_SWEEP_TOKENS as t; print(','.join(map(str, t)))")}
-  JOBS=${JOBS:-"bf16:1:llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b bf16:8:deepseek-r1 fp8-block128:1:deepseek-r1 fp8-block128:8:deepseek-r1 fp8-channel:1:llama4-scout-16e,llama4-maverick-128e"}
+  q=; [ "$MODE" = paths ] && q=,qwen3-235b-a22b  # paths: the sweep's jobs and Qwen3-235B TP8+EP8
+  JOBS=${JOBS:-"bf16:1:llama4-scout-16e,llama4-maverick-128e,qwen3-235b-a22b bf16:8:deepseek-r1$q fp8-block128:1:deepseek-r1 fp8-block128:8:deepseek-r1$q fp8-channel:1:llama4-scout-16e,llama4-maverick-128e"}
 fi
 RUNSTAGE=${VLLM_RUNSTAGE:-/tmp/moe_lab_vllm_runs}; mkdir -p $RUNSTAGE  # a warm machine: the next call resumes here
 
@@ -214,18 +212,17 @@ unread() {  # model dtype ep -> the files of PUBLISHED (carried) vLLM's lookup m
   python3 -c "import sys; from moe_lab.analysis.vllm_files import unread_files; print(' '.join(unread_files(*sys.argv[1:5], int(sys.argv[5]))))" "$PUBLISHED" "$GPU_NAME" "$1" "$2" "$3"
 }
 fi_built() { grep -q "^built" $RUNSTAGE/flashinfer-jit.log 2>/dev/null; }
+[ "$MODE" = paths ] && export FLASHINFER_WORKSPACE_BASE=$RUNSTAGE/flashinfer
 if [ "$MODE" = paths ] && ! fi_built && [ ! -f $RUNSTAGE/flashinfer-jit.pid ] &&
    python3 -c "import flashinfer" 2>/dev/null; then
   # FlashInfer's sm90 CUTLASS fused-MoE module, built with the machine's nvcc while the other
   # paths are measured (graph-mode times are the GPU's; the build uses the CPUs), kept in
   # FLASHINFER_WORKSPACE_BASE on this machine for the calls that follow
-  export FLASHINFER_WORKSPACE_BASE=$RUNSTAGE/flashinfer
   setsid nohup bash -c 't=$(date +%s); MAX_JOBS=12 python3 -c "from flashinfer.fused_moe.core import get_cutlass_fused_moe_module as g; g(\"90\")" && echo "built in $(( $(date +%s) - t )) s" || echo "failed after $(( $(date +%s) - t )) s"' \
     > $RUNSTAGE/flashinfer-jit.log 2>&1 < /dev/null &
   echo $! > $RUNSTAGE/flashinfer-jit.pid
   echo "flashinfer: building its sm90 CUTLASS MoE module in the background (logs/flashinfer-jit.log)"
 fi
-[ "$MODE" = paths ] && export FLASHINFER_WORKSPACE_BASE=$RUNSTAGE/flashinfer
 # this GPU's ceilings, once (data/ceilings/<slug>.json: the roofs of its rows)
 if [ "$MODE" = sweep ] || [ "$MODE" = paths ] && [ ! -f data/ceilings/$DEVICE_SLUG.json ] && [ ! -f $RUNSTAGE/ceilings/$DEVICE_SLUG.json ]; then
   mkdir -p $B/ceilings $RUNSTAGE/ceilings

@@ -71,8 +71,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: -d $D/deps $DEPS \
   --platform manylinux_2_26_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64 --platform any
 rm -f $D/deps/regex-*.whl  # the image has regex: one version only
-[ "${VLLM_FLASHINFER:-1}" = 0 ] && rm -f $D/deps/flashinfer_python-*.whl $D/deps/apache_tvm_ffi-*.whl \
-  $D/deps/nvidia_ml_py-*.whl $D/deps/ninja-*.whl
+if [ "${VLLM_FLASHINFER:-1}" = 0 ]; then  # an earlier fetch's FlashInfer wheels left out
+  for p in $FI_DEPS; do n=${p%%==*}; rm -f "$D/deps/${n//-/_}"-*.whl; done
+fi
 # what travels with every call: the tracked and the untracked-not-ignored files
 TREE=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 -r stat -c %s 2>/dev/null \
         | awk '{s += $1} END {print s + 0}')
