@@ -218,7 +218,7 @@ if [ "$MODE" = paths ] && ! fi_built && [ ! -f $RUNSTAGE/flashinfer-jit.pid ] &&
   # FlashInfer's sm90 CUTLASS fused-MoE module, built with the machine's nvcc while the other
   # paths are measured (graph-mode times are the GPU's; the build uses the CPUs), kept in
   # FLASHINFER_WORKSPACE_BASE on this machine for the calls that follow
-  setsid nohup bash -c 't=$(date +%s); MAX_JOBS=12 python3 -c "from flashinfer.fused_moe.core import get_cutlass_fused_moe_module as g; g(\"90\")" && echo "built in $(( $(date +%s) - t )) s" || echo "failed after $(( $(date +%s) - t )) s"' \
+  setsid nohup bash -c 't=$(date +%s); echo "building since $(date -u +%FT%TZ)"; MAX_JOBS=12 python3 -c "from flashinfer.fused_moe.core import get_cutlass_fused_moe_module as g; g(\"90\")" && echo "built in $(( $(date +%s) - t )) s" || echo "failed after $(( $(date +%s) - t )) s"' \
     > $RUNSTAGE/flashinfer-jit.log 2>&1 < /dev/null &
   echo $! > $RUNSTAGE/flashinfer-jit.pid
   echo "flashinfer: building its sm90 CUTLASS MoE module in the background (logs/flashinfer-jit.log)"
@@ -233,7 +233,15 @@ fi
 # the rows' roofs from this GPU's measured ceilings (a file measured by an earlier call)
 [ -f data/ceilings/$DEVICE_SLUG.json ] || cp $RUNSTAGE/ceilings/$DEVICE_SLUG.json data/ceilings/ 2>/dev/null
 deal job "${all[@]}"
-[ -f $RUNSTAGE/flashinfer-jit.log ] && cp $RUNSTAGE/flashinfer-jit.log $B/logs/ && echo "flashinfer: $(tail -1 $RUNSTAGE/flashinfer-jit.log)"
+if [ -f $RUNSTAGE/flashinfer-jit.log ]; then  # built, failed, or how long it has been building
+  cp $RUNSTAGE/flashinfer-jit.log $B/logs/
+  fi_state=$(tail -1 $RUNSTAGE/flashinfer-jit.log)
+  if ! fi_built && ! grep -q "^failed" $RUNSTAGE/flashinfer-jit.log; then
+    kill -0 "$(cat $RUNSTAGE/flashinfer-jit.pid 2>/dev/null)" 2>/dev/null &&
+      fi_state="$fi_state: still building" || fi_state="$fi_state: the build ended without a word"
+  fi
+  echo "flashinfer: $fi_state" | tee -a $B/logs/flashinfer-jit.log
+fi
 runs=(); for j in "${all[@]}"; do IFS=: read -r d e _ <<< "$j"; runs+=("$(run_id "$d" "$e")"); done
 python3 - $B/runs "$MODE" "${runs[@]}" <<'PY'
 import json, os, sys

@@ -112,3 +112,37 @@ def test_a_block_scheme_cutlass_refusal_is_vllm_s_own(vllm):
     assert not cls._supports_quant_scheme(*vp.quant_keys("fp8-block128")[:2])
     ok, why = vp.verdict(cls, p, cfg)
     assert not ok and why.startswith("vLLM: CutlassExpertsFp8:")
+
+
+def test_vllm_s_workspace_is_started_on_the_point_s_device_before_the_kernel_is_built(
+        vllm, monkeypatch):
+    """vLLM's GPU worker starts its workspace manager before any layer runs; every modular
+    kernel path failed on an H100 without it ('WorkspaceManager not initialized'). The
+    kernel's build starts it (once, on the weights' device) before anything else."""
+    import importlib
+
+    import torch
+
+    from moe_lab.backends import Weights
+    ws = importlib.import_module("vllm.v1.worker.workspace")
+    ws.reset_workspace_manager()
+    assert not ws.is_workspace_manager_initialized()
+
+    class Built(Exception):
+        pass
+
+    def config(*a, **k):
+        assert ws.is_workspace_manager_initialized(), "the kernel was configured first"
+        raise Built
+
+    monkeypatch.setattr(vp, "moe_config", config)
+    p = make_problem("qwen3-30b-a3b", 4, "bf16", 8, 1, 0)
+    w = Weights(torch.zeros(2, 4, 8), torch.zeros(2, 8, 2), None)
+    with pytest.raises(Built):
+        vp.build_kernel(p, w, None, object)
+    first = ws.current_workspace_manager()
+    assert first._device == torch.device("cpu")
+    with pytest.raises(Built):
+        vp.build_kernel(p, w, None, object)
+    assert ws.current_workspace_manager() is first  # once per process, as the worker does
+    ws.reset_workspace_manager()

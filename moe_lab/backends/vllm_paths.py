@@ -118,10 +118,21 @@ def oracle_choice(problem, config=None):
     return _mod("oracle.unquantized").select_unquantized_moe_backend(config)
 
 
+def workspace(device) -> None:
+    """vLLM's modular kernel takes its scratch buffers from the process's workspace manager,
+    which vLLM's GPU worker starts before any layer runs (v1/worker/gpu_worker.py:
+    init_workspace_manager(device)); started here once per process, on the point's device
+    (without it every path failed on an H100: 'WorkspaceManager not initialized')."""
+    ws = importlib.import_module("vllm.v1.worker.workspace")
+    if not ws.is_workspace_manager_initialized():
+        ws.init_workspace_manager(torch.device(device))
+
+
 def build_kernel(problem, weights: Weights, backend, cls, config=None, kn_weights=False):
     """(kernel, w13, w2) as vLLM's method holds them after loading: weights converted for the
     backend, quant config, prepare/finalize and experts, outside timing. kn_weights: bf16
     weights as [E, K, N] (triton_kernels' matmul_ogs) instead of the backend's format."""
+    workspace(weights.w1.device)
     config = config or moe_config(problem)
     if problem.is_fp8:
         o = _mod("oracle.fp8")
