@@ -7,7 +7,7 @@
 #     BUDGET=540 bash scripts/device_tune.sh [tune|verify|sweep]
 #
 # A shape is backend:model:tp:ep:dtype. Without SHAPES, tune and sweep take what is left of
-# the required aiter-triton* shapes (moe_lab.analysis.tuned_files.left, from the committed
+# the required aiter-triton* shapes (moe_lab.analysis.tuned.left, from the committed
 # files and runs as they travel: searches not complete, started ones first; files holding
 # the grid without a tuned-against-default point at every key), and print it.
 # A shape's search is the run folder data/runs/<tag>-tune-<backend>-<model>-<sharding>-<dtype>
@@ -35,8 +35,8 @@ case $MODE in tune|verify|sweep) ;; *) echo "usage: bash scripts/device_tune.sh 
 source "$(dirname "$0")/device_env.sh"
 BUDGET=${BUDGET:-540}
 TOKENS=${TOKENS:-$(python3 -c "from moe_lab.core.constants import TUNE_TOKENS as t; print(','.join(map(str, t)))")}
-if [ -z "${SHAPES:-}" ] && [ "$MODE" != verify ]; then  # what is left (tuned_files.left)
-  SHAPES=$(python3 -c "import sys; from moe_lab.analysis.tuned_files import left; print(' '.join(left('$MODE', sys.argv[1], backends=('aiter-triton', 'aiter-triton-silu'))))" "$GPU_NAME") || exit 1
+if [ -z "${SHAPES:-}" ] && [ "$MODE" != verify ]; then  # what is left (tuned.left)
+  SHAPES=$(python3 -c "import sys; from moe_lab.analysis.tuned import left; print(' '.join(left('$MODE', sys.argv[1], backends=('aiter-triton', 'aiter-triton-silu'))))" "$GPU_NAME") || exit 1
   echo "device_tune $MODE: left: ${SHAPES:-nothing}"
   [ -n "$SHAPES" ] || exit 0
 fi
@@ -73,7 +73,7 @@ tune_one() {  # gpu shape
               --configs-dir $CONFIGS) ;;
     sweep)
       if [ -n "${PUBLISHED:-}" ] && [ "$backend" = aiter-triton ]; then
-        pub=$(python3 -c "import sys; from moe_lab.analysis.required import published_file; print(published_file('$2', sys.argv[1]))" "$GPU_NAME" 2>/dev/null)
+        pub=$(python3 -c "import sys; from moe_lab.analysis.tuned import published_file; print(published_file('$2', sys.argv[1]))" "$GPU_NAME" 2>/dev/null)
         [ -n "$pub" ] && [ -f "$PUBLISHED/$pub" ] && configs="$configs,$PUBLISHED/$pub"
       fi
       args=(sweep --backends "$backend" --config "$configs" --modes graph --tokens "$TOKENS") ;;

@@ -50,7 +50,7 @@
 # No seed model ships fp8-tensor (DeepSeek-R1 and Qwen3-FP8: 128x128 blocks; Llama-4
 # Maverick FP8: per channel), so it is not swept;
 # Qwen3-235B fp8-block128 at TP8 has no whole 128 blocks (refused at the gate).
-# tune: scripts/device_tune.sh with SHAPES (19 keys; default: tuned_files.left, vllm's shapes
+# tune: scripts/device_tune.sh with SHAPES (19 keys; default: tuned.left, vllm's shapes
 # first, then aiter-triton*'s), the winners in the bundle's configs/<backend>/.
 # tuned: vllm --config tuned, the models of each job with a tuned file.
 # align: the points where vLLM won on the routing glue (Qwen3-235B bf16, DeepSeek-R1
@@ -98,8 +98,8 @@ if ! python3 -c "from moe_lab.backends import get; ok, why = get('vllm').availab
 fi
 tune() {  # device_tune.sh packs $B (these logs and any runs above too) when it ends
   # default: the required vllm shapes whose file does not hold the grid yet, then the
-  # aiter-triton* ones (tuned_files.left), so a call whose vLLM searches end early goes on
-  export SHAPES=${SHAPES:-$(python3 -c "import sys; from moe_lab.analysis.tuned_files import left; d = sys.argv[1]; print(' '.join(left('tune', d, backends=('vllm',)) + left('tune', d, backends=('aiter-triton', 'aiter-triton-silu'))))" "$GPU_NAME")}
+  # aiter-triton* ones (tuned.left), so a call whose vLLM searches end early goes on
+  export SHAPES=${SHAPES:-$(python3 -c "import sys; from moe_lab.analysis.tuned import left; d = sys.argv[1]; print(' '.join(left('tune', d, backends=('vllm',)) + left('tune', d, backends=('aiter-triton', 'aiter-triton-silu'))))" "$GPU_NAME")}
   [ -n "$SHAPES" ] || { echo "device_vllm tune: every required file holds the grid: no search left"; pack; exit 0; }
   echo "device_vllm tune: searches left: $SHAPES"
   export BUDGET=$(left)

@@ -69,7 +69,7 @@ names every mutation) always run. Tests of this file unless named:
         blocks -> test_bites::test_align_under_ep_maps_the_experts_and_marks_the_remote...
     align-fused-sentinel-past-the-end: our align's sentinel is n_exp, not n_exp - 1
         -> the same
-  tuned files (moe_lab/analysis/tuned_files.py, storage/configs.py)
+  tuned files (moe_lab/analysis/tuned/files.py, storage/configs.py)
     inventory-grid-without-a-complete-run: a file holds the grid whatever its run's status;
     inventory-keys-of-any-stage: a key held by one stage's file counts
         -> test_tuned_files::test_a_shape_holds_the_grid_only_with_every_key_in_every_...
@@ -79,7 +79,7 @@ names every mutation) always run. Tests of this file unless named:
         used -> test_a_config_file_named_for_another_shape_is_refused_for_the_point
     tuned-gemm2-reads-gemm1: the tuned gemm2 table is the gemm1 file's
         -> test_a_tuned_down_file_is_gemm2s_configuration
-  the run chooser (moe_lab/analysis/runs.py)
+  the run chooser (moe_lab/analysis/runs/__init__.py)
     choose-cpu-runs-first: the CPU runs before the GPU ones
         -> test_users_runs::test_one_rule_reads_the_gpu_runs_before_a_newer_cpu_run
     choose-ranked-question-takes-the-fewest: a ranked question's order reversed;
@@ -666,16 +666,16 @@ MUTATIONS = (
              "    sentinel = n_exp\n    remote = has_map", (ALIGN_EP_TEST,),
              "our align puts the remote pairs on an expert past the last"),
     # tuned files
-    Mutation("inventory-grid-without-a-complete-run", "moe_lab/analysis/tuned_files.py",
+    Mutation("inventory-grid-without-a-complete-run", "moe_lab/analysis/tuned/files.py",
              'holds_grid=bool(found and not missing and run and status == "complete"),',
              "holds_grid=bool(found and not missing and run),", (GRID_TEST,),
              "a file holds the grid whatever its search run's status"),
-    Mutation("inventory-keys-of-any-stage", "moe_lab/analysis/tuned_files.py",
+    Mutation("inventory-keys-of-any-stage", "moe_lab/analysis/tuned/files.py",
              "            keys &= set(read_table(p))", "            keys |= set(read_table(p))",
              (GRID_TEST,), "a key held by one stage's file counts for the shape"),
-    Mutation("pairs-stale-tuned-rows-kept", "moe_lab/analysis/tuned_files.py",
-             "            if _history(root, x, r.device):",
-             "            if False and _history(root, x, r.device):",
+    Mutation("pairs-stale-tuned-rows-kept", "moe_lab/analysis/tuned/files.py",
+             "            if is_history(root, x, r.device):",
+             "            if False and is_history(root, x, r.device):",
              (T_TUNED + "test_only_tuned_rows_measured_after_their_file_are_evidence_and_the_"
               "newest_run_wins",),
              "tuned rows measured before their file was written taken as its evidence"),
@@ -690,19 +690,19 @@ MUTATIONS = (
              (B67 + "test_a_tuned_down_file_is_gemm2s_configuration",),
              "the tuned gemm2 table read from gemm1's file"),
     # the run chooser
-    Mutation("choose-cpu-runs-first", "moe_lab/analysis/runs.py",
+    Mutation("choose-cpu-runs-first", "moe_lab/analysis/runs/__init__.py",
              "return sorted(found, key=lambda r: not on_gpu(r))",
              "return sorted(found, key=lambda r: on_gpu(r))",
              ("tests/test_users_runs.py::test_one_rule_reads_the_gpu_runs_before_a_newer_cpu_run",),
              "CPU runs answer before GPU runs"),
-    Mutation("choose-ranked-question-takes-the-fewest", "moe_lab/analysis/runs.py",
+    Mutation("choose-ranked-question-takes-the-fewest", "moe_lab/analysis/runs/__init__.py",
              "        found.sort(key=q.rank, reverse=True)\n", "        found.sort(key=q.rank)\n",
              (TUNING_Q,), "a ranked question takes the run with the fewest such points"),
-    Mutation("tuning-question-answered-by-tuned-rows-alone", "moe_lab/analysis/runs.py",
+    Mutation("tuning-question-answered-by-tuned-rows-alone", "moe_lab/analysis/runs/__init__.py",
              'both = set(ok.loc[ok["config"] == TUNED, "backend"]) & set(',
              'both = set(ok.loc[ok["config"] == TUNED, "backend"]) | set(', (TUNING_Q,),
              "a run of tuned rows alone answers the tuning question"),
-    Mutation("vllm-question-answered-by-tuned-vllm", "moe_lab/analysis/runs.py",
+    Mutation("vllm-question-answered-by-tuned-vllm", "moe_lab/analysis/runs/__init__.py",
              "& (cfg == VLLM_AS_SHIPPED[1])).any())", ").any())",
              (B67 + "test_only_vllm_as_shipped_answers_the_vllm_question",),
              "a run of vLLM's tuned rows answers the question about vLLM as shipped"),

@@ -426,7 +426,7 @@ def test_a_dry_run_of_the_sweep_tune_and_tuned_calls(tmp_path, monkeypatch):
     def arg(c, k):
         return c.split(f"--{k} ")[1].split()[0]
     both = {arg(c, "run-id"): c for c in sweeps if "--config default,tuned " in c}
-    from moe_lab.analysis.tuned_files import inventory
+    from moe_lab.analysis.tuned import inventory
     inv = inventory(device="NVIDIA H200")  # the GPU the fake nvidia-smi names
     have = inv[(inv["backend"] == "vllm") & (inv["file"] != "")]
     for (dt, sh), g in have.groupby(["dtype", "sharding"]):  # the models with a file, only
@@ -559,7 +559,7 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     assert set(by_run) == {"h200-tune-aiter-triton-silu-deepseek-r1-tp8-bf16",
                            "h200-tune-aiter-triton-silu-deepseek-r1-tp8ep8-bf16",
                            "h200-tune-aiter-triton-qwen3-235b-a22b-tp8ep8-fp8-block128"}
-    from moe_lab.analysis.required import _search_run  # left() finds started searches so
+    from moe_lab.analysis.tuned import search_run as _search_run  # left() finds started searches so
     assert {_search_run(w, "NVIDIA H200") for w in shapes.split()} == set(by_run)
     gpu = {r: c.split()[0] for r, c in by_run.items()}
     assert gpu["h200-tune-aiter-triton-silu-deepseek-r1-tp8-bf16"] == "CUDA_VISIBLE_DEVICES=0"
@@ -596,7 +596,7 @@ def test_a_dry_run_of_the_tune_verify_and_sweep_modes_on_two_gpus(tmp_path):
     # no SHAPES: what is left of the required aiter-triton* shapes (the committed files but
     # no runs: no search is complete, so every such shape is searched, and none is swept);
     # verify has no default
-    from moe_lab.analysis.required import REQUIRED
+    from moe_lab.analysis.tuned import REQUIRED
     del env["SHAPES"]
     rc, out, calls = call()
     assert rc == 0 and len(calls) == sum(b != "vllm" for _, b, *_ in REQUIRED), out[-2000:]
@@ -659,7 +659,7 @@ def test_on_an_h100_the_runs_files_and_vllms_unread_files_follow_the_device(tmp_
     with tarfile.open(where / "bundle.tar.gz") as t:
         assert "bundle/logs/ceilings.log" in t.getnames()  # measured (here: no GPU, refused)
     rc, out, where, calls = call("tune")
-    from moe_lab.analysis.required import REQUIRED_63
+    from moe_lab.analysis.tuned import REQUIRED_63
     tunes = [c for c in calls if " tune " in c]
     assert rc == 0 and len(tunes) == len(REQUIRED_63), out[-3000:]
     assert [c.split("--backend ")[1].split()[0] for c in tunes] == sorted(

@@ -114,9 +114,9 @@ def test_the_fp8_ledger_panels_are_not_squashed_by_their_upright_labels(best):
 
 def test_the_search_spread_titles_do_not_run_into_each_other():
     from moe_lab.plots import tuning as tu
-    spread = an.tuned_files.search_spread()
+    spread = an.tuned.search_spread()
     sp = spread[spread["backend"] == "aiter-triton-silu"]
-    fig = tu.fig_search_spread(an.tuned_files.tune_run(sp["run_id"].iloc[-1]), sp)
+    fig = tu.fig_search_spread(an.tuned.tune_run(sp["run_id"].iloc[-1]), sp)
     r = _drawn(fig)
     panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
     assert len(panels) == sp["model"].nunique() > 1  # a panel per model searched

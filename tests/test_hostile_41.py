@@ -219,7 +219,7 @@ def test_the_api_data_folder_given_a_run_folder_is_one_line(data):
 
 def test_a_tuned_files_folder_of_the_wrong_type_is_one_line():
     """Before: pathlib's TypeError."""
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     with pytest.raises(UsageError, match=r"^inventory: configs_dir 5: give a folder \(str or "
                                          r"Path\), or None for the default$"):
         tf.inventory(5)
@@ -375,7 +375,7 @@ def test_tune_configs_dir_the_new_data_folder_itself_is_refused(tmp_path, capsys
 def test_a_run_id_with_dot_dot_is_refused_and_a_path_is_a_path(data):
     """Before: open_run('a/../b') opened b, tune_run('a/../t') the tune run t (ids read as
     paths under the data folder, so '../x' reached outside it)."""
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     with pytest.raises(UsageError, match=r"^run 'a/\.\./b': no such folder, and a run id is one "
                                          r"folder name \(no '/' or '\.\.'\); give a run id "
                                          f"under {data} or the path of a run folder$"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from moe_lab.analysis import required as rq
+from moe_lab.analysis import tuned as rq
 
 from moe_lab.core.errors import UsageError
 
@@ -20,10 +20,10 @@ def committed(monkeypatch):
 
 
 def _calls():
-    from moe_lab.analysis import published, tuned_files, vllm_compare
+    from moe_lab.analysis import tuned, vllm_compare
     from moe_lab.analysis import ledger
     return [ledger.of_runs, vllm_compare.compared, vllm_compare.frames,
-            tuned_files.current_pairs, published.published_pairs]
+            tuned.current_pairs, tuned.published_pairs]
 
 
 @pytest.mark.parametrize("i", range(5))
@@ -68,7 +68,7 @@ def test_runs_that_cannot_be_opened_are_one_line(committed, i, runs, says):
     (lambda tf, tmp: tf.tune_run("", root=tmp), "tune_run: no run folder '' with a manifest under {tmp}"),
 ])
 def test_tuned_files_readers_refuse_a_folder_that_is_not_there(tmp_path, call, says):
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(UsageError) as exc:
         call(tf, tmp_path)
@@ -76,7 +76,7 @@ def test_tuned_files_readers_refuse_a_folder_that_is_not_there(tmp_path, call, s
 
 
 def test_tune_run_of_a_committed_search_is_read(committed):
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     r = tf.tune_run("h200-tune-vllm-qwen3-235b-a22b-tp8-bf16")
     assert r.manifest.get("kind") == "tune"
 
@@ -117,8 +117,8 @@ def _frame_calls():
         ("ledger.layer_summary", an.ledger.layer_summary),
         ("metrics.ledger_metrics", lambda f: an.metrics.ledger_metrics(f, f)),
         ("targets.evaluate", an.evaluate), ("targets.summary", an.summary),
-        ("published.ties_by_run", an.published.ties_by_run),
-        ("tuned_files.roof_from", lambda f: an.tuned_files.roof_from(f, None)),
+        ("tuned.ties_by_run", an.tuned.ties_by_run),
+        ("tuned.roof_from", lambda f: an.tuned.roof_from(f, None)),
         ("vllm_compare.best_over_vllm", an.vllm_compare.best_over_vllm),
         ("vllm_compare.by_shape", an.vllm_compare.by_shape),
         ("vllm_compare.newest", an.vllm_compare.newest),
@@ -129,13 +129,13 @@ def _frame_calls():
         ("expert_parallel.estimate_vs_measured",
          lambda f: an.expert_parallel.estimate_vs_measured(f, f)),
         ("claims.summary", claims.summary),
-        ("tuned_files.default_and_tuned", an.tuned_files.default_and_tuned),
-        ("tuned_files.with_two_t", an.tuned_files.with_two_t),
-        ("tuned_files.two_t_misses", an.tuned_files.two_t_misses),
-        ("tuned_files.tuning_metrics", an.tuned_files.tuning_metrics),
-        ("tuned_files.verify_metrics", an.tuned_files.verify_metrics),
-        ("tuned_files.verify_runs", an.tuned_files.verify_runs),
-        ("published.published_metrics", an.published.published_metrics),
+        ("tuned.default_and_tuned", an.tuned.default_and_tuned),
+        ("tuned.with_two_t", an.tuned.with_two_t),
+        ("tuned.two_t_misses", an.tuned.two_t_misses),
+        ("tuned.tuning_metrics", an.tuned.tuning_metrics),
+        ("tuned.verify_metrics", an.tuned.verify_metrics),
+        ("tuned.verify_runs", an.tuned.verify_runs),
+        ("tuned.published_metrics", an.tuned.published_metrics),
         ("vllm_compare.fp8_over_bf16", an.vllm_compare.fp8_over_bf16),
         ("vllm_compare.fp8_summary", an.vllm_compare.fp8_summary),
         ("tuning.best_per_point", an.tuning.best_per_point),
@@ -216,7 +216,7 @@ def test_a_dtype_the_run_has_no_rows_of_is_one_line(committed):
 
 GRID_RUN = "h200-grid-aiter-triton-deepseek-r1-tp8-bf16"  # a committed sweep, not a search
 REQUIRED_FORM = ("give one or more (issue, backend, model, tp, ep, dtype) tuples, e.g. "
-                 "tuned_files.REQUIRED or [(38, 'aiter-triton', 'deepseek-r1', 8, 8, 'bf16')]")
+                 "tuned.REQUIRED or [(38, 'aiter-triton', 'deepseek-r1', 8, 8, 'bf16')]")
 TARGETS_FORM = "give one or more Targets (targets.TARGETS, or [targets.by_name(name), ...])"
 POINTS_FORM = ("give a list of (row, ratio, what the ratio is of) triples, as "
                "compare.calibrate makes")
@@ -338,7 +338,7 @@ def test_one_target_is_taken_as_a_list_of_one():
     (lambda tf: tf.left("tune", None), "left: device None: give the GPU's name as torch gives "
      "it, e.g. 'NVIDIA H200' (the device scripts pass $GPU_NAME)"),
     # before: TypeError (object of type 'NoneType' has no len())
-    (lambda tf: tf.verify_runs(None), "tuned_files.verify_runs: points: give a DataFrame, not "
+    (lambda tf: tf.verify_runs(None), "tuned.verify_runs: points: give a DataFrame, not "
      "None"),
     # before: the sweep read as a Run with empty tables, a search's footer naming it
     (lambda tf: tf.tune_run(GRID_RUN), f"tune_run: run_id {GRID_RUN!r} is a sweep run; give a "
@@ -365,7 +365,7 @@ def test_one_target_is_taken_as_a_list_of_one():
      "published_file: device None: give a device name, e.g. 'NVIDIA H200'"),
 ])
 def test_tuned_files_arguments_of_the_wrong_kind_are_one_line(committed, call, says):
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     with pytest.raises(UsageError) as exc:
         call(tf)
     line = str(exc.value)
@@ -373,7 +373,7 @@ def test_tuned_files_arguments_of_the_wrong_kind_are_one_line(committed, call, s
 
 
 def test_tuned_files_answers_what_it_answered(committed):
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     assert len(tf.search_spread()) == len(tf.search_spread(device=None)) > 0
     assert len(tf.search_spread(backend="vllm")) > 0
     assert len(tf.inventory(device="NVIDIA H200", required=rq.REQUIRED[:1])) == 1
@@ -393,7 +393,7 @@ def test_search_spread_of_a_folder_searched_on_another_device(tmp_path):
 
     import pandas as pd
 
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     run = tmp_path / "tune-cpu"
     run.mkdir()
     (run / "manifest.json").write_text(json.dumps(dict(kind="tune", environment=dict(

@@ -139,8 +139,8 @@ def test_pairs_refuse_a_configs_dir_that_is_not_a_folder(tmp_path, who, given, s
     """Before: no pair at all, without a word (current_pairs counted every tuned point
     stale: no provenance said when its file was written), where inventory and left
     refuse the same folder."""
-    from moe_lab.analysis import published, tuned_files
-    call = getattr(published if who == "published_pairs" else tuned_files, who)
+    from moe_lab.analysis import tuned
+    call = getattr(tuned, who)
     assert len(call(PAIRED)[0] if who == "current_pairs" else call(PAIRED))  # the default: pairs
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(UsageError) as exc:
@@ -150,7 +150,7 @@ def test_pairs_refuse_a_configs_dir_that_is_not_a_folder(tmp_path, who, given, s
 
 def test_inventory_and_left_refuse_an_empty_configs_dir():
     """Before: "" read as the current folder: every shape without a file."""
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     for call, who in ((lambda: tf.inventory(""), "inventory"),
                       (lambda: tf.left("tune", "NVIDIA H200", configs_dir=""), "left")):
         with pytest.raises(UsageError) as exc:

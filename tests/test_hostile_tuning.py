@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from moe_lab.analysis import required as rq
+from moe_lab.analysis import tuned as rq
 
 from moe_lab.cli import main
 from moe_lab.core.errors import UsageError
@@ -96,7 +96,7 @@ def test_a_malformed_provenance_is_said_not_read_as_no_search(configs):
     """Before: read as {} (no provenance): every vllm file without its complete search
     behind it, and left('tune') listed the shapes whose searches are complete (the
     device scripts would have searched them again)."""
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     (configs / "vllm" / "provenance.json").write_text('{"E=16,N=1024')
     for call in (lambda: tf.inventory(configs), lambda: tf.left("tune", H200, configs_dir=configs)):
         with pytest.raises(UsageError, match="vllm/provenance.json is unreadable or corrupt"):
@@ -104,7 +104,7 @@ def test_a_malformed_provenance_is_said_not_read_as_no_search(configs):
 
 
 def test_a_malformed_tuned_file_is_said_not_read_as_missing(configs):
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     f = next((configs / "vllm").glob("E=*.json"))
     f.write_text(f.read_text()[:40])
     with pytest.raises(UsageError, match=f"{f.name} is unreadable or corrupt"):
@@ -126,7 +126,7 @@ def test_a_config_file_whose_keys_are_not_token_counts_is_refused(tmp_path, caps
     assert _tree(tmp_path) == around
 
 
-# --- 3. tuned_files.left and published_file -------------------------------------------------------
+# --- 3. tuned.left and published_file -------------------------------------------------------
 
 @pytest.mark.parametrize("kw,says", [
     (dict(mode="tunes"), "left: mode is tune or sweep, not 'tunes'"),  # was ValueError
@@ -142,7 +142,7 @@ def test_a_config_file_whose_keys_are_not_token_counts_is_refused(tmp_path, caps
      "scripts pass $GPU_NAME)"),
 ])
 def test_left_refuses_what_it_cannot_answer(kw, says):
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     with pytest.raises(UsageError) as exc:
         tf.left(**{"device": H200, **kw})
     assert str(exc.value) == says
@@ -151,7 +151,7 @@ def test_left_refuses_what_it_cannot_answer(kw, says):
 def test_left_of_one_backend_given_as_a_string_is_that_backend_only(configs):
     """Before: `b in "aiter-triton-silu"` read the name as a string to search: aiter-triton's
     shapes came with the silu ones."""
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     for f in (configs / "aiter-triton").glob("*.json"):  # aiter-triton's searches left too
         if f.name != "provenance.json":
             f.unlink()
@@ -165,7 +165,7 @@ def test_left_of_one_backend_given_as_a_string_is_that_backend_only(configs):
 
 @pytest.mark.parametrize("word", ["vllm:deepseek-r1:8:8", "vllm:deepseek-r1:eight:8:bf16", ""])
 def test_published_file_of_a_word_that_is_not_a_shape_is_one_line(word):
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     with pytest.raises(UsageError, match="is not a shape word backend:model:tp:ep:dtype"):
         rq.published_file(word, H200)
 

@@ -222,3 +222,55 @@ def test_the_vocabulary_checks_see_what_they_must():
     assert _assigners("PHASE_RANGES") == ["moe_lab.measuring.profiling"]  # plain assignment
     assert "moe_lab.cost.ledger" in _assigners("GAPS")  # within a tuple target
     assert "moe_lab.storage.vocabulary" in _assigners("NOISE_LIMIT")
+
+
+# --- one run chooser (issue 65) -----------------------------------------------------------------
+
+CHOOSER = "moe_lab.analysis.runs"  # its modules (runs/__init__, runs/lists) choose the runs
+# the store defines the two (open_run(None) is its newest run); the face lists runs for a user
+CHOOSER_EXEMPT = ("moe_lab.storage", "moe_lab.api", "moe_lab.cli", "moe_lab")
+
+
+def _unchosen_lookups(sources: dict[str, str]) -> list[str]:
+    """`module:line name(...)` for each call of find_runs (any), or of open_run with no run
+    or a None run, in a module that is not the chooser's nor exempt: a run chosen there."""
+    out = []
+    for mod, text in sorted(sources.items()):
+        if mod == CHOOSER or mod.startswith(CHOOSER + ".") or mod in CHOOSER_EXEMPT[1:] or \
+                mod.startswith(CHOOSER_EXEMPT[0] + "."):
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) \
+                else ""
+            run = node.args[0] if node.args else next(
+                (k.value for k in node.keywords if k.arg == "run"), None)
+            none = run is None or isinstance(run, ast.Constant) and run.value is None
+            if name == "find_runs" or name == "open_run" and none:
+                out.append(f"{mod}:{node.lineno} {name}")
+    return out
+
+
+def test_only_analysis_runs_looks_runs_up_without_a_run_given():
+    """Every run a figure, a notebook, the findings or a claim reads is chosen by
+    analysis.runs (choose, or its lists: every_run, default_runs, newest_with), which says
+    why; nowhere else calls find_runs or open_run without a run."""
+    found = _unchosen_lookups({m: p.read_text() for m, p in _modules().items()})
+    assert not found, f"runs chosen outside {CHOOSER}: {found}"
+
+
+def test_the_lookup_check_sees_what_it_must():
+    """Not vacuous: a find_runs call, open_run() and open_run(None) planted in a module are
+    found; open_run(run) and the chooser's own calls are not."""
+    planted = {"moe_lab.analysis.fp8": "def f(run):\n    open_run(run)\n    open_run()\n"
+                                       "    store.open_run(None, has='ok')\n"
+                                       "    return find_runs(defaults=True)\n",
+               CHOOSER: "find_runs()\nopen_run()\n",
+               "moe_lab.storage.store": "find_runs()\n"}
+    assert _unchosen_lookups(planted) == ["moe_lab.analysis.fp8:3 open_run",
+                                          "moe_lab.analysis.fp8:4 open_run",
+                                          "moe_lab.analysis.fp8:5 find_runs"]
+    mods = _modules()
+    assert "moe_lab.analysis.runs.lists" in mods and "find_runs" in mods[CHOOSER].read_text()

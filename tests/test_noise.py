@@ -281,8 +281,8 @@ def test_the_findings_bands_are_recomputed_from_the_pairs_runs(tmp_path, run, fa
     of an A/A' run (a pair timed with samples, and one without) changes that text, so
     `findings --check` fails on it."""
     import shutil
-    from moe_lab.analysis.findings import _data_dir
-    from moe_lab.analysis.findings_more import noise_section
+    from moe_lab.findings import _data_dir
+    from moe_lab.findings.more import noise_section
     from moe_lab.storage.store import find_runs
     data = tmp_path / "runs"
     for r in ("h200-review-a-20261201", "h200-review-b-20261201", "h200-repeat-a-20261130",

@@ -157,7 +157,7 @@ def test_a_run_without_tuned_rows_is_refused():
 def test_the_tuned_files_against_the_grid_and_the_search_spread(default_outputs):
     """Section 6: the count of required shapes whose file holds the grid (each recomputed
     from the files in test_tuned_files), and one spread figure per tuned backend."""
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     text = printed(default_outputs)
     inv = tf.inventory()  # every device with data, each its own count
     assert len(inv)

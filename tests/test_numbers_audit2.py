@@ -7,7 +7,7 @@ each docstring names the drift it catches. No torch, no GPU, no notebook execute
 from __future__ import annotations
 
 import json
-from moe_lab.analysis import required as rq
+from moe_lab.analysis import tuned as rq
 import re
 from pathlib import Path
 
@@ -257,11 +257,12 @@ def test_the_vllm_goal_reads_the_geomean_targets_limit(monkeypatch):
 
 def test_the_tuned_roof_token_count_is_one_constant_and_the_texts_state_it():
     """'The tuned layer's % of roof from 256 tokens': the findings' heading and sentence and
-    notebook 05's section 8 state tuned_roof.FROM_TOKENS, roof_from's default (the text and
+    notebook 05's section 8 state tuned.FROM_TOKENS, roof_from's default (the text and
     the default were typed apart)."""
     import inspect
 
-    from moe_lab.analysis import tuned_files as tf, tuned_roof
+    from moe_lab.analysis import tuned as tf
+    from moe_lab.analysis.tuned import roof as tuned_roof
     assert tf.FROM_TOKENS is tuned_roof.FROM_TOKENS
     assert inspect.signature(tuned_roof.roof_from).parameters["tokens"].default == tf.FROM_TOKENS
     text = markdown("05_tuning.ipynb", "## 8. The tuned layer's % of roof")
@@ -273,11 +274,11 @@ def test_the_tuned_roof_token_count_is_one_constant_and_the_texts_state_it():
 
 def test_the_issues_that_ask_for_tuned_files_are_requireds():
     """'Per shape that issues 38 and 41 ask a tuned file for': the findings (generated), per
-    device, name the issues of that device's required shapes (tuned_files.required_for: the
+    device, name the issues of that device's required shapes (tuned.required_for: the
     H200's REQUIRED, another GPU's REQUIRED_63), and notebook 05's section 6 those of
     REQUIRED (the notebook's words are typed: a REQUIRED shape of a new issue fails here
     until they name it)."""
-    from moe_lab.analysis.required import REQUIRED, required_for
+    from moe_lab.analysis.tuned import REQUIRED, required_for
     text = FINDINGS.read_text()
     found = re.findall(r"^## Tuned files against the token grid: (.+)\n(?:.*\n)*?Per shape "
                        r"that issues? ([\d and,]+) asks? a tuned file for", text, re.M)
@@ -347,11 +348,11 @@ def test_the_seed_shapes_question_states_its_own_shape():
 
 
 def test_the_seed_models_are_one_tuple():
-    """tuned_files.SEEDS was a second, reordered copy of core.problems.SEED_MODELS (its slices
+    """tuned.SEEDS was a second, reordered copy of core.problems.SEED_MODELS (its slices
     [:3] and [:2] picked models by position); now it is SEED_MODELS and REQUIRED picks by
     name: the vLLM bf16 TP8 shapes are the seeds but DeepSeek-R1 (measured at TP8+EP8), the
     fp8-channel ones the Llama 4 pair."""
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     from moe_lab.core.problems import SEED_MODELS
     assert rq.SEEDS is SEED_MODELS
     vllm_bf16_tp8 = {m for i, b, m, tp, ep, dt in rq.REQUIRED if b == "vllm" and dt == "bf16" and ep == 1}
@@ -587,6 +588,6 @@ def test_twice_the_survivors_is_what_the_verify_plan_does():
                                 capture_output=True, text=True, cwd=ROOT,
                                 env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}).stdout)
     rec = next(t for t in tg.TARGETS if t.metric == "verify_ratio")
-    src = (ROOT / "moe_lab" / "analysis" / "findings_tuned.py").read_text()  # its verify section
+    src = (ROOT / "moe_lab" / "findings" / "tuned.py").read_text()  # its verify section
     for text in (out, rec.measures, folded(src)):
         assert "twice the survivors" in text

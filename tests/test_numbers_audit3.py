@@ -203,10 +203,11 @@ def test_the_default_resamples_are_one_constant_and_the_review_readme_states_it(
 def test_the_analysis_docstrings_state_the_records():
     """expert_parallel: 'predicted within 5% of measured' is TOLERANCE (the target's limit);
     fp8_gemm: 'The promise ...: 2x where the bf16 GEMMs are memory-bound ..., 1.7x where they
-    are compute-bound' is PROMISE (the two targets'); tuned_roof: 'from 256 tokens' is
-    FROM_TOKENS; tuned_files: 'the 18 keys of the published tunings for the H200, and 8192'
+    are compute-bound' is PROMISE (the two targets'); tuned.roof: 'from 256 tokens' is
+    FROM_TOKENS; tuned.files: 'the 18 keys of the published tunings for the H200, and 8192'
     is TUNE_TOKENS."""
-    from moe_lab.analysis import expert_parallel, fp8_gemm, tuned_roof
+    from moe_lab.analysis import expert_parallel, fp8_gemm
+    from moe_lab.analysis.tuned import roof as tuned_roof
     from moe_lab.core.constants import PUBLISHED_H200_KEYS, TUNE_TOKENS
     pct = said(docstring("analysis/expert_parallel.py"), r"predicted within (\d+)% of measured")[1]
     assert int(pct) / 100 == expert_parallel.TOLERANCE
@@ -214,13 +215,14 @@ def test_the_analysis_docstrings_state_the_records():
                      r"([\d.]+)x where the bf16 GEMMs are memory-bound .*? ([\d.]+)x where they "
                      r"are compute-bound").groups()
     assert (float(mem), float(comp)) == (fp8_gemm.PROMISE["memory"], fp8_gemm.PROMISE["compute"])
-    roof = docstring("analysis/tuned_roof.py")
+    roof = docstring("analysis/tuned/roof.py")
     assert {int(x) for x in re.findall(r"from (\d+) tokens|tokens=(\d+)", roof) for x in x if x} \
         == {tuned_roof.FROM_TOKENS}
-    files = docstring("analysis/tuned_files.py")
+    files = docstring("analysis/tuned/files.py")
     n, last = said(files, r"the (\d+) keys of the published tunings for the H200, and (\d+)").groups()
     assert (int(n), int(last)) == (len(PUBLISHED_H200_KEYS), TUNE_TOKENS[-1])
-    assert {int(x) for x in re.findall(r"tokens=(\d+)", files)} == {tuned_roof.FROM_TOKENS}
+    room = docstring("analysis/tuned/__init__.py")  # roof_from's line: the room's surface
+    assert {int(x) for x in re.findall(r"tokens=(\d+)", room)} == {tuned_roof.FROM_TOKENS}
 
 
 def test_the_timing_docstring_states_the_timers_constants(monkeypatch):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from moe_lab.analysis import required as rq
+from moe_lab.analysis import tuned as rq
 
 from conftest import ROOT, _committed_runs
 
@@ -74,7 +74,7 @@ def _relabelled_run(src: Path, dst_root: Path) -> None:
 def _relabelled_configs(dst: Path) -> None:
     """The H200's tuned files under the H100's names (tuned_file_paths: the one composition)
     in `dst` (data/configs/<the H100's slug>), their provenance relabelled."""
-    from moe_lab.analysis.required import REQUIRED, REQUIRED_63
+    from moe_lab.analysis.tuned import REQUIRED, REQUIRED_63
     from moe_lab.core.problems import make_problem
     from moe_lab.storage.configs import tuned_file_paths
     src = CONFIGS / "nvidia-h200"
@@ -139,7 +139,7 @@ def folders(tmp_path_factory):
 @pytest.fixture(scope="module")
 def documents(folders):
     """{device or "both": the findings generated from that folder}."""
-    from moe_lab.analysis import findings
+    from moe_lab import findings
     return {k: findings.generate(v) for k, v in folders.items()}
 
 
@@ -192,7 +192,7 @@ def test_with_one_devices_data_every_section_names_it_and_never_another(
 @pytest.mark.parametrize("device", [H200, H100])
 def test_the_inventory_and_left_of_one_devices_data_are_that_devices(folders, device,
                                                                       monkeypatch):
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     from moe_lab.core.devices import file_device_name
     monkeypatch.setenv("MOE_LAB_DATA", str(folders[device]))
     inv = tf.inventory()
@@ -210,7 +210,7 @@ def test_with_both_devices_each_has_its_own_sections_side_by_side(folders, docum
     """The H100's targets, vLLM comparison and tuned-against-shipped table beside the
     H200's: each section once per device, each reading only its device's runs; the
     inventory one block per device; search_spread and verify_points per device."""
-    from moe_lab.analysis import tuned_files as tf
+    from moe_lab.analysis import tuned as tf
     from moe_lab.analysis.runs import gpu_devices
     folder, text = folders["both"], documents["both"]
     assert gpu_devices(folder) == [H100, H200]

@@ -1,4 +1,4 @@
-"""moe_lab.analysis.tuned_files (issues 38 and 41: the tuned files as data): which required
+"""moe_lab.analysis.tuned (issues 38 and 41: the tuned files as data): which required
 shape holds the token grid, which tuned rows are evidence about the committed file (measured
 after it was written), the two tuning targets on them, and the committed inventory
 recomputed here from the files themselves."""
@@ -10,10 +10,9 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from moe_lab.analysis import required as rq
 
 from moe_lab.analysis import targets as tg
-from moe_lab.analysis import published as pb, tuned_files as tf
+from moe_lab.analysis import tuned as tf
 from moe_lab.storage.rows import published_rows
 from moe_lab.core.constants import TUNE_TOKENS
 
@@ -97,7 +96,7 @@ def test_a_newer_run_on_another_gpu_is_its_own_points_not_the_newer_measurement(
     """An H100 run with the same points as the H200 run, newer: the H200 pairs stay the H200
     run's (keyed without the device, the newer run's H100 times stood for the H200 points),
     the H100 ones are beside them, and T against 2T is read within one GPU."""
-    from moe_lab.analysis.tuned_paths import _names
+    from moe_lab.analysis.tuned import file_names as _names
     cfg, _ = _configs(tmp_path)
     prov = cfg / "aiter-triton" / "provenance.json"  # an H100 file too, written before its run
     h100_file = _names("aiter-triton", "deepseek-r1", 8, 1, "bf16", "NVIDIA H100 80GB HBM3")["gemm1"]
@@ -150,9 +149,9 @@ def test_the_committed_inventory_recomputed_from_the_files():
     from moe_lab import backends
     from moe_lab.core.problems import make_problem
     inv = tf.inventory(device=H200)
-    assert len(inv) == len(rq.REQUIRED) and set(inv["device"]) == {H200}
+    assert len(inv) == len(tf.REQUIRED) and set(inv["device"]) == {H200}
     cfg = ROOT / "data" / "configs" / "nvidia-h200"
-    for (issue, b, m, tp, ep, dt), row in zip(rq.REQUIRED, inv.to_dict("records")):
+    for (issue, b, m, tp, ep, dt), row in zip(tf.REQUIRED, inv.to_dict("records")):
         names = backends.get(b).config_files(make_problem(m, 1, dt, tp, ep), "NVIDIA H200")
         files = [cfg / b / n for n in names.values()]
         keys = set(TUNE_TOKENS)
@@ -210,11 +209,11 @@ def test_tuned_against_a_published_file_in_the_same_run(tmp_path):
                         _row(64, "tuned", 200.0, at), _row(64, pub, 190.0, at),
                         _row(256, "tuned", 300.0, at), _row(256, "default", 900.0, at),
                         _row(64, "tuned", 150.0, at, glue="naive")])  # not the deployment's
-    pairs = pb.published_pairs([run]).set_index("tokens")
+    pairs = tf.published_pairs([run]).set_index("tokens")
     assert sorted(pairs.index) == [16, 64]  # 256: no published row
     assert pairs.loc[16, "published"] == Path(pub).name
     assert pairs.loc[64, "value"] == pytest.approx(190 / 200)
-    ev = tg.evaluate(pb.published_metrics(pairs.reset_index()), None,
+    ev = tg.evaluate(tf.published_metrics(pairs.reset_index()), None,
                      [tg.by_name("tuned not slower than a published tuning")]).set_index("tokens")
     assert ev.loc[16, "met"] and not ev.loc[64, "met"]
     assert ev.loc[64, "by_us"] == pytest.approx(10.0)
@@ -226,9 +225,9 @@ def test_tuned_against_a_published_file_in_the_same_run(tmp_path):
                         _row(16, pub, 110.0, at, launch_config=a),
                         _row(64, "tuned", 200.0, at, launch_config=a),
                         _row(64, pub, 190.0, at, launch_config=b)])
-    pairs = pb.published_pairs([run]).set_index("tokens")
+    pairs = tf.published_pairs([run]).set_index("tokens")
     assert list(pairs["same_config"]) == [True, False]
-    assert list(pb.published_metrics(pairs.reset_index())["tokens"]) == [64]
+    assert list(tf.published_metrics(pairs.reset_index())["tokens"]) == [64]
 
 
 def test_vllm_as_shipped_is_a_published_tuning_not_a_default(tmp_path):
@@ -250,7 +249,7 @@ def test_vllm_as_shipped_is_a_published_tuning_not_a_default(tmp_path):
                      v(256, "default", 300.0, name.replace("H200", "H100")),
                      v(256, "tuned", 250.0, f"data/{name}")])
     assert list(published_rows(run.results)) == [True, False, False, False, False, False]
-    pub = pb.published_pairs([run], cfg, tmp_path / "runs")
+    pub = tf.published_pairs([run], cfg, tmp_path / "runs")
     assert list(pub["tokens"]) == [16] and pub["published"].iloc[0] == f"{name} (shipped)"
     assert pub["value"].iloc[0] == pytest.approx(100 / 101)  # the shipped file faster: a miss
     assert pub["same_config"].iloc[0] is None  # no search behind the file to say
@@ -267,17 +266,17 @@ def test_vllm_as_shipped_is_a_published_tuning_not_a_default(tmp_path):
                  ).to_parquet(tmp_path / "runs" / "tune-v" / "candidates.parquet")
     run2 = _run("v2", [v(16, "default", 100.0, name), v(16, "tuned", 101.0, f"data/{name}"),
                        v(64, "default", 200.0, name), v(64, "tuned", 190.0, f"data/{name}")])
-    pub = pb.published_pairs([run2], cfg, tmp_path / "runs").set_index("tokens")
+    pub = tf.published_pairs([run2], cfg, tmp_path / "runs").set_index("tokens")
     assert list(pub["same_config"]) == [True, False]
-    m = pb.published_metrics(pub.reset_index())
+    m = tf.published_metrics(pub.reset_index())
     assert list(m["tokens"]) == [64]
-    tr = pb.ties_by_run(pub.reset_index())
+    tr = tf.ties_by_run(pub.reset_index())
     assert (tr["lo"].iloc[0], tr["hi"].iloc[0]) == pytest.approx((100 / 101, 100 / 101))
     assert list(tr["run_id"]) == ["v2"] and tr["ties"].iloc[0] == 1
     assert tr["apart_min"].iloc[0] == 0 and tr["machines"].iloc[0] == "not recorded"
     # a run whose invocations name their machines (boot_id): resumed on a second one
     run2.manifest = {"invocations": [{"boot_id": "a"}, {"boot_id": "b"}]}
-    assert pb.ties_by_run(pb.published_pairs([run2], cfg, tmp_path / "runs"))["machines"].iloc[0] == "2"
+    assert tf.ties_by_run(tf.published_pairs([run2], cfg, tmp_path / "runs"))["machines"].iloc[0] == "2"
 
 
 def test_what_is_left_searches_started_first_then_sweeps_of_the_files_that_hold_the_grid(
@@ -359,8 +358,8 @@ def test_inside_shared_the_pairs_are_read_once_and_each_caller_gets_its_copy(tmp
     at = "2026-12-03T00:00:00+00:00"
     runs = [_run("r", [_row(16, "default", 100.0, at), _row(16, "tuned", 80.0, at)])]
     calls = []
-    real = tf._current_pairs
-    monkeypatch.setattr(tf, "_current_pairs", lambda *a: calls.append(1) or real(*a))
+    real = tf.files._current_pairs
+    monkeypatch.setattr(tf.files, "_current_pairs", lambda *a: calls.append(1) or real(*a))
     with lg.shared():
         a, _ = tf.current_pairs(runs, cfg)
         a["tuned_us"] = 0.0
@@ -391,7 +390,7 @@ def test_a_config_file_named_as_vllm_names_it_is_one_config_value(tmp_path, monk
 
 
 def test_a_miss_at_t_against_2t_is_routing_only_where_t_hit_more_local_experts(tmp_path):
-    from moe_lab.analysis.findings_tuned import _two_t_routing
+    from moe_lab.findings.tuned import _two_t_routing
     cfg, _ = _configs(tmp_path)
     at = "2026-12-03T00:00:00+00:00"  # after the file (written 12-02)
     # tokens: (tuned us, local experts hit). 1 -> 2: slower at 1 and 1 hit 3 experts, 2 hit

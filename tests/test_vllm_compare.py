@@ -243,7 +243,7 @@ def test_the_findings_name_every_own_layer_the_comparison_reads():
     """The findings' vLLM section says which layers are the workbook's own: every one of
     OWN, by the name the table's `best` gives it (it named four backends and left out
     vllm tuned, the best at every fp8-channel point of the committed runs)."""
-    from moe_lab.analysis import findings_more
+    from moe_lab.findings import more as findings_more
     text = "\n".join(findings_more.vllm_section(None)).split("| model |")[0]
     for backend, config in vc.OWN:
         assert f"{backend} {config}" in text, (backend, config)

@@ -282,12 +282,12 @@ def test_warm_tokens_reach_both_of_vllms_block_assignments(vllm):
 
 
 def test_every_committed_vllm_file_is_read_by_vllms_lookup_as_written(vllm, monkeypatch):
-    """Every shape of issue 41 (analysis.tuned_files.REQUIRED) has its tuned vLLM file
+    """Every shape of issue 41 (analysis.tuned.REQUIRED) has its tuned vLLM file
     committed under data/configs/nvidia-h200/vllm, found by vLLM's own lookup under the name
     vLLM gives that shape, read back entry for entry, and holds every token key of vLLM's
     shipped H200 file for that shape (where it ships one) and 8192."""
     from pathlib import Path
-    from moe_lab.analysis.required import REQUIRED
+    from moe_lab.analysis.tuned import REQUIRED
     fm, _ = vllm
     folder = Path(__file__).resolve().parents[1] / "data" / "configs" / "nvidia-h200" / "vllm"
     checked = 0

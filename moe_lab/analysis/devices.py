@@ -27,11 +27,12 @@ from ..core.devices import ceilings_for
 from ..core.errors import UsageError
 from ..core.problems import sharding_name
 from ..cost.roofline import add_roofline_columns
-from ..storage.store import find_runs, open_run
+from ..storage.store import open_run
 from ..storage.rows import deployed_rows, ok_rows
-from .runs import SEED_SHAPES, _imported, imported_runs, on_gpu, richest_run  # noqa: F401
+from .runs import (  # noqa: F401
+    SEED_SHAPES, _imported, default_runs, imported_runs, on_gpu, richest_run)
 from .metrics import geomean
-from .required import COMPARED, LLAMA4
+from .tuned import COMPARED, LLAMA4
 from ..core.validate import frames
 
 
@@ -39,7 +40,7 @@ from ..core.validate import frames
 MEASURED_SERIES = (("aiter-triton", "tuned"), ("aiter-triton", "default"),
                    ("torch-grouped", "default"))
 # the seed shapes (model, tp, ep, dtype) every GPU is compared on: the vLLM comparison's
-# shapes and schemes (analysis.tuned_files: issue 63's, the H200's h200-vllm-* runs)
+# shapes and schemes (analysis.tuned: issue 63's, the H200's h200-vllm-* runs)
 SEED_DEVICE_SHAPES = tuple([(m, TP_DEFAULT, ep, dt) for m, ep, dt in COMPARED]
                            + [(m, TP_DEFAULT, 1, "fp8-channel") for m in LLAMA4])
 SHAPE = ["model", "tp", "ep", "dtype"]
@@ -148,10 +149,10 @@ def claim_shapes(run, model: str = "deepseek-r1", tp: int = TP_DEFAULT) -> pd.Da
 def device_runs(runs=None) -> list:
     """The runs the side by side reads: `runs` (ids, folders or Runs) opened as given, else
     every run under the data folder not marked running or failed that was measured on a
-    GPU by moe-lab or imported from aiter's tables (find_runs: newest first)."""
+    GPU by moe-lab or imported from aiter's tables (runs.default_runs: newest first)."""
     if runs is not None:
         return [open_run(r) for r in ([runs] if isinstance(runs, str) else runs)]
-    return [r for r in find_runs(defaults=True) if _imported(r) or on_gpu(r)]
+    return [r for r in default_runs() if _imported(r) or on_gpu(r)]
 
 
 def _candidates(run, shapes) -> pd.DataFrame:

@@ -13,9 +13,10 @@ import dataclasses
 import pandas as pd
 
 from ..core.problems import FP8_SCHEMES
-from ..storage.store import Run, find_runs
+from ..storage.store import Run
 from ..storage.rows import ok_rows
 from . import metrics, targets as tg
+from .runs import default_runs
 from ..core.validate import frames
 
 NONE_YET = ("No FP8 rows measured by moe-lab in any run yet: FP8 schemes are measured on a GPU by "
@@ -71,7 +72,7 @@ def comparison_rows(run: Run | None = None, runs: list[Run] | None = None
     """(ok rows, the FP8 run): the FP8 rows of `run` (else of the newest run measured by
     moe-lab that has any, else of the newest imported one), and the bf16 rows of the same
     device and models from every run. Empty, None when no run has FP8 rows."""
-    runs = find_runs() if runs is None else runs
+    runs = default_runs() if runs is None else runs
     others = [r for r in runs if run is None or r.run_id != run.run_id]
     cands = (([run] if run is not None else []) + [r for r in others if not imported(r)]
              + [r for r in others if imported(r)])

@@ -149,7 +149,7 @@ _SHARED: dict | None = None  # of_runs' answers inside shared(), by the runs' fo
 def shared():
     """Inside the block, of_runs over the same run folders and mode (and whatever else is
     asked through memo) is computed once (a document whose sections read the same runs:
-    moe_lab.analysis.findings); each caller gets its own copy of the frames."""
+    moe_lab.findings); each caller gets its own copy of the frames."""
     global _SHARED
     outer = _SHARED is not None
     if not outer:

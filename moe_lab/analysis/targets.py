@@ -94,7 +94,7 @@ TARGETS = (
     Target("fp8 >= 1.7x bf16 where bf16's GEMMs are compute-bound", "best bf16 us / best "
            "FP8 us where bf16's gemm1 is compute-bound (2x peak, less the scaling)",
            "fp8_speedup_compute_bound", 1, INF, 1.7, "x"),
-    # tuning (issue 38): the committed files (analysis.tuned_files.current_pairs)
+    # tuning (issue 38): the committed files (analysis.tuned.current_pairs)
     Target("tuned not slower than default", "default us / tuned us of the same point and "
            "run, graph, the tuned row measured with the committed file",
            "default_over_tuned", 1, INF, 1.0, "x", phases=False),

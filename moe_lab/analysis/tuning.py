@@ -16,11 +16,11 @@ from ..core.errors import CorruptFile, UsageError
 from ..core.problems import sharding_name
 from ..cost.roofline import add_roofline_columns
 from ..storage.rows import deployed_rows, ok_rows
-from ..storage.store import data_dir, find_runs, open_run
+from ..storage.store import data_dir, open_run
 from ..storage.vocabulary import PHASES
 from . import metrics
 from .kernel_time import PHASE_TOKENS  # the phase figures' token counts, defined once
-from .runs import on_device
+from .runs import newest_with
 from .runs import open_tuned_run  # noqa: F401 (the run notebook 05 reads)
 from ..core.validate import frames
 
@@ -217,10 +217,10 @@ def glue_after_run(run, given: bool = False, before_run=GLUE_BEFORE_RUN, **point
         return None, (f"torch-grouped before and after its bf16 glue: left out ("
                       + (f"{other}, the device of the before run {before_run})" if other
                          else f"run {run.run_id} has no {what})"))
-    for r in on_device(find_runs(defaults=True), device):  # newest first
-        if r.run_id != before_run and _has_glue_point(r, point):
-            return r, (f"after: run {r.run_id}, the newest run with {what}, on {device} (the "
-                       "before run's device; " + (other or f"run {run.run_id} has none") + ")")
+    r = newest_with(lambda x: x.run_id != before_run and _has_glue_point(x, point), device)
+    if r is not None:
+        return r, (f"after: run {r.run_id}, the newest run with {what}, on {device} (the "
+                   "before run's device; " + (other or f"run {run.run_id} has none") + ")")
     return None, (f"torch-grouped before and after its bf16 glue: no run on {device} (the "
                   f"before run's device) has {what}")
 
@@ -276,7 +276,7 @@ def winners_table(backend="aiter-triton", device=None, shipped="MI300X", root=No
     """Per point tuned (the newest winner in the tune runs under root, default data_dir()):
     the winning gemm1/gemm2 configurations, the one aiter ships for its token count
     (pick_config, AMD-only keys stripped), tuned/default us and speedup from the search."""
-    from .tuned_files import newest_of, on_device
+    from .tuned import newest_of, on_device
     w = newest_of("winners", root, lambda m: m.get("kind") == "tune" and (
         m.get("config") or {}).get("backend") == backend and on_device(device)(m))
     if not len(w):

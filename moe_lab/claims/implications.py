@@ -113,9 +113,10 @@ def measured_folders(run: str | Path | None = None) -> tuple[str, list[Path]]:
     id under the data folder (that run alone), a folder of run folders (every one), or
     None: every run of the data folder that may be a default (none marked running or
     failed: moe_lab.storage.store.Run.may_be_default)."""
-    from ..storage.store import MANIFEST, RESULTS, data_dir, find_runs, open_run
-    if run is None:
-        return str(data_dir()), sorted(r.path for r in find_runs(defaults=True))
+    from ..analysis.runs import default_runs
+    from ..storage.store import MANIFEST, RESULTS, data_dir, open_run
+    if run is None:  # the runs analysis.runs chooses: those that may be a default
+        return str(data_dir()), sorted(r.path for r in default_runs())
     path = Path(run)
     if not path.is_dir() and not path.is_absolute() and (data_dir() / str(run)).is_dir():
         if ".." in path.parts:  # an id out of the data folder and back: one line (open_run's)

@@ -21,7 +21,7 @@ def configure(p):
 
 def run(args) -> int:
     # here, not at the top: `moe-lab findings --help` must not load torch or pandas
-    from ..analysis import findings
+    from .. import findings
     from ..core.atomic import atomic_write_text
     out = Path(args.out) if args.out else findings.default_path()
     if args.data_dir is not None and not Path(args.data_dir).is_dir():

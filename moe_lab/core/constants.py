@@ -20,7 +20,7 @@ PUBLISHED_H200_KEYS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 
                        3072, 4096)
 TUNE_TOKENS = PUBLISHED_H200_KEYS + (8192,)
 # issue 41 item 1: the token counts vLLM's fused MoE is swept at, at every seed shape and scheme,
-# beside the workbook's own layers (scripts/device_vllm.sh's default TOKENS; tuned_files.left)
+# beside the workbook's own layers (scripts/device_vllm.sh's default TOKENS; tuned.left)
 SEED_SWEEP_TOKENS = (1, 16, 64, 256, 1024, 2048, 4096, 8192)
 # the verbs' defaults where no --models, --tokens, --modes or --ep is given, per machine kind
 # (sweep, check, tune; their --help and the README's main-job sentence state these)

@@ -24,7 +24,7 @@ def run_id(value, name: str = "--run-id") -> str:
 
 
 def run_folder(run, root):
-    """Where a run given as a str or path is (store.open_run, tuned_files.tune_run): the
+    """Where a run given as a str or path is (store.open_run, tuned.tune_run): the
     folder it names (a path, from the working folder) when there is one, else the run id
     `run` under `root`, one folder name, as measure(run=) reads a name without a
     separator. UsageError (one line) for an id with a '..' (was: `a/../b` opened b, `../x`
@@ -310,7 +310,8 @@ def frames(where: str | None = None, **needs):
         import functools
         import inspect
         sig = inspect.signature(fn)
-        name = where or f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
+        mod = fn.__module__.split(".")  # a module of a room (analysis/tuned/files.py): the room's
+        name = where or f"{mod[2] if len(mod) > 3 else mod[-1]}.{fn.__name__}"
         takes_none = {a for a in needs if sig.parameters[a].default is None
                       or "None" in str(sig.parameters[a].annotation)}
 

@@ -1,20 +1,20 @@
-"""More sections of docs/findings.md (analysis.findings): vLLM as shipped,
+"""More sections of docs/findings.md (moe_lab.findings): vLLM as shipped,
 the FP8 GEMM against its promise, torch.compile's coverage, the noise between processes,
-the ceilings, expert parallelism (each a device's: `(runs, device)`, findings_sections'
+the ceilings, expert parallelism (each a device's: `(runs, device)`, sections'
 rule) and AMD's imported table (no device of moe-lab's). Numbers computed here from the
 data; words state none."""
 from __future__ import annotations
 
 import pandas as pd
 
-from . import published as pb
-from .runs import choose, runs_with_phases
+from ..analysis import tuned as tf
+from ..analysis.runs import choose, runs_with_phases
 from ..core.errors import UsageError
-from .findings_sections import chosen, head, md_table, provenance, runs_line
+from .sections import chosen, head, md_table, provenance, runs_line
 
 
 def fp8_gemm_section(runs, device: str | None = None) -> list[str]:
-    from . import fp8_gemm
+    from ..analysis import fp8_gemm
     lruns = chosen(lambda: runs_with_phases(None, device))
     if not lruns:
         return []
@@ -35,7 +35,7 @@ def fp8_gemm_section(runs, device: str | None = None) -> list[str]:
 
 
 def compile_section(runs, device: str | None = None) -> list[str]:
-    from . import compile_tables
+    from ..analysis import compile_tables
     rows, used = [], []
     for r in runs:
         if not r.has("compile"):
@@ -56,7 +56,7 @@ def compile_section(runs, device: str | None = None) -> list[str]:
 
 
 def noise_section(runs, device: str | None = None) -> list[str]:
-    from . import noise
+    from ..analysis import noise
     by_id = {r.run_id: r for r in runs}
     out = []
     for dev in [device] if device else sorted({r.device for r in runs}):
@@ -64,7 +64,7 @@ def noise_section(runs, device: str | None = None) -> list[str]:
         if cal is None or not cal.pairs:
             continue
         pair_runs = [by_id[x] for p in cal.pairs for x in (p.get("a"), p.get("b")) if x in by_id]
-        from .compare import recalibrated
+        from ..analysis.compare import recalibrated
         fresh = [recalibrated(p) for p in cal.pairs]  # the bands from the runs, not the file
         now = noise.Calibration(dev, [f or p for f, p in zip(fresh, cal.pairs)])
         rows = [dict(mode=m, band=noise.band_text(d["noise"]), pairs=d["pairs"],
@@ -83,14 +83,14 @@ def noise_section(runs, device: str | None = None) -> list[str]:
                 "same sweep, in two processes), computed here from the pairs' runs; against "
                 f"the calibration file (`{cal.path.name if cal.path else noise.slug(dev) + '.json'}`"
                 "), per pair: " + "; ".join(agree) + ".", "", *md_table(pd.DataFrame(rows)), ""]
-        pub = pb.published_pairs([r for r in runs if r.device == dev])
-        tr = pb.ties_by_run(pub) if len(pub) else pd.DataFrame()
+        pub = tf.published_pairs([r for r in runs if r.device == dev])
+        tr = tf.ties_by_run(pub) if len(pub) else pd.DataFrame()
         if len(tr):  # another witness: the same launch configuration, minutes apart
             graph = cal.modes().get("graph")  # none: said so (band_text refuses NaN)
             aa = noise.band_text(graph["noise"]) if graph else "(none: no graph A/A' pair)"
             out += ["The same launch configuration timed in two processes of one run (the "
                     "ties of the published-tuning comparison, graph), per run: "
-                    + _ties_text(tr) + f"; against the A/A' graph band {aa}. Two "
+                    + ties_text(tr) + f"; against the A/A' graph band {aa}. Two "
                     "configurations measured minutes apart in separate processes need that "
                     "margin before one is called faster.", ""]
     return out
@@ -126,7 +126,7 @@ def ceilings_section(runs, device: str | None = None) -> list[str]:
 
 
 def expert_parallel_section(runs, device: str | None = None) -> list[str]:
-    from . import expert_parallel as ep, targets as tg
+    from ..analysis import expert_parallel as ep, targets as tg
     d = chosen(lambda: choose("distributed", device=device).run)
     if d is None:
         return []
@@ -148,7 +148,7 @@ def expert_parallel_section(runs, device: str | None = None) -> list[str]:
 def imported_section(runs) -> list[str]:
     """Per table imported from AMD's tuner (no device of moe-lab's: once, whatever the
     devices): its rows per device and status."""
-    from .fp8 import imported
+    from ..analysis.fp8 import imported
     out = []
     for r in runs:
         if not imported(r):
@@ -185,7 +185,7 @@ def _fp8_sentence(row) -> str:
 def vllm_section(runs, device: str | None = None) -> list[str]:
     """vLLM as shipped against the workbook's own layers, on `device` (its vLLM runs; None:
     the rule's device), and FP8 against bf16 in the same runs."""
-    from . import vllm_compare as vc
+    from ..analysis import vllm_compare as vc
     vruns = vc.vllm_runs(device=device)
     if not vruns:
         return []
@@ -267,7 +267,7 @@ def fastest_section(runs, device: str | None = None) -> list[str]:
     (analysis.fastest), on `device`: per shape, which kernels are the fastest and how far
     they are from the roof and the dtype's peak; per point, the fastest against vLLM's
     Triton path as shipped and against the class vLLM deploys (`vllm-deployed`)."""
-    from . import fastest as fa, vllm_compare as vc
+    from ..analysis import fastest as fa, vllm_compare as vc
     vruns = vc.vllm_runs(device=device)
     if not vruns:
         return []
@@ -304,7 +304,7 @@ def fastest_section(runs, device: str | None = None) -> list[str]:
 def _unread_lines(res: pd.DataFrame, vruns, device) -> list[str]:
     """vLLM's own files for this GPU under a shorter form of its name, which its lookup
     never reads here (analysis.vllm_files), against vLLM as shipped in the same runs."""
-    from . import vllm_files as vf
+    from ..analysis import vllm_files as vf
     t = vf.unread(res)
     if t.empty:
         return []
@@ -326,9 +326,9 @@ def _unread_lines(res: pd.DataFrame, vruns, device) -> list[str]:
                             "max", "geomean", "slower"]])]
 
 
-def _ties_text(tr: pd.DataFrame) -> str:
+def ties_text(tr: pd.DataFrame) -> str:
     """Per run: its ties, their published/tuned range, the minutes between their rows and
-    the machines its invocations name (published.ties_by_run)."""
+    the machines its invocations name (tuned.ties_by_run)."""
     return "; ".join(f"`{x.run_id}` {x.ties} ties {x.lo:.3f}-{x.hi:.3f}x, rows up to "
                      f"{x.apart_min:.0f} min apart, machines: {x.machines}"
                      for x in tr.itertuples(index=False))

@@ -1,20 +1,20 @@
 """Which seed shapes each GPU must have a tuned file for (defined once: issues 38 and 41
 for the H200, issue 63 for every other GPU), and how the device scripts name a shape
-(SHAPES words) and its search's run folder. Read by analysis.tuned_files (the inventory,
+(SHAPES words) and its search's run folder. Read by analysis.tuned (the inventory,
 the work left) and the device scripts.
 
     REQUIRED, REQUIRED_63, REQUIRED_BY_DEVICE  (issue, backend, model, tp, ep, dtype) tuples
     required_for(device)                       the device's tuple
     shape_word(...) / published_file(word, device)  a SHAPES word; vLLM's file name for it
-    _search_run(word, device)                  `<device tag>-tune-<backend>-<model>-...`
+    search_run(word, device)                  `<device tag>-tune-<backend>-<model>-...`
 """
 from __future__ import annotations
 
-from ..core import validate
-from ..core.devices import device_tag
-from ..core.errors import UsageError
-from ..core.problems import SEED_MODELS
-from .tuned_paths import _names
+from ...core import validate
+from ...core.devices import device_tag
+from ...core.errors import UsageError
+from ...core.problems import SEED_MODELS
+from .paths import file_names
 
 SEEDS = SEED_MODELS  # core.problems' (was a second, reordered copy of the four names)
 LLAMA4 = tuple(m for m in SEEDS if m.startswith("llama4"))  # the seeds shipped fp8-channel
@@ -70,7 +70,7 @@ def published_file(word: str, device: str) -> str:
                          f"{backend!r}; give a word of {' or '.join(PUBLISHED_FOR)} (the kernel "
                          "vLLM tunes), e.g. aiter-triton:deepseek-r1:8:8:bf16")
     validate.text(device, "published_file: device", "a device name, e.g. 'NVIDIA H200'")
-    return _names("vllm", model, int(tp), int(ep), dtype, device)["gemm1"]
+    return file_names("vllm", model, int(tp), int(ep), dtype, device)["gemm1"]
 
 
 def _word(word: str) -> list[str]:
@@ -82,7 +82,7 @@ def _word(word: str) -> list[str]:
     return parts
 
 
-def _search_run(word: str, device: str) -> str:
+def search_run(word: str, device: str) -> str:
     """The run folder of a shape's search on `device`, as scripts/device_tune.sh names it."""
     b, m, tp, ep, dt = word.split(":")
     return f"{device_tag(device)}-tune-{b}-{m}-tp{tp}{'' if ep == '1' else f'ep{ep}'}-{dt}"

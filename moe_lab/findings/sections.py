@@ -1,4 +1,4 @@
-"""The sections of docs/findings.md (analysis.findings): each a function from the runs
+"""The sections of docs/findings.md (moe_lab.findings): each a function from the runs
 (store.find_runs(), newest first) to markdown lines, its numbers computed from the rows,
 each statement with the runs it reads, their dates and commits. The words around the
 numbers say what a table is; they state no number themselves.
@@ -14,16 +14,16 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import ledger as lg
+from ..analysis import ledger as lg
 from ..core.environment import code_state
-from .runs import choose, manifest_device, runs_with_phases
+from ..analysis.runs import choose, runs_with_phases
 from ..core.constants import TUNE_TOKENS
 from ..core.errors import UsageError
 from ..core.problems import sharding_name
 from ..storage.rows import ok_rows
-from . import (expert_parallel as dist, fp8_gemm, metrics, published as pb, targets as tg,
-               tuned_files as tf, tuning as tu, vllm_compare as vc)
-from .metrics import span  # noqa: F401 - the findings' modules take it from here
+from ..analysis import (expert_parallel as dist, fp8_gemm, metrics, targets as tg,
+                        tuned as tf, tuning as tu, vllm_compare as vc)
+from ..analysis.metrics import span  # noqa: F401 - the findings' modules take it from here
 
 
 # --- formatting ----------------------------------------------------------------------------
@@ -168,9 +168,9 @@ def _file_targets(runs, device, src: dict) -> list:
         src["the tuning targets (per point the newest run with default and tuned rows, "
             "the tuned row measured after its committed file was written)"] = (
             [r for r in runs if r.run_id in set(pairs["run_id"])], pairs)
-    pub = pb.published_pairs(runs)
+    pub = tf.published_pairs(runs)
     if len(pub):
-        frames.append(pb.published_metrics(pub))
+        frames.append(tf.published_metrics(pub))
         src["the published-tuning target (runs that timed a published file beside the tuned "
             "one)"] = ([r for r in runs if r.run_id in set(pub["run_id"])], pub)
     ver = tf.verify_points(device=device)
@@ -237,24 +237,6 @@ def _keys(v) -> str:
     return ", ".join(map(str, v)) if v else "none"
 
 
-def tune_runs(device: str | None = None) -> list:
-    """The tune run folders under data_dir() (candidates.parquet, no results: find_runs
-    does not list them) measured on `device` (their manifest's, runs.manifest_device; None:
-    any), newest first, as Runs with empty tables."""
-    from ..storage.scope import visible
-    from ..storage.store import Run, data_dir
-    from .tuned_files import tune_table
-    out = []
-    for p in sorted(filter(visible, data_dir().iterdir())):
-        if (p / "candidates.parquet").is_file() and (p / "manifest.json").is_file():
-            got = tune_table(p, "candidates")  # unreadable: passed over, said once
-            if got is not None and got[0].get("kind") == "tune" and (
-                    device is None or manifest_device(got[0]) == device):
-                out.append(Run(p, got[0], pd.DataFrame(), pd.DataFrame()))
-    return sorted(out, key=lambda r: (str(r.manifest.get("started") or ""), r.run_id),
-                  reverse=True)
-
-
 def _stages(backend: str, model, tp, ep, dtype) -> int:
     """How many configurations the backend's search sets per shape (aiter-triton: one per
     GEMM; vllm: one for both); 2 for a backend this install does not know."""
@@ -286,9 +268,9 @@ def tune_section(runs, device: str | None = None) -> list[str]:
     """Per tune run on `device` and shape: the token keys the search set out to cover (each
     has its default timed), those with gemm1 and gemm2 candidates timed, the candidates,
     the winners' speedup over the default in the search, and the manifest's wall time."""
-    from .tuned_files import tune_table
+    from ..analysis.tuned import tune_table
     rows, used, full = [], [], {}
-    for r in tune_runs(device):
+    for r in tf.tune_runs(device):
         m = r.manifest
         c = tune_table(r.path, "candidates")[1]  # read (and checked) by tune_runs
         w = tune_table(r.path, "winners")
@@ -345,7 +327,7 @@ def tune_section(runs, device: str | None = None) -> list[str]:
 def tuned_section(runs, device: str | None = None) -> list[str]:
     """Per sweep run (of `runs`: the device's), backend, dtype, model and sharding with both
     configurations ok in graph: points, default/tuned over them."""
-    from .tuned_files import default_and_tuned
+    from ..analysis.tuned import default_and_tuned
     rows, used = [], []
     for r in runs:
         res = r.results

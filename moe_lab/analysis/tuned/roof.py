@@ -1,5 +1,5 @@
 """The tuned layer's % of roof from 256 tokens (issue 38's third target: per model, where it
-stands and what holds it back), over tuned_files.current_pairs' points.
+stands and what holds it back), over tuned.current_pairs' points.
 
     roof_from(pairs, ledger_df, tokens=256)  per shape: the % of roof from `tokens` up
                                              (median, lowest and where), the floors at the
@@ -12,13 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .targets import NO_KERNELS
-from ..core.validate import frames
+from ..targets import NO_KERNELS
+from ...core.validate import frames
 
 FROM_TOKENS = 256  # the token count from which the tuned layer's % of roof is read (issue 38)
 
 
-@frames(where="tuned_files.roof_from",
+@frames(where="tuned.roof_from",
         pairs=("backend", "model", "sharding", "dtype", "tokens", "pct_of_roof", "point_id",
                "tuned_us"),
         ledger_df=("point_id", "phase", "measured_us", "floor_us", "over_us"))
@@ -76,9 +76,9 @@ def _floors(row, ceils: dict) -> tuple[str, float]:
     floors roofline.floor_us takes the larger of), and the other floor as % of it (100 at
     the ridge, where a kernel must keep both busy at once to reach the roof); ('', NaN)
     where the row lacks its FLOPs, bytes or device. `ceils`: {device: ceilings} read so far."""
-    from ..core.devices import ceilings_for
-    from ..core.errors import UsageError
-    from ..cost.roofline import Cost, bound, compute_us, memory_us
+    from ...core.devices import ceilings_for
+    from ...core.errors import UsageError
+    from ...cost.roofline import Cost, bound, compute_us, memory_us
     try:
         dev, dtype = str(row["device"]), str(row["dtype"])
         ceil = ceils[dev] if dev in ceils else ceils.setdefault(dev, ceilings_for(dev))

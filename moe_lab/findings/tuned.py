@@ -1,5 +1,5 @@
-"""The tuned-files section of docs/findings.md (analysis.findings), one per GPU device: the
-required shapes' files against the token grid (analysis.required, analysis.tuned_files),
+"""The tuned-files section of docs/findings.md (moe_lab.findings), one per GPU device: the
+required shapes' files against the token grid (analysis.tuned),
 what is left for the device scripts, tuned against default with the committed files, against
 published tunings, a second search against the winners, and the tuned layer's % of roof.
 Numbers computed here from the data; words state none."""
@@ -8,12 +8,11 @@ from __future__ import annotations
 import pandas as pd
 
 from ..core.constants import TUNE_TOKENS
-from . import ledger as lg
-from . import published as pb, tuned_files as tf
-from .findings_more import _ties_text
-from .findings_sections import head, md_table, provenance, runs_line, span, tune_runs
-from .required import required_name
-from .targets import TARGETS
+from ..analysis import ledger as lg
+from ..analysis import tuned as tf
+from .more import ties_text
+from .sections import head, md_table, provenance, runs_line, span
+from ..analysis.targets import TARGETS
 
 
 def _tokens(v) -> str:
@@ -30,10 +29,10 @@ def _hit(v) -> str:
 
 
 def _two_t_routing(m: pd.DataFrame, inv: pd.DataFrame) -> list[str]:
-    """The points slower at T than at 2T (tuned_files.two_t_misses) with the local experts
+    """The points slower at T than at 2T (tuned.two_t_misses) with the local experts
     the routing hit at T and at 2T, how many of the misses the routing explains, and how
     many of the others come from a search without the neighbour-key pass (`inv`:
-    tuned_files.inventory)."""
+    tuned.inventory)."""
     if not len(m):
         return ["", "No point is slower at T tokens than at 2T."]
     k, rest = int(m["routing"].sum()), m[~m["routing"]]
@@ -76,7 +75,7 @@ def _near_pass(rest: pd.DataFrame, inv: pd.DataFrame) -> list[str]:
 
 
 def tuned_files_section(runs, device: str) -> list[str]:
-    """The required tuned files of `device` against the grid (tuned_files.inventory) and
+    """The required tuned files of `device` against the grid (tuned.inventory) and
     the work left on it, then per shape the tuned-against-default points measured with the
     committed files (of `runs`: the device's), against published tunings, a second search,
     and the tuned layer's % of roof from 256 tokens with the GEMM that holds it back."""
@@ -93,7 +92,7 @@ def tuned_files_section(runs, device: str) -> list[str]:
 
 def _inventory_lines(inv: pd.DataFrame, device: str) -> list[str]:
     """The inventory's heading, provenance, sentence and table."""
-    used = [r for r in tune_runs(device) if r.run_id in set(inv["run"])]
+    used = [r for r in tf.tune_runs(device) if r.run_id in set(inv["run"])]
     per = "; ".join(f"issue {i}: {int(g['holds_grid'].sum())} of {len(g)}"
                     for i, g in inv.groupby("issue"))
     show = inv.drop(columns=["device"]).assign(
@@ -102,8 +101,8 @@ def _inventory_lines(inv: pd.DataFrame, device: str) -> list[str]:
         candidates=inv["candidates"].map(_int_text), near_keys=inv["near_keys"].map(_int_text))
     return [head("Tuned files against the token grid", device), "", runs_line(used), "",
             f"Per shape that {_issues(inv['issue'])} ask{'s' if inv['issue'].nunique() == 1 else ''} a "
-            f"tuned file for on this device (`moe_lab.analysis.required."
-            f"{required_name(device)}`): the file its backend reads, the keys of the token "
+            f"tuned file for on this device (`moe_lab.analysis.tuned."
+            f"{tf.required_name(device)}`): the file its backend reads, the keys of the token "
             f"grid ({len(TUNE_TOKENS)} keys) every stage's file holds, its provenance (the tune "
             "run, its status, candidates timed, when the file was written, the commit), "
             "whether it holds the grid (every key, a complete run behind it) and its search's "
@@ -112,7 +111,7 @@ def _inventory_lines(inv: pd.DataFrame, device: str) -> list[str]:
 
 
 def _left_lines(runs, device: str) -> list[str]:
-    """What the device scripts take on `device` when no SHAPES is given (tuned_files.left)."""
+    """What the device scripts take on `device` when no SHAPES is given (tuned.left)."""
     own = ("aiter-triton", "aiter-triton-silu")
     todo = dict(tune=tf.left("tune", device, backends=own),
                 vllm=tf.left("tune", device, backends=("vllm",)),
@@ -123,7 +122,7 @@ def _left_lines(runs, device: str) -> list[str]:
         _, m, _, ep, dt = w.split(":")
         jobs.setdefault(f"{dt}:{ep}", []).append(m)
     vjobs = " ".join(f"{k}:{','.join(v)}" for k, v in jobs.items())
-    return ["", f"Left for the {device} (`tuned_files.left`: what the device scripts take on "
+    return ["", f"Left for the {device} (`tuned.left`: what the device scripts take on "
             "it when no SHAPES is given, so the same command resumes until nothing is left): "
             f"searches, `device_tune.sh`: {' '.join(todo['tune']) or 'none'}; `device_vllm.sh "
             f"tune`: {' '.join(todo['vllm']) or 'none'}; tuned against default at every key, "
@@ -146,7 +145,7 @@ def _pairs_lines(runs, pairs: pd.DataFrame, stale: int, prs: list, inv: pd.DataF
                          slower_than_default=_tokens(g.loc[g["default_over_tuned"] < 1, "tokens"]),
                          slower_than_at_2T=_tokens(g.loc[g["two_t_over_t"] < 1, "tokens"]),
                          runs=", ".join(sorted(set(g["run_id"])))))
-    pub = pb.published_pairs(runs)
+    pub = tf.published_pairs(runs)
     ev = tf.shape_pairs(pairs, pub)
     have = set(zip(ev["backend"], ev["model"], ev["sharding"], ev["dtype"]))
     bare = inv[[k not in have for k in zip(inv["backend"], inv["model"], inv["sharding"],
@@ -181,7 +180,7 @@ def _published_lines(runs, pub: pd.DataFrame, device: str) -> list[str]:
                           same_config_at=_tokens(g.loc[tie, "tokens"]),
                           tuned_slower_at=_tokens(g.loc[~tie & (g["value"] < 1), "tokens"]),
                           runs=", ".join(sorted(set(g["run_id"])))))
-    tr = pb.ties_by_run(pub)
+    tr = tf.ties_by_run(pub)
     slow = pub[(pub["same_config"] != True) & (pub["value"] < 1)]  # noqa: E712
     lo = dict(zip(tr["run_id"], tr["lo"]))
     inside = int(sum(v >= lo.get(r, 1.0) for v, r in zip(slow["value"], slow["run_id"])))
@@ -196,7 +195,7 @@ def _published_lines(runs, pub: pd.DataFrame, device: str) -> list[str]:
             "a tie by construction, left out of the target), and where tuned is the "
             f"slower otherwise (the target `{pname}`). "
             + (f"The ties measure the noise between the two processes that timed them, "
-               f"per run: {_ties_text(tr)}; of the {len(slow)} points where a different "
+               f"per run: {ties_text(tr)}; of the {len(slow)} points where a different "
                f"tuned configuration is the slower, {inside} lie inside the ties' range "
                "of their own run." if len(tr) else "No point is a tie by construction."),
             "", *md_table(pd.DataFrame(prows))]
@@ -222,7 +221,7 @@ def _verify_lines(device: str) -> list[str]:
 
 
 def _roof_lines(prs: list, pairs: pd.DataFrame, device: str) -> list[str]:
-    """The tuned layer's % of roof from FROM_TOKENS tokens per shape (tuned_files.roof_from),
+    """The tuned layer's % of roof from FROM_TOKENS tokens per shape (tuned.roof_from),
     with the GEMM that holds it back (the ledger of the runs that stored their phases)."""
     phased = [r for r in prs if r.phases is not None and len(r.phases)]  # the ledger's rule
     led = lg.of_runs(phased)[1] if phased else None

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import findings_more as more, findings_sections as sec, findings_tuned as tuned
-from .fp8 import imported
-from .runs import data_devices, is_gpu
+from . import more, sections as sec, tuned
+from ..analysis.fp8 import imported
+from ..analysis.runs import data_devices, every_run, is_gpu
 
 TITLE = "# Findings: what the committed data says"
 PREAMBLE = """\
@@ -66,9 +66,9 @@ def _data_dir(root):
 
 def generate(root=None) -> str:
     """The findings document for the runs under `root` (default data_dir())."""
-    from . import ledger
+    from ..analysis import ledger
     from ..storage.scope import only_committed
-    from ..storage.store import data_dir, find_runs
+    from ..storage.store import data_dir
     with _data_dir(root), pd.option_context("display.width", 200), ledger.shared():
         _refuse_no_runs(root)
         with only_committed(data_dir()) as left:
@@ -76,7 +76,7 @@ def generate(root=None) -> str:
                 import sys
                 print(f"findings: left out {len(left)} run folder(s) git does not track under "
                       f"{data_dir()}: {', '.join(left)}", file=sys.stderr)
-            parts = [TITLE, PREAMBLE, *sections(find_runs())]
+            parts = [TITLE, PREAMBLE, *sections(every_run())]
     return "\n\n".join(parts) + "\n"
 
 

@@ -15,8 +15,6 @@ its file was written is history, not evidence about that file.
     two_t_misses(pairs)                        the points slower at T than at 2T, with the
                                                local experts routing hit at T and at 2T
     tuning_metrics(pairs)                      the two tuning targets' metric frame
-    roof_from(pairs, ledger_df, tokens=256)    per shape: the tuned layer's % of roof
-                                               (moe_lab.analysis.tuned_roof's, re-exported)
     search_spread(root=None, device=None)      per tuned point: the winner beside the search's
                                                best, median and worst candidate (None: any
                                                device's)
@@ -34,22 +32,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core import validate
-from ..core.config_files import read_table
-from ..core.constants import SEED_SWEEP_TOKENS, TUNE_TOKENS
-from ..core.errors import UsageError
-from . import ledger as lg
-from ..core.problems import sharding_name
-from ..core.validate import frames
-from ..storage.rows import deployed_rows, published_rows
-from ..storage.store import read_json
-from . import metrics
-from .required import REQUIRED, REQUIRED_63, _search_run, required_for, shape_word
-from .runs import gpu_devices, is_gpu, on_device as runs_on, tuned_file_devices
-from .targets import METRIC_COLUMNS
-from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _history, _paths,
-                          _required)
-from .tuned_roof import FROM_TOKENS, roof_from  # noqa: F401 (findings and the notebooks read it here)
+from ...core import validate
+from ...core.config_files import read_table
+from ...core.constants import SEED_SWEEP_TOKENS, TUNE_TOKENS
+from ...core.errors import UsageError
+from .. import ledger as lg
+from ...core.problems import sharding_name
+from ...core.validate import frames
+from ...storage.rows import deployed_rows, published_rows
+from ...storage.store import read_json
+from .. import metrics
+from .required import REQUIRED, REQUIRED_63, search_run, required_for, shape_word
+from ..runs import (every_run, gpu_devices, is_gpu, manifest_device, on_device as runs_on,
+                    tuned_file_devices)
+from ..targets import METRIC_COLUMNS
+from .paths import (PAIR_KEY, with_device, configs_folder, check_folders, is_history, file_paths,
+                    check_required)
 
 INVENTORY_COLUMNS = ["device", "issue", "backend", "model", "sharding", "dtype", "file", "keys",
                      "missing_keys", "run", "run_status", "candidates", "written", "commit",
@@ -67,16 +65,16 @@ def inventory(configs_dir=None, device: str | None = None, required=None,
     neighbour-key pass (SearchPlan.near_keys; 0: searched before the pass existed).
     `device` None: every GPU device with data (analysis.runs.gpu_devices of data_dir, and
     the devices configs_dir's provenance names), a block of rows each; none: no row."""
-    from ..storage.store import data_dir as default_data
-    _folders("inventory", configs_dir=configs_dir)  # was: every shape "missing"
+    from ...storage.store import data_dir as default_data
+    check_folders("inventory", configs_dir=configs_dir)  # was: every shape "missing"
     if required is not None:
-        required = _required(required, "inventory")
+        required = check_required(required, "inventory")
     if device is not None:
         validate.text(device, "inventory: device", "a device name, e.g. 'NVIDIA H200', or "
                       "None for every GPU device with data")
     # (data_dir may not exist yet: a fresh machine has searched nothing, as left() reads it)
     runs = Path(data_dir) if data_dir is not None else default_data()
-    blocks = [pd.DataFrame(_inventory_rows(_configs_dir(configs_dir, d), d, runs,
+    blocks = [pd.DataFrame(_inventory_rows(configs_folder(configs_dir, d), d, runs,
                                            required_for(d) if required is None else required),
                            columns=INVENTORY_COLUMNS)
               for d in ([device] if device is not None else _devices(configs_dir, runs))]
@@ -95,7 +93,7 @@ def _inventory_rows(root: Path, device: str, runs: Path, required) -> list[dict]
     """inventory's rows of one device: its files under `root`, their runs under `runs`."""
     rows = []
     for issue, backend, model, tp, ep, dtype in required:
-        paths = _paths(backend, model, tp, ep, dtype, device, root)
+        paths = file_paths(backend, model, tp, ep, dtype, device, root)
         prov = read_json(paths["gemm1"].parent / "provenance.json").get(
             paths["gemm1"].name) or {}
         keys, found = set(TUNE_TOKENS), True
@@ -134,7 +132,7 @@ def left(mode: str, device: str, backends=None, data_dir=None, configs_dir=None,
     the same rule) or, where vLLM ships none for the shape, its default (current_pairs).
     `backends`: only these (e.g. ("vllm",)); None: all. `runs`: data_dir's by default (of
     them, those measured on `device`)."""
-    from ..storage.store import data_dir as default_data, find_runs
+    from ...storage.store import data_dir as default_data
     if mode not in ("tune", "sweep"):
         raise UsageError(f"left: mode is tune or sweep, not {mode!r}")
     validate.text(device, "left: device", "the GPU's name as torch gives it, e.g. "
@@ -144,23 +142,23 @@ def left(mode: str, device: str, backends=None, data_dir=None, configs_dir=None,
                          "searches left are a GPU's; give its name, e.g. 'NVIDIA H200'")
     if isinstance(backends, str):  # one name (was read as a string to find names in)
         backends = (backends,)
-    required = _required(required_for(device) if required is None else required, "left")
+    required = check_required(required_for(device) if required is None else required, "left")
     known = sorted({r[1] for r in REQUIRED + REQUIRED_63 + required})
     bad = [b for b in backends or () if b not in known]
     if bad:  # was: nothing left, and a device script that had nothing to do
         raise UsageError(f"left: backends {', '.join(map(repr, bad))} not among the required "
                          f"shapes' ({', '.join(known)})")
-    _folders("left", data_dir=data_dir, configs_dir=configs_dir)  # was: every shape left, or none
+    check_folders("left", data_dir=data_dir, configs_dir=configs_dir)  # was: all left, or none
     root = Path(data_dir) if data_dir is not None else default_data()
     inv = inventory(configs_dir, device, required=required, data_dir=root)
     todo = [(x, shape_word(b, m, tp, ep, dt)) for x, (_, b, m, tp, ep, dt)
             in zip(inv.to_dict("records"), required) if backends is None or b in backends]
     if mode == "tune":
         started = [w for x, w in todo
-                   if not x["holds_grid"] and (root / _search_run(w, device)).is_dir()]
+                   if not x["holds_grid"] and (root / search_run(w, device)).is_dir()]
         return started + [w for x, w in todo if not x["holds_grid"] and w not in started]
     from .published import published_pairs
-    runs = runs_on(find_runs(root) if runs is None else list(runs), device)
+    runs = runs_on(every_run(root) if runs is None else list(runs), device)
     pairs, _ = current_pairs(runs, configs_dir)
     pairs = shape_pairs(pairs, published_pairs(runs, configs_dir, root))
     have = {(b, m, sharding_name(tp, ep), dt): set(g["tokens"]) for (b, m, tp, ep, dt), g
@@ -183,7 +181,7 @@ def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
     row was measured after its committed file was written: default_us, tuned_us,
     default_over_tuned, tuned_point_id, tuned pct_of_roof, run_id, sharding; `stale`: the
     points whose tuned rows all predate their file. Once per runs inside ledger.shared()."""
-    _folders("current_pairs", configs_dir=configs_dir)  # was: no pair, every point stale
+    check_folders("current_pairs", configs_dir=configs_dir)  # was: no pair, every point stale
     runs = lg.opened(runs)
     return lg.memo(("current_pairs", str(configs_dir), lg.run_paths(runs)),
                    lambda: _current_pairs(runs, configs_dir))
@@ -196,12 +194,12 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
         if r.manifest.get("kind") in ("tune", "import") or "config" not in res or not len(res):
             continue
         j = default_and_tuned(res)
-        root = str(_configs_dir(configs_dir, r.device))
+        root = str(configs_folder(configs_dir, r.device))
         for x in j.to_dict("records"):
             k = tuple(x[c] for c in PAIR_KEY)
             if k in seen:
                 continue
-            if _history(root, x, r.device):
+            if is_history(root, x, r.device):
                 stale.add(k)
                 continue
             seen.add(k)
@@ -300,8 +298,8 @@ def tune_table(folder: Path, table: str) -> tuple[dict, pd.DataFrame | None] | N
 
 
 def _tune_table(folder: Path, table: str) -> tuple[dict, pd.DataFrame | None] | None:
-    from ..core.errors import CorruptFile
-    from ..storage.store import _read, _warn_once, read_json
+    from ...core.errors import CorruptFile
+    from ...storage.store import _read, _warn_once, read_json
     try:
         return (read_json(folder / "manifest.json"),
                 _read(folder / f"{table}.parquet", TUNE_TABLE_NEEDS.get(table)))
@@ -310,15 +308,32 @@ def _tune_table(folder: Path, table: str) -> tuple[dict, pd.DataFrame | None] | 
         return None
 
 
+def tune_runs(device: str | None = None) -> list:
+    """The tune run folders under data_dir() (candidates.parquet, no results: find_runs
+    does not list them) measured on `device` (their manifest's, runs.manifest_device; None:
+    any), newest first, as Runs with empty tables."""
+    from ...storage.scope import visible
+    from ...storage.store import Run, data_dir
+    out = []
+    for p in sorted(filter(visible, data_dir().iterdir())):
+        if (p / "candidates.parquet").is_file() and (p / "manifest.json").is_file():
+            got = tune_table(p, "candidates")  # unreadable: passed over, said once
+            if got is not None and got[0].get("kind") == "tune" and (
+                    device is None or manifest_device(got[0]) == device):
+                out.append(Run(p, got[0], pd.DataFrame(), pd.DataFrame()))
+    return sorted(out, key=lambda r: (str(r.manifest.get("started") or ""), r.run_id),
+                  reverse=True)
+
+
 def newest_of(table: str, root=None, where=None) -> pd.DataFrame:
     """The rows of `<table>.parquet` (winners, verify) of every run folder under root
     (default data_dir()) that has one and whose manifest `where` accepts (None: every),
     each with its run_id; per point (backend, model, tp, ep, ep_rank, dtype, tokens) the
     newest (measured_at, then the folder's name). Empty when none."""
-    from ..storage.scope import visible
-    from ..storage.store import data_dir
+    from ...storage.scope import visible
+    from ...storage.store import data_dir
     root = Path(root or data_dir())
-    _folders(f"the {table} runs", root=root)  # was: FileNotFoundError, or NotADirectoryError
+    check_folders(f"the {table} runs", root=root)  # was: FileNotFoundError, or NotADirectoryError
     found = []
     for p in sorted(filter(visible, root.iterdir())):
         got = tune_table(p, table) if (p / f"{table}.parquet").is_file() else None
@@ -372,7 +387,7 @@ def search_spread(root=None, device: str | None = None, backend: str | None = No
 
 def _none_of(what: str, value: str, w: pd.DataFrame, root) -> None:
     """UsageError when the winners `w` hold some point but none of `value` in column `what`."""
-    from ..storage.store import data_dir
+    from ...storage.store import data_dir
     have = sorted(set(w[what].astype(str))) if what in w else []
     if have and value not in have:
         raise UsageError(f"search_spread: {what} {value!r}: no tuned point under "
@@ -384,7 +399,7 @@ def tune_run(run_id: str, root=None):
     """The tune run folder `run_id` (under root, default data_dir()) as a Run with empty
     tables (its manifest for the footer, the rows drawn for the commits); a run of another
     kind (a sweep): UsageError."""
-    from ..storage.store import Run, data_dir, read_json
+    from ...storage.store import Run, data_dir, read_json
     p = Path(root or data_dir()) / str(run_id)
     if str(run_id).strip() and (set(str(run_id)) & {"/", "\\"} or str(run_id) in (".", "..")):
         # was: `a/../t1` opened t1, `../x` a folder outside the data folder

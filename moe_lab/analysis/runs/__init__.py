@@ -28,7 +28,9 @@ is read as given, refused in one line when it cannot answer.
     spread_pair(), runs_at(n)     a spread sweep and its one-GPU twin; the runs at n ranks
     richest_run(), imported_runs() notebooks 01/03: the measured run with the most points of
                                   the seed shapes; the imported tables
-The FP8 comparison's choice (the FP8 run, bf16 beside it) is analysis.fp8.comparison_rows.
+    every_run(), default_runs(), newest_with(answers)  the lists a reader walks (runs.lists)
+The FP8 comparison's choice (the FP8 run, bf16 beside it) is analysis.fp8.comparison_rows,
+over default_runs().
 """
 from __future__ import annotations
 
@@ -38,12 +40,13 @@ from typing import Callable
 
 import pandas as pd
 
-from ..core.errors import CorruptFile, UsageError
-from ..core.problems import sharding_name
-from ..storage.rows import ok_rows
-from ..storage.scope import tracked, visible
-from ..storage.store import Run, _warn_once, data_dir, find_runs, open_run, read_json
-from . import expert_parallel as analysis
+from ...core.errors import CorruptFile, UsageError
+from ...core.problems import sharding_name
+from ...storage.rows import ok_rows
+from ...storage.scope import tracked, visible
+from ...storage.store import Run, _warn_once, data_dir, find_runs, open_run, read_json
+from .. import expert_parallel as analysis
+from .lists import default_runs, every_run, newest_with  # noqa: F401 (the lists' choosers)
 
 TUNED = "tuned"
 
@@ -123,7 +126,7 @@ def gpu_devices(root=None) -> list[str]:
 
 
 def _has_roof(run: Run) -> bool:
-    from ..core.devices import ceilings_for
+    from ...core.devices import ceilings_for
     try:
         ceilings_for(run.device)
     except UsageError:
@@ -381,8 +384,8 @@ def runs_at(world_size: int) -> list[Run]:
 
 
 def _on_gpu(d: pd.DataFrame) -> pd.DataFrame:
-    """The rank rows measured on a GPU (a device that is not the CPU)."""
-    return d[d["device"].notna() & ~d["device"].astype(str).str.contains("cpu", regex=False)]
+    """The rank rows measured on a GPU (is_gpu: the one rule, a run's or a row's device)."""
+    return d[d["device"].notna() & d["device"].map(is_gpu).astype(bool)]
 
 
 def gpu_distributed() -> str:

@@ -26,22 +26,22 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.errors import CorruptFile
-from ..core.problems import sharding_name
-from . import ledger as lg
-from ..storage.rows import deployed_rows, published_rows, vllm_named
-from . import metrics
-from .targets import METRIC_COLUMNS
-from .tuned_paths import (PAIR_KEY, with_device, _configs_dir, _folders, _history, _paths,
-                          _provenance)
-from ..core.validate import frames
+from ...core.errors import CorruptFile
+from ...core.problems import sharding_name
+from .. import ledger as lg
+from ...storage.rows import deployed_rows, published_rows, vllm_named
+from .. import metrics
+from ..targets import METRIC_COLUMNS
+from .paths import (PAIR_KEY, with_device, configs_folder, check_folders, is_history, file_paths,
+                    read_provenance)
+from ...core.validate import frames
 
 
 def published_pairs(runs, configs_dir=None, data_dir=None) -> pd.DataFrame:
     """Module doc (the newest run per point; the tuned files of configs_dir and the
     searches of data_dir, this checkout's by default). Once per runs inside
     ledger.shared()."""
-    _folders("published_pairs", configs_dir=configs_dir)  # was: no pair, without a word
+    check_folders("published_pairs", configs_dir=configs_dir)  # was: no pair, without a word
     runs = lg.opened(runs)
     return lg.memo(("published_pairs", str(configs_dir), str(data_dir), lg.run_paths(runs)),
                    lambda: _published_pairs(runs, configs_dir, data_dir))
@@ -66,10 +66,10 @@ def _published_pairs(runs, configs_dir, data_dir) -> pd.DataFrame:
                            launch_config=x.get("launch_config")) for x in (pub, g))
         j = pub[cols + ["config"]].merge(g[g["config"] == "tuned"][cols], on=PAIR_KEY,
                                           suffixes=("_p", "_t"))
-        root = str(_configs_dir(configs_dir, r.device))
+        root = str(configs_folder(configs_dir, r.device))
         for x in j.to_dict("records"):
             k = tuple(x[c] for c in PAIR_KEY)
-            if k in seen or _history(root, x, r.device):
+            if k in seen or is_history(root, x, r.device):
                 continue
             seen.add(k)
             same = _same_launch(x["launch_config_p"], x["launch_config_t"])
@@ -128,14 +128,14 @@ def _same_config(configs_dir, runs_dir, device, backend, model, tp, ep, dtype,
                  tokens) -> bool | None:
     """Whether the committed tuned file's configuration at `tokens` (nearest key) is the
     one vLLM as shipped ran there (the default pass of the search behind the file)."""
-    from ..core.config_files import nearest
-    from ..storage.store import data_dir
+    from ...core.config_files import nearest
+    from ...storage.store import data_dir
     try:
-        f1 = _paths(backend, model, int(tp), int(ep), dtype, device,
-                    _configs_dir(configs_dir, device))["gemm1"]
+        f1 = file_paths(backend, model, int(tp), int(ep), dtype, device,
+                    configs_folder(configs_dir, device))["gemm1"]
         ours = nearest(_table(str(f1), f1.stat().st_mtime_ns), int(tokens))
         prov = f1.parent / "provenance.json"
-        run = (_provenance(str(prov), prov.stat().st_mtime_ns).get(f1.name) or {}).get("run")
+        run = (read_provenance(str(prov), prov.stat().st_mtime_ns).get(f1.name) or {}).get("run")
     except Exception:  # noqa: BLE001 - a backend or file this checkout does not have
         return None
     f = Path(runs_dir or data_dir()) / str(run) / "candidates.parquet"
@@ -144,7 +144,7 @@ def _same_config(configs_dir, runs_dir, device, backend, model, tp, ep, dtype,
     try:
         shipped = _defaults(str(f), f.stat().st_mtime_ns).get(int(tokens))
     except CorruptFile as exc:  # unreadable, or without a default pass: not known, said once
-        from ..storage.store import _warn_once
+        from ...storage.store import _warn_once
         _warn_once(f"moe-lab: warning: passed over run {run}'s default pass: {exc}")
         return None
     return None if shipped is None else shipped == {k: int(v) for k, v in ours.items()}
@@ -153,14 +153,14 @@ def _same_config(configs_dir, runs_dir, device, backend, model, tp, ep, dtype,
 @functools.lru_cache(maxsize=64)
 def _table(path: str, mtime_ns: int) -> dict:
     """A tuned file's {M: config}, read once per file version (not once per point)."""
-    from ..core.config_files import read_table
+    from ...core.config_files import read_table
     return read_table(Path(path))
 
 
 @functools.lru_cache(maxsize=32)
 def _defaults(path: str, mtime_ns: int) -> dict:
     """{tokens: gemm1 configuration} of a search's default pass (vLLM as shipped)."""
-    from ..storage.store import _read
+    from ...storage.store import _read
     c = _read(Path(path), ("search_pass", "tokens", "config", "status"))
     c = c[(c["search_pass"] == "default") & (c["status"] == "ok")]
     out = {}
