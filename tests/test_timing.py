@@ -46,12 +46,44 @@ def test_time_cpu_real_function():
     assert "cpu" in t.note
 
 
-def test_time_cpu_sees_a_known_sleep():
+def test_time_cpu_wall_clock_sees_a_known_sleep():
     import time
-    t = time_cpu(lambda: time.sleep(0.002), [()], warmup_ms=1, rep_ms=30, min_reps=5)
+    t = time_cpu(lambda: time.sleep(0.002), [()], warmup_ms=1, rep_ms=30, min_reps=5,
+                 clock="wall")
     # a sleep is never shorter; the upper bound only catches a unit slip (ns read as us:
     # 2e6), not a busy machine (was < 50_000: a 25x-slow scheduler failed it)
     assert 1900 < t.median_us < 1_000_000
+
+
+def _spin(s):
+    import time
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < s:
+        pass
+
+
+def test_time_cpu_thread_clock_counts_work_not_waiting():
+    """The default CPU clock is the thread's: 2 ms of computing is 2 ms however busy the
+    machine; a 2 ms sleep (waiting for a core looks the same) is not counted."""
+    import time
+    work = time_cpu(_spin, [(0.002,)], warmup_ms=1, rep_ms=30, min_reps=5)
+    slept = time_cpu(lambda: time.sleep(0.002), [()], warmup_ms=1, rep_ms=30, min_reps=5)
+    assert 1999 < work.median_us < 1_000_000
+    assert slept.median_us < 1000
+    assert "thread's CPU time" in work.note
+
+
+def test_time_cpu_holds_torch_to_one_thread_and_restores_it():
+    import torch
+    was, seen = torch.get_num_threads(), set()
+    time_cpu(lambda: seen.add(torch.get_num_threads()), [()], warmup_ms=0.01, rep_ms=0.01,
+             min_reps=3, max_reps=6)
+    assert seen == {1} and torch.get_num_threads() == was
+
+
+def test_time_cpu_refuses_an_unknown_clock():
+    with pytest.raises(ValueError, match="clock"):
+        time_cpu(lambda: None, [()], clock="sundial")
 
 
 def test_time_cpu_rotates_argument_sets():

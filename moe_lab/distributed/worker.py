@@ -331,7 +331,8 @@ class Worker:
                           modes=modes, build=build, output=output, agree=agree, then=then,
                           each=each, timed=lambda c: (got["lay"].compute, [()]),
                           refuse=self.refuse_mode,
-                          timer_kw=dict(warmup_ms=s["warmup_ms"], rep_ms=s["rep_ms"]))
+                          timer_kw=dict(warmup_ms=s["warmup_ms"], rep_ms=s["rep_ms"],
+                                        clock="wall"))  # a rank waits on the others
         if self.verdict(got["setup"])[0] != "ok":
             return self.write(*where, modes, got["setup"], facts, config)
         if not c.ok:

@@ -2,7 +2,7 @@
 
     time_eager(fn, arg_sets)   GPU, as a user's Python calls it (mode `eager`)
     time_graph(fn, arg_sets)   GPU, captured once in a CUDA/HIP graph, replayed (mode `graph`)
-    time_cpu(fn, arg_sets)     CPU, perf_counter around each call
+    time_cpu(fn, arg_sets)     CPU, the thread's CPU time of each call, one intra-op thread
 
 `arg_sets` is a list of argument tuples (several copies of the inputs); call i uses
 `arg_sets[i % len(arg_sets)]`, so consecutive calls read different input buffers.
@@ -28,8 +28,12 @@ What each timer measures, and what it cannot see:
   the captured launch grid). The profiler may not attribute graph-replayed kernels
   (on ROCm they can vanish from traces altogether, as aiter's test_common notes), so
   profile eagerly.
-* `time_cpu`: host wall time per call with `time.perf_counter`; no cache flush (CPU
-  caches are small next to MoE weights, and inputs rotate through `arg_sets`).
+* `time_cpu`: per call, the calling thread's CPU time (`time.thread_time`) with torch held
+  to one intra-op thread, in steady blocks as `time_eager` below; no cache flush (CPU
+  caches are small next to MoE weights, and inputs rotate through `arg_sets`). On a shared
+  2-core machine wall time mostly measures the other processes (two torch threads
+  fighting them gave medians 10-100x the one-thread CPU time), so the CPU clock is the
+  default; a distributed rank, whose collectives wait on other ranks, times the wall.
 * The L2 flush buffer is max(2 x L2, 256 MB), and 512 MB on ROCm so it also covers
   MI300's 256 MB Infinity Cache. Weights larger than the cache are never warm anyway;
   for small problems flushing makes the numbers pessimistic compared with a model
@@ -52,128 +56,78 @@ What each timer measures, and what it cannot see:
 from __future__ import annotations
 
 import contextlib
-import gc
-import math
+import itertools
 import statistics
 import time
-from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
-from ..storage.vocabulary import NOISE_LIMIT  # (p90 - p10) / median above this: `noisy`
-EAGER_MIN_REPS = 200  # eager: calls at least (see the module doc)
-EAGER_MAX_MS = 1500.0  # eager: stop adding blocks after this long
-EAGER_BLOCK_MS = 25.0  # eager: one block lasts at least this long ...
-EAGER_BLOCK_MIN = 10   # ... and holds at least this many calls
-STEADY_TOL = 0.05      # a block whose median is within 5% of the fastest block's is steady
-STEADY_BLOCKS = 3      # eager stops once this many blocks are steady
-STEADY_MIN_FRAC = 0.5  # a point with a smaller share of its calls steady is `noisy`
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """No garbage collection inside timed calls (re-enabled after). No collection before
-    either: a full gc.collect() took 108 ms per timing in a tune process holding thousands
-    of candidate rows (a third of an H200 search's time), and a disabled collector already
-    keeps every pause out of the timed calls."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-@dataclass
-class Timing:
-    median_us: float
-    p10_us: float
-    p90_us: float
-    n: int
-    noisy: bool
-    note: str = ""
-    median_all_us: float = math.nan  # eager: plain median over every call
-    steady_frac: float = 1.0          # eager: share of calls in steady blocks
-    # the statistic's own per-call times, in call order (eager: the steady blocks' calls),
-    # kept so that any statistic (a bootstrap interval, another quantile) can be redone
-    samples_us: tuple = ()
-
-    def as_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "samples_us"}
+from .timing_stats import (  # what a timer's per-call times become (moe_lab.measuring.timing_stats)
+    EAGER_BLOCK_MIN, EAGER_BLOCK_MS, EAGER_MAX_MS, EAGER_MIN_REPS, CPU_BLOCK_MIN, Timing,
+    check_args, counts, gc_paused, steady_blocks, steady_summary, summarize)
 
 
 class CaptureError(RuntimeError):
     """The function cannot be captured in a CUDA/HIP graph; str(e) is the reason."""
 
 
-def _quantile(sorted_x: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if len(sorted_x) == 1:
-        return float(sorted_x[0])
-    pos = q * (len(sorted_x) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_x) - 1)
-    return float(sorted_x[lo] + (sorted_x[hi] - sorted_x[lo]) * (pos - lo))
-
-
-def summarize(times_us: Sequence[float], note: str = "") -> Timing:
-    """Median, p10, p90 of per-call times; `noisy` when (p90 - p10) / median > NOISE_LIMIT."""
-    xs = sorted(float(t) for t in times_us)
-    if not xs:
-        raise ValueError("summarize() needs at least one time")
-    med = statistics.median(xs)
-    p10, p90 = _quantile(xs, 0.1), _quantile(xs, 0.9)
-    spread = (p90 - p10) / med if med > 0 else math.inf
-    noisy = spread > NOISE_LIMIT
-    notes = [note] if note else []
-    if noisy:
-        notes.append(f"noisy: p10-p90 spread is {spread:.0%} of the median "
-                     f"(limit {NOISE_LIMIT:.0%}) over {len(xs)} calls; "
-                     "other work on the device, clock changes or too few repeats")
-    if len(xs) < 10:
-        notes.append(f"only {len(xs)} timed calls")
-    return Timing(med, p10, p90, len(xs), noisy, "; ".join(notes),
-                  samples_us=tuple(float(t) for t in times_us))
-
-
-def _counts(estimate_ms: float, warmup_ms: float, rep_ms: float,
-            min_reps: int, max_reps: int) -> tuple[int, int]:
-    est = max(estimate_ms, 1e-4)
-    n_warmup = max(1, int(warmup_ms / est))
-    n_rep = min(max_reps, max(min_reps, int(rep_ms / est)))
-    return min(n_warmup, max_reps), n_rep
-
-
-def _check_args(arg_sets) -> list[tuple]:
-    if not arg_sets:
-        raise ValueError("arg_sets must hold at least one argument tuple")
-    return [tuple(a) for a in arg_sets]
-
-
 # --- CPU -------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def one_thread():
+    """torch held to one intra-op thread (restored after): a CPU call then computes in the
+    calling thread, so a pre-empted worker thread of torch's pool cannot stall it, and the
+    thread's CPU clock sees all its work."""
+    import torch
+    was = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(was)
+
+
+CPU_CLOCKS = {"thread": time.thread_time, "wall": time.perf_counter}
+
+
 def time_cpu(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_ms: float = 100,
-             min_reps: int = 5, max_reps: int = 10_000) -> Timing:
-    """Host wall time of one call (perf_counter), warm-up and repeats sized by time."""
-    arg_sets = _check_args(arg_sets)
-    t0 = time.perf_counter()
-    fn(*arg_sets[0])  # first call: lazy init, allocator warm-up
-    first_ms = (time.perf_counter() - t0) * 1e3
-    t0 = time.perf_counter()
-    n_est = 3
-    for i in range(n_est):
-        fn(*arg_sets[i % len(arg_sets)])
-    est_ms = (time.perf_counter() - t0) * 1e3 / n_est
-    n_warmup, n_rep = _counts(est_ms, warmup_ms, rep_ms, min_reps, max_reps)
-    for i in range(n_warmup):
-        fn(*arg_sets[i % len(arg_sets)])
-    times = []
-    for i in range(n_rep):
-        args = arg_sets[i % len(arg_sets)]
+             min_reps: int = 5, max_reps: int = 10_000, max_ms: float = EAGER_MAX_MS,
+             clock: str = "thread") -> Timing:
+    """One call on a CPU, timed in blocks as `time_eager` times a host (module doc), with
+    torch held to one intra-op thread. `clock` "thread": the calling thread's CPU time,
+    what the call computes, not the time it waited for a core on a shared machine; "wall":
+    perf_counter (a distributed rank, whose collectives wait on other processes)."""
+    arg_sets = check_args(arg_sets)
+    if clock not in CPU_CLOCKS:
+        raise ValueError(f"clock {clock!r}: use {' or '.join(CPU_CLOCKS)}")
+    clk = CPU_CLOCKS[clock]
+    with one_thread(), gc_paused():
         t0 = time.perf_counter()
-        fn(*args)
-        times.append((time.perf_counter() - t0) * 1e6)
-    return summarize(times, f"cpu perf_counter; first call {first_ms:.1f} ms")
+        fn(*arg_sets[0])  # first call: lazy init, allocator warm-up
+        first_ms = (time.perf_counter() - t0) * 1e3
+        t0 = clk()
+        n_est = 3
+        for i in range(n_est):
+            fn(*arg_sets[i % len(arg_sets)])
+        est_ms = (clk() - t0) * 1e3 / n_est
+        n_warmup, _ = counts(est_ms, warmup_ms, rep_ms, min_reps, max_reps)
+        for i in range(n_warmup):
+            fn(*arg_sets[i % len(arg_sets)])
+        block = max(CPU_BLOCK_MIN, int(EAGER_BLOCK_MS / max(est_ms, 1e-4)))
+        calls = itertools.cycle(arg_sets)
+
+        def one_block(n):
+            times = []
+            for _ in range(n):
+                args = next(calls)
+                t0 = clk()
+                fn(*args)
+                times.append((clk() - t0) * 1e6)
+            return times
+
+        blocks = steady_blocks(one_block, block, rep_ms, max_ms, min_reps, max_reps)
+    what = "the thread's CPU time" if clock == "thread" else "perf_counter"
+    return steady_summary(blocks, f"cpu: {what} of each call, 1 intra-op thread, blocks of "
+                                  f"{block}; first call {first_ms:.1f} ms")
 
 
 # --- GPU helpers -----------------------------------------------------------------------
@@ -215,38 +169,6 @@ def _device_of(arg_sets) -> "object | None":
 
 # --- eager -----------------------------------------------------------------------------
 
-def steady_summary(blocks: Sequence[Sequence[float]], note: str = "") -> Timing:
-    """Summarize per-call times measured in blocks: statistics over the calls of the
-    blocks whose median is within STEADY_TOL of the fastest block's (see module doc)."""
-    blocks = [list(map(float, b)) for b in blocks if len(b)]
-    if not blocks:
-        raise ValueError("steady_summary() needs at least one non-empty block")
-    meds = [statistics.median(b) for b in blocks]
-    best = min(meds)
-    steady = [x for b, m in zip(blocks, meds) if m <= best * (1 + STEADY_TOL) for x in b]
-    n_all = sum(len(b) for b in blocks)
-    frac = len(steady) / n_all
-    t = summarize(steady, note)
-    t.median_all_us = statistics.median([x for b in blocks for x in b])
-    t.steady_frac = frac
-    t.n = n_all
-    n_steady = sum(m <= best * (1 + STEADY_TOL) for m in meds)
-    extra = (f"{n_steady}/{len(blocks)} blocks steady ({frac:.0%} of {n_all} calls); "
-             f"median over all calls {t.median_all_us:.1f} us")
-    if frac < STEADY_MIN_FRAC:
-        t.noisy = True
-        extra = ("noisy: the host was slower for most of the window; " + extra)
-    t.note = "; ".join(x for x in (t.note, extra) if x)
-    return t
-
-
-def _steady_enough(blocks_meds: list[float], n_calls: int, min_reps: int) -> bool:
-    if len(blocks_meds) < STEADY_BLOCKS or n_calls < min_reps:
-        return False
-    best = min(blocks_meds)
-    return sum(m <= best * (1 + STEADY_TOL) for m in blocks_meds) >= STEADY_BLOCKS
-
-
 def time_eager(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_ms: float = 100,
                flush_l2: bool = True, min_reps: int = EAGER_MIN_REPS,
                max_reps: int = 4_000, max_ms: float = EAGER_MAX_MS) -> Timing:
@@ -257,7 +179,7 @@ def time_eager(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_m
     `rep_ms` is the shortest window, `max_ms` the longest.
     """
     import torch
-    arg_sets = _check_args(arg_sets)
+    arg_sets = check_args(arg_sets)
     dev = _device_of(arg_sets)
     flush = _flush_buffer(dev).zero_ if flush_l2 else (lambda: None)
     sync = torch.cuda.synchronize
@@ -274,36 +196,29 @@ def time_eager(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_m
         sync()
         est.append(time.perf_counter() - t0)
     est_ms = statistics.median(est) * 1e3
-    n_warmup, _ = _counts(est_ms, warmup_ms, rep_ms, 1, max_reps)
+    n_warmup, _ = counts(est_ms, warmup_ms, rep_ms, 1, max_reps)
     for i in range(n_warmup):
         fn(*arg_sets[i % len(arg_sets)])
     sync()
 
     block = max(EAGER_BLOCK_MIN, int(EAGER_BLOCK_MS / max(est_ms, 1e-4)))
-    blocks, meds, n_calls, i = [], [], 0, 0
-    t_start = time.perf_counter()
+    calls = itertools.cycle(arg_sets)
+
+    def one_block(n):
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for j in range(n):
+            args = next(calls)
+            flush()
+            sync()  # the device is idle: launch overhead lands inside the interval
+            starts[j].record()
+            fn(*args)
+            ends[j].record()
+        sync()
+        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
     with gc_paused():
-        while True:
-            starts = [torch.cuda.Event(enable_timing=True) for _ in range(block)]
-            ends = [torch.cuda.Event(enable_timing=True) for _ in range(block)]
-            for j in range(block):
-                args = arg_sets[i % len(arg_sets)]
-                i += 1
-                flush()
-                sync()  # the device is idle: launch overhead lands inside the interval
-                starts[j].record()
-                fn(*args)
-                ends[j].record()
-            sync()
-            times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-            blocks.append(times)
-            meds.append(statistics.median(times))
-            n_calls += block
-            elapsed_ms = (time.perf_counter() - t_start) * 1e3
-            if elapsed_ms >= rep_ms and _steady_enough(meds, n_calls, min_reps):
-                break
-            if elapsed_ms >= max_ms or n_calls + block > max_reps:
-                break
+        blocks = steady_blocks(one_block, block, rep_ms, max_ms, min_reps, max_reps)
     what = f"flush {flush_bytes(dev) >> 20} MB" if flush_l2 else "no flush"
     return steady_summary(blocks, f"eager: events around each call from idle, {what}, "
                                   f"{len(arg_sets)} input set(s), blocks of {block}")
@@ -336,7 +251,7 @@ def capture_graphs(fn: Callable, arg_sets: list[tuple], warmup_iters: int = 3) -
     """One torch.cuda.CUDAGraph per argument set (shared memory pool), captured on a side
     stream after warm-up there. Raises CaptureError with the real reason on failure."""
     import torch
-    arg_sets = _check_args(arg_sets)
+    arg_sets = check_args(arg_sets)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     try:
@@ -385,7 +300,7 @@ def time_graph(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_m
     Raises CaptureError(reason) when the call cannot be captured.
     """
     import torch
-    arg_sets = _check_args(arg_sets)
+    arg_sets = check_args(arg_sets)
     dev = _device_of(arg_sets)
     graphs = capture_graphs(fn, arg_sets)
     flush = _flush_buffer(dev).zero_ if flush_l2 else (lambda: None)
@@ -399,7 +314,7 @@ def time_graph(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_m
     e.record()
     torch.cuda.synchronize()
     est_ms = s.elapsed_time(e) / 5
-    n_warmup, n_rep = _counts(est_ms, warmup_ms, rep_ms, min_reps, max_reps)
+    n_warmup, n_rep = counts(est_ms, warmup_ms, rep_ms, min_reps, max_reps)
     for i in range(n_warmup):
         graphs[i % len(graphs)].replay()
     torch.cuda.synchronize()
@@ -421,12 +336,13 @@ def time_graph(fn: Callable, arg_sets: list[tuple], warmup_ms: float = 25, rep_m
                                f"{len(graphs)} graph(s)")
 
 
-def time_fn(mode: str, fn: Callable, arg_sets: list[tuple], device: str = "cuda", **kw) -> Timing:
+def time_fn(mode: str, fn: Callable, arg_sets: list[tuple], device: str = "cuda",
+            clock: str = "thread", **kw) -> Timing:
     """The one timer entry of sweeps and compile runs: `graph` replays a captured graph,
     `eager` and `compile` time calls from Python; on a CPU every mode is `time_cpu`."""
     if not str(device).startswith("cuda"):
-        return time_cpu(fn, arg_sets, **{k: v for k, v in kw.items()
-                                         if k in ("warmup_ms", "rep_ms", "min_reps", "max_reps")})
+        return time_cpu(fn, arg_sets, clock=clock, **{k: v for k, v in kw.items() if k in (
+            "warmup_ms", "rep_ms", "min_reps", "max_reps")})
     if mode == "graph":
         return time_graph(fn, arg_sets, **kw)
     if mode in ("eager", "compile"):
