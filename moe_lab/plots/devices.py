@@ -42,13 +42,18 @@ def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> F
             dash = "--" if "imported" in s else "-"
             if g["tokens"].duplicated().any():  # never join two points of one x
                 g = g.drop_duplicates("tokens")
-            axes[i][0].plot(g["tokens"], g["median_us"], dash, marker=".", label=s,
-                            color=colour[s])
+            keyed = g.assign(config=[_config_text(c) for c in g["config"]]) if "config" in g else g
+            style.series(axes[i][0].plot(g["tokens"], g["median_us"], dash, marker=".", label=s,
+                                         color=colour[s]), keyed)
             if g["pct_of_roof"].notna().any():
-                axes[i][1].plot(g["tokens"], g["pct_of_roof"], dash, marker=".", label=s,
-                                color=colour[s])
+                style.series(axes[i][1].plot(g["tokens"], g["pct_of_roof"], dash, marker=".",
+                                             label=s, color=colour[s]), keyed)
             else:
                 no_roof.append(s)
+        mine = [r.run_id for r in runs if not str(r.device).startswith("AMD")]
+        if mine and not sub["run_id"].isin(mine).any():  # said, not a series silently missing
+            style.panel_note(axes[i][0], f"no {own} series: run {', '.join(mine)} has no rows "
+                             f"of {m} at this sharding", fontsize=7)
         if no_roof:  # said on the panel, not a series silently missing
             style.panel_note(axes[i][1], "no % of roof (no spec for the GPU): "
                              + "; ".join(no_roof), fontsize=7)
@@ -61,6 +66,7 @@ def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> F
             ax.set_title(f"{m} {shard}", fontsize=10)
             ax.grid(True, which="both", alpha=0.3)
         axes[i][0].set_yscale("log")
+        axes[i][1].set_ylim(0, max(100, axes[i][1].get_ylim()[1]))  # a share from 0 to the roof
     style.shared_legend(fig, loc="outside lower center")
     if title:
         fig.suptitle(title, fontsize=10)
@@ -124,9 +130,10 @@ def fig_devices(table: pd.DataFrame, runs) -> Figure:
         g, label = g.sort_values("tokens"), _series_label(g)
         dash = "--" if g["source"].iloc[0] == IMPORTED else "-"
         kw = dict(marker=".", label=label, color=device_color(dev))
-        axes[0].plot(g["tokens"], g["median_us"], dash, **kw)
+        keyed = g.assign(config=[_config_text(c) for c in g["config"]]) if "config" in g else g
+        style.series(axes[0].plot(g["tokens"], g["median_us"], dash, **kw), keyed)
         if g["pct_of_roof"].notna().any():
-            axes[1].plot(g["tokens"], g["pct_of_roof"], dash, **kw)
+            style.series(axes[1].plot(g["tokens"], g["pct_of_roof"], dash, **kw), keyed)
         else:
             no_roof.append(short_device(dev))
     if no_roof:
@@ -141,6 +148,7 @@ def fig_devices(table: pd.DataFrame, runs) -> Figure:
         ax.set_ylabel(ylab)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_yscale("log")
+    axes[1].set_ylim(0, max(100, axes[1].get_ylim()[1]))
     r = table.iloc[0]
     fig.suptitle(f"{r['model']} {sharding_name(r['tp'], r['ep'])} {r['dtype']}: each device's "
                  "best configuration", fontsize=10)

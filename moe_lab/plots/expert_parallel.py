@@ -12,6 +12,7 @@ from ..analysis.runs import (  # noqa: F401 (the runs notebook 06 reads)
     describe_distributed as describe, distributed_run as default_run, runs_at, spread_pair)
 
 
+ROUTING_MARKER = ("o", "s", "^", "D")  # uniform first
 VARIANT_COLOR = {"tp-allreduce": "tab:blue", "ep-allreduce": "tab:orange",
                  "ep-alltoall": "tab:green"}
 
@@ -24,8 +25,8 @@ def _main_rows(pts: pd.DataFrame, backend=None, mode=None) -> pd.DataFrame:
 
 def fig_rank_times(run, model=None, routing=None, backend=None, mode=None) -> Figure:
     """A panel per variant: per token count two bars per rank, its expert time and its
-    collective time side by side (the axis is log: stacked bars would mislead); the tick
-    is the measured layer (end to end)."""
+    collective time side by side; the tick is the measured layer (end to end). The axis
+    is linear: a bar's length on a log axis starts where the axis is cut."""
     r = analysis.per_rank(run.results)
     if r.empty:
         return style.note_figure("no ok distributed point in this run", run, r)
@@ -40,7 +41,7 @@ def fig_rank_times(run, model=None, routing=None, backend=None, mode=None) -> Fi
         g = r[r["parallel"] == v]
         toks = sorted(g["tokens"].unique())
         ranks = sorted(g["rank"].unique())
-        width = 0.8 / (2 * len(ranks))  # side by side, not stacked: the axis is log
+        width = 0.8 / (2 * len(ranks))  # side by side: each bar its own time
         for j, rk in enumerate(ranks):
             gr = g[g["rank"] == rk].set_index("tokens").reindex(toks)
             xs = [i + (2 * j - (2 * len(ranks) - 1) / 2) * width for i in range(len(toks))]
@@ -52,7 +53,6 @@ def fig_rank_times(run, model=None, routing=None, backend=None, mode=None) -> Fi
         ax.set_xticks(range(len(toks)), [str(t) for t in toks])
         ax.set_xlabel("tokens")
         ax.set_title(v, fontsize=10)
-        ax.set_yscale("log")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].set_ylabel("us per call (median)")
     rows = run.results[(run.results["model"] == model) & (run.results["routing"] == routing)]
@@ -100,9 +100,10 @@ def fig_collective_share(run, backend=None, mode=None) -> Figure:
     for (v, routing), g in pts.groupby(["parallel", "routing"]):
         g = g.groupby("tokens")["collective_share"].median()
         drawn += list(g.values)
-        ax.plot(g.index, 100 * g.values, marker="o", color=VARIANT_COLOR.get(v),
+        ax.plot(g.index, 100 * g.values, marker=ROUTING_MARKER[routings.index(routing) % 4],
+                color=VARIANT_COLOR.get(v),
                 linestyle=style.sharding_style(routings.index(routing)),  # uniform solid
-                label=f"{v} ({routing})")
+                label=f"{v} ({routing})")  # a marker per routing too: it hides the dashes
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens")
     ax.set_ylabel("slowest rank's collective / layer (%)")

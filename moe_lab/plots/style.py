@@ -221,8 +221,10 @@ def shared_legend(fig: Figure, handles=None, labels=None, title: str | None = No
     ncol = 1 if len(handles) <= 18 or "right" not in loc else 2
     if "lower" in loc or "upper center" in loc:
         ncol = min(len(handles), 6)
+    # handles long enough that a dashed line shows a gap on each side of its marker (at
+    # matplotlib's 2 font sizes, a marker covered the one gap: dashed read as solid)
     return fig.legend(handles, labels, loc=loc, fontsize=fontsize, ncol=ncol, title=title,
-                      title_fontsize=fontsize, frameon=False)
+                      title_fontsize=fontsize, frameon=False, handlelength=3.5)
 
 
 def panel_note(ax, text: str, fontsize: float = 6.5):

@@ -105,8 +105,10 @@ def fig_phase_bars(run, table: pd.DataFrame) -> Figure:
 
 def fig_search_spread(run, spread: pd.DataFrame) -> Figure:
     """A panel per backend and model: per sharding and dtype, the search's first-rung
-    candidates at each token key against the winner (best to worst as a band, the median
-    dashed) and the default configuration (x), all over the winner's us (1: the winner)."""
+    candidates at each token key against the winner (best and worst, the median
+    dashed) and the default configuration (x), all over the winner's us (1: the winner).
+    Best and worst are thin lines: translucent bands of several colours overlapped into
+    blends that no legend entry has."""
     if spread.empty:
         return style.note_figure("no tune run with the search's spread per point", run, spread)
     panels = list(dict.fromkeys(zip(spread["backend"], spread["model"])))
@@ -118,8 +120,8 @@ def fig_search_spread(run, spread: pd.DataFrame) -> Figure:
                 ["sharding", "dtype"]):
             g, c = g.sort_values("tokens"), colors[(s, dt)]
             w = g["winner_us"].to_numpy(float)
-            ax.fill_between(g["tokens"], g["search_best_us"] / w, g["search_worst_us"] / w,
-                            color=c, alpha=0.15, lw=0)
+            for edge in ("search_best_us", "search_worst_us"):  # thin lines, no blending band
+                ax.plot(g["tokens"], g[edge] / w, "-", color=c, lw=0.7)
             ax.plot(g["tokens"], g["search_median_us"] / w, "--", color=c, lw=1)
             ax.scatter(g["tokens"], g["default_us"] / w, marker="x", s=14, color=c)
         ax.axhline(1, color="k", lw=0.8)
@@ -130,8 +132,8 @@ def fig_search_spread(run, spread: pd.DataFrame) -> Figure:
     # one entry per colour (sharding, dtype) and one per mark, not every pair of them
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    handles = [Patch(color=colors[k], alpha=0.5, label=f"{k[0]} {k[1]}") for k in lines] + [
-        Patch(color="0.5", alpha=0.25, label="best to worst candidate"),
+    handles = [Patch(color=colors[k], label=f"{k[0]} {k[1]}") for k in lines] + [
+        Line2D([], [], color="0.6", lw=0.7, label="best and worst candidate (thin)"),
         Line2D([], [], ls="--", color="0.3", label="median candidate"),
         Line2D([], [], ls="", marker="x", color="0.3", label="default configuration"),
         Line2D([], [], color="k", lw=0.8, label="the winner (1)")]
