@@ -208,12 +208,17 @@ def test_the_check_fails_bars_on_a_log_axis_either_way():
 
 def test_the_check_fails_legend_entries_a_reader_cannot_tell_apart():
     from moe_lab.plots import style
-    # a marker over a short handle hides its dashes: solid and dashed read alike
+    # a marker over a short handle (matplotlib's default length, at the project's legend
+    # font) hides its dashes: solid and dashed read alike
     fig, ax = style.new_figure()
     ax.plot([1, 2], [1, 2], "-", marker="o", color="C0", label="tp-allreduce (uniform)")
     ax.plot([1, 2], [2, 3], "--", marker="o", color="C0", label="tp-allreduce (skewed)")
-    style.shared_legend(fig)
+    fig.legend(fontsize=7)
     assert any("alike" in p for p in _check(fig)), _check(fig)
+    # the project's legend (style.shared_legend) draws handles long enough to show a gap
+    fig.legends.clear()
+    style.shared_legend(fig)
+    assert _check(fig) == [], _check(fig)
     # marker-only handles: the line style the series has is not in the legend at all
     fig, ax = style.new_figure()
     ax.plot([1, 2], [1, 2], ls="none", marker="s", color="C1", label="a")
