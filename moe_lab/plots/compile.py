@@ -112,12 +112,13 @@ def fig_gap(run) -> Figure:
     fig, panels = _panels(gap, ylabel)
     for ax, sub in panels:
         ends = {}
-        for (mode, wrapped), g in sub.groupby(["mode", "wrapped"]):
-            g = g.groupby("tokens", as_index=False)["ratio"].median()
+        for (mode, wrapped), rows in sub.groupby(["mode", "wrapped"]):
+            g = rows.groupby("tokens", as_index=False)["ratio"].median()
             m = style.mode_of(mode, wrapped)
             # one entry per mode (its colour); the custom op's dotted lines share one entry
-            ax.plot(g["tokens"], g["ratio"], style.mode_style(m), marker="o", ms=3,
-                    label="_op" if m.wrapped else m.label, color=style.mode_color(m))
+            style.series(ax.plot(g["tokens"], g["ratio"], style.mode_style(m), marker="o", ms=3,
+                                 label="_op" if m.wrapped else m.label,
+                                 color=style.mode_color(m)), rows)
             ends[m.label] = int(g["tokens"].max())
         _note_early(ax, ends)
         ax.axhline(1.0, color="k", lw=0.8)

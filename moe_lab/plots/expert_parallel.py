@@ -77,7 +77,8 @@ def fig_imbalance(run, backend=None, mode=None) -> Figure:
             ax = axes[i][j]
             for k, (routing, g) in enumerate(pts[pts["model"] == m].groupby("routing")):
                 g = g.sort_values("tokens")
-                ax.plot(g["tokens"], g[col], marker="o", color=f"C{k}", label=routing)
+                style.series(ax.plot(g["tokens"], g[col], marker="o", color=f"C{k}",
+                                     label=routing), g)
             ax.axhline(1.0, color="black", linewidth=0.8)
             ax.set_xscale("log", base=2)
             ax.set_xlabel("tokens")
@@ -97,13 +98,14 @@ def fig_collective_share(run, backend=None, mode=None) -> Figure:
     fig, ax = style.new_figure(figsize=(8, 4.2))
     routings = sorted(pts["routing"].unique(), key=lambda r: (r != "uniform", r))
     drawn = []  # the points drawn: a median over the models at each token count
-    for (v, routing), g in pts.groupby(["parallel", "routing"]):
-        g = g.groupby("tokens")["collective_share"].median()
+    for (v, routing), rows in pts.groupby(["parallel", "routing"]):
+        g = rows.groupby("tokens")["collective_share"].median()
         drawn += list(g.values)
-        ax.plot(g.index, 100 * g.values, marker=ROUTING_MARKER[routings.index(routing) % 4],
-                color=VARIANT_COLOR.get(v),
-                linestyle=style.sharding_style(routings.index(routing)),  # uniform solid
-                label=f"{v} ({routing})")  # a marker per routing too: it hides the dashes
+        style.series(ax.plot(g.index, 100 * g.values,
+                             marker=ROUTING_MARKER[routings.index(routing) % 4],
+                             color=VARIANT_COLOR.get(v),
+                             linestyle=style.sharding_style(routings.index(routing)),  # uniform solid
+                             label=f"{v} ({routing})"), rows)  # a marker per routing: it hides the dashes
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens")
     ax.set_ylabel("slowest rank's collective / layer (%)")
@@ -152,8 +154,10 @@ def fig_variants(run, routing="uniform", backend=None, mode=None) -> Figure:
         for v, g in pts[pts["model"] == m].groupby("parallel"):
             g = g.sort_values("tokens")
             c = VARIANT_COLOR.get(v)
-            ax.plot(g["tokens"], g["layer_us"], "-o", color=c, label=f"{v} measured")
-            ax.plot(g["tokens"], g["predicted_us"], ":", color=c, label=f"{v} predicted")
+            style.series(ax.plot(g["tokens"], g["layer_us"], "-o", color=c,
+                                 label=f"{v} measured"), g)
+            style.series(ax.plot(g["tokens"], g["predicted_us"], ":", color=c,
+                                 label=f"{v} predicted"), g)
         _layer_axes(ax, m)
     return style.finish(fig, run, analysis.distributed_rows(run.results),
                         extra=f"{routing} routing")
@@ -174,9 +178,11 @@ def fig_estimate(run, est: pd.DataFrame, measured: pd.DataFrame | None = None) -
         for v, g in e[e["model"] == m].groupby("parallel"):
             g = g.sort_values("tokens")
             c = VARIANT_COLOR.get(v)
-            ax.plot(g["tokens"], g["measured_layer_us_at_from"], "-o", color=c, alpha=0.5,
-                    label=f"{v} measured, {int(g['from_world_size'].iloc[0])} ranks")
-            ax.plot(g["tokens"], g["layer_us"], "--", color=c, label=f"{v} ESTIMATE, {n} ranks")
+            style.series(ax.plot(g["tokens"], g["measured_layer_us_at_from"], "-o", color=c,
+                                 alpha=0.5, label=f"{v} measured, "
+                                 f"{int(g['from_world_size'].iloc[0])} ranks"), g)
+            style.series(ax.plot(g["tokens"], g["layer_us"], "--", color=c,
+                                 label=f"{v} ESTIMATE, {n} ranks"), g)
             if measured is not None and len(measured):
                 mm = measured[(measured["model"] == m) & (measured["parallel"] == v)]
                 if len(mm):
