@@ -33,15 +33,14 @@ def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> F
     own = measured_devices(rows)  # the devices moe-lab measured, as the data names them
     fig, axes = style.new_figure(len(models), 2, squeeze=False,
                                  figsize=(11, 3.6 * len(models) + 0.6))
-    colour = {s: style.CYCLE[k % len(style.CYCLE)] for k, s in enumerate(sorted(set(rows["series"])))}
+    labels = sorted({s for m in models for s, _ in _one_point_per_x(rows[rows["model"] == m])})
+    colour = {s: style.CYCLE[k % len(style.CYCLE)] for k, s in enumerate(labels)}
     for i, m in enumerate(models):
         sub = rows[rows["model"] == m]
         no_roof = []
-        for s, g in sub.groupby("series"):
+        for s, g in _one_point_per_x(sub):
             g = g.sort_values("tokens")
             dash = "--" if "imported" in s else "-"
-            if g["tokens"].duplicated().any():  # never join two points of one x
-                g = g.drop_duplicates("tokens")
             keyed = g.assign(config=[_config_text(c) for c in g["config"]]) if "config" in g else g
             style.series(axes[i][0].plot(g["tokens"], g["median_us"], dash, marker=".", label=s,
                                          color=colour[s]), keyed)
@@ -85,6 +84,30 @@ def device_color(device: str) -> str:
         return style.CYCLE[list(DEVICE_SPECS).index(key) % len(style.CYCLE)]
     spare = len(style.CYCLE) - len(DEVICE_SPECS)
     return style.CYCLE[len(DEVICE_SPECS) + zlib.crc32(str(device).encode()) % spare]
+
+
+SPLIT_BY = ("config", "glue", "routing", "run_id", "ep_rank")  # what two points of one x differ in
+
+
+def _one_point_per_x(sub: pd.DataFrame):
+    """(label, rows) per line to draw: a series per `series` label, split by what its
+    points at one token count differ in (a configuration, glue, routing or run each its
+    own line, its label naming it); never two points of one x joined, never one of them
+    quietly dropped. A series with two points at one x that nothing tells apart: refused."""
+    for s, g in sub.groupby("series", sort=True):
+        if not g["tokens"].duplicated().any():
+            yield s, g
+            continue
+        by = [c for c in SPLIT_BY if c in g and g[c].astype(str).nunique() > 1]
+        parts = g.groupby([g[c].astype(str) for c in by], sort=True) if by else [((), g)]
+        for key, h in parts:
+            if h["tokens"].duplicated().any():
+                t = sorted(set(h.loc[h["tokens"].duplicated(), "tokens"]))
+                raise UsageError(f"{s}: {len(h)} rows with two points at tokens "
+                                 f"{', '.join(map(str, t[:5]))} that no configuration, glue, "
+                                 "routing or run tells apart: one line cannot draw them")
+            key = key if isinstance(key, tuple) else (key,)
+            yield s + "".join(f" [{c} {v}]" for c, v in zip(by, key)), h
 
 
 def _config_text(config) -> str:
