@@ -93,7 +93,10 @@ def _one_point_per_x(sub: pd.DataFrame):
     """(label, rows) per line to draw: a series per `series` label, split by what its
     points at one token count differ in (a configuration, glue, routing or run each its
     own line, its label naming it); never two points of one x joined, never one of them
-    quietly dropped. A series with two points at one x that nothing tells apart: refused."""
+    quietly dropped. A series with two points at one x that nothing tells apart: refused.
+    One measurement listed twice (a run given twice: one run and point id) is drawn once."""
+    same = [c for c in ("run_id", "point_id") if c in sub]
+    sub = sub.drop_duplicates(same) if len(same) == 2 else sub
     for s, g in sub.groupby("series", sort=True):
         if not g["tokens"].duplicated().any():
             yield s, g
