@@ -290,22 +290,31 @@ def write_whole(files: list[tuple[str, bytes]]) -> None:
         raise
 
 
-def export(nb, name: str, out: str) -> list[str]:
+def export(nb, name: str, out: str, seen: dict | None = None) -> list[str]:
     """OUT/<name>.html and OUT/figures/<name>_NN.png (with its .json description): made in
-    memory, then written whole, the page last; a failed write leaves none of them."""
+    memory, then written whole, the page last; a failed write leaves none of them. `seen`
+    (PNG bytes -> the path exported, shared by one report's notebooks): a figure already
+    exported under another name is not written again (two notebooks drawing one figure,
+    the FP8 against bf16 of 01 and 03, gave two names to one PNG); its NN is left unused."""
     from nbconvert import HTMLExporter
     dirs = template_dirs()  # `lab` under them, and `base/null.j2` that `lab` extends
     html, _ = HTMLExporter(extra_template_basedirs=dirs,
                            extra_template_paths=dirs).from_notebook_node(nb)
     files, figs = [], []
-    for o in figure_outputs(nb):
-        p = os.path.join(out, "figures", f"{name}_{len(figs) + 1:02d}.png")
-        files.append((p, base64.b64decode(o["data"]["image/png"])))
+    seen, new = ({} if seen is None else seen), {}
+    for n, o in enumerate(figure_outputs(nb), 1):
+        p = os.path.join(out, "figures", f"{name}_{n:02d}.png")
+        png = base64.b64decode(o["data"]["image/png"])
+        if png in seen or png in new:
+            continue
+        new[png] = p
+        files.append((p, png))
         if FIGURE_MIME in o["data"]:  # legends and texts beside it, for a check or a diff
             files.append((p[:-4] + ".json", o["data"][FIGURE_MIME].encode()))
         figs.append(p)
     files.append((os.path.join(out, f"{name}.html"), html.encode()))
     write_whole(files)
+    seen.update(new)  # written: a later notebook's copy is not
     return figs
 
 

@@ -150,3 +150,87 @@ def test_the_time_figures_footer_names_only_the_line_styles_it_draws(run_id, say
         assert s in footer, footer
     for s in never:
         assert s not in footer.split("; ", 2)[1], footer  # the styles' clause
+
+
+# --- the figure check (moe_lab.plots.probe), on fixture figures with each defect --------
+
+def _check(fig) -> list[str]:
+    from moe_lab.plots.probe import describe_figure, legend_clashes, series_problems
+    FigureCanvasAgg(fig).draw()  # the legend's handles laid out as the page shows them
+    d = describe_figure(fig)
+    return [f"alike: {c}" for c in legend_clashes(d)] + series_problems(d)
+
+
+def _rows(**cols):
+    import pandas as pd
+    return pd.DataFrame({"tokens": [1, 8, 1, 8], "median_us": [2.0, 3.0, 4.0, 5.0], **cols})
+
+
+def test_the_check_passes_a_figure_drawn_one_configuration_per_series():
+    from moe_lab.plots import style
+    fig, ax = style.new_figure()
+    rows = _rows(config=["default", "default", "tuned", "tuned"], mode="graph", glue="")
+    for i, (cfg, g) in enumerate(rows.groupby("config")):
+        style.series(ax.plot(g["tokens"], g["median_us"], "-", marker="o", color=f"C{i}",
+                             label=cfg), g)
+    ax.bar([1, 2], [3, 4])  # bars on a linear axis
+    ax.fill_between([1, 2], [1, 1], [2, 2], color="C0", alpha=0.2)
+    ax.fill_between([4, 8], [1, 1], [2, 2], color="C1", alpha=0.2)  # apart: no blend
+    ax.plot([1, 8], [1, 1], "--", color="k", label="dashed, no marker")
+    ax.plot([1, 8], [2, 2], "-", color="k", label="solid, no marker")
+    style.shared_legend(fig)
+    assert _check(fig) == []
+
+
+def test_the_check_fails_a_series_that_blends_two_configurations():
+    from moe_lab.plots import style
+    fig, ax = style.new_figure()
+    rows = _rows(config=["default", "default", "tuned", "tuned"], mode="graph")
+    g = rows.groupby("tokens", as_index=False)["median_us"].mean()  # a mean of the two
+    style.series(ax.plot(g["tokens"], g["median_us"], label="torch"),
+                 rows.assign(config=rows["config"]))
+    found = _check(fig)
+    assert any("one series of several config" in p for p in found), found
+    ax.set_title("the best configuration per point")  # an aggregate its title names
+    assert _check(fig) == []
+
+
+def test_the_check_fails_bars_on_a_log_axis_either_way():
+    from moe_lab.plots import style
+    fig, (a, b) = style.new_figure(1, 2)
+    a.bar([1, 2], [0.5, 40])
+    a.set_yscale("log")
+    b.barh([1, 2], [0.5, 40])
+    b.set_xscale("log")
+    found = _check(fig)
+    assert sum("bars on a log axis" in p for p in found) == 2, found
+
+
+def test_the_check_fails_legend_entries_a_reader_cannot_tell_apart():
+    from moe_lab.plots import style
+    # a marker over a short handle (matplotlib's default length, at the project's legend
+    # font) hides its dashes: solid and dashed read alike
+    fig, ax = style.new_figure()
+    ax.plot([1, 2], [1, 2], "-", marker="o", color="C0", label="tp-allreduce (uniform)")
+    ax.plot([1, 2], [2, 3], "--", marker="o", color="C0", label="tp-allreduce (skewed)")
+    fig.legend(fontsize=7)
+    assert any("alike" in p for p in _check(fig)), _check(fig)
+    # the project's legend (style.shared_legend) draws handles long enough to show a gap
+    fig.legends.clear()
+    style.shared_legend(fig)
+    assert _check(fig) == [], _check(fig)
+    # marker-only handles: the line style the series has is not in the legend at all
+    fig, ax = style.new_figure()
+    ax.plot([1, 2], [1, 2], ls="none", marker="s", color="C1", label="a")
+    ax.plot([1, 2], [2, 3], ls="none", marker="s", color="C1", label="b")
+    style.shared_legend(fig)
+    assert any("alike" in p for p in _check(fig)), _check(fig)
+
+
+def test_the_check_fails_overlapping_translucent_bands_of_two_colours():
+    from moe_lab.plots import style
+    fig, ax = style.new_figure()
+    ax.fill_between([1, 2, 4], [1, 1, 1], [3, 3, 3], color="C0", alpha=0.15)
+    ax.fill_between([2, 4, 8], [2, 2, 2], [4, 4, 4], color="C1", alpha=0.15)
+    found = _check(fig)
+    assert any("translucent bands overlap" in p for p in found), found

@@ -89,3 +89,17 @@ def test_a_run_measured_on_cpu_by_ml_measure(tmp_path):
     assert len(pngs(outputs)) >= 2  # time vs tokens, phases
     # launch overhead needs eager and graph: a line on the page, not an empty canvas
     assert "no figure: no point has both an eager and a graph time" in text
+
+
+def test_the_relative_table_holds_ratios_or_is_not_shown():
+    """Issue 66: a table labelled as ratios to torch-grouped holds ratios (its default
+    configuration's column all 1, a column per backend, configuration and glue), or is
+    None with a line saying why (a run without torch-grouped: no raw times shown instead)."""
+    from moe_lab.analysis import kernel_time as k
+    t = k.speedup_table("h200-seed4-20261129")
+    assert t is not None and list(t.columns.names) == ["backend", "config", "glue"]
+    assert (t[("torch-grouped", "default", "")].dropna() == 1.0).all()
+    assert t.stack(list(range(3)), future_stack=True).dropna().between(0.01, 100).all()
+    amd = "aiter-tuned-fmoe-0-1-7-post2-dev18"
+    assert k.speedup_table(amd) is None
+    assert k.speedup_note(amd).startswith("relative to torch-grouped: not shown (run " + amd)

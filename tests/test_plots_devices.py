@@ -58,6 +58,31 @@ def test_the_figure_has_one_legend_and_names_both_sources(side):
     assert "MI355X" in foot and "NVIDIA H200" in foot
 
 
+def test_two_points_at_one_x_are_two_lines_or_refused(side):
+    """A series with two points at one token count (two routings of one backend here) is
+    drawn as a line per routing, each named; never one of the points quietly dropped. Two
+    points that nothing tells apart are refused; one point listed twice is drawn once."""
+    from moe_lab.core.errors import UsageError
+    from moe_lab.plots.probe import describe_figure, series_problems
+    one = side[side["model"] == side["model"].iloc[0]]
+    h200 = one[~one["series"].str.contains("imported")]
+    twice = pd.concat([one, h200.assign(routing="zipf:1.2", point_id=h200["point_id"].astype(str)
+                                        + "-zipf")], ignore_index=True)
+    fig = dv.fig_side_by_side(twice, [open_run(H200)])
+    ax = fig.axes[0]
+    drawn = sum(len(ln.get_xdata()) for ln in ax.lines)
+    assert drawn == len(twice)  # every point drawn
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any("[routing zipf:1.2]" in s for s in labels), labels
+    assert not series_problems(describe_figure(fig))
+    again = h200.assign(point_id=h200["point_id"].astype(str) + "-again")  # a second point
+    with pytest.raises(UsageError, match="no configuration, glue, routing or run tells apart"):
+        dv.fig_side_by_side(pd.concat([one, again], ignore_index=True), [open_run(H200)])
+    # one measurement listed twice (report --run of the imported run: it is also the context)
+    fig = dv.fig_side_by_side(pd.concat([one, h200], ignore_index=True), [open_run(H200)])
+    assert sum(len(ln.get_xdata()) for ln in fig.axes[0].lines) == len(one)
+
+
 def test_the_claims_shape_is_not_in_aiters_table():
     shapes = dv.claim_shapes(AMD)
     assert len(shapes) and set(shapes["ep"]) == {1}  # DeepSeek-R1 TP8 EP8: no AMD rows

@@ -21,7 +21,7 @@ pytest.importorskip("nbclient")
 
 from _report_pages import MAX_ENTRIES, counts, expected_runs, refusal, shown  # noqa: E402
 from conftest import RUNS_DIR, cli_processes  # noqa: E402
-from moe_lab.plots.probe import legend_clashes  # noqa: E402
+from moe_lab.plots.probe import legend_clashes, series_problems  # noqa: E402
 from moe_lab.plots.style import FOOTER_LINES  # noqa: E402
 
 CPU_RUN = "cpu-first-look"
@@ -172,6 +172,7 @@ def _problems(d: dict) -> list[str]:
     if lines and max(lines) > FOOTER_LINES:
         out.append(f"a text of {max(lines)} lines (footer at most {FOOTER_LINES})")
     out += [f"legend entries alike: {c}" for c in legend_clashes(d)]
+    out += series_problems(d)  # a series of several configurations, bars on a log axis...
     for leg in d["legends"]:
         colours = {e.get("edge") if e.get("color") == "none" else e.get("color")
                    for e in leg["entries"]}
@@ -203,6 +204,19 @@ def test_every_exported_figure_passes_a_reviewers_read(first_look):
     assert not bad, json.dumps(bad, indent=1)
 
 
+def test_no_figure_is_exported_twice_under_two_names(first_look):
+    """One report never exports one figure under two names: no two PNGs of the same
+    bytes, no two probes of the same content (01 and 03 both drew FP8 against bf16)."""
+    for key in ("plain", "run"):
+        figures = first_look[key][1] / "figures"
+        for ext in ("png", "json"):
+            seen: dict = {}
+            for p in sorted(figures.glob(f"*.{ext}")):
+                seen.setdefault(p.read_bytes(), []).append(p.stem)
+            twice = [names for names in seen.values() if len(names) > 1]
+            assert not twice, (key, ext, twice)
+
+
 def test_the_figure_check_fails_on_the_defects_it_names():
     """The check above, on probes of figures with each defect: each one is caught."""
     from moe_lab.plots import style
@@ -220,7 +234,7 @@ def test_the_figure_check_fails_on_the_defects_it_names():
     fig.text(0, 0, "a\nb\nc\nd\ne")
     found = " | ".join(_problems(describe_figure(fig)))
     for what in ("one colour", "twin y-axes", "stacked bars on a log axis", "past 100%",
-                 "pt", "lines (footer"):
+                 "pt", "lines (footer", "bars on a log axis"):
         assert what in found, (what, found)
     empty, _ = style.new_figure()
     assert "nothing drawn" in " ".join(_problems(describe_figure(empty)))

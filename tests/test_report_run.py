@@ -22,7 +22,7 @@ from _report_pages import (MAX_ENTRIES, SEED, counts, expected_runs, page,  # no
                            refusal, shown)
 from conftest import RUNS_DIR, execute_cached  # noqa: E402
 from moe_lab.cli import main  # noqa: E402
-from moe_lab.plots.probe import describe_figure, legend_clashes  # noqa: E402
+from moe_lab.plots.probe import describe_figure, legend_clashes, series_problems  # noqa: E402
 
 RUNS = Path(RUNS_DIR)
 COMPILE = "h200-compile-deepseek-r1-20261129"  # notebook 02's kind
@@ -155,7 +155,7 @@ def test_no_two_legend_entries_look_alike(reports):
     descs = _descriptions(reports)
     pngs = [p for _, (_, _, folder, _) in reports.items() for p in (folder / "figures").glob("*.png")]
     assert len(descs) == len(pngs) >= 15  # every exported figure has its description
-    bad = [(run, name, c) for run, name, d in descs for c in legend_clashes(d)]
+    bad = [(run, name, c) for run, name, d in descs for c in legend_clashes(d) + series_problems(d)]
     assert not bad, bad
     crowded = [(run, name, len(leg["entries"])) for run, name, d in descs
                for leg in d["legends"] if len(leg["entries"]) > MAX_ENTRIES]
@@ -190,8 +190,14 @@ def test_the_review_export_figures_too():
             d = describe_figure(s.fig)
             words = set(re.split(r"[\s,;|()]+", " ".join(d["texts"] + [d.get("provenance") or ""])))
             lost = [r.run_id for r, rows in s.drawn if len(rows) and r.run_id not in words]
-            if legend_clashes(d) or lost:
-                bad.append((s.title, legend_clashes(d), lost))
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            FigureCanvasAgg(s.fig).draw()
+            r = s.fig.canvas.get_renderer()
+            sup = getattr(s.fig, "_suptitle", None)  # the title never over the legend
+            over = [sup is not None and sup.get_window_extent(r).overlaps(lg.get_window_extent(r))
+                    for lg in s.fig.legends]
+            if legend_clashes(d) or series_problems(d) or lost or any(over):
+                bad.append((s.title, legend_clashes(d), series_problems(d), lost, over))
     assert not bad, bad
 
 

@@ -47,18 +47,37 @@ def status_table(run) -> pd.DataFrame:
 
 
 def speedup_table(run, mode: str | None = None, base: str = "torch-grouped",
-                  tokens=SPEEDUP_TOKENS) -> pd.DataFrame:
-    """Time of each backend over `base` at the same point (<1: faster than base), in
-    `mode` (default graph, eager for a run without graph rows)."""
+                  tokens=SPEEDUP_TOKENS) -> pd.DataFrame | None:
+    """Time of each backend, configuration and glue over `base`'s (its default
+    configuration) at the same point (<1: faster than base), in `mode` (default graph,
+    eager for a run without graph rows): a column per (backend, config, glue), never a
+    mean over configurations. None when the run has no `base` point at these token counts
+    in that mode: a table labelled as ratios holds ratios or is not shown."""
     run = open_run(run)
     mode = mode or default_mode(run)
     r = ok_times(run.results)
     r = r[(r["mode"] == mode) & r["tokens"].isin(tokens)]
-    piv = r.pivot_table(index=["model", "sharding", "tokens"], columns="backend",
-                        values="median_us")
-    if base not in piv.columns:
-        return piv
-    return piv.div(piv[base], axis=0).round(2)
+    r = r.assign(**{k: r[k].fillna(row_schema.ID_DEFAULTS[k]) if k in r
+                    else row_schema.ID_DEFAULTS[k] for k in ("config", "glue")})
+    idx = ["model", "sharding"] + [k for k in ("dtype", "routing") if k in r and r[k].nunique() > 1]
+    cols = ["backend", "config", "glue"]
+    ref = r[(r["backend"] == base) & (r["config"] == "default")]
+    if ref.empty or r.duplicated(idx + ["tokens"] + cols).any():  # one time per cell, or none
+        return None
+    piv = r.pivot(index=idx + ["tokens"], columns=cols, values="median_us")
+    over = ref.set_index(idx + ["tokens"])["median_us"]
+    return piv.div(over.reindex(piv.index), axis=0).round(2)
+
+
+def speedup_note(run, mode: str | None = None, base: str = "torch-grouped") -> str:
+    """Why speedup_table shows no table (one line)."""
+    run = open_run(run)
+    mode = mode or default_mode(run)
+    r = ok_times(run.results)
+    has = ((r["backend"] == base) & (r["mode"] == mode) & r["tokens"].isin(SPEEDUP_TOKENS)).any()
+    why = (f"has no {base} point at {', '.join(map(str, SPEEDUP_TOKENS))} tokens in {mode} mode"
+           if not has else "has two points of one backend, configuration and glue per cell")
+    return f"relative to {base}: not shown (run {run.run_id} {why}; a table of ratios holds ratios only)"
 
 
 def phase_table(run, tokens=PHASE_TOKENS, mode: str | None = None) -> pd.DataFrame:
@@ -87,6 +106,8 @@ def launch_overhead(run) -> pd.DataFrame:
     point_id_eager / point_id_graph name the two rows."""
     r = ok_times(open_run(run).results)
     key = ["model", "sharding", "backend", "tokens", "routing"]
+    key += [k for k in ("config", "glue") if k in r]  # a default and a tuned point: two rows
+    r = r.assign(**{k: r[k].fillna(row_schema.ID_DEFAULTS[k]) for k in key[5:]})
     cols = ["median_us", "p10_us", "p90_us", "point_id", "noisy"]
     e = r[r["mode"] == "eager"].set_index(key)[cols]
     g = r[r["mode"] == "graph"].set_index(key)[cols]

@@ -193,7 +193,7 @@ def run(args) -> int:
                   f"{args.run} is a folder of runs")
         paths = takes
     validate.output(out, "--out", folder=True)  # OUT/<run id>: not a file, nor a run's folder
-    failed, entries = 0, []
+    failed, entries, exported = 0, [], {}  # exported: PNG bytes -> path (export)
     for path in paths:
         name = os.path.splitext(os.path.basename(path))[0]
         t0 = time.time()
@@ -213,7 +213,7 @@ def run(args) -> int:
                 continue
             nb, refused = exc.nb, failure_line(name, exc)
         try:
-            figs = export(nb, name, out)
+            figs = export(nb, name, out, exported)
         except Exception as exc:  # nbconvert's templates or a write: a line, not a traceback
             from ..core.errors import disk_full
             if disk_full(exc):  # the CLI's one line; no partial page was left (export)

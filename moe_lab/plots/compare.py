@@ -55,8 +55,9 @@ def fig_ratio(table: pd.DataFrame, a, b, by=None, values=None) -> Figure:
         for bk, g in groups:
             g = g.sort_values("tokens")
             c = style.backend_color(bk) if bk else style.mode_color(mode)
-            ax.plot(g["tokens"], g["ratio"], style.mode_style(mode), color=c, linewidth=1,
-                    label=f"{style.backend_label(bk)} {mode}" if bk else str(mode))
+            style.series(ax.plot(g["tokens"], g["ratio"], style.mode_style(mode), color=c,
+                                 linewidth=1, label=f"{style.backend_label(bk)} {mode}"
+                                 if bk else str(mode)), g)
             err = g[g["low"].notna()]
             ax.errorbar(err["tokens"], err["ratio"],
                         yerr=[err["ratio"] - err["low"], err["high"] - err["ratio"]],

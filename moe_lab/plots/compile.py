@@ -63,16 +63,16 @@ def fig_time_vs_tokens(run) -> Figure:
                  fontsize=10)
     for ax, sub in panels:
         ends = {}
-        for (mode, wrapped), g in sub.groupby(["mode", "wrapped"]):
-            g = g.groupby("tokens", as_index=False)[["median_us", "p10_us", "p90_us"]].median()
+        for (mode, wrapped), rows in sub.groupby(["mode", "wrapped"]):
+            g = rows.groupby("tokens", as_index=False)[["median_us", "p10_us", "p90_us"]].median()
             m = style.mode_of(mode, wrapped)
             # one entry per mode (its colour); the custom op's dotted lines share one entry
             label = (f"{m.label} (experts only)" if m.kind != "compile" else
                      "_op" if m.wrapped else m.label)
-            ax.plot(g["tokens"], g["median_us"], style.mode_style(m), marker="o", ms=3,
-                    label=label, color=style.mode_color(m))
-            ax.fill_between(g["tokens"], g["p10_us"], g["p90_us"], alpha=0.12,
-                            color=style.mode_color(m), linewidth=0)
+            style.series(ax.plot(g["tokens"], g["median_us"], style.mode_style(m), marker="o",
+                                 ms=3, label=label, color=style.mode_color(m)), rows)
+            # p10-p90 a bar per point: translucent bands of the modes overlapped into blends
+            ax.vlines(g["tokens"], g["p10_us"], g["p90_us"], color=style.mode_color(m), lw=0.8)
             ends[m.label] = int(g["tokens"].max())
         _note_early(ax, ends)
     fig = style.finish(fig, run, _rows(run, df["point_id"]), legend=False)
@@ -112,12 +112,13 @@ def fig_gap(run) -> Figure:
     fig, panels = _panels(gap, ylabel)
     for ax, sub in panels:
         ends = {}
-        for (mode, wrapped), g in sub.groupby(["mode", "wrapped"]):
-            g = g.groupby("tokens", as_index=False)["ratio"].median()
+        for (mode, wrapped), rows in sub.groupby(["mode", "wrapped"]):
+            g = rows.groupby("tokens", as_index=False)["ratio"].median()
             m = style.mode_of(mode, wrapped)
             # one entry per mode (its colour); the custom op's dotted lines share one entry
-            ax.plot(g["tokens"], g["ratio"], style.mode_style(m), marker="o", ms=3,
-                    label="_op" if m.wrapped else m.label, color=style.mode_color(m))
+            style.series(ax.plot(g["tokens"], g["ratio"], style.mode_style(m), marker="o", ms=3,
+                                 label="_op" if m.wrapped else m.label,
+                                 color=style.mode_color(m)), rows)
             ends[m.label] = int(g["tokens"].max())
         _note_early(ax, ends)
         ax.axhline(1.0, color="k", lw=0.8)

@@ -33,22 +33,26 @@ def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> F
     own = measured_devices(rows)  # the devices moe-lab measured, as the data names them
     fig, axes = style.new_figure(len(models), 2, squeeze=False,
                                  figsize=(11, 3.6 * len(models) + 0.6))
-    colour = {s: style.CYCLE[k % len(style.CYCLE)] for k, s in enumerate(sorted(set(rows["series"])))}
+    labels = sorted({s for m in models for s, _ in _one_point_per_x(rows[rows["model"] == m])})
+    colour = {s: style.CYCLE[k % len(style.CYCLE)] for k, s in enumerate(labels)}
     for i, m in enumerate(models):
         sub = rows[rows["model"] == m]
         no_roof = []
-        for s, g in sub.groupby("series"):
+        for s, g in _one_point_per_x(sub):
             g = g.sort_values("tokens")
             dash = "--" if "imported" in s else "-"
-            if g["tokens"].duplicated().any():  # never join two points of one x
-                g = g.drop_duplicates("tokens")
-            axes[i][0].plot(g["tokens"], g["median_us"], dash, marker=".", label=s,
-                            color=colour[s])
+            keyed = g.assign(config=[_config_text(c) for c in g["config"]]) if "config" in g else g
+            style.series(axes[i][0].plot(g["tokens"], g["median_us"], dash, marker=".", label=s,
+                                         color=colour[s]), keyed)
             if g["pct_of_roof"].notna().any():
-                axes[i][1].plot(g["tokens"], g["pct_of_roof"], dash, marker=".", label=s,
-                                color=colour[s])
+                style.series(axes[i][1].plot(g["tokens"], g["pct_of_roof"], dash, marker=".",
+                                             label=s, color=colour[s]), keyed)
             else:
                 no_roof.append(s)
+        mine = [r.run_id for r in runs if not str(r.device).startswith("AMD")]
+        if mine and not sub["run_id"].isin(mine).any():  # said, not a series silently missing
+            style.panel_note(axes[i][0], f"no {own} series: run {', '.join(mine)} has no rows "
+                             f"of {m} at this sharding", fontsize=7)
         if no_roof:  # said on the panel, not a series silently missing
             style.panel_note(axes[i][1], "no % of roof (no spec for the GPU): "
                              + "; ".join(no_roof), fontsize=7)
@@ -61,6 +65,7 @@ def fig_side_by_side(rows: pd.DataFrame, runs=(), title: str | None = None) -> F
             ax.set_title(f"{m} {shard}", fontsize=10)
             ax.grid(True, which="both", alpha=0.3)
         axes[i][0].set_yscale("log")
+        axes[i][1].set_ylim(0, max(100, axes[i][1].get_ylim()[1]))  # a share from 0 to the roof
     style.shared_legend(fig, loc="outside lower center")
     if title:
         fig.suptitle(title, fontsize=10)
@@ -79,6 +84,33 @@ def device_color(device: str) -> str:
         return style.CYCLE[list(DEVICE_SPECS).index(key) % len(style.CYCLE)]
     spare = len(style.CYCLE) - len(DEVICE_SPECS)
     return style.CYCLE[len(DEVICE_SPECS) + zlib.crc32(str(device).encode()) % spare]
+
+
+SPLIT_BY = ("config", "glue", "routing", "run_id", "ep_rank")  # what two points of one x differ in
+
+
+def _one_point_per_x(sub: pd.DataFrame):
+    """(label, rows) per line to draw: a series per `series` label, split by what its
+    points at one token count differ in (a configuration, glue, routing or run each its
+    own line, its label naming it); never two points of one x joined, never one of them
+    quietly dropped. A series with two points at one x that nothing tells apart: refused.
+    One measurement listed twice (a run given twice: one run and point id) is drawn once."""
+    same = [c for c in ("run_id", "point_id") if c in sub]
+    sub = sub.drop_duplicates(same) if len(same) == 2 else sub
+    for s, g in sub.groupby("series", sort=True):
+        if not g["tokens"].duplicated().any():
+            yield s, g
+            continue
+        by = [c for c in SPLIT_BY if c in g and g[c].astype(str).nunique() > 1]
+        parts = g.groupby([g[c].astype(str) for c in by], sort=True) if by else [((), g)]
+        for key, h in parts:
+            if h["tokens"].duplicated().any():
+                t = sorted(set(h.loc[h["tokens"].duplicated(), "tokens"]))
+                raise UsageError(f"{s}: {len(h)} rows with two points at tokens "
+                                 f"{', '.join(map(str, t[:5]))} that no configuration, glue, "
+                                 "routing or run tells apart: one line cannot draw them")
+            key = key if isinstance(key, tuple) else (key,)
+            yield s + "".join(f" [{c} {v}]" for c, v in zip(by, key)), h
 
 
 def _config_text(config) -> str:
@@ -124,9 +156,10 @@ def fig_devices(table: pd.DataFrame, runs) -> Figure:
         g, label = g.sort_values("tokens"), _series_label(g)
         dash = "--" if g["source"].iloc[0] == IMPORTED else "-"
         kw = dict(marker=".", label=label, color=device_color(dev))
-        axes[0].plot(g["tokens"], g["median_us"], dash, **kw)
+        keyed = g.assign(config=[_config_text(c) for c in g["config"]]) if "config" in g else g
+        style.series(axes[0].plot(g["tokens"], g["median_us"], dash, **kw), keyed)
         if g["pct_of_roof"].notna().any():
-            axes[1].plot(g["tokens"], g["pct_of_roof"], dash, **kw)
+            style.series(axes[1].plot(g["tokens"], g["pct_of_roof"], dash, **kw), keyed)
         else:
             no_roof.append(short_device(dev))
     if no_roof:
@@ -141,6 +174,7 @@ def fig_devices(table: pd.DataFrame, runs) -> Figure:
         ax.set_ylabel(ylab)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_yscale("log")
+    axes[1].set_ylim(0, max(100, axes[1].get_ylim()[1]))
     r = table.iloc[0]
     fig.suptitle(f"{r['model']} {sharding_name(r['tp'], r['ep'])} {r['dtype']}: each device's "
                  "best configuration", fontsize=10)

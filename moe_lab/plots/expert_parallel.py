@@ -12,6 +12,7 @@ from ..analysis.runs import (  # noqa: F401 (the runs notebook 06 reads)
     describe_distributed as describe, distributed_run as default_run, runs_at, spread_pair)
 
 
+ROUTING_MARKER = ("o", "s", "^", "D")  # uniform first
 VARIANT_COLOR = {"tp-allreduce": "tab:blue", "ep-allreduce": "tab:orange",
                  "ep-alltoall": "tab:green"}
 
@@ -24,8 +25,8 @@ def _main_rows(pts: pd.DataFrame, backend=None, mode=None) -> pd.DataFrame:
 
 def fig_rank_times(run, model=None, routing=None, backend=None, mode=None) -> Figure:
     """A panel per variant: per token count two bars per rank, its expert time and its
-    collective time side by side (the axis is log: stacked bars would mislead); the tick
-    is the measured layer (end to end)."""
+    collective time side by side; the tick is the measured layer (end to end). The axis
+    is linear: a bar's length on a log axis starts where the axis is cut."""
     r = analysis.per_rank(run.results)
     if r.empty:
         return style.note_figure("no ok distributed point in this run", run, r)
@@ -40,7 +41,7 @@ def fig_rank_times(run, model=None, routing=None, backend=None, mode=None) -> Fi
         g = r[r["parallel"] == v]
         toks = sorted(g["tokens"].unique())
         ranks = sorted(g["rank"].unique())
-        width = 0.8 / (2 * len(ranks))  # side by side, not stacked: the axis is log
+        width = 0.8 / (2 * len(ranks))  # side by side: each bar its own time
         for j, rk in enumerate(ranks):
             gr = g[g["rank"] == rk].set_index("tokens").reindex(toks)
             xs = [i + (2 * j - (2 * len(ranks) - 1) / 2) * width for i in range(len(toks))]
@@ -52,7 +53,6 @@ def fig_rank_times(run, model=None, routing=None, backend=None, mode=None) -> Fi
         ax.set_xticks(range(len(toks)), [str(t) for t in toks])
         ax.set_xlabel("tokens")
         ax.set_title(v, fontsize=10)
-        ax.set_yscale("log")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].set_ylabel("us per call (median)")
     rows = run.results[(run.results["model"] == model) & (run.results["routing"] == routing)]
@@ -77,7 +77,8 @@ def fig_imbalance(run, backend=None, mode=None) -> Figure:
             ax = axes[i][j]
             for k, (routing, g) in enumerate(pts[pts["model"] == m].groupby("routing")):
                 g = g.sort_values("tokens")
-                ax.plot(g["tokens"], g[col], marker="o", color=f"C{k}", label=routing)
+                style.series(ax.plot(g["tokens"], g[col], marker="o", color=f"C{k}",
+                                     label=routing), g)
             ax.axhline(1.0, color="black", linewidth=0.8)
             ax.set_xscale("log", base=2)
             ax.set_xlabel("tokens")
@@ -97,12 +98,14 @@ def fig_collective_share(run, backend=None, mode=None) -> Figure:
     fig, ax = style.new_figure(figsize=(8, 4.2))
     routings = sorted(pts["routing"].unique(), key=lambda r: (r != "uniform", r))
     drawn = []  # the points drawn: a median over the models at each token count
-    for (v, routing), g in pts.groupby(["parallel", "routing"]):
-        g = g.groupby("tokens")["collective_share"].median()
+    for (v, routing), rows in pts.groupby(["parallel", "routing"]):
+        g = rows.groupby("tokens")["collective_share"].median()
         drawn += list(g.values)
-        ax.plot(g.index, 100 * g.values, marker="o", color=VARIANT_COLOR.get(v),
-                linestyle=style.sharding_style(routings.index(routing)),  # uniform solid
-                label=f"{v} ({routing})")
+        style.series(ax.plot(g.index, 100 * g.values,
+                             marker=ROUTING_MARKER[routings.index(routing) % 4],
+                             color=VARIANT_COLOR.get(v),
+                             linestyle=style.sharding_style(routings.index(routing)),  # uniform solid
+                             label=f"{v} ({routing})"), rows)  # a marker per routing: it hides the dashes
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens")
     ax.set_ylabel("slowest rank's collective / layer (%)")
@@ -151,8 +154,10 @@ def fig_variants(run, routing="uniform", backend=None, mode=None) -> Figure:
         for v, g in pts[pts["model"] == m].groupby("parallel"):
             g = g.sort_values("tokens")
             c = VARIANT_COLOR.get(v)
-            ax.plot(g["tokens"], g["layer_us"], "-o", color=c, label=f"{v} measured")
-            ax.plot(g["tokens"], g["predicted_us"], ":", color=c, label=f"{v} predicted")
+            style.series(ax.plot(g["tokens"], g["layer_us"], "-o", color=c,
+                                 label=f"{v} measured"), g)
+            style.series(ax.plot(g["tokens"], g["predicted_us"], ":", color=c,
+                                 label=f"{v} predicted"), g)
         _layer_axes(ax, m)
     return style.finish(fig, run, analysis.distributed_rows(run.results),
                         extra=f"{routing} routing")
@@ -173,9 +178,11 @@ def fig_estimate(run, est: pd.DataFrame, measured: pd.DataFrame | None = None) -
         for v, g in e[e["model"] == m].groupby("parallel"):
             g = g.sort_values("tokens")
             c = VARIANT_COLOR.get(v)
-            ax.plot(g["tokens"], g["measured_layer_us_at_from"], "-o", color=c, alpha=0.5,
-                    label=f"{v} measured, {int(g['from_world_size'].iloc[0])} ranks")
-            ax.plot(g["tokens"], g["layer_us"], "--", color=c, label=f"{v} ESTIMATE, {n} ranks")
+            style.series(ax.plot(g["tokens"], g["measured_layer_us_at_from"], "-o", color=c,
+                                 alpha=0.5, label=f"{v} measured, "
+                                 f"{int(g['from_world_size'].iloc[0])} ranks"), g)
+            style.series(ax.plot(g["tokens"], g["layer_us"], "--", color=c,
+                                 label=f"{v} ESTIMATE, {n} ranks"), g)
             if measured is not None and len(measured):
                 mm = measured[(measured["model"] == m) & (measured["parallel"] == v)]
                 if len(mm):

@@ -38,7 +38,7 @@ def noisy_legend(ax) -> None:
 
 def fig_time_vs_tokens(run, models=None) -> Figure:
     """A panel per model x sharding: median time per call against tokens, a line per
-    backend (colour) x mode (style: eager dashed, graph solid), band p10-p90."""
+    backend (colour) x mode (style: eager dashed, graph solid), a bar p10-p90 per point."""
     r = ok_times(run.results)
     if isinstance(models, str):  # `report -p models a,b` hands over text: list() split it
         from ..core.problems import split_models
@@ -59,14 +59,15 @@ def fig_time_vs_tokens(run, models=None) -> Figure:
         for (b, mode, cfg), g in sub.groupby(["backend", "mode", "_config"]):
             g = g.sort_values("tokens")  # a line per configuration (never default-tuned zigzags)
             c = style.backend_color(b)
-            ax.plot(g["tokens"], g["median_us"], style.mode_style(mode),
+            style.series(ax.plot(g["tokens"], g["median_us"], style.mode_style(mode),
                     marker="." if cfg == "default" else CONFIG_MARKERS[
                         configs.index(cfg) % len(CONFIG_MARKERS)],
                     markersize=None if cfg == "default" else 4, color=c,
                     label=f"{style.backend_label(b)} {mode}"
-                    + ("" if cfg == "default" else f" [{style.config_label(cfg)}]"))
-            ax.fill_between(g["tokens"], g["p10_us"], g["p90_us"], color=c, alpha=0.12,
-                            linewidth=0)
+                    + ("" if cfg == "default" else f" [{style.config_label(cfg)}]")), g)
+            # p10-p90 as a bar at each point, in the line's colour: translucent bands of
+            # several backends overlapped into blends no legend entry has
+            style.series(ax.vlines(g["tokens"], g["p10_us"], g["p90_us"], color=c, lw=0.8), g)
             n = g[g["noisy"]]
             noisy += mark_noisy(ax, n["tokens"], n["median_us"], c)
         ax.set_xscale("log", base=2)
@@ -77,7 +78,7 @@ def fig_time_vs_tokens(run, models=None) -> Figure:
         ax.grid(True, which="both", alpha=0.3)
     if noisy:
         noisy_legend(cells[0][0])
-    return style.finish(fig, run, r, "median, band p10-p90; " + style.mode_note(r["mode"])
+    return style.finish(fig, run, r, "median, bars p10-p90; " + style.mode_note(r["mode"])
                         + (f"; ringed: {noisy} noisy points (p10-p90 spread > "
                            f"{NOISE_LIMIT:.0%} of the median)" if noisy else ""))
 
@@ -134,10 +135,16 @@ def fig_launch_overhead(run, table: pd.DataFrame) -> Figure:
     noisy = 0
     for ax, m in zip(axes[0], models):
         sub = table[table["model"] == m]
-        for (b, s), g in sub.groupby(["backend", "sharding"]):
-            g = g.sort_values("tokens")
-            ax.plot(g["tokens"], g["overhead_us"], style.sharding_style(shards.index(s)),
-                    marker=".", color=style.backend_color(b), label=f"{style.backend_label(b)} {s}")
+        keys = ["backend", "sharding"] + [k for k in ("config", "glue") if k in sub]
+        for key, g in sub.groupby(keys):
+            b, s, cfg = key[0], key[1], (key[2] if len(key) > 2 else "default")
+            g = g.sort_values("tokens")  # a line per configuration and glue
+            drawn = rows[rows["point_id"].isin(set(g["point_id_eager"]) | set(g["point_id_graph"]))]
+            style.series(ax.plot(g["tokens"], g["overhead_us"], style.sharding_style(shards.index(s)),
+                                 marker="." if str(cfg) == "default" else CONFIG_MARKERS[0],
+                                 color=style.backend_color(b), label=f"{style.backend_label(b)} {s}"
+                                 + ("" if str(cfg) == "default" else f" [{style.config_label(cfg)}]")),
+                         drawn.drop(columns="mode"))
             if "noisy" in g:
                 n = g[g["noisy"].astype(bool)]
                 noisy += mark_noisy(ax, n["tokens"], n["overhead_us"], style.backend_color(b))

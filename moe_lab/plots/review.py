@@ -66,8 +66,25 @@ def provenance(run: Run, rows: pd.DataFrame | None) -> dict:
 
 
 def _title(fig, text: str) -> None:
-    if getattr(fig, "_suptitle", None) is None:
-        fig.suptitle(text, fontsize=11)
+    """The figure's title, kept off its legend: where the centred title would run into a
+    legend at the top, it starts at the left and wraps to the width left of the legend."""
+    if getattr(fig, "_suptitle", None) is not None:
+        return
+    import textwrap
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    title = fig.suptitle(text, fontsize=11)
+    for _ in range(3):
+        FigureCanvasAgg(fig).draw()
+        r = fig.canvas.get_renderer()
+        box = title.get_window_extent(r)
+        hit = [lg.get_window_extent(r) for lg in fig.legends
+               if lg.get_window_extent(r).overlaps(box)]
+        if not hit:
+            return
+        room = max(min(b.x0 for b in hit) - 0.02 * fig.bbox.width, 80)
+        chars = max(int(room / (11 * fig.dpi / 72 * 0.6)), 20)
+        title = fig.suptitle(textwrap.fill(text, chars), fontsize=11, x=0.01, ha="left")
 
 
 def _slug(text: str) -> str:
@@ -86,7 +103,7 @@ def _time_section(run: Run) -> Section:
     ok = kernel_time.ok_times(sharded)
     left = len(res) - len(sharded)
     return Section(f"Time per call: {run.run_id}", fig=fig, drawn=[(run, ok)],
-                   text=f"{len(ok)} ok points of {len(res)}; median per call, band "
+                   text=f"{len(ok)} ok points of {len(res)}; median per call, bars "
                         "p10-p90; " + style.mode_note(
                             ok["mode"], {"eager": "eager (host included)",
                                          "graph": "graph replay"}) + "."

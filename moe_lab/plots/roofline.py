@@ -49,9 +49,9 @@ def fig_roofline(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
     for (b, cfg, glue, mode, wrapped), g in d.groupby(["backend", "config", "glue", "mode", "wrapped"]):
         m = style.mode_of(mode, wrapped)
         color, name = looks[(b, cfg, glue)]
-        ax.scatter(g["flops"] / g["bytes"], g["flops"] / g["median_us"] / 1e6, s=18, alpha=0.75,
-                   marker=style.MODE_MARKER.get(m.name, "o"), color=color,
-                   label=f"{name} / {m.label}" if name else None)
+        style.series(ax.scatter(g["flops"] / g["bytes"], g["flops"] / g["median_us"] / 1e6,
+                                s=18, alpha=0.75, marker=style.MODE_MARKER.get(m.name, "o"),
+                                color=color, label=f"{name} / {m.label}" if name else None), g)
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / byte, ideal fused bytes)",
            ylabel="achieved TFLOP/s", title="MoE layer roofline")
     ax.grid(True, which="both", alpha=0.25)
@@ -123,8 +123,8 @@ def fig_floor_vs_tokens(run, df: pd.DataFrame, ceil: Ceilings) -> Figure:
                 med = gb.sort_values("measured_at" if "measured_at" in gb else "tokens") \
                     .groupby("tokens")["median_us"].last()  # a point measured again: its newest
                 color, name = looks[(b, cfg, glue)]
-                ax.plot(med.index, med.values, marker="o", ms=3, lw=1, ls=ls, color=color,
-                        label=f"{name} {sh}" if name else None)
+                style.series(ax.plot(med.index, med.values, marker="o", ms=3, lw=1, ls=ls,
+                                     color=color, label=f"{name} {sh}" if name else None), gb)
         ax.set(yscale="log", xlabel="tokens", ylabel=f"time per call (us, {mode})", title=m)
         ax.set_xscale("log", base=2)
         ax.grid(True, which="both", alpha=0.25)

@@ -221,8 +221,10 @@ def shared_legend(fig: Figure, handles=None, labels=None, title: str | None = No
     ncol = 1 if len(handles) <= 18 or "right" not in loc else 2
     if "lower" in loc or "upper center" in loc:
         ncol = min(len(handles), 6)
+    # handles long enough that a dashed line shows a gap on each side of its marker (at
+    # matplotlib's 2 font sizes, a marker covered the one gap: dashed read as solid)
     return fig.legend(handles, labels, loc=loc, fontsize=fontsize, ncol=ncol, title=title,
-                      title_fontsize=fontsize, frameon=False)
+                      title_fontsize=fontsize, frameon=False, handlelength=3.5)
 
 
 def panel_note(ax, text: str, fontsize: float = 6.5):
@@ -237,6 +239,24 @@ def panel_note(ax, text: str, fontsize: float = 6.5):
     return ax.annotate(wrapped, xy=(0, 0), xycoords=(ax.transAxes, ax.xaxis.label), xytext=(0, -2),
                        textcoords="offset points", ha="left", va="top", fontsize=fontsize,
                        color="0.3", annotation_clip=False)
+
+
+SERIES_KEYS = ("config", "glue", "mode", "wrapped")  # what one series holds one value of
+
+
+def series(drawn, rows: pd.DataFrame | None):
+    """Mark what a drawn series (an artist, or the list ax.plot returns) draws: per key of
+    SERIES_KEYS the values of its rows. The figure probe reports them and the figure
+    check fails a series of more than one configuration, glue or mode (an aggregate its
+    title does not name). Returns `drawn`."""
+    keys = {}
+    for k in SERIES_KEYS:
+        if rows is not None and k in rows:
+            dflt = row_schema.ID_DEFAULTS.get(k, "")
+            keys[k] = sorted({str(dflt if pd.isna(v) else v) for v in rows[k]})
+    for a in drawn if isinstance(drawn, list) else [drawn]:
+        a._moe_lab_rows = keys  # probe.SERIES
+    return drawn
 
 
 ok_rows = row_schema.ok_rows  # every figure and table selects its rows with this one rule

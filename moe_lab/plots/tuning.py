@@ -29,9 +29,14 @@ def fig_tuned_over_default(run, table: pd.DataFrame) -> Figure:
                                  figsize=(3.6 * len(models) + 2.2, 3.8))
     for ax, m in zip(axes[0], models):
         for (b, s), g in ok[ok["model"] == m].groupby(["backend", "sharding"]):
-            ax.plot(g["tokens"], g["default_over_tuned"], style.sharding_style(shards.index(s)),
-                    marker="o", ms=3, color=style.backend_color(b),
-                    label=f"{style.backend_label(b)} {s}")
+            # the ratio of the default and the tuned row by definition: one series of one
+            # glue and mode, its config the pair
+            drawn = rows[rows["point_id"].isin(pd.concat([g["point_id_default"],
+                                                          g["point_id_tuned"]]))]
+            style.series(ax.plot(g["tokens"], g["default_over_tuned"],
+                                 style.sharding_style(shards.index(s)), marker="o", ms=3,
+                                 color=style.backend_color(b), label=f"{style.backend_label(b)} {s}"),
+                         drawn.drop(columns="config", errors="ignore"))
         ax.axhline(1, color="k", lw=0.7)
         ax.set(yscale="log", title=m, xlabel="tokens")
         ax.set_xscale("log", base=2)
@@ -53,15 +58,20 @@ def fig_best_pct_of_roof(run, table: pd.DataFrame, targets=tg.TARGETS) -> Figure
     for (i, s), (j, m) in ((a, b) for a in enumerate(shards) for b in enumerate(models)):
         ax = axes[i][j]
         g = table[(table["model"] == m) & (table["sharding"] == s)].sort_values("tokens")
-        ax.plot(g["tokens"], g["before_pct_of_roof"], "--", color="0.55", lw=1,
-                label="best before (shipped configs)")
-        ax.plot(g["tokens"], g["after_pct_of_roof"], "-", color="k", lw=1,
-                label="best after (tuned added)")
+        # the best per point: an aggregate over backends and configurations, its label says
+        style.series(ax.plot(g["tokens"], g["before_pct_of_roof"], "--", color="0.55", lw=1,
+                             label="best before (shipped configs)"),
+                     rows[rows["point_id"].isin(g["before_point_id"])])
+        style.series(ax.plot(g["tokens"], g["after_pct_of_roof"], "-", color="k", lw=1,
+                             label="best after (tuned added)"),
+                     rows[rows["point_id"].isin(g["after_point_id"])])
         for c, h in g.groupby("after_choice"):
             b, cfg = c.rsplit(" ", 1)
-            ax.scatter(h["tokens"], h["after_pct_of_roof"], zorder=3, label=f"after: {c}",
-                       s=40 if cfg == TUNED else 16, color=style.backend_color(b),
-                       marker="*" if cfg == TUNED else "o")
+            style.series(ax.scatter(h["tokens"], h["after_pct_of_roof"], zorder=3,
+                                    label=f"after: {c}", s=40 if cfg == TUNED else 16,
+                                    color=style.backend_color(b),
+                                    marker="*" if cfg == TUNED else "o"),
+                         rows[rows["point_id"].isin(h["after_point_id"])])
         for t in (t for t in targets if t.metric == "pct_of_roof"):
             ax.hlines(t.limit, t.lo / 1.3, min(t.hi, 8192) * 1.3, color="tab:red", lw=2,
                       alpha=0.5, label="target (% of roof)")
@@ -105,8 +115,10 @@ def fig_phase_bars(run, table: pd.DataFrame) -> Figure:
 
 def fig_search_spread(run, spread: pd.DataFrame) -> Figure:
     """A panel per backend and model: per sharding and dtype, the search's first-rung
-    candidates at each token key against the winner (best to worst as a band, the median
-    dashed) and the default configuration (x), all over the winner's us (1: the winner)."""
+    candidates at each token key against the winner (best and worst, the median
+    dashed) and the default configuration (x), all over the winner's us (1: the winner).
+    Best and worst are thin lines: translucent bands of several colours overlapped into
+    blends that no legend entry has."""
     if spread.empty:
         return style.note_figure("no tune run with the search's spread per point", run, spread)
     panels = list(dict.fromkeys(zip(spread["backend"], spread["model"])))
@@ -118,8 +130,8 @@ def fig_search_spread(run, spread: pd.DataFrame) -> Figure:
                 ["sharding", "dtype"]):
             g, c = g.sort_values("tokens"), colors[(s, dt)]
             w = g["winner_us"].to_numpy(float)
-            ax.fill_between(g["tokens"], g["search_best_us"] / w, g["search_worst_us"] / w,
-                            color=c, alpha=0.15, lw=0)
+            for edge in ("search_best_us", "search_worst_us"):  # thin lines, no blending band
+                ax.plot(g["tokens"], g[edge] / w, "-", color=c, lw=0.7)
             ax.plot(g["tokens"], g["search_median_us"] / w, "--", color=c, lw=1)
             ax.scatter(g["tokens"], g["default_us"] / w, marker="x", s=14, color=c)
         ax.axhline(1, color="k", lw=0.8)
@@ -130,8 +142,8 @@ def fig_search_spread(run, spread: pd.DataFrame) -> Figure:
     # one entry per colour (sharding, dtype) and one per mark, not every pair of them
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    handles = [Patch(color=colors[k], alpha=0.5, label=f"{k[0]} {k[1]}") for k in lines] + [
-        Patch(color="0.5", alpha=0.25, label="best to worst candidate"),
+    handles = [Patch(color=colors[k], label=f"{k[0]} {k[1]}") for k in lines] + [
+        Line2D([], [], color="0.6", lw=0.7, label="best and worst candidate (thin)"),
         Line2D([], [], ls="--", color="0.3", label="median candidate"),
         Line2D([], [], ls="", marker="x", color="0.3", label="default configuration"),
         Line2D([], [], color="k", lw=0.8, label="the winner (1)")]

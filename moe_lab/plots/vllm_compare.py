@@ -26,7 +26,9 @@ def fig_best_over_vllm(table: pd.DataFrame, run=None, rows: pd.DataFrame | None 
     seen = {}
     for ax, ((model, sharding, dtype, mode), g) in zip(flat, groups):
         g = g.sort_values("tokens")
-        ax.plot(g["tokens"], g["ratio"], color="0.6", lw=0.8, zorder=1)
+        # the best own layer per point: an aggregate over backends and configurations
+        style.series(ax.plot(g["tokens"], g["ratio"], color="0.6", lw=0.8, zorder=1,
+                             label="_best own over vllm"), g)
         for best, h in g.groupby(g["best"].str.split().str[0]):
             c = style.backend_color(best)
             ax.scatter(h["tokens"], h["ratio"], s=22, color=c, zorder=2,
