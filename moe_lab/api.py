@@ -160,7 +160,7 @@ def open_run(run=None, has: str | None = None) -> Run:
     _has(has, "open_run: has")
     if run is not None and not isinstance(run, Run) and (
             not isinstance(run, (str, Path)) or not str(run).strip()):
-        raise UsageError(f"open_run: run {_shown(run)}: give a run folder (a path) or a run id")
+        raise UsageError(f"run {_shown(run)}: give a run folder (a path) or a run id (a str)")
     return store.open_run(run, has)
 
 

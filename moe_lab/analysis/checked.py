@@ -41,7 +41,7 @@ class Kind:
 
 
 def _run_like(v) -> bool:
-    return hasattr(v, "results") and hasattr(v, "path") and hasattr(v, "manifest")
+    return hasattr(v, "results") and hasattr(v, "manifest")  # a Run, or one built like it
 
 
 def _open(v, name: str):
@@ -57,6 +57,15 @@ def _open(v, name: str):
 
 def _run(v, name):
     return _open(v, name)
+
+
+def _run_named(v, name):
+    """A Run, or a run id or folder handed on as given (the function opens it itself, with
+    what it asks of the run: choose's `has`)."""
+    if not _run_like(v) and (not isinstance(v, (str, os.PathLike)) or not str(v).strip()
+                             or "\0" in str(v)):
+        raise UsageError(f"{name} {shown(v)}: give a run (a Run, a run id or a run folder)")
+    return v
 
 
 def _runs(v, name):
@@ -237,6 +246,7 @@ def positive(v, name):
 NUMERIC = ("median_us", "tokens", "tp", "ep", "roof_us", "floor_us", "measured_us", "over_us",
            "total_us", "calls", "pct_of_roof")
 RUN, RUNS, FRAME = Kind(_run), Kind(_runs), frame()
+RUN_NAMED = Kind(_run_named)
 SOME_RUNS = Kind(_some_runs)
 TEXT, MODE, FOLDER, FILE = Kind(_text), Kind(_mode), Kind(_folder), Kind(_file)
 DICT, BOOL, SEQ, TOKENS = Kind(_dict), Kind(_bool), Kind(_seq), Kind(_tokens)

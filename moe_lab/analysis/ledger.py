@@ -205,7 +205,7 @@ def run_paths(runs) -> tuple:
     return tuple(os.path.realpath(r.path) for r in runs)
 
 
-@takes(runs=RUNS, mode=MODE)
+@takes(runs=RUNS, mode=MODE | None)
 def of_runs(runs, mode: str = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results, ledger) of several runs read together, each row with its `run_id`; the
     results of `mode` only (None: every mode). A point measured by more than one of the

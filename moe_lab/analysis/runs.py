@@ -44,7 +44,7 @@ from ..storage.rows import ok_rows
 from ..storage.scope import tracked, visible
 from ..storage.store import Run, _warn_once, data_dir, find_runs, open_run, read_json
 from . import expert_parallel as analysis
-from .checked import DICT, FOLDER, RUN, RUNS, TEXT, TP, takes
+from .checked import DICT, FOLDER, LISTED, RUN, RUN_NAMED, RUNS, TEXT, TP, takes
 
 TUNED = "tuned"
 
@@ -79,7 +79,7 @@ def manifest_device(manifest: dict) -> str:
     return f"cpu ({name})" if env.get("device") == "cpu" else name
 
 
-@takes(runs=RUNS, device=TEXT | None)
+@takes(runs=LISTED, device=TEXT | None)
 def on_device(runs, device: str | None) -> list:
     """The runs (Runs) measured on `device` (Run.device, the rows' device), in their order;
     None: every run."""
@@ -226,7 +226,7 @@ def _order(question: str, runs: list) -> list:
     return sorted(found, key=lambda r: not on_gpu(r))
 
 
-@takes(question=TEXT, run=RUN, device=TEXT | None)
+@takes(question=TEXT, run=RUN_NAMED, device=TEXT | None)
 def choose(question: str, run=None, required: bool = True, device: str | None = None
            ) -> Choice:
     """The run `question` (a QUESTIONS key) reads: `run` (an id, a folder or a Run) as given,
@@ -283,7 +283,7 @@ def _tuned_and_default(r) -> int:
     return int(ok["backend"].isin(both).sum())
 
 
-@takes(run=RUN, device=TEXT | None)
+@takes(run=RUN_NAMED, device=TEXT | None)
 def open_tuned_run(run=None, device: str | None = None):
     """`run`, or None: of the runs (find_runs; `device`: its runs only) with ok rows of one
     backend both 'tuned' and 'default', the one with the most such points (the fullest
@@ -366,7 +366,7 @@ def _started_of(r: Run) -> str:
     return str(r.manifest.get("started", ""))
 
 
-@takes(run=RUN)
+@takes(run=RUN_NAMED)
 def distributed_run(run=None) -> Run:
     """`run` opened, or the run choose('distributed') reads."""
     return choose("distributed", run).run
@@ -419,9 +419,7 @@ def gpu_distributed() -> str:
 @takes(run=RUN)
 def describe_distributed(run: Run) -> str:
     d = analysis.distributed_rows(run.results)
-    if "world_size" not in d:
-        raise UsageError(f"describe_distributed: run {run.run_id} has no distributed rows")
-    world = sorted({int(w) for w in d["world_size"].dropna()})
+    world = sorted({int(w) for w in d["world_size"].dropna()}) if "world_size" in d else []
     pg = sorted({str(b) for b in d.get("dist_backend", pd.Series(dtype=str)).dropna()})
     gpu = len(_on_gpu(d)) > 0
     return (f"{describe(run)}\n{len(d)} rank rows, world size {world}, over "
