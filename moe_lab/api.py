@@ -22,7 +22,8 @@ from .core.errors import UsageError  # noqa: F401  (ml.UsageError)
 from .storage.modes import Mode, parse_mode
 from .core.problems import make_problem, split_models
 from .storage import store
-from .storage.store import Run, open_run  # noqa: F401  (part of the API)
+from .storage.store import Run  # noqa: F401  (part of the API)
+from .core.validate import shown as _shown
 
 
 def _list(v, parse=str) -> list:
@@ -39,7 +40,7 @@ def _wholes(v, name: str) -> list[int]:
     items = v.split(",") if isinstance(v, str) else v if isinstance(v, (list, tuple)) else [v]
     items = [validate._whole_text(x, name) if isinstance(x, str) else x for x in items]
     if not items:
-        raise UsageError(f"{name} {v!r}: give a whole number or a list of them")
+        raise UsageError(f"{name} {_shown(v)}: give a whole number or a list of them")
     return [validate.limit(x, name, name) for x in items]
 
 
@@ -50,7 +51,7 @@ def _routings(v) -> list[str]:
     what = "a routing (uniform, balanced, zipf:S, hot:P), a comma string or a list of them"
     items = v.split(",") if isinstance(v, str) else v if isinstance(v, (list, tuple)) else None
     if not items or not all(isinstance(x, str) and x.strip() for x in items):
-        raise UsageError(f"routing {v!r}: give {what}")
+        raise UsageError(f"routing {_shown(v)}: give {what}")
     out = [validate.text(x.strip(), "routing", what) for x in items]
     for r in out:
         parse_routing(r)
@@ -106,11 +107,17 @@ def _tokens(v) -> list[int]:
 
 def _models(v) -> list[str]:
     """A model name, a comma string (custom:... keeps its commas) or a list of names."""
-    if isinstance(v, str) and v.strip():
-        return split_models(v)
-    if isinstance(v, (list, tuple)) and v and all(isinstance(m, str) and m.strip() for m in v):
-        return list(v)
-    raise UsageError(f"models {v!r}: give one or more model names, e.g. 'qwen3-30b-a3b' or "
+    from .core.problems import parse_model
+    out = split_models(v) if isinstance(v, str) and v.strip() else list(v) if isinstance(
+        v, (list, tuple)) and v and all(isinstance(m, str) and m.strip() for m in v) else None
+    if out is not None:
+        for m in out:
+            try:
+                parse_model(m)
+            except UsageError as exc:
+                raise UsageError(f"models: {exc}") from None
+        return out
+    raise UsageError(f"models {_shown(v)}: give one or more model names, e.g. 'qwen3-30b-a3b' or "
                      "['mixtral-8x7b', 'custom:H=4096,I=14336,E=8,k=2']")
 
 
@@ -118,7 +125,10 @@ def _backends(v) -> str | None:
     """The backends asked for as one comma string for registry.parse_names (None: all)."""
     from .core import validate
     names = validate.names(v, "backends", "backend names, e.g. 'torch'")
-    return None if names is None else ",".join(names)
+    try:  # each known, said before anything runs
+        return None if names is None else ",".join(registry.parse_names(",".join(names)))
+    except UsageError as exc:
+        raise UsageError(f"backends: {exc}") from None
 
 
 def _has(has, name: str) -> None:
@@ -131,7 +141,7 @@ def _has(has, name: str) -> None:
             try:  # any other is a mode name; was: an empty table for any word
                 parse_mode(has)
             except UsageError:
-                raise UsageError(f"{name} {has!r}: give {kinds}") from None
+                raise UsageError(f"{name} {_shown(has)}: give {kinds}") from None
 
 
 def _data_dir(value, name: str, what: str = "a folder or file path") -> None:
@@ -144,6 +154,16 @@ def _data_dir(value, name: str, what: str = "a folder or file path") -> None:
     validate.not_a_run_folder(value, f"{name} {str(value)!r}")  # was [] or an empty table
 
 
+def open_run(run=None, has: str | None = None) -> Run:
+    """storage.store.open_run (a run folder, a run id under the data folder, or None: the
+    newest run with data of kind `has`) with `has` checked first, as find_runs checks it."""
+    _has(has, "open_run: has")
+    if run is not None and not isinstance(run, Run) and (
+            not isinstance(run, (str, Path)) or not str(run).strip()):
+        raise UsageError(f"run {_shown(run)}: give a run folder (a path) or a run id (a str)")
+    return store.open_run(run, has)
+
+
 def find_runs(data_dir_=None, has: str | None = None, defaults: bool = False) -> list[Run]:
     """storage.store.find_runs (every run folder under data_dir_, default the data folder,
     with data of kind `has`, newest first) with its arguments checked first: '' (read as
@@ -151,6 +171,8 @@ def find_runs(data_dir_=None, has: str | None = None, defaults: bool = False) ->
     as if no run had it) are refused in one line."""
     _data_dir(data_dir_, "find_runs: data_dir_", what="a folder of run folders")
     _has(has, "find_runs: has")
+    if not isinstance(defaults, bool):
+        raise UsageError(f"find_runs: defaults {_shown(defaults)}: give True or False")
     return store.find_runs(data_dir_, has, defaults)
 
 
@@ -227,22 +249,23 @@ def measure(models, tokens, backends=None, modes=None, tp=TP_DEFAULT, ep=1, ep_r
     glues = _glues(glue)
     if run is not None:
         if not isinstance(run, (str, Path)) or not str(run):
-            raise UsageError(f"run={run!r}: give a folder path (str or Path), or None")
+            raise UsageError(f"run={_shown(run)}: give a folder path (str or Path), or None")
         run = _run_folder(run)
         if Path(run).exists() and not Path(run).is_dir():
             raise UsageError(f"run={str(run)!r} is a file, not a run folder")
         _resume_settings(Path(run), options)
+    if modes is not None and (not isinstance(modes, (str, list, tuple)) or isinstance(
+            modes, str) and not modes.strip() or not all(isinstance(m, (str, Mode)) for m in
+                                                        _list(modes, lambda x: x))):
+        raise UsageError(f"modes {_shown(modes)}: give eager, graph or compile:<variant>, a comma "
+                         "string or a list of them")
     device = resolve_device(device)
     modes = modes or ("eager,graph" if device.startswith("cuda") else "eager")
-    if not isinstance(modes, (str, list, tuple)) or isinstance(modes, str) and not modes.strip():
-        raise UsageError(f"modes {modes!r}: give eager, graph or compile:<variant>, a comma "
-                         "string or a list of them")
     grid = Grid(models=models, tokens=tokens,
                 backends=registry.parse_names(wanted) if wanted else
                 registry.for_dtype([b.name for b in registry.all_backends()
                                     if b.available()[0]], dtype),
-                modes=[m if isinstance(m, Mode) else parse_mode(opts.text(m, "modes", "a mode"))
-                       for m in _list(modes, lambda x: x)],
+                modes=_modes(modes, opts),
                 tps=tps, eps=eps, ep_rank=ep_rank, routings=routings, dtype=dtype, glues=glues)
     grid.shards()  # bad models or shardings fail before anything runs
     tmp = None if run is not None else tempfile.mkdtemp(prefix="moe-lab-measure-")
@@ -254,6 +277,14 @@ def measure(models, tokens, backends=None, modes=None, tp=TP_DEFAULT, ep=1, ep_r
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _modes(modes, opts) -> list:
+    try:
+        return [m if isinstance(m, Mode) else parse_mode(opts.text(m, "modes", "a mode"))
+                for m in _list(modes, lambda x: x)]
+    except UsageError as exc:
+        raise UsageError(str(exc) if str(exc).startswith("modes") else f"modes: {exc}") from None
 
 
 def _run_folder(run) -> Path:
@@ -275,7 +306,7 @@ def _glues(v) -> list[str]:
     if isinstance(v, (list, tuple)) and all(isinstance(g, str) for g in v):
         v = ",".join(v)
     if not isinstance(v, str):
-        raise UsageError(f"glue {v!r}: give one or more of {', '.join(GLUES)}")
+        raise UsageError(f"glue {_shown(v)}: give one or more of {', '.join(GLUES)}")
     return parse_glues(v, "glue")
 
 

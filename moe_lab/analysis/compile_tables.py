@@ -18,6 +18,7 @@ import pandas as pd
 from ..storage.modes import parse_mode
 from ..storage.rows import ok_rows
 from ..storage.store import open_run
+from .checked import DICT, RUN, takes
 
 
 KEY = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "backend", "tokens"]
@@ -43,6 +44,7 @@ def _compile_rows(run) -> pd.DataFrame:
     return df[df["mode"].astype(str).str.startswith("compile:")]
 
 
+@takes(run=RUN)
 def time_table(run) -> pd.DataFrame:
     """median/p10/p90 per backend x mode x wrapped x tokens (ok points), every mode."""
     df = _ok(_wrapped(open_run(run).results))
@@ -55,6 +57,7 @@ GAP_COLUMNS = KEY + ["mode", "wrapped", "compile_us", "eager_us", "ratio", "base
                      "point_id"]
 
 
+@takes(run=RUN)
 def gap_table(run) -> pd.DataFrame:
     """Compiled time / uncompiled time per backend x compile mode x wrapped x tokens.
     ratio < 1: compile is faster. `baseline` is `compile:off` (the same layer uncompiled,
@@ -89,6 +92,7 @@ def _both_ways(backend: str) -> bool:
         return False
 
 
+@takes(manifest=DICT)
 def planned_points(manifest: dict) -> set[tuple]:
     """Every point the run's config asked for, as (model, tp, ep, routing, backend, mode,
     wrapped, tokens): config models x tp x ep x routings x token grid x backends x modes,
@@ -109,6 +113,7 @@ def planned_points(manifest: dict) -> set[tuple]:
     return out
 
 
+@takes(run=RUN)
 def coverage(run) -> tuple[str, pd.DataFrame]:
     """What a run planned against what it has rows for. Planned: planned_points of its
     manifest, plus any backend x mode x wrap or token count a row has (an earlier
@@ -141,6 +146,7 @@ def coverage(run) -> tuple[str, pd.DataFrame]:
     return summary, pd.DataFrame(out)
 
 
+@takes(run=RUN)
 def break_table(run) -> pd.DataFrame:
     """One row per backend x variant x wrapped: status, graphs, breaks, reasons, recompiles,
     cold compile time, first error."""
@@ -155,6 +161,7 @@ def break_table(run) -> pd.DataFrame:
         .reset_index(drop=True)
 
 
+@takes(run=RUN)
 def break_reasons(run) -> pd.DataFrame:
     """Distinct graph-break reasons per backend x wrapped, one a row, with the models and
     the number of compile variants that hit it."""
@@ -168,6 +175,7 @@ def break_reasons(run) -> pd.DataFrame:
         .agg(models=("model", lambda m: ", ".join(sorted(set(m)))), variants=("mode", "nunique"))
 
 
+@takes(run=RUN)
 def payback_table(run) -> pd.DataFrame:
     """Calls needed to pay back the cold compile: compile_s / (eager_us - compile_us).
     compile_s is the compile table's (first token count); inf where compile is not faster."""
@@ -187,6 +195,7 @@ def payback_table(run) -> pd.DataFrame:
     return out
 
 
+@takes(run=RUN)
 def status_line(run) -> str:
     """'compile rows: N (ok a, failed b, timeout c)': the compile-mode rows of a run
     (compile:off included) by status."""

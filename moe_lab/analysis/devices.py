@@ -34,6 +34,7 @@ from .runs import (  # noqa: F401
 from .metrics import geomean
 from .tuned import COMPARED, LLAMA4
 from ..core.validate import frames
+from .checked import MODE, NAMES, RUN, RUNS, SHAPES, TEXT, TP, frame, takes
 
 
 # the series of moe-lab's rows worth drawing beside AMD's, on any GPU: the best of what it measured
@@ -58,6 +59,7 @@ def short_device(name) -> str:
     return str(name).split(" (")[0].removeprefix("NVIDIA ").removeprefix("AMD ")
 
 
+@takes(runs=RUNS, models=NAMES, tp=TP, ep=TP, dtype=TEXT, mode=MODE)
 def rows_for(runs, models=SEED_SHAPES["models"], tp=SEED_SHAPES["tp"], ep=SEED_SHAPES["ep"],
              dtype=SEED_SHAPES["dtype"], mode=SEED_SHAPES["mode"]) -> pd.DataFrame:
     """ok rows of `models` at one sharding from each run, with the roofline recomputed
@@ -118,6 +120,7 @@ def _ceiling_source(device: str) -> str:
         return "none (no spec for this GPU)"
 
 
+@takes(rows=frame("series", "device"))
 def measured_devices(rows: pd.DataFrame) -> str:
     """The devices of the rows moe-lab measured (not imported), short ('NVIDIA H200' ->
     'H200'), '/'-joined: what the side-by-side figure and its summary call them."""
@@ -135,6 +138,7 @@ def summary(rows: pd.DataFrame) -> str:
             f"({', '.join(sorted(rows.loc[amd, 'device'].unique())) if amd.any() else 'none'})")
 
 
+@takes(run=RUN, model=TEXT, tp=TP)
 def claim_shapes(run, model: str = "deepseek-r1", tp: int = TP_DEFAULT) -> pd.DataFrame:
     """Rows of an imported table per sharding of one model: the seed claims are about
     DeepSeek-R1 TP8 EP8, which aiter's shipped table may not have."""
@@ -146,6 +150,7 @@ def claim_shapes(run, model: str = "deepseek-r1", tp: int = TP_DEFAULT) -> pd.Da
 
 # --- the seed shapes on every device (issue 63 item 4) ---------------------------------------
 
+@takes(runs=RUNS)
 def device_runs(runs=None) -> list:
     """The runs the side by side reads: `runs` (ids, folders or Runs) opened as given, else
     every run under the data folder not marked running or failed that was measured on a
@@ -180,6 +185,7 @@ def _candidates(run, shapes) -> pd.DataFrame:
                     started=str(run.manifest.get("started") or ""))
 
 
+@takes(runs=RUNS, shapes=SHAPES)
 def shape_rows(runs=None, shapes=SEED_DEVICE_SHAPES) -> pd.DataFrame:
     """Every candidate row of `shapes` ((model, tp, ep, dtype) each) in device_runs(runs):
     each with run_id, source (MEASURED or IMPORTED), the run's `started` and its sharding;
@@ -317,6 +323,7 @@ def side_by_side(rows: pd.DataFrame) -> pd.DataFrame:
     return t[SIDE_COLUMNS].sort_values(SHAPE + ["device", "tokens"]).reset_index(drop=True)
 
 
+@takes(table=frame("model", "tp", "ep", "dtype"), shapes=SHAPES)
 def per_shape(table: pd.DataFrame, shapes=SEED_DEVICE_SHAPES) -> list[pd.DataFrame]:
     """The table's rows per shape, in `shapes`' order (a shape with no row: none)."""
     out = []
@@ -328,6 +335,7 @@ def per_shape(table: pd.DataFrame, shapes=SEED_DEVICE_SHAPES) -> list[pd.DataFra
     return out
 
 
+@takes(shapes=SHAPES)
 @frames(table=("model", "tp", "ep", "dtype", "device", "source", "run_id"))
 def coverage(table: pd.DataFrame, shapes=SEED_DEVICE_SHAPES) -> str:
     """'devices side by side: N seed shapes; NVIDIA H200: 8 shapes, 12 runs (measured by

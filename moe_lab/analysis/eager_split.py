@@ -45,6 +45,7 @@ from ..core.errors import CorruptFile, UsageError
 from ..storage.store import open_run
 from ..storage.traces import RANGE_NAME, config_tag, parse_trace_name
 from ..storage.vocabulary import PARTS
+from .checked import DICT, FILE, LISTED, RUN, TEXT, frame, takes
 
 CHECK_TOL = 0.10
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -77,6 +78,7 @@ def _span(e: dict) -> tuple[float, float]:
     return float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
 
 
+@takes(events=LISTED, range_name=TEXT)
 def split_events(events: list[dict], range_name: str = RANGE_NAME) -> pd.DataFrame:
     """One row per profiled call (a host `range_name` range) of a Chrome trace's events:
     COLUMNS, the parts adding up to wall_us (see the module doc)."""
@@ -110,6 +112,7 @@ def split_events(events: list[dict], range_name: str = RANGE_NAME) -> pd.DataFra
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
+@takes(path=FILE)
 def read_trace(path) -> list[dict]:
     """The events of a Chrome trace (.json or .json.gz); CorruptFile if unreadable."""
     try:
@@ -117,7 +120,7 @@ def read_trace(path) -> list[dict]:
         with opener(path, "rt") as f:
             data = json.load(f)
     except FileNotFoundError:
-        raise UsageError(f"no trace file {path}") from None
+        raise UsageError(f"path {path}: no trace file") from None
     except (OSError, ValueError, EOFError) as exc:
         raise CorruptFile(path, exc) from None
     events = data.get("traceEvents") if isinstance(data, dict) else data
@@ -126,6 +129,7 @@ def read_trace(path) -> list[dict]:
     return events
 
 
+@takes(per_call=frame("wall_us", "device_timeline"))
 def summarize_calls(per_call: pd.DataFrame) -> dict:
     """The mean split over the calls kept (the first one left out when there are more)."""
     if per_call.empty:
@@ -137,11 +141,13 @@ def summarize_calls(per_call: pd.DataFrame) -> dict:
     return out
 
 
+@takes(path=FILE, range_name=TEXT)
 def split_trace(path, range_name: str = RANGE_NAME) -> dict:
     """The split of one call (summarize_calls) from a trace file."""
     return summarize_calls(split_events(read_trace(path), range_name))
 
 
+@takes(eager=DICT | None)
 def check_split(wall_us: float, eager: dict | None, n_ops: float = math.nan,
                 tol: float = CHECK_TOL, profiled_us: float = math.nan,
                 cpu: bool = False) -> tuple[bool, str]:
@@ -200,6 +206,7 @@ def _timed_row(results: pd.DataFrame, pt: dict, mode: str) -> tuple[dict | None,
     return sel.iloc[0].to_dict(), ""
 
 
+@takes(run=RUN)
 def run_split(run) -> pd.DataFrame:
     """Every sweep trace of a run (traces/*.json.gz): the point, its split, the timed eager
     and graph medians, and the check (`adds_up`, `reason`)."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pandas as pd
 from .eager_split import run_split
 from ..storage.store import open_run
+from .checked import RUN, takes
 
 
+@takes(run=RUN)
 def table(run) -> pd.DataFrame:
     """run_split of the run (every sweep trace, its split and its check)."""
     return run_split(open_run(run))

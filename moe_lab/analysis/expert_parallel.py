@@ -21,6 +21,7 @@ import pandas as pd
 
 from . import targets as tg
 from ..core.validate import frames
+from .checked import DICT, FRAME, SEED, TEXT, TP, frame, takes, whole
 
 KEY = ["model", "dtype", "backend", "mode", "tokens", "routing", "parallel", "world_size"]
 # the two targets' limits, from their records (moe_lab.analysis.targets)
@@ -29,12 +30,14 @@ SPREAD_TARGET = tg.by_name("spread wall <= 0.6x one-GPU wall").limit
 ESTIMATE_RANKS = 8  # the world the estimate scales to: the seeds' TP8 / EP8 (issue 18)
 
 
+@takes(res=FRAME)
 def distributed_rows(res: pd.DataFrame) -> pd.DataFrame:
     if "parallel" not in res:
         return res.iloc[:0]
     return res[res["parallel"].notna() & (res["parallel"].astype(str) != "")]
 
 
+@takes(res=frame("status", "rank", "expert_us"))
 def per_rank(res: pd.DataFrame) -> pd.DataFrame:
     d = distributed_rows(res)
     d = d[d["status"] == "ok"]
@@ -111,6 +114,7 @@ def collective_model(pts: pd.DataFrame) -> pd.DataFrame:
 
 # --- the estimate at another world size ---------------------------------------------------
 
+@takes(model=TEXT, tokens=whole(1, 131072), routing=TEXT, seed=SEED, parallel=TEXT, n=TP, elem_bytes=whole(1, 16))
 def rank_work(model: str, tokens: int, routing: str, seed: int, parallel: str, n: int,
               elem_bytes: int = 2) -> pd.DataFrame:
     """Per rank at n ranks, from the point's own routing draw: pairs, experts hit, FLOPs,
@@ -228,6 +232,7 @@ def estimate_vs_measured(est: pd.DataFrame, res: pd.DataFrame) -> pd.DataFrame:
     return m
 
 
+@takes(spread_manifest=DICT, single_manifest=DICT)
 def spread_target(spread_manifest: dict, single_manifest: dict) -> dict:
     """Wall time of a sweep spread over GPUs (`sweep --gpus`, the merged manifest's
     `spread.wall_s`) against the same sweep on one GPU (its manifest's wall time)."""

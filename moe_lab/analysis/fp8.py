@@ -18,6 +18,7 @@ from ..storage.rows import ok_rows
 from . import metrics, targets as tg
 from .runs import default_runs
 from ..core.validate import frames
+from .checked import RUN, RUNS, TEXT, frame, takes
 
 NONE_YET = ("No FP8 rows measured by moe-lab in any run yet: FP8 schemes are measured on a GPU by "
             "`moe-lab sweep --dtype fp8-block128 ...` (or fp8-tensor, fp8-channel).")
@@ -30,11 +31,13 @@ def is_fp8(dtype) -> bool:
     return str(dtype) in FP8_SCHEMES or str(dtype).startswith("fp8-")
 
 
+@takes(run=RUN)
 def imported(run: Run) -> bool:
     """Rows imported from another tool (`moe-lab import-aiter`), not measured by moe-lab."""
     return run.manifest.get("kind") == "import" or "aiter-tuner" in set(run.results.get("mode", []))
 
 
+@takes(run=RUN)
 def dtype_table(run: Run) -> pd.DataFrame:
     """Rows per dtype, fp8 format and status."""
     r = run.results.copy()
@@ -45,6 +48,7 @@ def dtype_table(run: Run) -> pd.DataFrame:
             .reset_index())
 
 
+@takes(run=RUN, dtype=TEXT | None)
 def with_dtype(run: Run, dtype: str | None) -> Run:
     """The run with only the rows of `dtype` (None: unchanged). UsageError, one line, for a
     dtype the run has no rows of (a typo such as 'fp9' showed an empty page)."""
@@ -67,6 +71,7 @@ def _ok(run: Run) -> pd.DataFrame:
     return r.assign(run_id=run.run_id)
 
 
+@takes(run=RUN | None, runs=RUNS | None)
 def comparison_rows(run: Run | None = None, runs: list[Run] | None = None
                     ) -> tuple[pd.DataFrame, Run | None]:
     """(ok rows, the FP8 run): the FP8 rows of `run` (else of the newest run measured by
@@ -126,6 +131,7 @@ def fp8_vs_bf16(rows: pd.DataFrame) -> pd.DataFrame:
     return df[["dtype"] + KEY + [c for c in df.columns if c not in KEY + ["dtype"]]]
 
 
+@takes(cmp=frame("speedup", "dtype"), run=RUN | None)
 def summary(cmp: pd.DataFrame, run: Run | None) -> str:
     """One line: where the FP8 rows come from and how many points compare, or NONE_YET."""
     if run is None:

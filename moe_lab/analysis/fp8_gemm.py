@@ -28,6 +28,7 @@ from ..core.problems import FP8_SCHEMES, sharding_name
 from ..storage.rows import ok_rows
 from ..core.validate import frames
 from ..storage.vocabulary import GEMMS
+from .checked import MODE, RUNS, takes
 
 KEY = ["device", "model", "sharding", "tokens"]
 SOL_BACKEND = "torch-fp8-grouped"  # torch._scaled_grouped_mm, row-wise: CUTLASS's grouped GEMM
@@ -48,6 +49,7 @@ def _points(res: pd.DataFrame, led: pd.DataFrame) -> pd.DataFrame:
     return r[r["gemm_us"].notna() & (r["gemm_us"] > 0)]
 
 
+@takes(runs=RUNS, mode=MODE)
 def gemm_table(runs=None, mode: str = "graph") -> pd.DataFrame:
     """`runs`: ids, folders or Runs (None: analysis.runs.runs_with_phases of the newest device
     with FP8 points and phases). A row per point and

@@ -14,6 +14,7 @@ from ..storage.rows import ok_rows
 # profiler kernel sum / graph time accepted as complete: the range check_kernel_coverage
 # warns by (the rows' vocabulary), re-exported for the notebook
 from ..storage.vocabulary import COVERAGE_RANGE, PHASES
+from .checked import MODE, RUN, TEXT, WHOLES, frame, takes
 
 
 PHASE_TOKENS = (1, 64, 1024, 8192)
@@ -22,6 +23,7 @@ PHASE_TOKENS = (1, 64, 1024, 8192)
 SPEEDUP_TOKENS = (1, 16, 64, 256, 1024, 4096, 8192)
 
 
+@takes(rows=frame("status", "median_us", "tp", "ep"))
 def ok_times(rows: pd.DataFrame) -> pd.DataFrame:
     """Only correct, timed points (status ok and a median), with a `sharding` column and
     `spread` ((p90 - p10) / median) and `noisy` (flagged, or spread above the limit)."""
@@ -30,12 +32,14 @@ def ok_times(rows: pd.DataFrame) -> pd.DataFrame:
     return r.assign(spread=row_schema.spread(r), noisy=row_schema.noisy(r))
 
 
+@takes(run=RUN, prefer=MODE)
 def default_mode(run, prefer: str = "graph") -> str:
     """`prefer` when the run has ok rows in it, else eager (a CPU run has no graph rows)."""
     run = open_run(run)
     return prefer if run.has(prefer) else "eager"
 
 
+@takes(run=RUN)
 def status_table(run) -> pd.DataFrame:
     """Counts of each status per backend and mode, with the distinct reasons."""
     res = open_run(run).results
@@ -46,6 +50,7 @@ def status_table(run) -> pd.DataFrame:
     return out
 
 
+@takes(run=RUN, mode=MODE | None, base=TEXT, tokens=WHOLES)
 def speedup_table(run, mode: str | None = None, base: str = "torch-grouped",
                   tokens=SPEEDUP_TOKENS) -> pd.DataFrame | None:
     """Time of each backend, configuration and glue over `base`'s (its default
@@ -80,6 +85,7 @@ def speedup_note(run, mode: str | None = None, base: str = "torch-grouped") -> s
     return f"relative to {base}: not shown (run {run.run_id} {why}; a table of ratios holds ratios only)"
 
 
+@takes(run=RUN, tokens=WHOLES, mode=MODE | None)
 def phase_table(run, tokens=PHASE_TOKENS, mode: str | None = None) -> pd.DataFrame:
     """Device time per phase (us per call) at the chosen token counts, one row per point
     (point_id kept, so a figure can name the rows it draws). mode: default graph, eager
@@ -101,6 +107,7 @@ def phase_table(run, tokens=PHASE_TOKENS, mode: str | None = None) -> pd.DataFra
         .reset_index(drop=True)
 
 
+@takes(run=RUN)
 def launch_overhead(run) -> pd.DataFrame:
     """eager - graph per point: what launching from Python costs (us and share of eager);
     point_id_eager / point_id_graph name the two rows."""
@@ -121,6 +128,7 @@ def launch_overhead(run) -> pd.DataFrame:
     return j.reset_index()
 
 
+@takes(run=RUN)
 def coverage_table(run) -> pd.DataFrame:
     """Graph points: profiler kernel time / graph time, in COVERAGE_RANGE or warned."""
     r = ok_times(open_run(run).results)
@@ -132,6 +140,7 @@ def coverage_table(run) -> pd.DataFrame:
               "kernel_over_graph", "in_range", "warned", "warning"]].reset_index(drop=True)
 
 
+@takes(run=RUN)
 def coverage_summary(run) -> str:
     """One line: how many graph points have a kernel sum within COVERAGE_RANGE of the
     graph time, and how many outside it carry no warning."""

@@ -26,6 +26,7 @@ from ..cost.ledger import (GAPS, GATHER_PHASES, PHASE_COLUMNS, UNPROFILED, gathe
                            phase_floors, phase_rows, problem_of)
 from ..storage.rows import ok_rows  # the one rule for which rows are points
 from ..storage.store import Run, open_run
+from .checked import CALLABLE, FRAME, MODE, RUNS, takes
 
 POINT = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens"]
 
@@ -44,6 +45,7 @@ def _ceilings(device, cache: dict):
     return cache[device]
 
 
+@takes(kernels_df=FRAME | None, results_df=FRAME)
 @frames(results_df=("model", "tp", "ep", "ep_rank", "dtype",
         "tokens", "median_us", "point_id"), kernels_df=("point_id", "phase", "calls", "total_us"),
         phases_df=PHASE_COLUMNS)
@@ -122,6 +124,7 @@ def layer_summary(ledger_df: pd.DataFrame) -> pd.DataFrame:
 
 # --- the best point (what the targets are evaluated on) --------------------------------------
 
+@takes(mode=MODE)
 @frames(results_df=("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens",
         "routing", "median_us"))
 def best_points(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
@@ -167,6 +170,7 @@ def _copied(value):
     return value.copy() if isinstance(value, pd.DataFrame) else value
 
 
+@takes(compute=CALLABLE)
 def memo(key, compute):
     """compute(), once per key inside shared() (a frame, or a tuple of frames and plain
     values, each caller getting its own copy of the frames); outside it, every time."""
@@ -189,14 +193,19 @@ def opened(runs) -> list:
         runs = list(runs)
     except TypeError:
         raise UsageError(f"runs {runs!r}: give a list of runs (Runs, run ids or folders)") from None
+    bad = next((r for r in runs if isinstance(r, str) and not r.strip()), None)
+    if bad is not None:
+        raise UsageError(f"runs holds {bad!r}: give a list of runs (Runs, run ids or folders)")
     return [r if hasattr(r, "results") and hasattr(r, "path") else open_run(r) for r in runs]
 
 
+@takes(runs=RUNS)
 def run_paths(runs) -> tuple:
     """The runs' folders, resolved: the part of a memo key that names runs."""
     return tuple(os.path.realpath(r.path) for r in runs)
 
 
+@takes(runs=RUNS, mode=MODE | None)
 def of_runs(runs, mode: str = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results, ledger) of several runs read together, each row with its `run_id`; the
     results of `mode` only (None: every mode). A point measured by more than one of the

@@ -24,8 +24,10 @@ from ..core.problems import sharding_name
 from .targets import METRIC_COLUMNS, metric_rows
 from ..core.validate import frames
 from ..storage.vocabulary import GEMMS
+from .checked import FORMAT, MODE, NUMBERS, STR, frame, takes
 
 
+@takes(values=NUMBERS, fmt=FORMAT)
 def span(values, fmt="{:.2f}") -> str:
     """'lo-hi' of the finite values in `fmt` ('lo' when equal; 'n/a' when none)."""
     v = pd.to_numeric(pd.Series(list(values), dtype=float), errors="coerce")
@@ -39,6 +41,7 @@ def span(values, fmt="{:.2f}") -> str:
 GLUE = ("quant", "act", "align", "combine")
 
 
+@takes(values=NUMBERS)
 def geomean(values) -> float:
     """The geometric mean of positive values (a shape's ratios, a series' times)."""
     return float(np.exp(np.log(np.asarray(values, dtype=float)).mean()))
@@ -89,6 +92,7 @@ def ledger_metrics(ledger_df: pd.DataFrame, results_df: pd.DataFrame,
                     metric_rows(f, "fp8_speedup", f["bf16_us"] / f["median_us"])])
 
 
+@takes(mode=MODE)
 def fp8_roof_metrics(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     """fp8_pct_of_roof of the best `mode` row per FP8 point (ledger.best_points: each
     scheme its own point), from the row's stored % of its FP8 roof."""
@@ -99,6 +103,7 @@ def fp8_roof_metrics(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFr
     return metric_rows(f, "fp8_pct_of_roof", pd.to_numeric(f["pct_of_roof"], errors="coerce"))
 
 
+@takes(best=frame("pct_of_roof", "pct_of_gemm_peak"), run_id=STR)
 def roof_metrics(best: pd.DataFrame, run_id: str = "") -> pd.DataFrame:
     """pct_of_roof and pct_of_gemm_peak of each point of `best` (one row per point)."""
     b = _sharding(best)
@@ -108,6 +113,7 @@ def roof_metrics(best: pd.DataFrame, run_id: str = "") -> pd.DataFrame:
                     metric_rows(b, "pct_of_gemm_peak", "pct_of_gemm_peak")])
 
 
+@takes(cmp=frame("mode", "fp8_pct_of_roof", "speedup"), mode=MODE)
 def fp8_metrics(cmp: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     """fp8_pct_of_roof and fp8_speedup of the `mode` rows of a fp8_vs_bf16 table (a row
     per FP8 scheme and point: dtype = the scheme, on the FP8 point)."""
@@ -120,6 +126,7 @@ def fp8_metrics(cmp: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
                     metric_rows(c, "fp8_speedup", "speedup")])
 
 
+@takes(table=frame("scheme", "fp8_us", "fp8_run", "bf16_bound", "speedup"))
 def promise_metrics(table: pd.DataFrame) -> pd.DataFrame:
     """The FP8 GEMM table's layer speedup as fp8_speedup_memory_bound or _compute_bound,
     by the bound of bf16's gemm1 at that point (no bound stored: compute)."""
@@ -132,6 +139,7 @@ def promise_metrics(table: pd.DataFrame) -> pd.DataFrame:
                     metric_rows(t[~mem], "fp8_speedup_compute_bound", "speedup")])
 
 
+@takes(pts=frame("backend", "parallel", "mode", "layer_us", "world_size", "ratio"))
 def prediction_metrics(pts: pd.DataFrame) -> pd.DataFrame:
     """|predicted / measured - 1| per distributed point (analysis.expert_parallel.points),
     backend labelled with its parallel variant and mode."""

@@ -12,11 +12,13 @@ from ..cost.roofline import add_roofline_columns
 from ..storage.store import open_run
 from ..storage.rows import ok_rows
 from ..core.validate import frames
+from .checked import FRAME, RUN, TEXT, takes
 
 
 
 
 
+@takes(run=RUN, device=TEXT | None)
 def measured(run, device: str | None = None) -> tuple[pd.DataFrame, Ceilings]:
     """(the run's ok rows with the roofline columns recomputed, the ceilings used). device:
     a torch device name or a DEVICE_SPECS key; default the run's device (its measured
@@ -27,6 +29,7 @@ def measured(run, device: str | None = None) -> tuple[pd.DataFrame, Ceilings]:
     return add_roofline_columns(ok_rows(run.results), device), ceil
 
 
+@takes(df=FRAME, values=TEXT)
 @frames(df=lambda a: ("model", "tp", "ep", "backend", "tokens", a["values"]))
 def pct_of_roof_table(df: pd.DataFrame, values: str = "pct_of_roof") -> pd.DataFrame:
     """% of roof (median over repeats/ranks), rows model x sharding x tokens, columns

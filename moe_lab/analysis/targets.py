@@ -27,6 +27,7 @@ import pandas as pd
 from ..core.constants import VERIFY_MARGIN
 from ..core.validate import frames
 from ..storage.vocabulary import GEMMS
+from .checked import FRAME, STR, TEXT, frame, shown, takes
 
 NO_KERNELS = "no kernels"
 METRIC_COLUMNS = ["metric", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
@@ -128,10 +129,10 @@ TARGETS = (
 def by_name(name: str) -> Target:
     """The target of that name; UsageError naming the targets otherwise (was: KeyError)."""
     for t in TARGETS:
-        if t.name == name:
+        if isinstance(name, str) and t.name == name:
             return t
     from ..core.errors import UsageError
-    raise UsageError(f"by_name: no target {name!r}; the targets: "
+    raise UsageError(f"by_name: no target {shown(name)}; the targets: "
                      + "; ".join(t.name for t in TARGETS))
 
 
@@ -147,6 +148,7 @@ def _targets(value, who: str) -> list:
     return items
 
 
+@takes(points=FRAME, metric=TEXT)
 def metric_rows(points: pd.DataFrame, metric: str, value, **columns) -> pd.DataFrame:
     """A metric frame from a frame of points: `value` (a column name or values), the
     point's columns where it has them (sharding, backend or choice, run_id...)."""
@@ -166,6 +168,7 @@ def metric_rows(points: pd.DataFrame, metric: str, value, **columns) -> pd.DataF
     return out[METRIC_COLUMNS].reset_index(drop=True)
 
 
+@takes(ledger_df=frame("point_id", "phase", "over_us") | None, run_id=STR | None)
 def held_back_by(ledger_df: pd.DataFrame | None, point_id, exclude=(), run_id=None) -> str:
     """The phase of the point (of run_id, where both say) with the most us above its floor
     (over_us > 0; `gaps`, the time no kernel covers, is a phase with floor 0), among those

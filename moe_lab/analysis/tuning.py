@@ -23,6 +23,7 @@ from .kernel_time import PHASE_TOKENS  # the phase figures' token counts, define
 from .runs import newest_with
 from .runs import open_tuned_run  # noqa: F401 (the run notebook 05 reads)
 from ..core.validate import frames
+from .checked import DICT, FOLDER, FRAME, LISTED, MODE, NAMES, PAIRS, RUN, STR, TEXT, takes
 
 DEFAULT, TUNED = "default", "tuned"
 BEFORE = (("torch-grouped", DEFAULT), ("aiter-triton", DEFAULT))  # shipped configurations
@@ -41,6 +42,7 @@ def _ok(rows: pd.DataFrame, candidates=None) -> pd.DataFrame:
     return r if candidates is None else r[[x in want for x in zip(r["backend"], r["config"])]]
 
 
+@takes(run=RUN, mode=MODE)
 def measured(run, mode: str = "graph") -> tuple[pd.DataFrame, Ceilings]:
     """(the rows of `mode` with sharding, config, choice ('backend config'); ok rows with the
     roofline recomputed, achieved_tflops, pct_of_gemm_peak; the ceilings used)."""
@@ -57,6 +59,7 @@ def measured(run, mode: str = "graph") -> tuple[pd.DataFrame, Ceilings]:
     return r.assign(pct_of_gemm_peak=100 * r["achieved_tflops"] / ceil.tflops_bf16), ceil
 
 
+@takes(values=TEXT, index=NAMES)
 @frames(table=lambda a: (*a["index"], "tokens", a["values"]))
 def by_tokens(table: pd.DataFrame, values: str, index=("model", "sharding")) -> pd.DataFrame:
     """One column of a table by `index` and tokens (NaN where a point has no value)."""
@@ -65,6 +68,7 @@ def by_tokens(table: pd.DataFrame, values: str, index=("model", "sharding")) -> 
 
 # --- 1. tuned over default -----------------------------------------------------------------
 
+@takes(rows=FRAME)
 @frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
         "status", "error", "median_us", "point_id", "sharding"))
 def tuned_vs_default(rows: pd.DataFrame) -> pd.DataFrame:
@@ -106,6 +110,7 @@ def _at(x) -> str:
 
 # --- 2. the best backend against the roof and the targets ----------------------------------
 
+@takes(rows=FRAME, candidates=PAIRS)
 @frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
         "median_us", "sharding"))
 def best_per_point(rows: pd.DataFrame, candidates=AFTER) -> pd.DataFrame:
@@ -114,6 +119,7 @@ def best_per_point(rows: pd.DataFrame, candidates=AFTER) -> pd.DataFrame:
     return r.groupby(POINT).head(1).sort_values(POINT).reset_index(drop=True)
 
 
+@takes(rows=FRAME, before=PAIRS, after=PAIRS)
 @frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
         "median_us", "sharding"))
 def before_after(rows: pd.DataFrame, before=BEFORE, after=AFTER) -> pd.DataFrame:
@@ -129,6 +135,7 @@ def before_after(rows: pd.DataFrame, before=BEFORE, after=AFTER) -> pd.DataFrame
     return j.drop(columns=["before_dense_gemm_us", "before_pct_of_gemm_peak"])
 
 
+@takes(point_ids=LISTED)
 @frames(kernels=("point_id", "phase", "total_us"))
 def phases_of(kernels: pd.DataFrame, point_ids) -> pd.DataFrame:
     """Device time per phase (us per call), a row per point_id, phases in style order."""
@@ -138,6 +145,7 @@ def phases_of(kernels: pd.DataFrame, point_ids) -> pd.DataFrame:
     return piv[[p for p in PHASES if p in piv.columns]]
 
 
+@takes(run_id=STR, candidates=PAIRS)
 @frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
         "median_us", "pct_of_roof", "sharding", "pct_of_gemm_peak"))
 def target_metrics(rows: pd.DataFrame, run_id: str = "", candidates=AFTER) -> pd.DataFrame:
@@ -156,6 +164,7 @@ def _with_phases(pick: pd.DataFrame, kernels: pd.DataFrame, run_id: str) -> pd.D
     return out.assign(kernel_us=out[list(ph.columns)].sum(axis=1), run=run_id).reset_index()
 
 
+@takes(run=RUN | None, sharding=TEXT, candidates=PAIRS | None)
 @frames(rows=("model", "tokens", "median_us", "point_id", "sharding", "choice"))
 def phase_best_worst(run, rows, model="deepseek-r1", sharding="TP8", tokens=PHASE_TOKENS,
                      candidates=None) -> pd.DataFrame:
@@ -192,6 +201,7 @@ def _has_glue_point(run, point: dict) -> bool:
     return bool(r["point_id"].isin(run.kernels["point_id"]).any())
 
 
+@takes(run=RUN)
 def glue_after_run(run, given: bool = False, before_run=GLUE_BEFORE_RUN, **point):
     """(the run whose point is glue_before_after's `after`, one line saying which and why),
     always a run on the before run's device (a before and after on two GPUs would be the
@@ -225,6 +235,7 @@ def glue_after_run(run, given: bool = False, before_run=GLUE_BEFORE_RUN, **point
                   f"before run's device) has {what}")
 
 
+@takes(after_run=RUN, before_run=RUN)
 def glue_before_after(after_run, before_run=GLUE_BEFORE_RUN, **point):
     """One point (GLUE_POINT, default config, the deployed glue; keywords override its
     model, sharding, tokens, backend, mode) in two runs: (its phases, rank before/after, as
@@ -247,6 +258,7 @@ def glue_before_after(after_run, before_run=GLUE_BEFORE_RUN, **point):
             k.loc[k["change"].abs().sort_values(ascending=False, na_position="last").index].round(1))
 
 
+@takes(name=STR)
 def kernel_label(name: str) -> str:
     """A short kernel name: the function, [the op it runs and its element type]."""
     if "GroupProblemShape" in name:
@@ -265,6 +277,7 @@ def kernel_label(name: str) -> str:
 
 # --- 4. the winning configurations beside aiter's shipped ones -----------------------------
 
+@takes(cfg=DICT)
 def compact(cfg: dict) -> str:
     """'M16 N32 K256 G1 w4 s4' (BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages)."""
     short = {"BLOCK_SIZE_M": "M", "BLOCK_SIZE_N": "N", "BLOCK_SIZE_K": "K", "GROUP_SIZE_M": "G",
@@ -272,6 +285,7 @@ def compact(cfg: dict) -> str:
     return " ".join(f"{s}{cfg[k]}" for k, s in short.items() if k in cfg)
 
 
+@takes(root=FOLDER | None)
 def winners_table(backend="aiter-triton", device=None, shipped="MI300X", root=None):
     """Per point tuned (the newest winner in the tune runs under root, default data_dir()):
     the winning gemm1/gemm2 configurations, the one aiter ships for its token count

@@ -55,6 +55,7 @@ from .metrics import geomean, span
 from .runs import VLLM_AS_SHIPPED as BASE, vllm_choice
 from .targets import METRIC_COLUMNS, by_name, metric_rows
 from ..core.validate import frames
+from .checked import FRAME, MODE, PAIR, PAIRS, POSITIVE, RUNS, SOME_RUNS, TEXT, frame, shown, takes
 
 _needs = frames  # the columns' decorator, for below this module's own frames(runs)
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("aiter-triton-silu", "default"),
@@ -72,6 +73,7 @@ SHAPE = ["model", "sharding", "dtype", "mode"]
 POINT = SHAPE + ["tp", "ep", "tokens"]
 
 
+@takes(results=frame("mode"), mode=MODE | None)
 def candidates(results: pd.DataFrame, mode: str | None) -> pd.DataFrame:
     """The rows a comparison reads: deployed_rows (ok, the default glue) of `mode` (None:
     every mode), config, run_id, routing and ep_rank filled where a frame lacks them."""
@@ -85,6 +87,7 @@ def candidates(results: pd.DataFrame, mode: str | None) -> pd.DataFrame:
     return r
 
 
+@takes(mode=MODE | None, own=PAIRS, band=POSITIVE, base=PAIR)
 @frames(results=("model", "tp", "ep", "dtype", "backend", "mode", "tokens", "median_us",
         "point_id"), ledger=("point_id", "phase", "measured_us"))
 def best_over_vllm(results: pd.DataFrame, ledger: pd.DataFrame | None = None,
@@ -150,24 +153,28 @@ def newest(table: pd.DataFrame) -> pd.DataFrame:
     return table.loc[table.index.isin(keep)]
 
 
+@takes(own=PAIRS)
 def own_text(own=OWN) -> str:
     """Module doc: each own layer as `best` names it, vllm tuned said to be vLLM's kernel."""
     return ", ".join(f"{b} {c}" + (" (vLLM's kernel with moe-lab's tuned files)"
                                     if (b, c) == (BASE[0], "tuned") else "") for b, c in own)
 
 
+@takes(g=frame("best"))
 def bests(g: pd.DataFrame) -> str:
     """The own layers that are the best at a frame's points, with how many, most first."""
     n = g["best"].astype(str).value_counts()
     return ", ".join(f"{b} ({n[b]})" for b in sorted(n.index, key=lambda b: (-n[b], b)))
 
 
+@takes(g=frame("measured_at", "run_id"))
 def runs_of(g: pd.DataFrame) -> str:
     """The run ids of a frame's rows, newest measurement first, comma-separated."""
     g = g.sort_values("measured_at", ascending=False, kind="stable")
     return ", ".join(dict.fromkeys(g["run_id"].astype(str)))
 
 
+@takes(band=POSITIVE)
 @frames(table=("run_id", "model", "sharding", "tp", "ep", "dtype", "mode", "tokens", "best",
         "ratio", "slower", "measured_at"))
 def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
@@ -186,6 +193,7 @@ def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+@takes(table=FRAME)
 def target_metrics(table: pd.DataFrame) -> pd.DataFrame:
     """The issue-41 targets' metric frame over the newest measurement of each point:
     own_over_vllm per point (on the best own row), own_over_vllm_geomean per shape."""
@@ -200,11 +208,13 @@ def target_metrics(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([pts, per], ignore_index=True)
 
 
+@takes(runs=RUNS | None, device=TEXT | None)
 def vllm_runs(runs=None, device: str | None = None) -> list:
     """Module doc (analysis.runs.vllm_choice's runs; `device`: those measured on it)."""
     return vllm_choice(runs, device)[0]
 
 
+@takes(runs=SOME_RUNS)
 def compared(runs) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results, table): frames(runs)'s results and best_over_vllm over them, once per
     runs inside ledger.shared() (the findings' targets and their vLLM section read both)."""
@@ -217,6 +227,7 @@ def compared(runs) -> tuple[pd.DataFrame, pd.DataFrame]:
     return lg.memo(("vllm_compared", lg.run_paths(runs)), compute)
 
 
+@takes(runs=RUNS)
 def frames(runs, mode: str | None = "graph") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Module doc."""
     from .ledger import ledger, opened
@@ -226,7 +237,7 @@ def frames(runs, mode: str | None = "graph") -> tuple[pd.DataFrame, pd.DataFrame
         if mode is not None:
             modes.parse_mode(mode if isinstance(mode, str) else "?")
     except UsageError:
-        raise UsageError(f"frames: mode {mode!r}: give {', '.join(modes.BASE)}, "
+        raise UsageError(f"frames: mode {shown(mode)}: give {', '.join(modes.BASE)}, "
                          f"compile:<variant>[:dynamic] (variant: "
                          f"{', '.join(modes.COMPILE_VARIANTS)}), or None for every mode") from None
     res, led = [], []
@@ -248,6 +259,7 @@ def _fastest(r: pd.DataFrame) -> pd.DataFrame:
     return r.sort_values("median_us").groupby(FP8_KEY + ["dtype"], sort=False).head(1)
 
 
+@takes(mode=MODE | None)
 @_needs(results=("model", "tp", "ep", "mode", "tokens", "backend", "median_us"))
 def fp8_over_bf16(results: pd.DataFrame, mode: str | None = "graph") -> pd.DataFrame:
     """Module doc; empty when no point has both a bf16 and an FP8 ok row."""

@@ -28,6 +28,7 @@ from ..core.problems import make_problem, sharding_name
 from ..core.validate import frames
 from ..storage.rows import deployed_rows, vllm_named
 from .metrics import geomean
+from .checked import FOLDER, TEXT, TP, takes
 
 POINT = ["run_id", "device", "model", "tp", "ep", "ep_rank", "dtype", "routing", "mode",
          "tokens"]
@@ -43,6 +44,7 @@ def shorter_names(device: str) -> list[str]:
     return ["_".join(words[:i]) for i in range(len(words) - 1, 0, -1)]
 
 
+@takes(folder=FOLDER, device=TEXT, model=TEXT, dtype=TEXT, ep=TP, tp=TP)
 def unread_files(folder, device: str, model: str, dtype: str, ep: int, tp: int = TP_DEFAULT
                  ) -> list[str]:
     """The files of `folder` (vLLM's shipped configs, as fetch-device-wheels.sh copies them)

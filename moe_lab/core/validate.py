@@ -17,7 +17,7 @@ def run_id(value, name: str = "--run-id") -> str:
     if (not text or text.strip() != text or text.startswith(".") or "\0" in text
             or any(s in text for s in seps) or os.path.isabs(text) or len(text) > 200
             or any(ord(c) < 32 for c in text)):
-        raise UsageError(f"{name} {value!r}: a run id is a folder name (no '/', not '.', '..' "
+        raise UsageError(f"{name} {shown(value)}: a run id is a folder name (no '/', not '.', '..' "
                          "or an absolute path, not starting with '.'); the folder goes under "
                          "--data-dir")
     return text
@@ -78,6 +78,13 @@ LIMITS = {
 API_NAMES = {"point_timeout": "point_timeout_s"}  # the API's keyword where it differs
 
 
+def shown(value) -> str:
+    """A value as a refusal shows it: its repr when short and one line, else its kind (was:
+    a DataFrame's whole repr pasted into the message)."""
+    r = repr(value)
+    return r if len(r) <= 80 and "\n" not in r else f"(a {type(value).__name__})"
+
+
 def flag(key: str, api: bool) -> str:
     """How the caller spells a value: `--rep-ms` (CLI) or `rep_ms` (API)."""
     return API_NAMES.get(key, key) if api else "--" + key.replace("_", "-")
@@ -94,9 +101,9 @@ def _number(value, name: str, what: str, ok, integer: bool = False, high=None, u
     if good:
         good = (isinstance(value, numbers.Integral) or math.isfinite(value)) and ok(value)
     if not good:
-        raise UsageError(f"{name} {value!r}: give {what}")
+        raise UsageError(f"{name} {shown(value)}: give {what}")
     if high is not None and value > high:
-        raise UsageError(f"{name} {value!r}: at most {high}{' ' + unit if unit else ''} "
+        raise UsageError(f"{name} {shown(value)}: at most {high}{' ' + unit if unit else ''} "
                          f"(give {what})")
     return int(value) if integer else float(value)
 
@@ -195,7 +202,7 @@ def device(value, name: str = "device") -> str | None:
     from .errors import UsageError
     if value is None or (isinstance(value, str) and re.fullmatch(r"cpu|cuda(:\d+)?", value)):
         return value
-    raise UsageError(f"{name} {value!r}: give cpu or cuda (cuda:N for one GPU), or leave it "
+    raise UsageError(f"{name} {shown(value)}: give cpu or cuda (cuda:N for one GPU), or leave it "
                      "out for cuda when a GPU is visible, else cpu")
 
 
@@ -209,7 +216,7 @@ def tokens(value, name: str = "tokens") -> list[int]:
     values = [value] if not isinstance(value, (list, tuple, range)) and not hasattr(
         value, "tolist") else list(value.tolist() if hasattr(value, "tolist") else value)
     if not values:
-        raise UsageError(f"{name} {value!r}: give one or more token counts, e.g. [1, 16] or "
+        raise UsageError(f"{name} {shown(value)}: give one or more token counts, e.g. [1, 16] or "
                          "'1-64'")
     ints = [count(v, name, 1) for v in values]
     return parse_tokens(",".join(map(str, ints)))  # its cap, and each count once
@@ -224,7 +231,7 @@ def names(value, name: str, what: str) -> list[str] | None:
     good = isinstance(items, (list, tuple)) and all(isinstance(v, str) for v in items)
     out = list(dict.fromkeys(v.strip() for v in items if v.strip())) if good else []
     if not out:
-        raise UsageError(f"{name} {value!r}: give one or more {what} (a comma string or a "
+        raise UsageError(f"{name} {shown(value)}: give one or more {what} (a comma string or a "
                          f"list of str), or None for the default")
     return out
 
@@ -233,7 +240,7 @@ def text(value, name: str, what: str) -> str:
     """A non-empty str (a model name, a routing, a dtype...)."""
     from .errors import UsageError
     if not isinstance(value, str) or not value.strip():
-        raise UsageError(f"{name} {value!r}: give {what}")
+        raise UsageError(f"{name} {shown(value)}: give {what}")
     return value
 
 
@@ -242,7 +249,7 @@ def choice(value, name: str, options) -> str:
     from .errors import UsageError
     options = list(options)
     if not isinstance(value, str) or value not in options:
-        raise UsageError(f"{name} {value!r}: give one of {', '.join(map(str, options))}")
+        raise UsageError(f"{name} {shown(value)}: give one of {', '.join(map(str, options))}")
     return value
 
 
@@ -253,7 +260,7 @@ def path(value, name: str, optional: bool = True, what: str = "a folder or file 
     if value is None and optional:
         return None
     if not isinstance(value, (str, os.PathLike)) or not str(value):
-        raise UsageError(f"{name}={value!r}: give {what} (str or Path)"
+        raise UsageError(f"{name}={shown(value)}: give {what} (str or Path)"
                          + (", or None" if optional else ""))
     return value
 

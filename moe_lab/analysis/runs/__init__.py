@@ -47,10 +47,12 @@ from ...storage.scope import tracked, visible
 from ...storage.store import Run, _warn_once, data_dir, find_runs, open_run, read_json
 from .. import expert_parallel as analysis
 from .lists import default_runs, every_run, newest_with  # noqa: F401 (the lists' choosers)
+from ..checked import DICT, FOLDER, LISTED, RUN, RUN_NAMED, RUNS, TEXT, TP, takes
 
 TUNED = "tuned"
 
 
+@takes(run=RUN)
 def describe(run: Run) -> str:
     """'run R: N points (K ok) on DEVICE, commits C (path)': what a notebook prints first."""
     res = run.results
@@ -59,16 +61,19 @@ def describe(run: Run) -> str:
             f"{', '.join(run.commits()) or 'unknown'} ({run.path})")
 
 
+@takes(run=RUN)
 def on_gpu(run: Run) -> bool:
     """Whether the run's rows were measured on a GPU (its device is no CPU)."""
     return is_gpu(run.device)
 
 
+@takes(device=TEXT | None)
 def is_gpu(device) -> bool:
     """Whether a device name (Run.device's) is a GPU's (not the CPU's, not unknown)."""
     return bool(device) and "cpu" not in str(device).lower() and str(device) != "?"
 
 
+@takes(manifest=DICT)
 def manifest_device(manifest: dict) -> str:
     """The device a run folder's manifest names, as its rows name it (Run.device): the GPU's
     name, or `cpu (<processor>)` on the CPU (core.environment.device_name); '?' if none."""
@@ -77,12 +82,14 @@ def manifest_device(manifest: dict) -> str:
     return f"cpu ({name})" if env.get("device") == "cpu" else name
 
 
+@takes(runs=LISTED, device=TEXT | None)
 def on_device(runs, device: str | None) -> list:
     """The runs (Runs) measured on `device` (Run.device, the rows' device), in their order;
     None: every run."""
     return list(runs) if device is None else [r for r in runs if r.device == device]
 
 
+@takes(root=FOLDER)
 def data_devices(root=None) -> list[str]:
     """The devices with data under a data folder (`root`, a folder of run folders; None:
     data_dir()), sorted: the device each run folder's manifest names (manifest_device; the
@@ -110,6 +117,7 @@ def data_devices(root=None) -> list[str]:
     return sorted(str(d) for d in found if d and d != "?")
 
 
+@takes(folder=FOLDER)
 def tuned_file_devices(folder) -> set[str]:
     """The devices a configs folder's tuned files were written on (<folder>/<backend>/
     provenance.json's `device` of each file that is there)."""
@@ -120,6 +128,7 @@ def tuned_file_devices(folder) -> set[str]:
     return found
 
 
+@takes(root=FOLDER)
 def gpu_devices(root=None) -> list[str]:
     """The GPU devices with data under a data folder (data_devices but the CPU's), sorted."""
     return [d for d in data_devices(root) if is_gpu(d)]
@@ -220,6 +229,7 @@ def _order(question: str, runs: list) -> list:
     return sorted(found, key=lambda r: not on_gpu(r))
 
 
+@takes(question=TEXT, run=RUN_NAMED, device=TEXT | None)
 def choose(question: str, run=None, required: bool = True, device: str | None = None
            ) -> Choice:
     """The run `question` (a QUESTIONS key) reads: `run` (an id, a folder or a Run) as given,
@@ -276,6 +286,7 @@ def _tuned_and_default(r) -> int:
     return int(ok["backend"].isin(both).sum())
 
 
+@takes(run=RUN_NAMED, device=TEXT | None)
 def open_tuned_run(run=None, device: str | None = None):
     """`run`, or None: of the runs (find_runs; `device`: its runs only) with ok rows of one
     backend both 'tuned' and 'default', the one with the most such points (the fullest
@@ -302,6 +313,7 @@ def _has_fp8(r: Run) -> bool:
     return bool(len(res)) and res["dtype"].astype(str).str.startswith("fp8").any()
 
 
+@takes(runs=RUNS, device=TEXT | None, question=TEXT)
 def runs_with_phases(runs=None, device: str | None = None, question: str = "ledger") -> list:
     """`runs` (ids or folders) opened, or None: every run that stored its phases
     (phases.parquet: measured with the glue timed now) on `device`, or (None) on the device
@@ -330,6 +342,7 @@ def _on_one_device(question: str, runs, name: str, param: str, what: str, note: 
                    f"{note} (the device of {first.why.removeprefix('reads ')})")
 
 
+@takes(runs=RUNS, device=TEXT | None, question=TEXT)
 def ledger_choice(runs=None, device: str | None = None, question: str = "ledger"
                   ) -> tuple[list, str]:
     """(runs_with_phases(runs, device), the one line saying which runs and why); `question`
@@ -342,6 +355,7 @@ def ledger_choice(runs=None, device: str | None = None, question: str = "ledger"
                           ", a point from its newest run", device=device)
 
 
+@takes(runs=RUNS, device=TEXT | None)
 def vllm_choice(runs=None, device: str | None = None) -> tuple[list, str]:
     """(the runs analysis.vllm_compare reads, the one line saying which and why): `runs`
     (ids or folders) as given, else every run with ok rows of vLLM as shipped on `device`,
@@ -355,6 +369,7 @@ def _started_of(r: Run) -> str:
     return str(r.manifest.get("started", ""))
 
 
+@takes(run=RUN_NAMED)
 def distributed_run(run=None) -> Run:
     """`run` opened, or the run choose('distributed') reads."""
     return choose("distributed", run).run
@@ -373,6 +388,7 @@ def spread_pair() -> tuple[Run, Run] | None:
     return None
 
 
+@takes(world_size=TP)
 def runs_at(world_size: int) -> list[Run]:
     """Runs with ok distributed rows at this world size, newest first (issue 18: 8)."""
     out = []
@@ -403,9 +419,10 @@ def gpu_distributed() -> str:
         "makes one)")
 
 
+@takes(run=RUN)
 def describe_distributed(run: Run) -> str:
     d = analysis.distributed_rows(run.results)
-    world = sorted({int(w) for w in d["world_size"].dropna()})
+    world = sorted({int(w) for w in d["world_size"].dropna()}) if "world_size" in d else []
     pg = sorted({str(b) for b in d.get("dist_backend", pd.Series(dtype=str)).dropna()})
     gpu = len(_on_gpu(d)) > 0
     return (f"{describe(run)}\n{len(d)} rank rows, world size {world}, over "

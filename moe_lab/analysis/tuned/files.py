@@ -48,12 +48,14 @@ from ..runs import (every_run, gpu_devices, is_gpu, manifest_device, on_device a
 from ..targets import METRIC_COLUMNS
 from .paths import (PAIR_KEY, with_device, configs_folder, check_folders, is_history, file_paths,
                     check_required)
+from ..checked import FOLDER, FRAME, RUNS, TEXT, frame, takes
 
 INVENTORY_COLUMNS = ["device", "issue", "backend", "model", "sharding", "dtype", "file", "keys",
                      "missing_keys", "run", "run_status", "candidates", "written", "commit",
                      "holds_grid", "near_keys"]
 
 
+@takes(data_dir=FOLDER | None)
 def inventory(configs_dir=None, device: str | None = None, required=None,
               data_dir=None) -> pd.DataFrame:
     """A row per device and required shape (`required`; None: each device's own,
@@ -120,6 +122,7 @@ def _inventory_rows(root: Path, device: str, runs: Path, required) -> list[dict]
     return rows
 
 
+@takes(data_dir=FOLDER | None, runs=RUNS | None)
 def left(mode: str, device: str, backends=None, data_dir=None, configs_dir=None,
          required=None, runs=None) -> list[str]:
     """The work left on `device` (a GPU's name, as torch gives it) on its required shapes
@@ -133,8 +136,8 @@ def left(mode: str, device: str, backends=None, data_dir=None, configs_dir=None,
     `backends`: only these (e.g. ("vllm",)); None: all. `runs`: data_dir's by default (of
     them, those measured on `device`)."""
     from ...storage.store import data_dir as default_data
-    if mode not in ("tune", "sweep"):
-        raise UsageError(f"left: mode is tune or sweep, not {mode!r}")
+    if not isinstance(mode, str) or mode not in ("tune", "sweep"):
+        raise UsageError(f"left: mode is tune or sweep, not {validate.shown(mode)}")
     validate.text(device, "left: device", "the GPU's name as torch gives it, e.g. "
                   "'NVIDIA H200' (the device scripts pass $GPU_NAME)")
     if not is_gpu(device):  # was: a GPU's required shapes answered for the CPU
@@ -168,6 +171,7 @@ def left(mode: str, device: str, backends=None, data_dir=None, configs_dir=None,
         (x["backend"], x["model"], x["sharding"], x["dtype"]), set())]
 
 
+@takes(pairs=FRAME, pub=frame("backend"))
 def shape_pairs(pairs: pd.DataFrame, pub: pd.DataFrame) -> pd.DataFrame:
     """A required shape's evidence: current_pairs (for vllm, vLLM's default where it ships no
     file for the shape) and vllm's published_pairs (vLLM as shipped with its own file). Was:
@@ -175,6 +179,7 @@ def shape_pairs(pairs: pd.DataFrame, pub: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([pairs, pub[pub["backend"] == "vllm"]])
 
 
+@takes(runs=RUNS)
 def current_pairs(runs, configs_dir=None) -> tuple[pd.DataFrame, int]:
     """(pairs, stale): per point and tunable backend, default and tuned from the newest run
     (runs newest first) where both are ok in graph with the deployment's glue and the tuned
@@ -287,6 +292,7 @@ TUNE_TABLE_NEEDS = {"candidates": ("model", "tp", "ep", "dtype", "tokens", "stag
                                "measured_at")}
 
 
+@takes(folder=FOLDER, table=TEXT)
 def tune_table(folder: Path, table: str) -> tuple[dict, pd.DataFrame | None] | None:
     """A tune or verify run folder's manifest and `<table>.parquet` (None when absent);
     None, said once on stderr, when either is unreadable or the table lacks the columns
@@ -325,6 +331,7 @@ def tune_runs(device: str | None = None) -> list:
                   reverse=True)
 
 
+@takes(table=TEXT, root=FOLDER | None)
 def newest_of(table: str, root=None, where=None) -> pd.DataFrame:
     """The rows of `<table>.parquet` (winners, verify) of every run folder under root
     (default data_dir()) that has one and whose manifest `where` accepts (None: every),
@@ -351,6 +358,7 @@ def on_device(device: str | None):
     return lambda m: device is None or (m.get("environment") or {}).get("device_name") == device
 
 
+@takes(root=FOLDER | None)
 def search_spread(root=None, device: str | None = None, backend: str | None = None
                   ) -> pd.DataFrame:
     """Per tuned point (the newest winner of the tune runs under root, default data_dir()):
@@ -395,6 +403,7 @@ def _none_of(what: str, value: str, w: pd.DataFrame, root) -> None:
                          "or None for any")
 
 
+@takes(root=FOLDER | None)
 def tune_run(run_id: str, root=None):
     """The tune run folder `run_id` (under root, default data_dir()) as a Run with empty
     tables (its manifest for the footer, the rows drawn for the commits); a run of another
@@ -406,7 +415,7 @@ def tune_run(run_id: str, root=None):
         raise UsageError(f"tune_run: run_id {run_id!r}: a run id is one folder name (no '/' "
                          f"or '..') under {Path(root or data_dir())}")
     if not str(run_id).strip() or not (p / "manifest.json").is_file():  # was: an empty Run
-        raise UsageError(f"tune_run: no run folder {run_id!r} with a manifest under "
+        raise UsageError(f"tune_run: no run folder {validate.shown(run_id)} with a manifest under "
                          f"{Path(root or data_dir())}")
     manifest = read_json(p / "manifest.json")
     if manifest.get("kind") != "tune":  # was: a sweep read as a search, its rows dropped
@@ -416,6 +425,7 @@ def tune_run(run_id: str, root=None):
     return Run(p, manifest, pd.DataFrame(), pd.DataFrame())
 
 
+@takes(root=FOLDER | None)
 def verify_points(root=None, device: str | None = None) -> pd.DataFrame:
     """Per point of the verify runs under root (default data_dir(); `moe-lab tune --verify`,
     verify.parquet) measured on `device` (None: any), the newest: the committed winner's

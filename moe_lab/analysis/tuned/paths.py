@@ -39,7 +39,8 @@ def check_folders(who: str, **given) -> None:
     from ...core.errors import UsageError
     for what, d in given.items():
         if d is not None and not isinstance(d, (str, os.PathLike)):  # was Path()'s TypeError
-            raise UsageError(f"{who}: {what} {d!r}: give a folder (str or Path), or None for "
+            from ..core.validate import shown
+            raise UsageError(f"{who}: {what} {shown(d)}: give a folder (str or Path), or None for "
                              "the default")
         if d is not None and (isinstance(d, str) and not d or not Path(d).is_dir()):
             raise UsageError(f"{who}: {what} {d!s} is not a folder" if d != "" else
@@ -50,13 +51,14 @@ def check_required(value, who: str) -> tuple:
     """`required` as a tuple of (issue, backend, model, tp, ep, dtype) (tuned.REQUIRED's
     form); UsageError naming `who` otherwise (was: a ValueError or TypeError unpacking it)."""
     from ...core.errors import UsageError
+    from ...core.validate import shown
     items = list(value) if isinstance(value, (list, tuple)) else None
     bad = next((r for r in items or () if not (
         isinstance(r, (list, tuple)) and len(r) == 6 and all(isinstance(x, str) for x in r[1:3])
         and all(isinstance(x, int) and not isinstance(x, bool) for x in r[3:5])
         and isinstance(r[5], str))), None)
     if not items or bad is not None:
-        got = f"required {repr(value)[:80]}" if bad is None else f"required holds {bad!r}"
+        got = f"required {shown(value)}" if bad is None else f"required holds {bad!r}"
         raise UsageError(f"{who}: {got}: give one or more (issue, backend, model, tp, ep, "
                          "dtype) tuples, e.g. tuned.REQUIRED or "
                          "[(38, 'aiter-triton', 'deepseek-r1', 8, 8, 'bf16')]")

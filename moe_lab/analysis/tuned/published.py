@@ -35,8 +35,10 @@ from ..targets import METRIC_COLUMNS
 from .paths import (PAIR_KEY, with_device, configs_folder, check_folders, is_history, file_paths,
                     read_provenance)
 from ...core.validate import frames
+from ..checked import FOLDER, RUNS, takes
 
 
+@takes(runs=RUNS, data_dir=FOLDER | None)
 def published_pairs(runs, configs_dir=None, data_dir=None) -> pd.DataFrame:
     """Module doc (the newest run per point; the tuned files of configs_dir and the
     searches of data_dir, this checkout's by default). Once per runs inside

@@ -15,6 +15,7 @@ from ...core.devices import device_tag
 from ...core.errors import UsageError
 from ...core.problems import SEED_MODELS
 from .paths import file_names
+from ..checked import TEXT, takes
 
 SEEDS = SEED_MODELS  # core.problems' (was a second, reordered copy of the four names)
 LLAMA4 = tuple(m for m in SEEDS if m.startswith("llama4"))  # the seeds shipped fp8-channel
@@ -41,11 +42,13 @@ REQUIRED_63 = tuple(
 REQUIRED_BY_DEVICE = {"h200": REQUIRED}
 
 
+@takes(device=TEXT)
 def required_for(device: str) -> tuple:
     """The required shapes of `device` (REQUIRED_BY_DEVICE, else REQUIRED_63)."""
     return REQUIRED_BY_DEVICE.get(device_tag(device), REQUIRED_63)
 
 
+@takes(device=TEXT)
 def required_name(device: str) -> str:
     """The name of required_for(device) in this module ('REQUIRED' or 'REQUIRED_63')."""
     return "REQUIRED" if required_for(device) is REQUIRED else "REQUIRED_63"
@@ -77,7 +80,7 @@ def _word(word: str) -> list[str]:
     """A SHAPES word's five parts; UsageError naming it when it is not of that form."""
     parts = str(word).split(":")
     if len(parts) != 5 or not (parts[2].isdigit() and parts[3].isdigit()):
-        raise UsageError(f"{word!r} is not a shape word backend:model:tp:ep:dtype "
+        raise UsageError(f"{validate.shown(word)} is not a shape word backend:model:tp:ep:dtype "
                          "(e.g. vllm:deepseek-r1:8:8:bf16)")
     return parts
 
