@@ -75,7 +75,8 @@ def _functions():
         mod = importlib.import_module(f"moe_lab.analysis.{name}")
         out += [(f"{name}.{n}", f) for n, f in sorted(vars(mod).items())
                 if not n.startswith("_") and inspect.isfunction(f)
-                and f.__module__ == mod.__name__]
+                and (f.__module__ == mod.__name__  # a package (runs, tuned): its surface
+                     or f.__module__.startswith(mod.__name__ + "."))]
     return out
 
 

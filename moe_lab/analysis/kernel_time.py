@@ -74,6 +74,7 @@ def speedup_table(run, mode: str | None = None, base: str = "torch-grouped",
     return piv.div(over.reindex(piv.index), axis=0).round(2)
 
 
+@takes(run=RUN, mode=MODE | None, base=TEXT)
 def speedup_note(run, mode: str | None = None, base: str = "torch-grouped") -> str:
     """Why speedup_table shows no table (one line)."""
     run = open_run(run)

@@ -15,19 +15,23 @@ chooses runs), each saying which runs it holds and why; newest first (find_runs'
 from __future__ import annotations
 
 from ...storage.store import find_runs
+from ..checked import CALLABLE, FOLDER, TEXT, takes
 
 
+@takes(root=FOLDER | None)
 def every_run(root=None) -> list:
     """Every run folder with results under `root` (None: data_dir()), newest first."""
     return find_runs(root)
 
 
+@takes(root=FOLDER | None, device=TEXT | None)
 def default_runs(root=None, device: str | None = None) -> list:
     """The runs under `root` (None: data_dir()) not marked running or failed, of `device`
     (Run.device; None: every device's), newest first."""
     return [r for r in find_runs(root, defaults=True) if device is None or r.device == device]
 
 
+@takes(answers=CALLABLE, device=TEXT | None)
 def newest_with(answers, device: str | None = None):
     """The newest of default_runs(device=device) that `answers`, else None."""
     return next((r for r in default_runs(device=device) if answers(r)), None)

@@ -314,6 +314,7 @@ def _tune_table(folder: Path, table: str) -> tuple[dict, pd.DataFrame | None] | 
         return None
 
 
+@takes(device=TEXT | None)
 def tune_runs(device: str | None = None) -> list:
     """The tune run folders under data_dir() (candidates.parquet, no results: find_runs
     does not list them) measured on `device` (their manifest's, runs.manifest_device; None:

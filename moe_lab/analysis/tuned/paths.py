@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..checked import TEXT, TP, takes
+
 
 @functools.lru_cache(maxsize=256)
+@takes(backend=TEXT, model=TEXT, tp=TP, ep=TP, dtype=TEXT, device=TEXT)
 def file_names(backend, model, tp, ep, dtype, device) -> dict:
     """{stage: file name} (storage.configs.tuned_file_paths': the one composition)."""
     return {s: p.name for s, p in file_paths(backend, model, tp, ep, dtype, device, None).items()}
@@ -39,7 +42,7 @@ def check_folders(who: str, **given) -> None:
     from ...core.errors import UsageError
     for what, d in given.items():
         if d is not None and not isinstance(d, (str, os.PathLike)):  # was Path()'s TypeError
-            from ..core.validate import shown
+            from ...core.validate import shown
             raise UsageError(f"{who}: {what} {shown(d)}: give a folder (str or Path), or None for "
                              "the default")
         if d is not None and (isinstance(d, str) and not d or not Path(d).is_dir()):

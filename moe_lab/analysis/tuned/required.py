@@ -85,6 +85,7 @@ def _word(word: str) -> list[str]:
     return parts
 
 
+@takes(word=TEXT, device=TEXT)
 def search_run(word: str, device: str) -> str:
     """The run folder of a shape's search on `device`, as scripts/device_tune.sh names it."""
     b, m, tp, ep, dt = word.split(":")
