@@ -20,7 +20,7 @@ figure is moe_lab.plots.vllm_compare's.
         with the workbook's own kernels alone (targets.OWN_KERNELS: OWN_ONLY)
     readings_metrics(tables), readings_targets(tables), by_shape_readings(tables) -> the
         targets' metric frame, their table (a row per target and reading) and by_shape,
-        each in both readings side by side
+        each in both readings side by side; both_readings(runs): notebook 05's two
     by_shape(table) -> per shape and scheme, over the newest measurement of each point:
         points, geomean_ratio, worst_ratio and its tokens, slower points, met (every point
         within BAND and the geomean at or below GEOMEAN: issue 41's goal), best (the own
@@ -243,6 +243,16 @@ def by_shape_readings(tables: dict) -> pd.DataFrame:
     alone = by_shape(tables[OWN_KERNELS]).set_index(SHAPE)[
         ["geomean_ratio", "slower", "met", "points"]].add_suffix("_own_only")
     return shapes.join(alone, on=SHAPE)
+
+
+def both_readings(runs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(by_shape_readings, readings_targets) of `runs` (empty frames where none is given):
+    notebook 05's both readings, with vLLM's kernel on moe-lab's tuned files among the own
+    layers and with the workbook's own kernels alone."""
+    if not runs:
+        return pd.DataFrame(), pd.DataFrame()
+    tables = readings(runs)[1]
+    return by_shape_readings(tables), readings_targets(tables)
 
 
 def vllm_runs(runs=None, device: str | None = None) -> list:
