@@ -239,7 +239,8 @@ def test_the_vllm_section_draws_its_figure_and_lists_the_slower_points_it_counts
     tables = [o for o in cell.outputs if "text/html" in o.get("data", {})]
     assert len(tables) == 1 + (counted > 0)  # by_shape, then the slower points if any
     if counted:
-        assert tables[1]["data"]["text/html"].count("<tr>") == counted + 1  # + the header
+        # + the header row (`<tr style=...>` in pandas' HTML: counted by its opening)
+        assert tables[1]["data"]["text/html"].count("<tr") == counted + 1
 
 
 def test_the_vllm_section_names_every_own_layer_the_comparison_reads():
@@ -321,3 +322,18 @@ def test_one_runs_page_leaves_the_glue_before_and_after_out_when_its_run_lacks_t
     assert ("torch-grouped before and after its bf16 glue: left out (run "
             "h200-vllm-vtuned-bf16-tp8 has no torch-grouped default") in text, text[-4000:]
     assert "after: run" not in text
+
+
+def test_both_readings_of_the_vllm_targets_are_shown_side_by_side():
+    """Issue 66: section 5 shows issue 41's targets in both readings (with vLLM's kernel on
+    moe-lab's tuned files, and the workbook's own kernels alone), from the analysis
+    function, each row the one evaluation's count."""
+    from moe_lab.analysis import targets as tg, vllm_compare as vc
+    cell = _cell("vc.both_readings(vruns)")
+    html = "".join(o["data"]["text/html"] for o in cell.outputs if "text/html" in o.get("data", {}))
+    _, want = vc.both_readings(vc.vllm_runs())
+    for r in want.itertuples(index=False):
+        assert r.reading in tg.READINGS
+        assert re.search(rf"<td>{re.escape(r.reading)}</td>\s*<td>{r.points}</td>\s*"
+                         rf"<td>{r.met}</td>", html.replace("&#x27;", "'")), (r.target, r.reading)
+    assert "geomean_ratio_own_only" in html

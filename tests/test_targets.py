@@ -293,3 +293,24 @@ def test_a_drifted_name_would_fail():
             (bad.lo, bad.hi) != tuple(map(int, re.search(r"(\d+)-(\d+) tokens", text).groups()))
     v = tg.by_name("a second search finds nothing 2% faster")
     assert 2.0 not in _renderings(replace(v, limit=1.05))
+
+
+def test_a_target_with_a_peer_among_its_candidates_reads_twice():
+    """Issue 66: where the candidates hold vLLM's kernel, targets.readings builds the metric
+    frame with it and without it, and the one evaluation and summary keep the readings apart,
+    side by side (with first); without a peer's row, one reading ('')."""
+    def row(backend, us, tokens=64):
+        return dict(model="m", sharding="TP8", tokens=tokens, dtype="bf16", backend=backend,
+                    median_us=us, point_id=f"{backend}-{tokens}", pct_of_roof=1000 / us)
+
+    def build(rows):
+        best = rows.sort_values("median_us").groupby("tokens").head(1)
+        return tg.metric_rows(best, "pct_of_roof", "pct_of_roof")
+    rows = pd.DataFrame([row("vllm", 10.0), row("aiter-triton", 20.0), row("aiter-triton", 40.0, 1)])
+    m = tg.readings(build, rows)
+    assert sorted(set(m["reading"])) == sorted(tg.READINGS)
+    s = tg.summary(tg.evaluate(m))
+    g = s[s["target"] == "16-64 tokens: >= 85% of roof"]
+    assert list(g["reading"]) == list(tg.READINGS)  # side by side, with the peer first
+    assert list(g["met"]) == [1, 0]  # 100% of roof with vLLM's kernel, 50% without
+    assert set(tg.readings(build, rows[rows["backend"] != "vllm"])["reading"]) == {""}

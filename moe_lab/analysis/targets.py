@@ -10,7 +10,14 @@ phase with the most time above its floor in the ledger, `gaps` included; the glu
 own phase; `no kernels` where the ledger has no row of the point). `summary` is the one
 target table: per target, points, met, missed, the worst miss and where.
 
+Two readings (issue 66): a target whose candidates hold a peer's kernel (PEERS: vLLM's, as
+shipped or on moe-lab's tuned files) is read twice, with the peer's kernels (WITH_PEERS) and
+with the workbook's own kernels alone (OWN_KERNELS); a metric frame's optional `reading`
+column says which, and evaluate and summary keep each reading apart ('' where no peer is
+among the candidates: one reading).
+
     Target, TARGETS, by_name(name)
+    READINGS, PEERS, readings(build, rows) -> build's metric frame in both readings
     evaluate(metrics, ledger_df=None, targets=TARGETS, before=None) -> DataFrame
     summary(evaluation, targets=TARGETS) -> DataFrame
     held_back_by(ledger_df, point_id, exclude=()) -> str
@@ -27,9 +34,13 @@ import pandas as pd
 from ..core.constants import VERIFY_MARGIN
 from ..core.validate import frames
 from ..storage.vocabulary import GEMMS
-from .checked import FRAME, STR, TEXT, frame, shown, takes
+from .checked import CALLABLE, FRAME, STR, TEXT, frame, shown, takes
 
 NO_KERNELS = "no kernels"
+WITH_PEERS, OWN_KERNELS = "with vLLM's kernels", "own kernels"
+READINGS = (WITH_PEERS, OWN_KERNELS)  # the two readings, in the order the tables show them
+PEERS = ("vllm", "vllm-deployed", "vllm-cutlass", "deepgemm", "flashinfer-cutlass",
+         "triton-kernels")  # vLLM's kernels (backends.vllm_fused, backends.vllm_paths)
 METRIC_COLUMNS = ["metric", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
                   "floor_us", "median_us", "point_id", "run_id"]
 
@@ -168,6 +179,18 @@ def metric_rows(points: pd.DataFrame, metric: str, value, **columns) -> pd.DataF
     return out[METRIC_COLUMNS].reset_index(drop=True)
 
 
+@takes(build=CALLABLE, rows=FRAME)
+def readings(build, rows: pd.DataFrame) -> pd.DataFrame:
+    """build(rows) (a metric frame) with `reading`: where `rows` hold a peer's row (PEERS),
+    twice, WITH_PEERS over every row and OWN_KERNELS over the rows of the workbook's own
+    backends; else once, reading ''."""
+    peer = rows["backend"].astype(str).isin(PEERS) if len(rows) and "backend" in rows else []
+    if not len(rows) or not peer.any():
+        return build(rows).assign(reading="")
+    return pd.concat([build(rows).assign(reading=WITH_PEERS),
+                      build(rows[~peer]).assign(reading=OWN_KERNELS)], ignore_index=True)
+
+
 @takes(ledger_df=frame("point_id", "phase", "over_us") | None, run_id=STR | None)
 def held_back_by(ledger_df: pd.DataFrame | None, point_id, exclude=(), run_id=None) -> str:
     """The phase of the point (of run_id, where both say) with the most us above its floor
@@ -186,8 +209,8 @@ def held_back_by(ledger_df: pd.DataFrame | None, point_id, exclude=(), run_id=No
     return "" if g.empty else str(g["phase"].iloc[int(np.argmax(g["over_us"].to_numpy()))])
 
 
-EVAL_COLUMNS = ["target", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
-                "limit", "unit", "met", "by", "by_us", "held_back_by", "median_us", "point_id",
+EVAL_COLUMNS = ["target", "reading", "model", "sharding", "tokens", "dtype", "backend", "phase",
+                "value", "limit", "unit", "met", "by", "by_us", "held_back_by", "median_us", "point_id",
                 "run_id"]
 
 
@@ -197,8 +220,9 @@ def evaluate(metrics: pd.DataFrame, ledger_df: pd.DataFrame | None = None, targe
     """A row per (target, metric row in its token range with a value and a limit: a point
     without a roof or ceilings is not one): value, limit, met, by (the miss in the target's unit, 0 when met), by_us
     (the us to take off the layer, or the glue phase, to meet it; NaN where the metric is
-    not a time ratio of the layer) and held_back_by ('' when met). `before`: a metric frame
-    of the same points before a change (the shipped configurations): adds met_before."""
+    not a time ratio of the layer) and held_back_by ('' when met); `reading` as the metric
+    row's (module doc; '' without one). `before`: a metric frame of the same points before
+    a change (the shipped configurations): adds met_before."""
     targets, out = _targets(targets, "targets.evaluate"), []
     for t in targets:
         m = metrics[metrics["metric"] == t.metric] if len(metrics) else metrics
@@ -223,14 +247,15 @@ def evaluate(metrics: pd.DataFrame, ledger_df: pd.DataFrame | None = None, targe
             held = "" if met or not t.phases else (
                 str(r["phase"]) if r["phase"] else held_back_by(ledger_df, r["point_id"], t.exclude,
                                                                  r["run_id"]))
-            out.append(dict(target=t.name, model=r["model"], sharding=r["sharding"],
+            out.append(dict(target=t.name, reading=_reading(r.get("reading")),
+                            model=r["model"], sharding=r["sharding"],
                             tokens=r["tokens"], dtype=r["dtype"], backend=r["backend"],
                             phase=r["phase"], value=v, limit=lim, unit=t.unit, met=met, by=by,
                             by_us=by_us, held_back_by=held, median_us=med,
                             point_id=r["point_id"], run_id=r["run_id"]))
     ev = pd.DataFrame(out, columns=EVAL_COLUMNS)
     if before is not None:
-        key = ["target", "model", "sharding", "tokens", "dtype", "phase"]
+        key = ["target", "reading", "model", "sharding", "tokens", "dtype", "phase"]
         pre = evaluate(before, None, targets)[key + ["met"]].rename(columns={"met": "met_before"})
         ev = ev.merge(pre.drop_duplicates(key), on=key, how="left")
     return ev
@@ -239,13 +264,15 @@ def evaluate(metrics: pd.DataFrame, ledger_df: pd.DataFrame | None = None, targe
 @frames(evaluation=("target", "model", "sharding", "tokens", "backend", "value", "met", "by",
         "by_us", "held_back_by"))
 def summary(evaluation: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
-    """The target table: per target with points, in the order of `targets`: points, met,
-    missed, met_before (where the evaluation has it), the worst miss (the largest `by`, in
-    the target's unit; `worst_by_us` that point's us to remove), where and what holds it
+    """The target table: per target with points, in the order of `targets` (and per reading,
+    READINGS' order, where it has two: module doc): points, met, missed, met_before (where
+    the evaluation has it), the worst miss (the largest `by`, in the target's unit; `worst_by_us` that point's us to remove), where and what holds it
     back, and the median value."""
     targets, rows = _targets(targets, "targets.summary"), []
-    for t in targets:
-        g = evaluation[evaluation["target"] == t.name]
+    rd = (evaluation["reading"].fillna("").astype(str) if "reading" in evaluation
+          else pd.Series("", index=evaluation.index))
+    for t, reading in ((t, r) for t in targets for r in ("",) + READINGS):
+        g = evaluation[(evaluation["target"] == t.name) & (rd == reading)]
         if g.empty:
             continue
         miss = g[~g["met"].astype(bool)]
@@ -254,7 +281,7 @@ def summary(evaluation: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
             str(x) for x in (w["model"], w["sharding"], _tok(w["tokens"]), w["backend"])
             if str(x) not in ("", "nan"))
         rows.append(dict(
-            target=t.name, points=len(g), met=int(g["met"].astype(bool).sum()),
+            target=t.name, reading=reading, points=len(g), met=int(g["met"].astype(bool).sum()),
             missed=len(miss),
             met_before=(pd.NA if "met_before" not in g or g["met_before"].isna().all()
                         else int(g["met_before"].eq(True).sum())),
@@ -263,11 +290,17 @@ def summary(evaluation: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
             worst_by_us=0.0 if w is None or pd.isna(w["by_us"]) else round(float(w["by_us"]), 1),
             worst_at=at, held_back_by="" if w is None else w["held_back_by"],
             median=round(float(g["value"].median()), 2)))
-    cols = ["target", "points", "met", "missed", "met_before", "worst_by", "unit", "worst_by_us",
+    cols = ["target", "reading", "points", "met", "missed", "met_before", "worst_by", "unit",
+            "worst_by_us",
             "worst_at", "held_back_by", "median"]
     s = pd.DataFrame(rows, columns=cols)
     s["met_before"] = s["met_before"].astype("Int64")
     return s
+
+
+def _reading(v) -> str:
+    """A metric row's reading: '' where its frame has none (NaN after a concat)."""
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
 
 
 def _tok(t) -> str:

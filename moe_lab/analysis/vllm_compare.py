@@ -13,8 +13,14 @@ figure is moe_lab.plots.vllm_compare's.
         tokens): of the runs that compared it, the one whose vLLM row was measured last (a
         point measured again after a change is read from its new run; each row is still a
         comparison within one run)
-    target_metrics(table) -> the metric frame of issue 41's two targets (analysis.targets:
-        BAND is the per-point one's limit)
+    target_metrics(table, reading="") -> the metric frame of issue 41's two targets
+        (analysis.targets: BAND is the per-point one's limit)
+    readings(runs) -> (results, {reading: table}): both readings of issue 66, with vLLM's
+        kernel on moe-lab's tuned files among the own layers (targets.WITH_PEERS: OWN) and
+        with the workbook's own kernels alone (targets.OWN_KERNELS: OWN_ONLY)
+    readings_metrics(tables), readings_targets(tables), by_shape_readings(tables) -> the
+        targets' metric frame, their table (a row per target and reading) and by_shape,
+        each in both readings side by side; both_readings(runs): notebook 05's two
     by_shape(table) -> per shape and scheme, over the newest measurement of each point:
         points, geomean_ratio, worst_ratio and its tokens, slower points, met (every point
         within BAND and the geomean at or below GEOMEAN: issue 41's goal), best (the own
@@ -53,9 +59,10 @@ from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows
 from .metrics import geomean, span
 from .runs import VLLM_AS_SHIPPED as BASE, vllm_choice
-from .targets import METRIC_COLUMNS, by_name, metric_rows
+from .targets import (METRIC_COLUMNS, OWN_KERNELS, WITH_PEERS, by_name, evaluate, metric_rows,
+                      summary)
 from ..core.validate import frames
-from .checked import FRAME, MODE, PAIR, PAIRS, POSITIVE, RUNS, SOME_RUNS, TEXT, frame, shown, takes
+from .checked import DICT, FRAME, MODE, PAIR, PAIRS, POSITIVE, RUNS, SOME_RUNS, STR, TEXT, frame, shown, takes
 
 _needs = frames  # the columns' decorator, for below this module's own frames(runs)
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("aiter-triton-silu", "default"),
@@ -63,8 +70,10 @@ OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("aiter-triton-si
        ("torch-fp8", "default"), ("torch-fp8-grouped", "default"), ("vllm", "tuned"))
 OWN_ONLY = tuple(o for o in OWN if o[0] != BASE[0])  # the workbook's own kernels alone
 DEPLOYED = ("vllm-deployed", "default")  # the class vLLM's oracle picks (backends.vllm_paths)
-BAND = by_name("own layer within 1.03x of vLLM as shipped").limit  # issue 41's band
-GEOMEAN = by_name("own layer's geomean at or below vLLM's, per shape").limit  # and its geomean
+BAND_TARGET = "own layer within 1.03x of vLLM as shipped"  # issue 41's two targets
+GEOMEAN_TARGET = "own layer's geomean at or below vLLM's, per shape"
+BAND = by_name(BAND_TARGET).limit  # issue 41's band
+GEOMEAN = by_name(GEOMEAN_TARGET).limit  # and its geomean
 KEY = ["run_id", "model", "tp", "ep", "ep_rank", "dtype", "routing", "mode", "tokens"]
 COLUMNS = ["run_id", "model", "sharding", "tp", "ep", "dtype", "mode", "tokens", "vllm_us",
            "vllm_config_file", "best_us", "best", "ratio", "slower", "loses_in", "loses_us",
@@ -193,19 +202,70 @@ def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-@takes(table=FRAME)
-def target_metrics(table: pd.DataFrame) -> pd.DataFrame:
+@takes(table=FRAME, reading=STR)
+def target_metrics(table: pd.DataFrame, reading: str = "") -> pd.DataFrame:
     """The issue-41 targets' metric frame over the newest measurement of each point:
-    own_over_vllm per point (on the best own row), own_over_vllm_geomean per shape."""
+    own_over_vllm per point (on the best own row), own_over_vllm_geomean per shape;
+    `reading` (analysis.targets.READINGS) in its column."""
     if table.empty:
-        return pd.DataFrame(columns=METRIC_COLUMNS)
+        return pd.DataFrame(columns=METRIC_COLUMNS + ["reading"])
     now = newest(table)
     shapes = by_shape(table)
     pts = metric_rows(now.assign(backend=now["best"], median_us=now["best_us"],
                                  point_id=now["best_point_id"]), "own_over_vllm", "ratio")
     per = metric_rows(shapes.assign(backend="best own", run_id=shapes["run_id"]),
                       "own_over_vllm_geomean", "geomean_ratio")
-    return pd.concat([pts, per], ignore_index=True)
+    return pd.concat([pts, per], ignore_index=True).assign(reading=reading)
+
+
+@takes(runs=RUNS)
+def readings(runs) -> tuple[pd.DataFrame, dict]:
+    """(results, {reading: best_over_vllm table}) of frames(runs), once per runs inside
+    ledger.shared(): WITH_PEERS the own layers OWN (vLLM's kernel on moe-lab's tuned files
+    among them: compared(runs)'s table), OWN_KERNELS the workbook's own kernels alone
+    (OWN_ONLY; no ledger: its slower points are not traced to a phase)."""
+    from . import ledger as lg
+    runs = lg.opened(runs)
+    res, t = compared(runs)
+    alone = lg.memo(("vllm_own_only", lg.run_paths(runs)),
+                    lambda: best_over_vllm(res, own=OWN_ONLY))
+    return res, {WITH_PEERS: t, OWN_KERNELS: alone}
+
+
+@takes(tables=DICT)
+def readings_metrics(tables: dict) -> pd.DataFrame:
+    """The issue-41 targets' metric frame in both readings (readings(runs)[1])."""
+    frames = [target_metrics(t, r) for r, t in tables.items() if len(t)]
+    return pd.concat(frames, ignore_index=True) if frames else target_metrics(pd.DataFrame())
+
+
+@takes(tables=DICT)
+def readings_targets(tables: dict) -> pd.DataFrame:
+    """The issue-41 targets' table (analysis.targets.summary of the one evaluation), a row
+    per target and reading, side by side: points, met, missed, the worst miss."""
+    return summary(evaluate(readings_metrics(tables)))
+
+
+@takes(tables=DICT)
+def by_shape_readings(tables: dict) -> pd.DataFrame:
+    """by_shape of the WITH_PEERS reading with the OWN_KERNELS reading's geomean_ratio,
+    slower, met and points beside it (suffix `_own_only`; NaN where the workbook's own
+    kernels have no point of the shape)."""
+    shapes = by_shape(tables[WITH_PEERS])
+    alone = by_shape(tables[OWN_KERNELS]).set_index(SHAPE)[
+        ["geomean_ratio", "slower", "met", "points"]].add_suffix("_own_only")
+    return shapes.join(alone, on=SHAPE)
+
+
+@takes(runs=RUNS)
+def both_readings(runs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(by_shape_readings, readings_targets) of `runs` (empty frames where none is given):
+    notebook 05's both readings, with vLLM's kernel on moe-lab's tuned files among the own
+    layers and with the workbook's own kernels alone."""
+    if not runs:
+        return pd.DataFrame(), pd.DataFrame()
+    tables = readings(runs)[1]
+    return by_shape_readings(tables), readings_targets(tables)
 
 
 @takes(runs=RUNS | None, device=TEXT | None)

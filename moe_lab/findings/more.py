@@ -185,20 +185,17 @@ def _fp8_sentence(row) -> str:
 def vllm_section(runs, device: str | None = None) -> list[str]:
     """vLLM as shipped against the workbook's own layers, on `device` (its vLLM runs; None:
     the rule's device), and FP8 against bf16 in the same runs."""
-    from ..analysis import vllm_compare as vc
+    from ..analysis import targets as tg, vllm_compare as vc
     vruns = vc.vllm_runs(device=device)
     if not vruns:
         return []
-    res, t = vc.compared(vruns)
+    res, tables = vc.readings(vruns)  # with vLLM's kernel on moe-lab's files, and without
+    t = tables[tg.WITH_PEERS]
     if t.empty:
         return []
-    shapes = vc.by_shape(t)
+    shapes = vc.by_shape_readings(tables)
     versions = sorted(set(res.loc[res["backend"] == vc.BASE[0], "backend_version"]
                           .dropna().astype(str))) if "backend_version" in res else []
-    alone = vc.by_shape(vc.best_over_vllm(res, own=vc.OWN_ONLY))  # the other reading
-    alone = alone.set_index(vc.SHAPE)[["geomean_ratio", "slower", "met", "points"]].add_suffix(
-        "_own_only")
-    shapes = shapes.join(alone, on=vc.SHAPE)
     show = shapes.assign(geomean_ratio=shapes["geomean_ratio"].map("{:.3f}".format),
                          worst_ratio=shapes["worst_ratio"].map("{:.3f}".format),
                          met=shapes["met"].map({True: "yes", False: "no"}),
@@ -206,7 +203,8 @@ def vllm_section(runs, device: str | None = None) -> list[str]:
                              lambda v: "" if v != v else f"{v:.3f}"),
                          met_own_only=shapes["met_own_only"].map(
                              {True: "yes", False: "no"}).fillna(""))
-    n_alone = shapes["points_own_only"].fillna(0)
+    both = vc.readings_targets(tables).set_index(["target", "reading"])
+    band = both.loc[(vc.BAND_TARGET, tg.OWN_KERNELS)]  # the per-point target, own kernels
     dep = vc.by_shape(vc.best_over_vllm(res, base=vc.DEPLOYED))
     now = vc.newest(t)
     slow = now[now["slower"]].assign(ratio=lambda d: d["ratio"].map("{:.3f}".format),
@@ -228,13 +226,18 @@ def vllm_section(runs, device: str | None = None) -> list[str]:
            "the best at its points (how many each). Both readings: the own layers include "
            "vLLM's kernel with moe-lab's tuned files; with the workbook's own kernels alone "
            "(`_own_only`: vLLM's kernel left out) the points within the band are "
-           f"{int((n_alone - shapes['slower_own_only'].fillna(0)).sum())} of "
-           f"{int(n_alone.sum())} and the goal is met at "
-           f"{int(shapes['met_own_only'].fillna(False).astype(bool).sum())} of {len(shapes)} shapes.", "",
+           f"{band['met']} of {band['points']} and the goal is met at "
+           f"{int(shapes['met_own_only'].fillna(False).astype(bool).sum())} of {len(shapes)} "
+           "shapes.", "",
            *md_table(show[["model", "sharding", "dtype", "points", "geomean_ratio",
                            "worst_ratio", "worst_tokens", "slower", "met",
                            "geomean_ratio_own_only", "slower_own_only", "met_own_only",
                            "best", "run_id"]]), "",
+           "Issue 41's two targets in both readings, side by side (their one evaluation, "
+           f"`moe_lab.analysis.targets`): `{tg.WITH_PEERS}` counts vLLM's kernel on "
+           f"moe-lab's tuned files among the own layers, `{tg.OWN_KERNELS}` leaves it out.",
+           "", *md_table(both.reset_index()[["target", "reading", "points", "met", "missed",
+                                             "worst_by", "worst_at", "median"]]), "",
            ("Against vLLM as deployed (`vllm-deployed`: the experts class vLLM's own oracle "
             "picks on this GPU) at the points it was measured, per shape: " + "; ".join(
                 f"{r.model} {r.sharding} {r.dtype} geomean {r.geomean_ratio:.3f} over "

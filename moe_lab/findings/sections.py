@@ -137,7 +137,9 @@ def target_inputs(runs, device: str | None = None):
     if lruns:
         lres, led = lg.of_runs(lruns)
         best = lg.best_points(lres)
-        frames += [metrics.ledger_metrics(led, lres), metrics.fp8_roof_metrics(lres)]
+        frames.append(tg.readings(lambda r: pd.concat(  # with vLLM's kernels and without
+            [metrics.ledger_metrics(led, r), metrics.fp8_roof_metrics(r)], ignore_index=True),
+            lres))
         leds.append(led)
         src[f"the glue, GEMM-share and FP8 targets (every run with stored phases {on}, the "
             "newest measurement of each point, its best backend)"] = (
@@ -179,9 +181,10 @@ def _file_targets(runs, device, src: dict) -> list:
         src["the verify target (the `tune --verify` runs, the newest of each point)"] = (
             tf.verify_runs(ver), None)
     vruns = vc.vllm_runs(device=device)
-    vt = vc.compared(vruns)[1] if vruns else pd.DataFrame()
+    tables = vc.readings(vruns)[1] if vruns else {}
+    vt = tables.get(tg.WITH_PEERS, pd.DataFrame())
     if len(vt):
-        frames.append(vc.target_metrics(vt))
+        frames.append(vc.readings_metrics(tables))
         src["the vLLM targets (the runs with vLLM as shipped, the newest measurement of each "
             "point, within its run)"] = ([r for r in vruns if r.run_id in set(vt["run_id"])],
                                          vt.assign(point_id=vt["vllm_point_id"]))
@@ -202,23 +205,28 @@ def targets_section(runs, device: str | None = None) -> list[str]:
            "function on the best point (graph mode): points, met, missed, the worst miss in "
            "the target's unit and in microseconds to take off the layer, where it is and the "
            "phase that holds it back (the ledger's phase with the most time above its floor; "
-           "`gaps`: graph time no kernel covers). A target without a row has no data yet.", ""]
+           "`gaps`: graph time no kernel covers). A target without a row has no data yet. "
+           "A target whose candidates hold vLLM's kernels (as shipped, or running moe-lab's "
+           "tuned files) has two readings side by side (`reading`): "
+           f"`{tg.WITH_PEERS}` counts them among the layers, `{tg.OWN_KERNELS}` reads the "
+           "workbook's own kernels alone.", ""]
     s = tg.summary(ev).drop(columns=["met_before"])
     out += md_table(s.assign(median=s["median"].map("{:.2f}".format)))
     per = []
-    for (t, dt), g in ev.groupby(["target", "dtype"], sort=False):
+    for (t, dt, rd), g in ev.groupby(["target", "dtype", "reading"], sort=False):
         by_model = t.startswith("fp8")
         for key, h in (g.groupby("model", sort=True) if by_model else [("all", g)]):
-            per.append(dict(target=t, dtype=dt, model=key,
+            per.append(dict(target=t, reading=rd, dtype=dt, model=key,
                             met=f"{int(h['met'].sum())} of {len(h)}"))
     out += ["", head("Targets per dtype (and model, for the FP8 targets)", device), "", *lines,
             *md_table(pd.DataFrame(per))]
     miss = ev[~ev["met"].astype(bool)].copy()
     miss["tokens"] = miss["tokens"].map(lambda t: "" if pd.isna(t) else f"{int(t)}")
-    miss = miss.sort_values(["target", "by_us", "by"], ascending=[True, False, False],
+    miss = miss.sort_values(["target", "reading", "by_us", "by"],
+                            ascending=[True, False, False, False],  # with vLLM first
                             kind="stable")
-    cols = ["target", "model", "sharding", "tokens", "dtype", "backend", "phase", "value",
-            "limit", "by", "by_us", "held_back_by", "run_id"]
+    cols = ["target", "reading", "model", "sharding", "tokens", "dtype", "backend", "phase",
+            "value", "limit", "by", "by_us", "held_back_by", "run_id"]
     show = miss[cols].assign(value=miss["value"].map("{:.3g}".format),
                              limit=miss["limit"].map("{:.3g}".format),
                              by=miss["by"].map("{:.3g}".format),
