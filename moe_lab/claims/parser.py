@@ -158,32 +158,53 @@ class _Parser:
             if not fm:
                 cut_by = f"line {i + 1} is not a field ({raw[:40]!r})"
                 break
-            label, val = fm.group("label"), fm.group("value")
-            metric, unit = canonical_metric(label)
-            try:
-                value, text = parse_number(val), ""
-            except ValueError:
-                if _looks_numeric_field(metric, unit):
-                    raise self.err(i + 1, f"{label.strip()!r} has non-numeric value {val!r}") from None
-                value, text = math.nan, val
-            if not val and _looks_numeric_field(metric, unit):
-                empty.append(f"{label.strip()!r} (line {i + 1})")
-            else:
-                blk.rows.append(Row(metric, value, unit, label.strip(), i + 1, section, text))
+            self.serving_field(blk, fm, i, section, empty)
             last = i
             members.append(i)
             i += 1
         if not closed:
-            # prose with a colon after a cut block reads as text fields: give them back
-            while blk.rows and math.isnan(blk.rows[-1].value) and blk.rows[-1].text:
-                r = blk.rows.pop()
-                i = r.line - 1
-                last = max([j for j in members if j < i], default=start)
-                cut_by = f"line {r.line} is text, not a result ({r.name!r})"
+            i, last, cut_by = self.give_back_text(blk, members, start, i, last, cut_by)
         blk.line_end = last + 1
         if not any(not math.isnan(r.value) for r in blk.rows):
             raise self.err(start + 1, "serving benchmark block has no numeric fields"
                            + ("" if closed else " (and no closing '=====' line)"))
+        self.serving_warnings(blk, start, closed, cut_by, empty)
+        return blk, i
+
+    def serving_field(self, blk: Block, fm, i: int, section: str,
+                      empty: list[str]) -> None:
+        """Line i, a "label: value" field of a serving block: a row of `blk`, or a note
+        in `empty` when a numeric field has no value; a ParseError when its value is not
+        a number where one belongs."""
+        label, val = fm.group("label"), fm.group("value")
+        metric, unit = canonical_metric(label)
+        try:
+            value, text = parse_number(val), ""
+        except ValueError:
+            if _looks_numeric_field(metric, unit):
+                raise self.err(i + 1, f"{label.strip()!r} has non-numeric value {val!r}") from None
+            value, text = math.nan, val
+        if not val and _looks_numeric_field(metric, unit):
+            empty.append(f"{label.strip()!r} (line {i + 1})")
+        else:
+            blk.rows.append(Row(metric, value, unit, label.strip(), i + 1, section, text))
+
+    @staticmethod
+    def give_back_text(blk: Block, members: list[int], start: int, i: int, last: int,
+                       cut_by: str) -> tuple[int, int, str]:
+        """A block without its closing line: prose with a colon after it reads as text
+        fields, so give them back; the new (next line, last line, why it ends)."""
+        while blk.rows and math.isnan(blk.rows[-1].value) and blk.rows[-1].text:
+            r = blk.rows.pop()
+            i = r.line - 1
+            last = max([j for j in members if j < i], default=start)
+            cut_by = f"line {r.line} is text, not a result ({r.name!r})"
+        return i, last, cut_by
+
+    def serving_warnings(self, blk: Block, start: int, closed: bool, cut_by: str,
+                         empty: list[str]) -> None:
+        """What a serving block lacks, in `blk.warnings`: its closing line, values of
+        numeric fields, whole sections or single metrics of SERVING_EXPECTED."""
         where = f"{self.name}:{start + 1}"
         if not closed:
             blk.warnings.append(f"{where}: serving block has no closing '=====' line; read "
@@ -197,7 +218,6 @@ class _Parser:
                 blk.warnings.append(f"{where}: no '{title}' section ({', '.join(miss)} missing)")
             elif miss:
                 blk.warnings.append(f"{where}: missing {', '.join(miss)}")
-        return blk, i
 
     def table_body(self, i: int) -> tuple[list[tuple[int, list[str]]], int]:
         """Body rows (line index, cells) of the table whose header is line i, rule rows

@@ -149,80 +149,85 @@ def _lines(b: Block, metric: str) -> list[int]:
     return sorted({r.line for r in b.rows if r.metric == metric})
 
 
-def build_registry(sources_dir: str | Path = SOURCES_DIR) -> dict:
-    sources_dir = Path(sources_dir)
-    parsed = {name: parse_file(sources_dir / name) for name in (SEED_000, SEED_002)}
-    configs, claims, blocks_out = {}, [], []
+def _block_ref(src, b) -> dict:
+    """Where a block sits in its source: file, index, kind, section, label and lines."""
+    return dict(source=src, block=b.index, kind=b.kind, section=b.section, label=b.label,
+                lines=[b.line_start, b.line_end])
 
-    def block_ref(src, b):
-        return dict(source=src, block=b.index, kind=b.kind, section=b.section, label=b.label,
-                    lines=[b.line_start, b.line_end])
 
-    # serving blocks, before/after: seed 000 --------------------------------------
-    for cid, cfg in PERF_CONFIGS.items():
-        src = cfg["source"]
-        blocks = parsed[src]
-        c = {k: v for k, v in cfg.items() if k not in ("baseline", "new")}
-        if "baseline" in cfg:
-            base = _find(blocks, "serving", src, section=cfg["baseline"][0], label=cfg["baseline"][1])
-            new = _find(blocks, "serving", src, section=cfg["new"][0], label=cfg["new"][1])
-            for key in ("tp", "concurrency", "num_prompts", "input_len", "output_len"):
-                if base.meta.get(key) != cfg[key]:
-                    raise UsageError(f"{cid}: {key} in the source's command is "
-                                     f"{base.meta.get(key)!r}, registry says {cfg[key]!r}")
-            c["model_in_command"] = base.meta.get("model")
-            c["env"] = base.meta.get("env", {})
-            configs[cid] = c
-            for b in (base, new):
-                blocks_out.append({**block_ref(src, b), "config": cid,
-                                   "values": {r.metric: _num(r.value) for r in b.rows
-                                              if not math.isnan(r.value)}})
-            work = {side: {m: _num(b.get(m)) for m in WORK_METRICS if b.has(m)}
-                    for side, b in (("baseline", base), ("new", new))}
-            for m in PERF_METRICS:
-                if not (base.has(m) and new.has(m)):
-                    continue
-                unit = next(r.unit for r in base.rows if r.metric == m)
-                claims.append(dict(
-                    id=f"{cid}/{m}", kind="perf", source=src,
-                    section=f"{cfg['section']}: {base.label} vs {new.label}", config=cid,
-                    metric=m, unit=unit, direction=direction(m),
-                    baseline=_num(base.get(m)), new=_num(new.get(m)),
-                    stated_gain_pct=None, stated_gain_text="", stated_gain_decimals=None,
-                    stated_note="",
-                    baseline_label=base.label, new_label=new.label,
-                    lines=_lines(base, m) + _lines(new, m), decimals=2, work=work))
-        else:  # comparison table: seed 002
-            tbl = _find(blocks, "comparison", src, label=cfg["table"])
-            for key in ("tp", "ep", "concurrency", "num_prompts", "input_len", "output_len"):
-                if tbl.meta.get(key) != cfg[key]:
-                    raise UsageError(f"{cid}: {key} in the source is {tbl.meta.get(key)!r}, "
-                                     f"registry says {cfg[key]!r}")
-            configs[cid] = c
-            bcol, ncol = tbl.meta["config_columns"][0], tbl.meta["config_columns"][-1]
-            gcol = tbl.meta["gain_column"]
-            vals = {col: tbl.values(col) for col in (bcol, ncol)}
-            blocks_out.append({**block_ref(src, tbl), "config": cid,
-                               "values": {col: {k: _num(v) for k, v in vs.items()}
-                                          for col, vs in vals.items()}})
-            work = {"baseline": {m: vals[bcol][m] for m in WORK_METRICS if m in vals[bcol]},
-                    "new": {m: vals[ncol][m] for m in WORK_METRICS if m in vals[ncol]}}
-            for m in dict.fromkeys(r.metric for r in tbl.rows):
-                gain = next((r for r in tbl.rows if r.metric == m and r.column == gcol), None)
-                unit = next(r.unit for r in tbl.rows if r.metric == m)
-                claims.append(dict(
-                    id=f"{cid}/{m}", kind="perf", source=src,
-                    section=f"{cfg['section']}: {cfg['table']}", config=cid, metric=m,
-                    unit=unit, direction=direction(m), baseline=_num(tbl.get(m, bcol)),
-                    new=_num(tbl.get(m, ncol)),
-                    stated_gain_pct=gain.value if gain is not None and gain.unit == "%" else None,
-                    stated_gain_text=gain.text if gain is not None else "",
-                    stated_gain_decimals=_decimals(gain.text) if gain is not None else None,
-                    stated_note=_gain_note(gain.text) if gain is not None else "",
-                    baseline_label=bcol, new_label=ncol, lines=_lines(tbl, m), decimals=2,
-                    work=work))
+def _before_after(cid, cfg, blocks, configs, claims, blocks_out) -> None:
+    """One config of seed 000: its baseline and new serving blocks, checked against
+    the registry's command settings, and one perf claim per metric both blocks give."""
+    src = cfg["source"]
+    c = {k: v for k, v in cfg.items() if k not in ("baseline", "new")}
+    base = _find(blocks, "serving", src, section=cfg["baseline"][0], label=cfg["baseline"][1])
+    new = _find(blocks, "serving", src, section=cfg["new"][0], label=cfg["new"][1])
+    for key in ("tp", "concurrency", "num_prompts", "input_len", "output_len"):
+        if base.meta.get(key) != cfg[key]:
+            raise UsageError(f"{cid}: {key} in the source's command is "
+                             f"{base.meta.get(key)!r}, registry says {cfg[key]!r}")
+    c["model_in_command"] = base.meta.get("model")
+    c["env"] = base.meta.get("env", {})
+    configs[cid] = c
+    for b in (base, new):
+        blocks_out.append({**_block_ref(src, b), "config": cid,
+                           "values": {r.metric: _num(r.value) for r in b.rows
+                                      if not math.isnan(r.value)}})
+    work = {side: {m: _num(b.get(m)) for m in WORK_METRICS if b.has(m)}
+            for side, b in (("baseline", base), ("new", new))}
+    for m in PERF_METRICS:
+        if not (base.has(m) and new.has(m)):
+            continue
+        unit = next(r.unit for r in base.rows if r.metric == m)
+        claims.append(dict(
+            id=f"{cid}/{m}", kind="perf", source=src,
+            section=f"{cfg['section']}: {base.label} vs {new.label}", config=cid,
+            metric=m, unit=unit, direction=direction(m),
+            baseline=_num(base.get(m)), new=_num(new.get(m)),
+            stated_gain_pct=None, stated_gain_text="", stated_gain_decimals=None,
+            stated_note="",
+            baseline_label=base.label, new_label=new.label,
+            lines=_lines(base, m) + _lines(new, m), decimals=2, work=work))
 
-    # lm_eval tables --------------------------------------------------------------
+
+def _comparison(cid, cfg, blocks, configs, claims, blocks_out) -> None:
+    """One config of seed 002: its comparison table, checked against the registry's
+    settings, and one perf claim per metric with the table's stated gain."""
+    src = cfg["source"]
+    c = {k: v for k, v in cfg.items() if k not in ("baseline", "new")}
+    tbl = _find(blocks, "comparison", src, label=cfg["table"])
+    for key in ("tp", "ep", "concurrency", "num_prompts", "input_len", "output_len"):
+        if tbl.meta.get(key) != cfg[key]:
+            raise UsageError(f"{cid}: {key} in the source is {tbl.meta.get(key)!r}, "
+                             f"registry says {cfg[key]!r}")
+    configs[cid] = c
+    bcol, ncol = tbl.meta["config_columns"][0], tbl.meta["config_columns"][-1]
+    gcol = tbl.meta["gain_column"]
+    vals = {col: tbl.values(col) for col in (bcol, ncol)}
+    blocks_out.append({**_block_ref(src, tbl), "config": cid,
+                       "values": {col: {k: _num(v) for k, v in vs.items()}
+                                  for col, vs in vals.items()}})
+    work = {"baseline": {m: vals[bcol][m] for m in WORK_METRICS if m in vals[bcol]},
+            "new": {m: vals[ncol][m] for m in WORK_METRICS if m in vals[ncol]}}
+    for m in dict.fromkeys(r.metric for r in tbl.rows):
+        gain = next((r for r in tbl.rows if r.metric == m and r.column == gcol), None)
+        unit = next(r.unit for r in tbl.rows if r.metric == m)
+        claims.append(dict(
+            id=f"{cid}/{m}", kind="perf", source=src,
+            section=f"{cfg['section']}: {cfg['table']}", config=cid, metric=m,
+            unit=unit, direction=direction(m), baseline=_num(tbl.get(m, bcol)),
+            new=_num(tbl.get(m, ncol)),
+            stated_gain_pct=gain.value if gain is not None and gain.unit == "%" else None,
+            stated_gain_text=gain.text if gain is not None else "",
+            stated_gain_decimals=_decimals(gain.text) if gain is not None else None,
+            stated_note=_gain_note(gain.text) if gain is not None else "",
+            baseline_label=bcol, new_label=ncol, lines=_lines(tbl, m), decimals=2,
+            work=work))
+
+
+def _accuracy(parsed, configs, claims) -> dict:
+    """The lm_eval tables: one config per table, one accuracy claim per score; returns
+    {(config, metric): (value, stderr)} for the parity claims."""
     eval_vals = {}
     for cid, cfg in EVAL_CONFIGS.items():
         src = cfg["source"]
@@ -244,6 +249,11 @@ def build_registry(sources_dir: str | Path = SOURCES_DIR) -> dict:
                 config=cid, metric=r.metric, unit="", direction="higher",
                 value=_num(r.value), stderr=_num(se), n_shot=r.column, lines=[r.line],
                 decimals=4))
+    return eval_vals
+
+
+def _parity(eval_vals, configs, claims) -> None:
+    """One parity claim per score of each PARITY_PAIRS pair: two scores that should agree."""
     for base_id, new_id, what in PARITY_PAIRS:
         for (cid, metric), (v, se) in list(eval_vals.items()):
             if cid != base_id:
@@ -257,6 +267,17 @@ def build_registry(sources_dir: str | Path = SOURCES_DIR) -> dict:
                 new_stderr=_num(se2), what=what, decimals=4,
                 lines=sorted(set(next(c["lines"] for c in claims if c["id"] == f"{x}/{metric}")[0]
                                  for x in (base_id, new_id)))))
+
+
+def build_registry(sources_dir: str | Path = SOURCES_DIR) -> dict:
+    """The registry: the parser's reading of the sources joined with the configs above."""
+    sources_dir = Path(sources_dir)
+    parsed = {name: parse_file(sources_dir / name) for name in (SEED_000, SEED_002)}
+    configs, claims, blocks_out = {}, [], []
+    for cid, cfg in PERF_CONFIGS.items():  # serving blocks (seed 000), comparison tables (002)
+        side = _before_after if "baseline" in cfg else _comparison
+        side(cid, cfg, parsed[cfg["source"]], configs, claims, blocks_out)
+    _parity(_accuracy(parsed, configs, claims), configs, claims)
     return dict(
         version=1,
         generated_by="moe_lab.claims.registry.build_registry",

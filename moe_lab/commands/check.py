@@ -27,18 +27,13 @@ def configure(p):
                         "it checked, with a line saying where it stopped")
 
 
-def run(args) -> int:
+def _problems(args, device: str) -> tuple[list[str], list]:
+    """The backends to check and the points (model x TP x EP x tokens), from the flags
+    checked in order: a UsageError names the first bad one."""
     from .. import backends
     from ..storage.configs import validate_config_arg
-    from ..core import atomic
-    from ..core.environment import capture_environment
     from ..core.problems import make_problem, parse_int_list, parse_tokens, split_models
     from ..core.routing import parse_routing
-    from ..core.validate import output
-    from ..measuring.correctness import resolve_device
-    if args.out is not None:  # not a run's file (nor a folder): before any point is checked
-        output(args.out, "--out")
-    device = resolve_device(args.device)
     parse_routing(args.routing)
     validate_config_arg(args.config)
     tokens = parse_tokens(args.tokens)
@@ -50,6 +45,34 @@ def run(args) -> int:
     problems = [make_problem(m, t, args.dtype, tp, ep if ep > 1 else 1,
                              args.ep_rank if ep > 1 else 0)
                 for m in models for tp in tps for ep in eps for t in tokens]
+    return names, problems
+
+
+def _emit_header(emit, args, seed: int, device: str) -> None:
+    """The report's `#` lines: when, the command, the device and its software, the seed,
+    routing and the reference the errors are measured against."""
+    from ..core.environment import capture_environment
+    env = capture_environment()
+    emit(f"# moe-lab check  {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+    emit(f"# command: moe-lab {' '.join(getattr(args, '_argv', sys.argv[1:]))}")
+    runtime = (f"HIP {env['hip_runtime']}" if env.get("hip_runtime") else
+               f"CUDA {env.get('cuda_runtime')}" if env.get("cuda_runtime") else "none")
+    emit(f"# device: {env.get('device_name')} ({env.get('vendor')}), "
+         f"driver {env.get('driver')}, runtime {runtime}")
+    emit(f"# torch {env.get('torch')}, triton {env.get('triton')}, aiter {env.get('aiter')}, "
+         f"vllm {env.get('vllm')}, git {env.get('git_commit')}")
+    emit(f"# seed {seed}, routing {args.routing}, metric max|out-ref|/max|ref| vs "
+         f"{'fp64' if device == 'cpu' else 'fp32'} reference")
+
+
+def run(args) -> int:
+    from ..core import atomic
+    from ..core.validate import output
+    from ..measuring.correctness import resolve_device
+    if args.out is not None:  # not a run's file (nor a folder): before any point is checked
+        output(args.out, "--out")
+    device = resolve_device(args.device)
+    names, problems = _problems(args, device)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "little")
 
     lines: list[str] = []
@@ -62,17 +85,7 @@ def run(args) -> int:
         if args.out:
             atomic.atomic_write_text(args.out, "\n".join([*lines, *extra]) + "\n")
 
-    env = capture_environment()
-    emit(f"# moe-lab check  {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
-    emit(f"# command: moe-lab {' '.join(getattr(args, '_argv', sys.argv[1:]))}")
-    runtime = (f"HIP {env['hip_runtime']}" if env.get("hip_runtime") else
-               f"CUDA {env.get('cuda_runtime')}" if env.get("cuda_runtime") else "none")
-    emit(f"# device: {env.get('device_name')} ({env.get('vendor')}), "
-         f"driver {env.get('driver')}, runtime {runtime}")
-    emit(f"# torch {env.get('torch')}, triton {env.get('triton')}, aiter {env.get('aiter')}, "
-         f"vllm {env.get('vllm')}, git {env.get('git_commit')}")
-    emit(f"# seed {seed}, routing {args.routing}, metric max|out-ref|/max|ref| vs "
-         f"{'fp64' if device == 'cpu' else 'fp32'} reference")
+    _emit_header(emit, args, seed, device)
     bw = max([14] + [len(n) for n in names])  # aiter-triton-silu, torch-fp8-dequant: 17
     mw = max([22] + [len(p.model.name) for p in problems])  # custom:H=..,I=..,E=..,k=..
     emit(f"{'model':{mw}} {'shard':9} {'tokens':>6} {'backend':{bw}} {'status':12} "

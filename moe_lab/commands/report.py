@@ -160,12 +160,9 @@ def _refusal(exc) -> bool:
     return getattr(exc, "ename", None) in ("UsageError", "CorruptFile")
 
 
-def run(args) -> int:
-    if args.runs is not None and args.run is None:
-        return review(args)
-    given = [f"--{k}" for k in ("by", "values", "mode") if getattr(args, k, None) is not None]
-    if given:  # they shape the review export only: ignored, they would mislead
-        raise UsageError(f"{', '.join(given)} go with --runs A[,B] (the review export)")
+def _notebook_paths(args) -> list[str]:
+    """The notebooks to run (--only's prefixes), after checking that nbclient and
+    nbconvert are there and --timeout is positive; a UsageError when none is found."""
     try:
         import nbclient  # noqa: F401
         import nbconvert  # noqa: F401
@@ -180,53 +177,75 @@ def run(args) -> int:
     if not paths:
         raise UsageError(f"no notebooks found in {args.notebooks!r}"
                          + (f" whose name starts with {args.only}" if args.only else ""))
+    return paths
+
+
+def _takers_of_a_folder(args, paths: list[str]) -> list[str]:
+    """--run is a folder of runs: the notebooks that take one (FOLDER_OF_RUNS), each
+    other one skipped with a line; a UsageError when none of `paths` takes one."""
+    takes = [p for p in paths if os.path.basename(p).startswith(FOLDER_OF_RUNS)]
+    if not takes:
+        raise UsageError(f"--run {args.run} is a folder of runs: only notebook "
+                         f"{', '.join(FOLDER_OF_RUNS)} takes one (each other takes one run)")
+    for p in sorted(set(paths) - set(takes)):
+        print(f"skipped {os.path.splitext(os.path.basename(p))[0]}: takes one run; "
+              f"{args.run} is a folder of runs")
+    return takes
+
+
+def _run_notebook(args, path: str, takes, params: dict, out: str, exported: dict,
+                  entries: list) -> int:
+    """Execute one notebook with the parameters it `takes` and export its page; prints
+    its line (ok, refused or FAIL) and adds its index entry; 1 when it failed, else 0."""
+    name = os.path.splitext(os.path.basename(path))[0]
+    t0 = time.time()
+    # a notebook's own parameters only where it has them (remeasure: not on --run)
+    mine = {k: v for k, v in params.items() if k in takes}
+    if args.run is not None and "remeasure" not in mine and "remeasure" in takes:
+        mine["remeasure"] = False  # show the run asked for, never a new measurement
+    refused = None
+    try:
+        nb = execute_notebook(path, args.timeout, params=mine)
+    except Exception as exc:
+        if not (_refusal(exc) and getattr(exc, "nb", None) is not None):
+            print(f"FAIL {failure_line(path, exc)}")
+            entries.append((name, f"FAIL {failure_line(path, exc)}", []))
+            return 1
+        nb, refused = exc.nb, failure_line(name, exc)
+    try:
+        figs = export(nb, name, out, exported)
+    except Exception as exc:  # nbconvert's templates or a write: a line, not a traceback
+        from ..core.errors import disk_full
+        if disk_full(exc):  # the CLI's one line; no partial page was left (export)
+            raise
+        why = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(f"FAIL {path}: exporting to HTML: {type(exc).__name__}: {why}")
+        return 1
+    line = (f"refused {refused}" if refused else
+            f"ok   {name}: {len(figs)} figures, {time.time() - t0:.0f} s -> "
+            f"{os.path.join(out, name + '.html')}")
+    print(line)
+    entries.append((name, line.replace("ok   ", "ok ", 1), figs))
+    return 0
+
+
+def run(args) -> int:
+    if args.runs is not None and args.run is None:
+        return review(args)
+    given = [f"--{k}" for k in ("by", "values", "mode") if getattr(args, k, None) is not None]
+    if given:  # they shape the review export only: ignored, they would mislead
+        raise UsageError(f"{', '.join(given)} go with --runs A[,B] (the review export)")
+    paths = _notebook_paths(args)
     validate.output(args.out, "--out", folder=True)  # a file, under one, a run's: refused
     declared = {os.path.basename(p): notebook_parameters(p) for p in paths}  # each read
     out, params, folder_of_runs = _for_run(args, declared)  # the folder looked at once
     if folder_of_runs:
-        takes = [p for p in paths if os.path.basename(p).startswith(FOLDER_OF_RUNS)]
-        if not takes:
-            raise UsageError(f"--run {args.run} is a folder of runs: only notebook "
-                             f"{', '.join(FOLDER_OF_RUNS)} takes one (each other takes one run)")
-        for p in sorted(set(paths) - set(takes)):
-            print(f"skipped {os.path.splitext(os.path.basename(p))[0]}: takes one run; "
-                  f"{args.run} is a folder of runs")
-        paths = takes
+        paths = _takers_of_a_folder(args, paths)
     validate.output(out, "--out", folder=True)  # OUT/<run id>: not a file, nor a run's folder
     failed, entries, exported = 0, [], {}  # exported: PNG bytes -> path (export)
     for path in paths:
-        name = os.path.splitext(os.path.basename(path))[0]
-        t0 = time.time()
-        # a notebook's own parameters only where it has them (remeasure: not on --run)
-        takes = declared[os.path.basename(path)]
-        mine = {k: v for k, v in params.items() if k in takes}
-        if args.run is not None and "remeasure" not in mine and "remeasure" in takes:
-            mine["remeasure"] = False  # show the run asked for, never a new measurement
-        refused = None
-        try:
-            nb = execute_notebook(path, args.timeout, params=mine)
-        except Exception as exc:
-            if not (_refusal(exc) and getattr(exc, "nb", None) is not None):
-                failed += 1
-                print(f"FAIL {failure_line(path, exc)}")
-                entries.append((name, f"FAIL {failure_line(path, exc)}", []))
-                continue
-            nb, refused = exc.nb, failure_line(name, exc)
-        try:
-            figs = export(nb, name, out, exported)
-        except Exception as exc:  # nbconvert's templates or a write: a line, not a traceback
-            from ..core.errors import disk_full
-            if disk_full(exc):  # the CLI's one line; no partial page was left (export)
-                raise
-            failed += 1
-            why = (str(exc).strip().splitlines() or [""])[0][:300]
-            print(f"FAIL {path}: exporting to HTML: {type(exc).__name__}: {why}")
-            continue
-        line = (f"refused {refused}" if refused else
-                f"ok   {name}: {len(figs)} figures, {time.time() - t0:.0f} s -> "
-                f"{os.path.join(out, name + '.html')}")
-        print(line)
-        entries.append((name, line.replace("ok   ", "ok ", 1), figs))
+        failed += _run_notebook(args, path, declared[os.path.basename(path)], params, out,
+                                exported, entries)
     index = write_index(out, entries, f"moe-lab report: {args.run}" if args.run else "moe-lab report")
     print(f"index: {index}")
     return 1 if failed else 0

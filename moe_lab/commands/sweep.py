@@ -124,23 +124,13 @@ def configure(p):
     add_distributed_arguments(p)
 
 
-def run(args) -> int:
-    import torch
-
+def _axes(args, gpu: bool) -> tuple[list, list, list, list, list]:
+    """The sweep's models, tokens, routings, modes and backends from the flags (or this
+    device's defaults), each checked: a UsageError names the first bad one."""
     from .. import backends as registry
-    from ..storage.configs import validate_config_arg
-    from ..core.environment import device_name
-    from ..core.problems import make_problem, parse_int_list, parse_model, parse_tokens, split_models
+    from ..core.problems import parse_model, parse_tokens, split_models
     from ..core.routing import parse_routing
-    from ..measuring.correctness import resolve_device
     from ..storage.modes import parse_modes
-    from ..measuring.sweep import Grid, Sweep
-    args.data_dir = args.data_dir or default_data_dir_arg()
-    options.timing(args.warmup_ms, args.rep_ms, args.point_timeout, args.traces, args.nproc)
-    if args.run_id is not None:
-        options.run_id(args.run_id)
-    device = resolve_device(args.device)
-    gpu = device == "cuda"
     kind = "gpu" if gpu else "cpu"
     models = split_models(args.models) if args.models else options.default_models(gpu)
     for m in models:
@@ -158,6 +148,52 @@ def run(args) -> int:
     else:
         backends = registry.for_dtype([b.name for b in registry.all_backends()
                                        if b.available()[0]], args.dtype)
+    return models, tokens, routings, modes, backends
+
+
+def _shardings(args, models: list, gpu: bool) -> tuple[list[int], list[int]]:
+    """The TP and EP degrees, every model x TP x EP checked before anything is measured."""
+    from ..core.problems import make_problem, parse_int_list
+    tps = parse_int_list(args.tp)
+    eps = parse_int_list(options.default_eps(args.ep, gpu))
+    if args.ep_rank and not any(ep > 1 for ep in eps):  # before: quietly measured rank 0
+        raise UsageError(f"--ep-rank {args.ep_rank} with --ep {','.join(map(str, eps))}: an EP "
+                         "rank exists only with --ep above 1")
+    # validate every sharding before measuring anything
+    for m in models:
+        for tp in tps:
+            for ep in eps:
+                make_problem(m, 1, args.dtype, tp, ep, args.ep_rank if ep > 1 else 0)
+    return tps, eps
+
+
+def _measure(sweep, run_dir: str, device: str) -> int:
+    """Run the sweep after checking its folder; print what it measured and the statuses."""
+    from ..core.environment import device_name
+    sweep.check()  # another writer's folder, or one measured otherwise: one line, untouched
+    print(f"run {run_dir}: {sweep.total_points()} points ({device}: {device_name(device)})",
+          flush=True)
+    counts = sweep.run()
+    res = sweep.store.load_results()
+    summary = res["status"].value_counts().to_dict() if len(res) else {}
+    print(f"done: {counts['measured']} measured now, {counts['skipped']} already there; "
+          f"status counts {summary}; {run_dir}")
+    return 0
+
+
+def run(args) -> int:
+    import torch
+
+    from ..storage.configs import validate_config_arg
+    from ..measuring.correctness import resolve_device
+    from ..measuring.sweep import Grid, Sweep
+    args.data_dir = args.data_dir or default_data_dir_arg()
+    options.timing(args.warmup_ms, args.rep_ms, args.point_timeout, args.traces, args.nproc)
+    if args.run_id is not None:
+        options.run_id(args.run_id)
+    device = resolve_device(args.device)
+    gpu = device == "cuda"
+    models, tokens, routings, modes, backends = _axes(args, gpu)
     budget = parse_budget(args.compile_budget) if args.compile_budget else None
     configs = validate_config_arg(args.config)
     from ..core.validate import parse_glues
@@ -174,16 +210,7 @@ def run(args) -> int:
         resume_timing(args, None)
         return run_nproc(args, device, models, tokens, routings, modes, backends)
     refuse_without_nproc(args)
-    tps = parse_int_list(args.tp)
-    eps = parse_int_list(options.default_eps(args.ep, gpu))
-    if args.ep_rank and not any(ep > 1 for ep in eps):  # before: quietly measured rank 0
-        raise UsageError(f"--ep-rank {args.ep_rank} with --ep {','.join(map(str, eps))}: an EP "
-                         "rank exists only with --ep above 1")
-    # validate every sharding before measuring anything
-    for m in models:
-        for tp in tps:
-            for ep in eps:
-                make_problem(m, 1, args.dtype, tp, ep, args.ep_rank if ep > 1 else 0)
+    tps, eps = _shardings(args, models, gpu)
     config = dict(models=models, tp=tps, ep=eps, ep_rank=args.ep_rank, tokens=tokens,
                   backends=backends, modes=[m.name for m in modes], routing=routings,
                   dtype=args.dtype, seed=args.seed,
@@ -205,15 +232,7 @@ def run(args) -> int:
                   compile_budget_s=budget, set_aside_corrupt=args.set_aside_corrupt, part=part,
                   compile_workers=args.compile_workers,
                   command="moe-lab " + " ".join(getattr(args, "_argv", sys.argv[1:])))
-    sweep.check()  # another writer's folder, or one measured otherwise: one line, untouched
-    print(f"run {run_dir}: {sweep.total_points()} points ({device}: {device_name(device)})",
-          flush=True)
-    counts = sweep.run()
-    res = sweep.store.load_results()
-    summary = res["status"].value_counts().to_dict() if len(res) else {}
-    print(f"done: {counts['measured']} measured now, {counts['skipped']} already there; "
-          f"status counts {summary}; {run_dir}")
-    return 0
+    return _measure(sweep, run_dir, device)
 
 
 def parse_part(text: str) -> tuple[int, int]:

@@ -100,21 +100,12 @@ def _why_none(tuner, man: dict) -> str:
             + "; their errors are in candidates.parquet)")
 
 
-def run(args) -> int:
+def _shards(args, device: str) -> list[list]:
+    """The problems to tune (or --verify's sample of token counts), one list per model x
+    TP x EP, from the flags checked in order: a UsageError names the first bad one."""
     from ..measuring import tuning
-    from ..storage.configs import configs_dir_for
-    from ..core.devices import device_slug
-    from ..core.environment import device_name
     from ..core.problems import make_problem, parse_int_list, parse_model, parse_tokens, split_models
     from ..core.routing import parse_routing
-    from ..measuring.correctness import resolve_device
-    from ..measuring.tuning import Tuner
-    given_data_dir = args.data_dir
-    args.data_dir = args.data_dir or default_data_dir_arg()
-    options.timing(args.warmup_ms, args.rep_ms)
-    if args.run_id is not None:
-        options.run_id(args.run_id)
-    device = resolve_device(args.device)
     models = split_models(args.models) if args.models else options.default_models(
         device == "cuda")
     for m in models:
@@ -128,9 +119,46 @@ def run(args) -> int:
         if args.verify < 0:
             raise UsageError("--verify must be 0 (every token count) or more")
         tokens = tuning.verify_sample(tokens, args.verify, args.seed)
-    shards = [[make_problem(m, t, args.dtype, tp, ep) for t in tokens]
-              for m in models for tp in parse_int_list(args.tp)
-              for ep in parse_int_list(options.default_eps(args.ep, device == "cuda"))]
+    return [[make_problem(m, t, args.dtype, tp, ep) for t in tokens]
+            for m in models for tp in parse_int_list(args.tp)
+            for ep in parse_int_list(options.default_eps(args.ep, device == "cuda"))]
+
+
+def _print_outcome(tuner, win, man: dict, verify: bool, run_dir: str) -> None:
+    """One line per point tuned (default -> winner) or verified (its verdict), the shapes
+    left for a resume, and the closing `done` line."""
+    if verify:
+        rep = tuner.store.load_table("verify")
+        for r in rep.itertuples():
+            print(f"{r.model:22} {r.sharding:9} T={r.tokens:<5} {r.verdict}")
+    else:
+        for r in win.itertuples():
+            print(f"{r.model:22} {r.sharding:9} T={r.tokens:<5} {r.default_us:9.1f} -> "
+                  f"{r.median_us:9.1f} us ({r.speedup:.2f}x; candidates {r.search_best_us:.1f}"
+                  f"-{r.search_worst_us:.1f} us, median {r.search_median_us:.1f})")
+    for x in man.get("left") or []:
+        print(f"left: {x['shape']} at {len(x['keys_left'])} token counts: {x['stage']} "
+              + (f"{x['step']} ({len(x['step_keys'])} token counts in it)" if x["step"] else "")
+              + "; the same command resumes it")
+    print(f"done ({man.get('status')}): {len(win)} points "
+          + ("checked" if verify else "tuned") + ("" if len(win) else f" ({_why_none(tuner, man)})")
+          + f"; candidates in {run_dir}/candidates.parquet")
+
+
+def run(args) -> int:
+    from ..storage.configs import configs_dir_for
+    from ..core.devices import device_slug
+    from ..core.environment import device_name
+    from ..measuring.correctness import resolve_device
+    from ..measuring.tuning import Tuner
+    given_data_dir = args.data_dir
+    args.data_dir = args.data_dir or default_data_dir_arg()
+    options.timing(args.warmup_ms, args.rep_ms)
+    if args.run_id is not None:
+        options.run_id(args.run_id)
+    device = resolve_device(args.device)
+    shards = _shards(args, device)
+    verify = args.verify is not None
     dev = device_name(device)
     kind = "verify" if verify else "tune"
     run_dir = os.path.join(args.data_dir, args.run_id or f"{kind}-{args.backend}-{device_slug(dev)}")
@@ -153,22 +181,7 @@ def run(args) -> int:
              if tuner.compile_workers else ""), flush=True)
     win = tuner.run(shards)
     man = tuner.store.read_manifest()
-    if verify:
-        rep = tuner.store.load_table("verify")
-        for r in rep.itertuples():
-            print(f"{r.model:22} {r.sharding:9} T={r.tokens:<5} {r.verdict}")
-    else:
-        for r in win.itertuples():
-            print(f"{r.model:22} {r.sharding:9} T={r.tokens:<5} {r.default_us:9.1f} -> "
-                  f"{r.median_us:9.1f} us ({r.speedup:.2f}x; candidates {r.search_best_us:.1f}"
-                  f"-{r.search_worst_us:.1f} us, median {r.search_median_us:.1f})")
-    for x in man.get("left") or []:
-        print(f"left: {x['shape']} at {len(x['keys_left'])} token counts: {x['stage']} "
-              + (f"{x['step']} ({len(x['step_keys'])} token counts in it)" if x["step"] else "")
-              + "; the same command resumes it")
-    print(f"done ({man.get('status')}): {len(win)} points "
-          + ("checked" if verify else "tuned") + ("" if len(win) else f" ({_why_none(tuner, man)})")
-          + f"; candidates in {run_dir}/candidates.parquet")
+    _print_outcome(tuner, win, man, verify, run_dir)
     if tuner.stopped_by:  # the row that did it is kept: the next command goes on after it
         print(f"moe-lab: stopped: {tuner.stopped_by}; rerun the same command to resume",
               file=sys.stderr)

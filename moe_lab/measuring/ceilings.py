@@ -73,25 +73,10 @@ def _measure_read(buf, calls: int, warmup: int, gen) -> dict:
                 buffer_bytes=n, calls=calls, median_us=med)
 
 
-def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 8192,
-                     calls: int = 50, warmup: int = 10, command: str | None = None) -> dict:
-    """Measure copy and read bandwidth and bf16/fp8 GEMM ceilings on `device`; returns a dict that
-    validates against CEILINGS_SCHEMA (manifest included). Needs a CUDA/ROCm GPU.
-    command: recorded in the manifest (default: this process's command line)."""
+def _measure_memory(dev, size_gib: float, calls: int, warmup: int, gen) -> tuple[dict, dict]:
+    """The memory and memory_read groups: a D2D copy of `size_gib` GiB of random bytes,
+    then a read of the same buffer; the buffers are freed before returning."""
     import torch
-
-    if not torch.cuda.is_available():
-        raise UsageError(f"no GPU: torch {torch.__version__} sees no CUDA/ROCm device; "
-                         "run `moe-lab ceilings` on a GPU machine")
-    dev = torch.device(device)
-    if dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    torch.cuda.set_device(dev)
-    props = torch.cuda.get_device_properties(dev)
-    name = props.name
-    gen = torch.Generator(device=dev).manual_seed(0)
-
-    # memory: D2D copy of random bytes
     n = int(size_gib * 2**30)
     src = torch.empty(n, dtype=torch.uint8, device=dev).random_(0, 256, generator=gen)
     dst = torch.empty_like(src)
@@ -105,7 +90,13 @@ def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 
     memory_read = _measure_read(src, calls, warmup, gen)
     del src
     torch.cuda.empty_cache()
+    return memory, memory_read
 
+
+def _measure_gemms(dev, gemm_n: int, calls: int, warmup: int, gen) -> tuple[dict, dict]:
+    """The gemm_bf16 and gemm_fp8 groups: square `gemm_n` GEMMs by torch.matmul and
+    torch._scaled_mm (fp8's error, not a raise, where this torch or GPU lacks it)."""
+    import torch
     M = N = K = gemm_n
     flop = 2.0 * M * N * K
     a = torch.randn(M, K, device=dev, dtype=torch.bfloat16, generator=gen)
@@ -135,6 +126,29 @@ def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 
         gemm_fp8["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     del a, b
     torch.cuda.empty_cache()
+    return gemm_bf16, gemm_fp8
+
+
+def measure_ceilings(device: str = "cuda", size_gib: float = 2.0, gemm_n: int = 8192,
+                     calls: int = 50, warmup: int = 10, command: str | None = None) -> dict:
+    """Measure copy and read bandwidth and bf16/fp8 GEMM ceilings on `device`; returns a dict that
+    validates against CEILINGS_SCHEMA (manifest included). Needs a CUDA/ROCm GPU.
+    command: recorded in the manifest (default: this process's command line)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError(f"no GPU: torch {torch.__version__} sees no CUDA/ROCm device; "
+                         "run `moe-lab ceilings` on a GPU machine")
+    dev = torch.device(device)
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.set_device(dev)
+    props = torch.cuda.get_device_properties(dev)
+    name = props.name
+    gen = torch.Generator(device=dev).manual_seed(0)
+
+    memory, memory_read = _measure_memory(dev, size_gib, calls, warmup, gen)
+    gemm_bf16, gemm_fp8 = _measure_gemms(dev, gemm_n, calls, warmup, gen)
 
     spec = spec_for(name)
     hip = torch.version.hip

@@ -60,15 +60,7 @@ def fig_ledger(ledger_df: pd.DataFrame, run=None, run_id: str | None = None,
              if ((pts["model"] == m) & (pts["sharding"] == s)).any()]
     ncols = 2 if len(shards) == 1 and len(cells) > 1 else max(len(shards), 1)
     nrows = -(-len(cells) // ncols)
-    # a row's upright tick labels take their own height (6.5 pt a character), not the
-    # bars': with one height for every row, long labels left bars a few pixels tall
-    tick_in = [0.0] * nrows
-    for i, (m, s) in enumerate(cells):
-        g = pts[(pts["model"] == m) & (pts["sharding"] == s)]
-        longest = max((len(f"{t} {lab}") for t, lab in zip(g["tokens"], _labels(g)) if lab),
-                      default=0)
-        tick_in[i // ncols] = max(tick_in[i // ncols], longest * 6.5 * 0.6 / 72)
-    heights = [3.0 + t for t in tick_in] + [2.7]
+    heights = _row_heights(pts, cells, ncols, nrows)
     fig = Figure(figsize=(4.4 * ncols + 2.2, sum(heights) + 0.7), layout="constrained")
     gs = fig.add_gridspec(nrows + 1, ncols, height_ratios=heights)
     piv = ledger_df.pivot_table(index="point_id", columns="phase", values="measured_us",
@@ -80,41 +72,7 @@ def fig_ledger(ledger_df: pd.DataFrame, run=None, run_id: str | None = None,
     for i, (m, s) in enumerate(cells):
         ax = fig.add_subplot(gs[i // ncols, i % ncols])
         g = pts[(pts["model"] == m) & (pts["sharding"] == s)]
-        g = g.sort_values(["tokens"] + [c for c in VARIANT if c in g])
-        toks, labels = sorted(set(g["tokens"])), _labels(g)
-        slot = g.groupby("tokens").cumcount().to_numpy()
-        count = g.groupby("tokens")["point_id"].transform("size").to_numpy()
-        xs = []
-        for j, (_, p) in enumerate(g.iterrows()):
-            width = 0.8 / count[j]
-            x = toks.index(p["tokens"]) - 0.4 + width * (slot[j] + 0.5)
-            xs.append(x)
-            bottom = 0.0
-            for ph in phases:
-                v = float(piv.at[p["point_id"], ph])
-                negative |= v < 0
-                v = max(v, 0.0)
-                if v <= 0:
-                    continue
-                ax.bar(x, v, bottom=bottom, width=width * 0.9, color=COLOR.get(ph, "0.6"),
-                       label=ph)
-                f = flo.at[p["point_id"], ph] if ph in flo.columns else np.nan
-                if f > 0:
-                    ax.hlines(bottom + min(f, v), x - width * 0.45, x + width * 0.45,
-                              color="k", lw=1.2, label="floor of the phase")
-                bottom += v
-            floors = float(flo.loc[p["point_id"]].sum(min_count=1))
-            if np.isfinite(floors):
-                ax.scatter([x], [floors], marker="D", s=14, color="tab:red", zorder=4,
-                           label="sum of the phase floors")
-            if np.isfinite(p.get("roof_us", np.nan)):
-                ax.scatter([x], [p["roof_us"]], marker="x", s=18, color="k", zorder=4,
-                           label="layer roof (one fused kernel)")
-        if any(labels):  # a tick per bar, upright: its token count and what sets it apart
-            ax.set_xticks(xs, [f"{t} {lab}" for t, lab in zip(g["tokens"], labels)],
-                          fontsize=6.5, rotation=90)
-        else:
-            ax.set_xticks(range(len(toks)), [str(t) for t in toks])
+        negative |= _draw_panel(ax, g, piv, flo, phases)
         ax.set(title=f"{m} {s}", xlabel="tokens", ylabel="us per call")
         ax.grid(True, axis="y", alpha=0.3)
     _recoverable(fig.add_subplot(gs[nrows, :]), ledger_df, phases)
@@ -122,6 +80,62 @@ def fig_ledger(ledger_df: pd.DataFrame, run=None, run_id: str | None = None,
                                               "timed call) not drawn" if negative else "")
     return style.finish(fig, prov, rows, "; ".join(x for x in (note, extra) if x),
                         legend_title="phase", legend_order=list(phases))
+
+
+def _row_heights(pts: pd.DataFrame, cells: list, ncols: int, nrows: int) -> list[float]:
+    """Inches per grid row, the recoverable panel's last: a row's upright tick labels take
+    their own height (6.5 pt a character), not the bars': with one height for every row,
+    long labels left bars a few pixels tall."""
+    tick_in = [0.0] * nrows
+    for i, (m, s) in enumerate(cells):
+        g = pts[(pts["model"] == m) & (pts["sharding"] == s)]
+        longest = max((len(f"{t} {lab}") for t, lab in zip(g["tokens"], _labels(g)) if lab),
+                      default=0)
+        tick_in[i // ncols] = max(tick_in[i // ncols], longest * 6.5 * 0.6 / 72)
+    return [3.0 + t for t in tick_in] + [2.7]
+
+
+def _draw_panel(ax, g: pd.DataFrame, piv: pd.DataFrame, flo: pd.DataFrame,
+                phases: list) -> bool:
+    """One model x sharding panel: per point a bar of stacked phases with each phase's
+    floor, the sum of the floors and the layer roof; True when a phase was negative."""
+    negative = False
+    g = g.sort_values(["tokens"] + [c for c in VARIANT if c in g])
+    toks, labels = sorted(set(g["tokens"])), _labels(g)
+    slot = g.groupby("tokens").cumcount().to_numpy()
+    count = g.groupby("tokens")["point_id"].transform("size").to_numpy()
+    xs = []
+    for j, (_, p) in enumerate(g.iterrows()):
+        width = 0.8 / count[j]
+        x = toks.index(p["tokens"]) - 0.4 + width * (slot[j] + 0.5)
+        xs.append(x)
+        bottom = 0.0
+        for ph in phases:
+            v = float(piv.at[p["point_id"], ph])
+            negative |= v < 0
+            v = max(v, 0.0)
+            if v <= 0:
+                continue
+            ax.bar(x, v, bottom=bottom, width=width * 0.9, color=COLOR.get(ph, "0.6"),
+                   label=ph)
+            f = flo.at[p["point_id"], ph] if ph in flo.columns else np.nan
+            if f > 0:
+                ax.hlines(bottom + min(f, v), x - width * 0.45, x + width * 0.45,
+                          color="k", lw=1.2, label="floor of the phase")
+            bottom += v
+        floors = float(flo.loc[p["point_id"]].sum(min_count=1))
+        if np.isfinite(floors):
+            ax.scatter([x], [floors], marker="D", s=14, color="tab:red", zorder=4,
+                       label="sum of the phase floors")
+        if np.isfinite(p.get("roof_us", np.nan)):
+            ax.scatter([x], [p["roof_us"]], marker="x", s=18, color="k", zorder=4,
+                       label="layer roof (one fused kernel)")
+    if any(labels):  # a tick per bar, upright: its token count and what sets it apart
+        ax.set_xticks(xs, [f"{t} {lab}" for t, lab in zip(g["tokens"], labels)],
+                      fontsize=6.5, rotation=90)
+    else:
+        ax.set_xticks(range(len(toks)), [str(t) for t in toks])
+    return negative
 
 
 def _recoverable(ax, ledger_df: pd.DataFrame, phases: list) -> None:

@@ -114,6 +114,44 @@ def _flock_soon(fd: int, tries: int = 10, pause_s: float = 0.02) -> None:
             time.sleep(pause_s)
 
 
+def _holder_info(fd: int) -> dict:
+    """What the holder of the lock file `fd` wrote there, waiting half a second for a
+    holder that has only just taken it."""
+    info = _read_fd(fd)
+    for _wait in range(10):  # a holder that has just taken it writes its name next
+        if info:
+            break
+        time.sleep(0.05)
+        info = _read_fd(fd)
+    return info
+
+
+def _write_holder(fd: int, path, run_dir: Path, made: bool, command: str | None) -> None:
+    """Write this process (pid, host, command, since) into the lock file just taken; on a
+    write error the lock file and a folder `made` for it are removed, and it re-raises."""
+    left = _read_fd(fd)
+    if left and left.get("pid") != os.getpid():  # a writer killed before its release
+        print(f"moe-lab: {run_dir}: the lock left by pid {left.get('pid')} on "
+              f"{left.get('host')} ({left.get('command')}), which is gone, taken over",
+              file=sys.stderr)
+    info = dict(pid=os.getpid(), host=socket.gethostname(),
+                command=" ".join(str(command or " ".join(sys.argv)).split()),
+                since=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    try:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, json.dumps(info).encode())
+    except OSError:  # a full disk: no empty lock file (nor an empty folder) left
+        with contextlib.suppress(OSError):
+            if _same_file(fd, path):
+                os.unlink(path)
+        os.close(fd)
+        if made:
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()  # only when empty
+        raise
+
+
 def acquire(run_dir, command: str | None = None) -> int | None:
     """Take the lock of `run_dir` (created, with its parents, if missing); returns its fd.
     RunLocked if another writer holds it. Re-entrant within one process. A folder inside
@@ -140,12 +178,7 @@ def acquire(run_dir, command: str | None = None) -> int | None:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 os.close(fd)
                 raise
-            info = _read_fd(fd)
-            for _wait in range(10):  # a holder that has just taken it writes its name next
-                if info:
-                    break
-                time.sleep(0.05)
-                info = _read_fd(fd)
+            info = _holder_info(fd)
             if _stale(info):  # held by what outlived a dead writer: replace the file
                 if _same_file(fd, path):
                     with contextlib.suppress(FileNotFoundError):
@@ -159,27 +192,7 @@ def acquire(run_dir, command: str | None = None) -> int | None:
         if not _same_file(fd, path):  # released (and removed) between our open and flock
             os.close(fd)
             continue
-        left = _read_fd(fd)
-        if left and left.get("pid") != os.getpid():  # a writer killed before its release
-            print(f"moe-lab: {run_dir}: the lock left by pid {left.get('pid')} on "
-                  f"{left.get('host')} ({left.get('command')}), which is gone, taken over",
-                  file=sys.stderr)
-        info = dict(pid=os.getpid(), host=socket.gethostname(),
-                    command=" ".join(str(command or " ".join(sys.argv)).split()),
-                    since=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        try:
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, json.dumps(info).encode())
-        except OSError:  # a full disk: no empty lock file (nor an empty folder) left
-            with contextlib.suppress(OSError):
-                if _same_file(fd, path):
-                    os.unlink(path)
-            os.close(fd)
-            if made:
-                with contextlib.suppress(OSError):
-                    run_dir.rmdir()  # only when empty
-            raise
+        _write_holder(fd, path, run_dir, made, command)
         _HELD[key] = [fd, 1]
         return fd
     raise RunLocked(f"{run_dir}: its lock file keeps changing under this process; another "
