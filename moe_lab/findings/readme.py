@@ -13,8 +13,8 @@ from pathlib import Path
 SENTENCE = re.compile(
     r"On a fresh clone on a (\d+)-core CPU machine \(`data/timings/readme-commands\.json`[^)]*\): "
     r"`main\.sh` (\d+) s, adding (\d+) MB to the virtualenv; `test\.sh` (\d+) s, (\d+) MB more; "
-    r"`python -m moe_lab report` (\d+) s\. The notebook API's block below: (\d+) s; "
-    r"`main\.sh`'s CPU sweep: (\d+) of (\d+) points noisy\.")
+    r"`python -m moe_lab report` (\d+) s\.(?: The notebook API's block below: (\d+) s; "
+    r"`main\.sh`'s CPU sweep: (\d+) of (\d+) points noisy\.)?")
 FIELDS = ("CPUs", "main.sh s", "main.sh MB", "test.sh s", "test.sh MB", "report s",
           "API block s", "noisy points", "points")
 
@@ -29,9 +29,10 @@ def record_path(readme: Path) -> Path:
 
 
 def stated(readme: Path) -> dict | None:
-    """The README's numbers, by FIELDS; None when its sentence is gone or reworded."""
+    """The README's numbers, by FIELDS (None: a number it does not state); None when its
+    sentence is gone or reworded."""
     m = SENTENCE.search(Path(readme).read_text())
-    return dict(zip(FIELDS, map(int, m.groups()))) if m else None
+    return dict(zip(FIELDS, (None if g is None else int(g) for g in m.groups()))) if m else None
 
 
 def measured(record: Path) -> dict:
@@ -41,13 +42,14 @@ def measured(record: Path) -> dict:
     return dict(zip(FIELDS, (
         rec["machine"]["cpus"], round(by["main"]["wall_s"]), round(by["main"]["venv_added_mb"]),
         round(by["test"]["wall_s"]), round(by["test"]["venv_added_mb"]),
-        round(by["report"]["wall_s"]), round(by["examples"]["wall_s"]),
+        round(by["report"]["wall_s"]),
+        round(by["examples"]["wall_s"]) if "examples" in by else None,
         by["main"].get("noisy"), by["main"].get("points"))))
 
 
 def disagreements(readme: Path | None = None) -> list[str]:
-    """One line per number the README states that its record does not say (empty: they
-    agree)."""
+    """One line per number the README states that its record does not say, or the record
+    holds and the README leaves out (empty: they agree)."""
     readme = Path(readme) if readme is not None else root() / "README.md"
     have = stated(readme)
     if have is None:
@@ -57,5 +59,6 @@ def disagreements(readme: Path | None = None) -> list[str]:
     if not record.is_file():
         return [f"{readme}: states measured times, but {record} is not there"]
     want = measured(record)
-    return [f"{readme}: {k} {have[k]}, the record {record.name} says {want[k]}"
+    return [f"{readme}: {k} " + ("not stated" if have[k] is None else str(have[k]))
+            + f", the record {record.name} says " + ("nothing" if want[k] is None else str(want[k]))
             for k in FIELDS if have[k] != want[k]]
