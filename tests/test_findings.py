@@ -156,3 +156,23 @@ def test_the_targets_and_the_vllm_section_show_both_readings():
                       "NVIDIA H200")[1].split("\n## ")[0]
     assert f"| {vc.BAND_TARGET} | {tg.OWN_KERNELS} | 64 | 47 |" in vllm
     assert "| geomean_ratio_own_only | slower_own_only | met_own_only |" in vllm
+
+
+def test_a_changed_measured_number_in_the_readme_fails_the_check(tmp_path, capsys):
+    """Issue 66: the README's measured numbers (how long its commands take, main.sh's noisy
+    points) are checked by `findings --check` against their record: one number retyped in a
+    copy of the README (its record beside it) fails, naming it; the copy as it is passes."""
+    readme = tmp_path / "README.md"
+    text = (Path(ROOT) / "README.md").read_text()
+    (tmp_path / "data" / "timings").mkdir(parents=True)
+    shutil.copy(Path(ROOT) / "data" / "timings" / "readme-commands.json",
+                tmp_path / "data" / "timings")
+    readme.write_text(text)
+    assert main(["findings", "--check", "--readme", str(readme)]) == 0, capsys.readouterr().err
+    m = re.search(r"`test\.sh` (\d+) s", text)
+    readme.write_text(text.replace(m.group(0), f"`test.sh` {int(m.group(1)) + 1} s"))
+    capsys.readouterr()
+    assert main(["findings", "--check", "--readme", str(readme)]) == 1
+    err = capsys.readouterr().err
+    assert "README's measured numbers differ" in err and "test.sh s" in err, err[-2000:]
+    assert "differs from what the data gives" not in err  # the findings themselves agree

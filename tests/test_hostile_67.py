@@ -506,3 +506,24 @@ def test_a_tune_refused_for_a_full_disk_leaves_no_empty_run_folder(tmp_path, cap
     assert main(_tune(tmp_path)) == 2
     assert "no space left on the device" in _one_line(capsys.readouterr().err)
     assert _tree(tmp_path) == before  # was: an empty runs/t left behind
+
+
+def test_sweep_gpus_with_a_run_as_data_folder_is_refused_before_its_parts_folder(
+        made, tmp_path, capsys, monkeypatch):
+    """`sweep --gpus` into a run's folder: refused in one line before `.parts/<id>` is made
+    there (was: the empty parts folder left in the run, each part refusing after). Two GPUs
+    stand in for the count (this machine has none); nothing is started."""
+    import subprocess
+
+    import moe_lab.distributed.launch as launch
+    (run,) = _copy(made, tmp_path, "w1")
+    monkeypatch.setattr(launch, "gpu_count", lambda text: 2)
+
+    def started(*a, **k):
+        raise AssertionError("a part was started")
+    monkeypatch.setattr(subprocess, "Popen", started)
+    before = _tree(tmp_path)
+    assert main(_sweep(run, "in", "--gpus", "2")) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert f"inside the folder of run w1 ({run}), whose files are measured data" in err
+    assert _tree(tmp_path) == before and not (run / ".parts").exists()

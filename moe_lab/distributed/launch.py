@@ -392,6 +392,8 @@ def run_spread(args, run_dir: str) -> int:
     if args.shard:
         raise UsageError("--gpus and --shard: give one (--gpus makes the parts itself)")
     argv = _without(list(getattr(args, "_argv", sys.argv[1:])), ("--gpus", "--run-id", "--data-dir"))
+    from ..core.validate import not_inside_run
+    not_inside_run(run_dir)  # before .parts is made there (each part refused it, after)
     parts_dir = Path(args.data_dir) / ".parts" / Path(run_dir).name
     parts_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
