@@ -55,6 +55,7 @@ import math
 
 import pandas as pd
 
+from ..core.errors import UsageError
 from ..core.problems import sharding_name
 from ..storage.rows import deployed_rows
 from .metrics import geomean, span
@@ -251,6 +252,10 @@ def by_shape_readings(tables: dict) -> pd.DataFrame:
     """by_shape of the WITH_PEERS reading with the OWN_KERNELS reading's geomean_ratio,
     slower, met and points beside it (suffix `_own_only`; NaN where the workbook's own
     kernels have no point of the shape)."""
+    missing = [r for r in (WITH_PEERS, OWN_KERNELS) if r not in tables]
+    if missing:
+        raise UsageError(f"by_shape_readings: tables has no {missing[0]!r} reading (give "
+                         "readings(runs)[1])")
     shapes = by_shape(tables[WITH_PEERS])
     alone = by_shape(tables[OWN_KERNELS]).set_index(SHAPE)[
         ["geomean_ratio", "slower", "met", "points"]].add_suffix("_own_only")
