@@ -11,7 +11,10 @@ An argument not declared is not checked here; the value a parameter defaults to 
 passes; a valid value is handed on as it is, but a run given by id or folder where a kind
 opens it (RUN, RUNS), which is what the functions did with it themselves. The kinds use
 core.validate's helpers; a folder kind never asks that the folder be there (a function
-reading a folder not yet written answers it as empty, as the device scripts call them)."""
+reading a folder not yet written answers it as empty, as the device scripts call them).
+A DataFrame's columns are one more kind (`columns(...)`, `frame(...)`): a frame without
+rows is handed on, and a KeyError the function then raises is the line naming what it
+lacks. This is the one such layer (claims.summary uses it too)."""
 from __future__ import annotations
 
 import functools
@@ -29,15 +32,20 @@ shown = validate.shown
 class Kind:
     """A named check: `check(value, name)` returns the value to hand on or raises UsageError
     (its line may start with `name`); `none` lets None through (the function reads it as
-    'not given', whatever the default)."""
+    'not given', whatever the default); `late(value, name, arguments)`, where given, is
+    checked once every argument has passed its `check` (columns(): the columns a frame must
+    hold, which may depend on the other arguments)."""
 
-    def __init__(self, check, none: bool = False):
-        self.check, self.none = check, none
+    def __init__(self, check, none: bool = False, late=None):
+        self.check, self.none, self.late = check, none, late
 
     def __or__(self, other):  # RUN | None: None passes too
         if other is None:
-            return Kind(self.check, none=True)
+            return Kind(self.check, none=True, late=self.late)
         return NotImplemented
+
+    def __and__(self, other):  # FRAME & columns(...): FRAME's check, then the columns late
+        return Kind(self.check, none=self.none, late=other.late)
 
 
 def _run_like(v) -> bool:
@@ -102,6 +110,23 @@ def frame(*needs) -> Kind:
             raise _Later(why)
         return v
     return Kind(check)
+
+
+def columns(*needs) -> Kind:
+    """A DataFrame holding the columns `needs`, or those one function of the call's arguments
+    (defaults included) gives, `columns(lambda a: ("tokens", a["values"]))`, checked late
+    (Kind), what they hold unchecked; one without rows is handed on whatever its columns
+    (_Later)."""
+    pick = needs[0] if len(needs) == 1 and callable(needs[0]) else None
+
+    def late(v, name, arguments):
+        why = validate._lacking(v, pick(arguments) if pick else needs, name)
+        if why and len(v):
+            raise UsageError(why)
+        if why:
+            raise _Later(why)
+        return v
+    return Kind(lambda v, name: v, late=late)
 
 
 def _numbers(v, name):
@@ -274,14 +299,16 @@ def _is_default(v, p) -> bool:
     return type(v) is type(d) and isinstance(d, simple) and v == d
 
 
-def takes(**kinds):
+def takes(where: str | None = None, /, **kinds):
     """Decorator: check the arguments named in `kinds` (each a Kind) where the function is
-    called; see the module's doc."""
+    called; see the module's doc. Its refusals name `where` (the module and function, e.g.
+    'tuned.roof_from'), else the function's module and name."""
     def deco(fn):
         sig = inspect.signature(fn)
         unknown = set(kinds) - set(sig.parameters)
         assert not unknown, f"{fn.__qualname__} has no parameter {sorted(unknown)}"
-        where = f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
+        named = where or f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
+        defaults = {a: p.default for a, p in sig.parameters.items() if p.default is not p.empty}
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -290,24 +317,26 @@ def takes(**kinds):
             except TypeError:
                 return fn(*args, **kwargs)  # Python's own message for a wrong call
             later = ""
-            for arg, kind in kinds.items():
-                if arg not in bound.arguments:
-                    continue
-                v = bound.arguments[arg]
-                if _is_default(v, sig.parameters[arg]) or v is None and kind.none:
-                    continue
-                name = f"{where}: {arg}"
-                try:
-                    new = kind.check(v, name)
-                except CorruptFile:
-                    raise
-                except _Later as exc:
-                    later, new = later or str(exc), v
-                except UsageError as exc:
-                    line = (str(exc).splitlines() or [type(exc).__name__])[0]
-                    raise UsageError(line if line.startswith(name) else
-                                     f"{name} {shown(v)}: {line}") from None
-                bound.arguments[arg] = new
+            for late in (False, True):  # every argument's check, then the columns (Kind)
+                for arg, kind in kinds.items():
+                    if arg not in bound.arguments or late and kind.late is None:
+                        continue
+                    v = bound.arguments[arg]
+                    if _is_default(v, sig.parameters[arg]) or v is None and kind.none:
+                        continue
+                    name = f"{named}: {arg}"
+                    try:
+                        new = kind.late(v, name, {**defaults, **bound.arguments}) if late \
+                            else kind.check(v, name)
+                    except CorruptFile:
+                        raise
+                    except _Later as exc:
+                        later, new = later or str(exc), v
+                    except UsageError as exc:
+                        line = (str(exc).splitlines() or [type(exc).__name__])[0]
+                        raise UsageError(line if line.startswith(name) else
+                                         f"{name} {shown(v)}: {line}") from None
+                    bound.arguments[arg] = new
             if not later:
                 return fn(*bound.args, **bound.kwargs)
             try:

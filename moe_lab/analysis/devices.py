@@ -33,8 +33,7 @@ from .runs import (  # noqa: F401
     SEED_SHAPES, _imported, default_runs, imported_runs, on_gpu, richest_run)
 from .metrics import geomean
 from .tuned import COMPARED, LLAMA4
-from ..core.validate import frames
-from .checked import MODE, NAMES, RUN, RUNS, SHAPES, TEXT, TP, frame, takes
+from .checked import MODE, NAMES, RUN, RUNS, SHAPES, TEXT, TP, columns, frame, takes
 
 
 # the series of moe-lab's rows worth drawing beside AMD's, on any GPU: the best of what it measured
@@ -98,8 +97,8 @@ def rows_for(runs, models=SEED_SHAPES["models"], tp=SEED_SHAPES["tp"], ep=SEED_S
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
-@frames(rows=("model", "tp", "ep", "tokens", "median_us", "device", "roof_us",
-        "pct_of_roof", "series"))
+@takes(rows=columns("model", "tp", "ep", "tokens", "median_us", "device", "roof_us", "pct_of_roof",
+       "series"))
 def floors_against_aiter(rows: pd.DataFrame) -> pd.DataFrame:
     """Per AMD row: the roofline floor on its device beside aiter's reported time, and
     how far the model is from AMD's measurement (reported / floor)."""
@@ -129,7 +128,7 @@ def measured_devices(rows: pd.DataFrame) -> str:
     return "/".join(names) or "no GPU"
 
 
-@frames(rows=("device", "series"))
+@takes(rows=columns("device", "series"))
 def summary(rows: pd.DataFrame) -> str:
     """One line: how many rows of each source the side-by-side figure draws."""
     amd = rows["series"].str.contains("imported") if len(rows) else pd.Series(dtype=bool)
@@ -216,7 +215,7 @@ def _with_roof(g: pd.DataFrame, device: str) -> pd.DataFrame:
                         roof_basis="")
 
 
-@frames(rows=SERIES + ["tokens", "median_us", "run_id", "started"])
+@takes(rows=columns(*SERIES, "tokens", "median_us", "run_id", "started"))
 def newest_series(rows: pd.DataFrame) -> pd.DataFrame:
     """Per shape, device, backend and configuration: the rows of its newest run (by the
     manifest's `started`, then the id), the roofline recomputed on each row's own device.
@@ -247,7 +246,7 @@ PAIR_COLUMNS = SHAPE + ["sharding", "device", "backend", "tokens", "pair_run_id"
                         "tuned_us", "tuned_over_default"]
 
 
-@frames(rows=SERIES + ["tokens", "median_us", "run_id", "started", "sharding"])
+@takes(rows=columns(*SERIES, "tokens", "median_us", "run_id", "started", "sharding"))
 def tuned_over_default(rows: pd.DataFrame) -> pd.DataFrame:
     """Per shape, device, backend and token count: default_us and tuned_us of the backend
     from the newest run holding both configurations of it (pair_run_id; never one from
@@ -292,7 +291,7 @@ def _pair_backend(pairs: pd.DataFrame, chosen: str) -> str | None:
     return pairs.groupby("backend")["tuned_us"].agg(geomean).idxmin()
 
 
-@frames(rows=SERIES + ["tokens", "median_us", "run_id", "started", "sharding"])
+@takes(rows=columns(*SERIES, "tokens", "median_us", "run_id", "started", "sharding"))
 def side_by_side(rows: pd.DataFrame) -> pd.DataFrame:
     """Per seed shape x device x token count (SIDE_COLUMNS): the device's best
     configuration (one per shape and device, _best_config: a series never mixes
@@ -335,8 +334,7 @@ def per_shape(table: pd.DataFrame, shapes=SEED_DEVICE_SHAPES) -> list[pd.DataFra
     return out
 
 
-@takes(shapes=SHAPES)
-@frames(table=("model", "tp", "ep", "dtype", "device", "source", "run_id"))
+@takes(shapes=SHAPES, table=columns("model", "tp", "ep", "dtype", "device", "source", "run_id"))
 def coverage(table: pd.DataFrame, shapes=SEED_DEVICE_SHAPES) -> str:
     """'devices side by side: N seed shapes; NVIDIA H200: 8 shapes, 12 runs (measured by
     moe-lab); ...': per device (most shapes first), how many of `shapes` it has rows of."""

@@ -20,8 +20,7 @@ import numpy as np
 import pandas as pd
 
 from . import targets as tg
-from ..core.validate import frames
-from .checked import DICT, FRAME, SEED, TEXT, TP, frame, takes, whole
+from .checked import DICT, FRAME, SEED, TEXT, TP, columns, frame, takes, whole
 
 KEY = ["model", "dtype", "backend", "mode", "tokens", "routing", "parallel", "world_size"]
 # the two targets' limits, from their records (moe_lab.analysis.targets)
@@ -49,8 +48,8 @@ def per_rank(res: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-@frames(res=("model", "dtype", "backend", "mode", "tokens", "routing", "status", "parallel",
-        "world_size", "rank", "pairs", "sent_bytes", "layer_us", "expert_us", "collective_us"))
+@takes(res=columns("model", "dtype", "backend", "mode", "tokens", "routing", "status", "parallel",
+       "world_size", "rank", "pairs", "sent_bytes", "layer_us", "expert_us", "collective_us"))
 def points(res: pd.DataFrame) -> pd.DataFrame:
     """One row per ok point (ranks folded)."""
     r = per_rank(res)
@@ -70,7 +69,7 @@ def points(res: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-@frames(pts=("mode", "ratio"))
+@takes(pts=columns("mode", "ratio"))
 def prediction_target(pts: pd.DataFrame, tol: float = TOLERANCE) -> dict:
     """Points whose predicted layer time (slowest rank + collective) is within `tol` of the
     measured end to end, per mode."""
@@ -83,7 +82,7 @@ def prediction_target(pts: pd.DataFrame, tol: float = TOLERANCE) -> dict:
     return out
 
 
-@frames(pts=("mode", "parallel", "world_size", "collective_us", "sent_bytes"))
+@takes(pts=columns("mode", "parallel", "world_size", "collective_us", "sent_bytes"))
 def collective_model(pts: pd.DataFrame) -> pd.DataFrame:
     """Per parallel x mode x world size: latency_us and gb_per_s of t = latency + bytes / bw,
     fitted to the measured collective times (the slowest rank's) by least squares. Where the
@@ -155,9 +154,9 @@ def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return coef / scale
 
 
-@frames(res=("model", "dtype", "backend", "mode", "tokens", "routing", "status", "parallel",
-        "world_size", "rank", "pairs", "sent_bytes", "layer_us", "expert_us", "collective_us",
-        "seed"))
+@takes(res=columns("model", "dtype", "backend", "mode", "tokens", "routing", "status", "parallel",
+       "world_size", "rank", "pairs", "sent_bytes", "layer_us", "expert_us", "collective_us",
+       "seed"))
 def estimate(res: pd.DataFrame, n: int = ESTIMATE_RANKS) -> pd.DataFrame:
     """The layer at n ranks, per measured point: max over ranks of the fitted per-rank cost
     plus the collective scaled from the measured model. Labelled `estimate` in every row."""
@@ -215,10 +214,10 @@ def estimate(res: pd.DataFrame, n: int = ESTIMATE_RANKS) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-@frames(est=("model", "backend", "mode", "parallel", "tokens", "routing", "world_size",
-        "layer_us"), res=("model", "dtype", "backend", "mode", "tokens", "routing", "status",
-        "parallel", "world_size", "rank", "pairs", "sent_bytes", "layer_us", "expert_us",
-        "collective_us"))
+@takes(est=columns("model", "backend", "mode", "parallel", "tokens", "routing", "world_size",
+       "layer_us"), res=columns("model", "dtype", "backend", "mode", "tokens", "routing", "status",
+       "parallel", "world_size", "rank", "pairs", "sent_bytes", "layer_us", "expert_us",
+       "collective_us"))
 def estimate_vs_measured(est: pd.DataFrame, res: pd.DataFrame) -> pd.DataFrame:
     """An estimate next to a measured run at the same world size (issue 18): ratio
     estimate / measured per point."""

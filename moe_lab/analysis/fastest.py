@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..core.devices import ceilings_for
 from ..core.problems import sharding_name
-from ..core.validate import frames
+from .checked import columns, takes
 from . import vllm_compare as vc
 
 POINT = ["run_id", "model", "sharding", "tp", "ep", "dtype", "mode", "tokens"]
@@ -49,8 +49,8 @@ def _ok(results: pd.DataFrame) -> pd.DataFrame:
     return r.assign(choice=r["backend"].astype(str) + " " + r["config"])
 
 
-@frames(results=("model", "tp", "ep", "dtype", "backend", "mode", "tokens", "status",
-                 "median_us", "flops", "device"))
+@takes(results=columns("model", "tp", "ep", "dtype", "backend", "mode", "tokens", "status",
+       "median_us", "flops", "device"))
 def fastest(results: pd.DataFrame) -> pd.DataFrame:
     """Module doc."""
     r = _ok(results)
@@ -94,7 +94,7 @@ def newest(table: pd.DataFrame) -> pd.DataFrame:
     return vc.newest(table).sort_values(POINT[1:]).reset_index(drop=True)
 
 
-@frames(table=("model", "sharding", "dtype", "tokens", "fastest", "pct_of_peak", "own"))
+@takes(table=columns("model", "sharding", "dtype", "tokens", "fastest", "pct_of_peak", "own"))
 def by_shape(table: pd.DataFrame) -> pd.DataFrame:
     """Module doc (over the newest measurement of each point)."""
     cols = SHAPE + ["points", "fastest", "median_pct_of_peak_prefill", "not_own"]

@@ -17,8 +17,7 @@ from ..storage.store import Run
 from ..storage.rows import ok_rows
 from . import metrics, targets as tg
 from .runs import default_runs
-from ..core.validate import frames
-from .checked import RUN, RUNS, TEXT, frame, takes
+from .checked import RUN, RUNS, TEXT, columns, frame, takes
 
 NONE_YET = ("No FP8 rows measured by moe-lab in any run yet: FP8 schemes are measured on a GPU by "
             "`moe-lab sweep --dtype fp8-block128 ...` (or fp8-tensor, fp8-channel).")
@@ -100,8 +99,8 @@ def _best(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.loc[i, cols].reset_index(drop=True)
 
 
-@frames(rows=("model", "tp", "ep", "dtype", "backend", "mode", "tokens",
-        "median_us", "device", "point_id", "run_id"))
+@takes(rows=columns("model", "tp", "ep", "dtype", "backend", "mode", "tokens", "median_us",
+       "device", "point_id", "run_id"))
 def fp8_vs_bf16(rows: pd.DataFrame) -> pd.DataFrame:
     """Per FP8 scheme and (model, tp, ep, mode, tokens): the best FP8 and best bf16 time
     (any backend, any configuration), speedup = bf16 / fp8, and each one's % of its own
@@ -145,7 +144,7 @@ def summary(cmp: pd.DataFrame, run: Run | None) -> str:
                              if both.any() else ""))
 
 
-@frames(cmp=("tp", "ep", "mode", "fp8_pct_of_roof", "speedup"))
+@takes(cmp=columns("tp", "ep", "mode", "fp8_pct_of_roof", "speedup"))
 def targets(cmp: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     """The target table (analysis.targets.summary) of the FP8 targets over the `mode` rows:
     the FP8 roof targets and FP8 against bf16 (16-256 tokens, 4096+, never slower)."""

@@ -26,9 +26,8 @@ from .runs import runs_with_phases
 from ..core.devices import ceilings_for, spec_for
 from ..core.problems import FP8_SCHEMES, sharding_name
 from ..storage.rows import ok_rows
-from ..core.validate import frames
 from ..storage.vocabulary import GEMMS
-from .checked import MODE, RUNS, takes
+from .checked import MODE, RUNS, columns, takes
 
 KEY = ["device", "model", "sharding", "tokens"]
 SOL_BACKEND = "torch-fp8-grouped"  # torch._scaled_grouped_mm, row-wise: CUTLASS's grouped GEMM
@@ -114,8 +113,8 @@ def _span(v: pd.Series, fmt="{:.2f}") -> str:
     return lo if lo == hi else f"{lo}-{hi}"
 
 
-@frames(table=("model", "sharding", "tokens", "scheme", "speedup",
-        "gemm_speedup", "glue_excess_us", "pct_of_fp8_peak", "sol_pct_of_fp8_peak", "excess_in"))
+@takes(table=columns("model", "sharding", "tokens", "scheme", "speedup", "gemm_speedup",
+       "glue_excess_us", "pct_of_fp8_peak", "sol_pct_of_fp8_peak", "excess_in"))
 def verdict(table: pd.DataFrame) -> pd.DataFrame:
     """Per scheme, model and sharding: points, how many meet the promise, the speedup and
     the FP8 GEMM's % of the FP8 peak (and torch._scaled_grouped_mm's) over them, and what
@@ -147,7 +146,7 @@ def verdict(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@frames(table=("model", "fp8_run", "bf16_run", "sol_run"))
+@takes(table=columns("model", "fp8_run", "bf16_run", "sol_run"))
 def sources(table: pd.DataFrame):
     """(the Run a figure of `table` names first: the first FP8 row's run; the rows of every
     run it draws, each with its run_id, of the table's models): what fig_gemm_sol's footer

@@ -21,12 +21,11 @@ import pandas as pd
 from ..core.devices import ceilings_for
 from ..core.errors import UsageError
 from ..core.problems import sharding_name
-from ..core.validate import frames
 from ..cost.ledger import (GAPS, GATHER_PHASES, PHASE_COLUMNS, UNPROFILED, gathers_rows,
                            phase_floors, phase_rows, problem_of)
 from ..storage.rows import ok_rows  # the one rule for which rows are points
 from ..storage.store import Run, open_run
-from .checked import CALLABLE, FRAME, MODE, RUNS, takes
+from .checked import CALLABLE, FRAME, MODE, RUNS, columns, takes
 
 POINT = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens"]
 
@@ -45,10 +44,9 @@ def _ceilings(device, cache: dict):
     return cache[device]
 
 
-@takes(kernels_df=FRAME | None, results_df=FRAME)
-@frames(results_df=("model", "tp", "ep", "ep_rank", "dtype",
-        "tokens", "median_us", "point_id"), kernels_df=("point_id", "phase", "calls", "total_us"),
-        phases_df=PHASE_COLUMNS)
+@takes(kernels_df=FRAME & columns("point_id", "phase", "calls", "total_us") | None,
+       results_df=FRAME & columns("model", "tp", "ep", "ep_rank", "dtype", "tokens", "median_us",
+       "point_id"), phases_df=columns(*PHASE_COLUMNS) | None)
 def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame | None,
            phases_df: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per ok point and phase: measured_us, floor_us, over_us (max(measured - floor, 0):
@@ -105,7 +103,7 @@ def ledger(results_df: pd.DataFrame, kernels_df: pd.DataFrame | None,
     return out.drop(columns="_p")[cols].reset_index(drop=True)
 
 
-@frames(ledger_df=("point_id", "phase", "measured_us", "floor_us", "over_us"))
+@takes(ledger_df=columns("point_id", "phase", "measured_us", "floor_us", "over_us"))
 def layer_summary(ledger_df: pd.DataFrame) -> pd.DataFrame:
     """Per point: median_us, the kernel sum, the sum of the phase floors (beside the layer
     roof, roof_us), the recoverable us and the phase holding the most of it."""
@@ -124,9 +122,8 @@ def layer_summary(ledger_df: pd.DataFrame) -> pd.DataFrame:
 
 # --- the best point (what the targets are evaluated on) --------------------------------------
 
-@takes(mode=MODE)
-@frames(results_df=("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens",
-        "routing", "median_us"))
+@takes(mode=MODE, results_df=columns("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode",
+       "tokens", "routing", "median_us"))
 def best_points(results_df: pd.DataFrame, mode: str = "graph") -> pd.DataFrame:
     """Per point (model, sharding, dtype, routing, tokens), the ok row of `mode` with the
     lowest median, with `choice` ('backend config')."""

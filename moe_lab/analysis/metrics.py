@@ -22,9 +22,8 @@ import pandas as pd
 from . import ledger as lg
 from ..core.problems import sharding_name
 from .targets import METRIC_COLUMNS, metric_rows
-from ..core.validate import frames
 from ..storage.vocabulary import GEMMS
-from .checked import FORMAT, MODE, NUMBERS, STR, frame, takes
+from .checked import FORMAT, MODE, NUMBERS, STR, columns, frame, takes
 
 
 @takes(values=NUMBERS, fmt=FORMAT)
@@ -58,8 +57,9 @@ def _sharding(d: pd.DataFrame) -> pd.DataFrame:
     return d
 
 
-@frames(ledger_df=("point_id", "phase", "measured_us", "floor_us"), results_df=("model", "tp",
-        "ep", "ep_rank", "dtype", "backend", "mode", "tokens", "routing", "median_us", "point_id"))
+@takes(ledger_df=columns("point_id", "phase", "measured_us", "floor_us"),
+       results_df=columns("model", "tp", "ep", "ep_rank", "dtype", "backend", "mode", "tokens",
+       "routing", "median_us", "point_id"))
 def ledger_metrics(ledger_df: pd.DataFrame, results_df: pd.DataFrame,
                    mode: str = "graph") -> pd.DataFrame:
     """The ledger's metrics on the best `mode` row per point (ledger.best_points): per glue

@@ -11,8 +11,7 @@ from ..core.problems import sharding_name
 from ..cost.roofline import add_roofline_columns
 from ..storage.store import open_run
 from ..storage.rows import ok_rows
-from ..core.validate import frames
-from .checked import FRAME, RUN, TEXT, takes
+from .checked import FRAME, RUN, TEXT, columns, takes
 
 
 
@@ -29,8 +28,8 @@ def measured(run, device: str | None = None) -> tuple[pd.DataFrame, Ceilings]:
     return add_roofline_columns(ok_rows(run.results), device), ceil
 
 
-@takes(df=FRAME, values=TEXT)
-@frames(df=lambda a: ("model", "tp", "ep", "backend", "tokens", a["values"]))
+@takes(df=FRAME & columns(lambda a: ("model", "tp", "ep", "backend", "tokens", a["values"])),
+       values=TEXT)
 def pct_of_roof_table(df: pd.DataFrame, values: str = "pct_of_roof") -> pd.DataFrame:
     """% of roof (median over repeats/ranks), rows model x sharding x tokens, columns
     backend (x mode when there are several). Needs the roofline columns (measured())."""
@@ -41,8 +40,8 @@ def pct_of_roof_table(df: pd.DataFrame, values: str = "pct_of_roof") -> pd.DataF
                          aggfunc="median").round(1)
 
 
-@frames(df=("model", "tp", "ep", "backend", "mode", "tokens", "median_us", "roof_us",
-        "pct_of_roof"))
+@takes(df=columns("model", "tp", "ep", "backend", "mode", "tokens", "median_us", "roof_us",
+       "pct_of_roof"))
 def best_pct_of_roof(df: pd.DataFrame) -> str:
     """One line: the point closest to its roof (highest pct_of_roof)."""
     d = ok_rows(df)

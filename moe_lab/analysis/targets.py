@@ -32,9 +32,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.constants import VERIFY_MARGIN
-from ..core.validate import frames
 from ..storage.vocabulary import GEMMS
-from .checked import CALLABLE, FRAME, STR, TEXT, frame, shown, takes
+from .checked import CALLABLE, FRAME, STR, TEXT, columns, frame, shown, takes
 
 NO_KERNELS = "no kernels"
 WITH_PEERS, OWN_KERNELS = "with vLLM's kernels", "own kernels"
@@ -214,7 +213,8 @@ EVAL_COLUMNS = ["target", "reading", "model", "sharding", "tokens", "dtype", "ba
                 "run_id"]
 
 
-@frames(metrics=METRIC_COLUMNS, ledger_df=("point_id", "phase", "over_us"), before=METRIC_COLUMNS)
+@takes(metrics=columns(*METRIC_COLUMNS), ledger_df=columns("point_id", "phase", "over_us") | None,
+       before=columns(*METRIC_COLUMNS) | None)
 def evaluate(metrics: pd.DataFrame, ledger_df: pd.DataFrame | None = None, targets=TARGETS,
              before: pd.DataFrame | None = None) -> pd.DataFrame:
     """A row per (target, metric row in its token range with a value and a limit: a point
@@ -261,8 +261,8 @@ def evaluate(metrics: pd.DataFrame, ledger_df: pd.DataFrame | None = None, targe
     return ev
 
 
-@frames(evaluation=("target", "model", "sharding", "tokens", "backend", "value", "met", "by",
-        "by_us", "held_back_by"))
+@takes(evaluation=columns("target", "model", "sharding", "tokens", "backend", "value", "met", "by",
+       "by_us", "held_back_by"))
 def summary(evaluation: pd.DataFrame, targets=TARGETS) -> pd.DataFrame:
     """The target table: per target with points, in the order of `targets` (and per reading,
     READINGS' order, where it has two: module doc): points, met, missed, met_before (where

@@ -22,8 +22,7 @@ from . import metrics
 from .kernel_time import PHASE_TOKENS  # the phase figures' token counts, defined once
 from .runs import newest_with
 from .runs import open_tuned_run  # noqa: F401 (the run notebook 05 reads)
-from ..core.validate import frames
-from .checked import DICT, FOLDER, FRAME, LISTED, MODE, NAMES, PAIRS, RUN, STR, TEXT, takes
+from .checked import DICT, FOLDER, FRAME, LISTED, MODE, NAMES, PAIRS, RUN, STR, TEXT, columns, takes
 
 DEFAULT, TUNED = "default", "tuned"
 BEFORE = (("torch-grouped", DEFAULT), ("aiter-triton", DEFAULT))  # shipped configurations
@@ -59,8 +58,7 @@ def measured(run, mode: str = "graph") -> tuple[pd.DataFrame, Ceilings]:
     return r.assign(pct_of_gemm_peak=100 * r["achieved_tflops"] / ceil.tflops_bf16), ceil
 
 
-@takes(values=TEXT, index=NAMES)
-@frames(table=lambda a: (*a["index"], "tokens", a["values"]))
+@takes(values=TEXT, index=NAMES, table=columns(lambda a: (*a["index"], "tokens", a["values"])))
 def by_tokens(table: pd.DataFrame, values: str, index=("model", "sharding")) -> pd.DataFrame:
     """One column of a table by `index` and tokens (NaN where a point has no value)."""
     return table.pivot_table(index=list(index), columns="tokens", values=values, dropna=False)
@@ -68,9 +66,8 @@ def by_tokens(table: pd.DataFrame, values: str, index=("model", "sharding")) -> 
 
 # --- 1. tuned over default -----------------------------------------------------------------
 
-@takes(rows=FRAME)
-@frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
-        "status", "error", "median_us", "point_id", "sharding"))
+@takes(rows=FRAME & columns("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing",
+       "config", "status", "error", "median_us", "point_id", "sharding"))
 def tuned_vs_default(rows: pd.DataFrame) -> pd.DataFrame:
     """Per backend with tuned rows and point: default_us, tuned_us and default_over_tuned
     (> 1: tuned faster); tuned_status and tuned_error say why a tuned time is missing."""
@@ -87,8 +84,8 @@ def tuned_vs_default(rows: pd.DataFrame) -> pd.DataFrame:
     return j.sort_values(key).reset_index(drop=True)
 
 
-@frames(table=("model", "sharding", "tokens", "backend", "tuned_status", "tuned_error",
-        "default_over_tuned"))
+@takes(table=columns("model", "sharding", "tokens", "backend", "tuned_status", "tuned_error",
+       "default_over_tuned"))
 def tuned_summary(table: pd.DataFrame) -> str:
     """Where tuned is faster, default/tuned's median and extremes; the points without one."""
     ok, r = table[table["default_over_tuned"].notna()], table["default_over_tuned"].dropna()
@@ -110,18 +107,16 @@ def _at(x) -> str:
 
 # --- 2. the best backend against the roof and the targets ----------------------------------
 
-@takes(rows=FRAME, candidates=PAIRS)
-@frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
-        "median_us", "sharding"))
+@takes(rows=FRAME & columns("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing",
+       "config", "median_us", "sharding"), candidates=PAIRS)
 def best_per_point(rows: pd.DataFrame, candidates=AFTER) -> pd.DataFrame:
     """Per point, the ok row with the lowest median among the candidates (None: all)."""
     r = _ok(rows, candidates).sort_values("median_us")
     return r.groupby(POINT).head(1).sort_values(POINT).reset_index(drop=True)
 
 
-@takes(rows=FRAME, before=PAIRS, after=PAIRS)
-@frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
-        "median_us", "sharding"))
+@takes(rows=FRAME & columns("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing",
+       "config", "median_us", "sharding"), before=PAIRS, after=PAIRS)
 def before_after(rows: pd.DataFrame, before=BEFORE, after=AFTER) -> pd.DataFrame:
     """Per point, the best before and after: before_/after_ choice, us, pct_of_roof, point_id;
     after_pct_of_gemm_peak; gain (before_us / after_us); after_over_dense (/ dense_gemm_us)."""
@@ -135,8 +130,7 @@ def before_after(rows: pd.DataFrame, before=BEFORE, after=AFTER) -> pd.DataFrame
     return j.drop(columns=["before_dense_gemm_us", "before_pct_of_gemm_peak"])
 
 
-@takes(point_ids=LISTED)
-@frames(kernels=("point_id", "phase", "total_us"))
+@takes(point_ids=LISTED, kernels=columns("point_id", "phase", "total_us"))
 def phases_of(kernels: pd.DataFrame, point_ids) -> pd.DataFrame:
     """Device time per phase (us per call), a row per point_id, phases in style order."""
     k = kernels[kernels["point_id"].isin(list(point_ids))]
@@ -145,9 +139,9 @@ def phases_of(kernels: pd.DataFrame, point_ids) -> pd.DataFrame:
     return piv[[p for p in PHASES if p in piv.columns]]
 
 
-@takes(run_id=STR, candidates=PAIRS)
-@frames(rows=("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing", "config",
-        "median_us", "pct_of_roof", "sharding", "pct_of_gemm_peak"))
+@takes(run_id=STR, candidates=PAIRS, rows=columns("model", "tp", "ep", "ep_rank", "dtype",
+       "backend", "tokens", "routing", "config", "median_us", "pct_of_roof", "sharding",
+       "pct_of_gemm_peak"))
 def target_metrics(rows: pd.DataFrame, run_id: str = "", candidates=AFTER) -> pd.DataFrame:
     """The roof targets' metric frame (analysis.metrics.roof_metrics) of the best of the
     candidates per point (before: BEFORE, the shipped configurations)."""
@@ -164,8 +158,8 @@ def _with_phases(pick: pd.DataFrame, kernels: pd.DataFrame, run_id: str) -> pd.D
     return out.assign(kernel_us=out[list(ph.columns)].sum(axis=1), run=run_id).reset_index()
 
 
-@takes(run=RUN | None, sharding=TEXT, candidates=PAIRS | None)
-@frames(rows=("model", "tokens", "median_us", "point_id", "sharding", "choice"))
+@takes(run=RUN | None, sharding=TEXT, candidates=PAIRS | None, rows=columns("model", "tokens",
+       "median_us", "point_id", "sharding", "choice"))
 def phase_best_worst(run, rows, model="deepseek-r1", sharding="TP8", tokens=PHASE_TOKENS,
                      candidates=None) -> pd.DataFrame:
     """Per token count, the best and the worst ok backend/config (candidates; None: all),

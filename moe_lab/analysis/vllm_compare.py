@@ -62,10 +62,8 @@ from .metrics import geomean, span
 from .runs import VLLM_AS_SHIPPED as BASE, vllm_choice
 from .targets import (METRIC_COLUMNS, OWN_KERNELS, WITH_PEERS, by_name, evaluate, metric_rows,
                       summary)
-from ..core.validate import frames
-from .checked import DICT, FRAME, MODE, PAIR, PAIRS, POSITIVE, RUNS, SOME_RUNS, STR, TEXT, frame, shown, takes
+from .checked import DICT, FRAME, MODE, PAIR, PAIRS, POSITIVE, RUNS, SOME_RUNS, STR, TEXT, columns, frame, shown, takes
 
-_needs = frames  # the columns' decorator, for below this module's own frames(runs)
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("aiter-triton-silu", "default"),
        ("aiter-triton-silu", "tuned"), ("torch-grouped", "default"),
        ("torch-fp8", "default"), ("torch-fp8-grouped", "default"), ("vllm", "tuned"))
@@ -97,9 +95,9 @@ def candidates(results: pd.DataFrame, mode: str | None) -> pd.DataFrame:
     return r
 
 
-@takes(mode=MODE | None, own=PAIRS, band=POSITIVE, base=PAIR)
-@frames(results=("model", "tp", "ep", "dtype", "backend", "mode", "tokens", "median_us",
-        "point_id"), ledger=("point_id", "phase", "measured_us"))
+@takes(mode=MODE | None, own=PAIRS, band=POSITIVE, base=PAIR, results=columns("model", "tp", "ep",
+       "dtype", "backend", "mode", "tokens", "median_us", "point_id"), ledger=columns("point_id",
+       "phase", "measured_us") | None)
 def best_over_vllm(results: pd.DataFrame, ledger: pd.DataFrame | None = None,
                    mode: str | None = "graph", own=OWN, band: float = BAND,
                    base=BASE) -> pd.DataFrame:
@@ -151,8 +149,7 @@ def best_over_vllm(results: pd.DataFrame, ledger: pd.DataFrame | None = None,
         .reset_index(drop=True)
 
 
-@frames(table=("model", "sharding", "tp", "ep", "dtype", "mode", "tokens",
-        "measured_at"))
+@takes(table=columns("model", "sharding", "tp", "ep", "dtype", "mode", "tokens", "measured_at"))
 def newest(table: pd.DataFrame) -> pd.DataFrame:
     """Module doc; the table's order kept."""
     if table.empty:
@@ -184,9 +181,8 @@ def runs_of(g: pd.DataFrame) -> str:
     return ", ".join(dict.fromkeys(g["run_id"].astype(str)))
 
 
-@takes(band=POSITIVE)
-@frames(table=("run_id", "model", "sharding", "tp", "ep", "dtype", "mode", "tokens", "best",
-        "ratio", "slower", "measured_at"))
+@takes(band=POSITIVE, table=columns("run_id", "model", "sharding", "tp", "ep", "dtype", "mode",
+       "tokens", "best", "ratio", "slower", "measured_at"))
 def by_shape(table: pd.DataFrame, band: float = BAND) -> pd.DataFrame:
     """Module doc; empty when the table is."""
     cols = SHAPE + ["points", "geomean_ratio", "worst_ratio", "worst_tokens", "slower", "met",
@@ -324,8 +320,8 @@ def _fastest(r: pd.DataFrame) -> pd.DataFrame:
     return r.sort_values("median_us").groupby(FP8_KEY + ["dtype"], sort=False).head(1)
 
 
-@takes(mode=MODE | None)
-@_needs(results=("model", "tp", "ep", "mode", "tokens", "backend", "median_us"))
+@takes(mode=MODE | None, results=columns("model", "tp", "ep", "mode", "tokens", "backend",
+       "median_us"))
 def fp8_over_bf16(results: pd.DataFrame, mode: str | None = "graph") -> pd.DataFrame:
     """Module doc; empty when no point has both a bf16 and an FP8 ok row."""
     cols = ["model", "sharding", "dtype", "tokens", "bf16_us", "bf16_best", "fp8_us",
@@ -352,8 +348,8 @@ def fp8_over_bf16(results: pd.DataFrame, mode: str | None = "graph") -> pd.DataF
     return t[cols].sort_values(["model", "sharding", "dtype", "tokens"]).reset_index(drop=True)
 
 
-@_needs(table=("model", "sharding", "dtype", "speedup", "fp8_best", "speedup_own",
-               "fp8_own_best"))
+@takes(table=columns("model", "sharding", "dtype", "speedup", "fp8_best", "speedup_own",
+       "fp8_own_best"))
 def fp8_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Module doc; empty when the table is."""
     cols = ["model", "sharding", "dtype", "points", "fp8_faster", "speedup", "fp8_best",

@@ -25,10 +25,9 @@ import pandas as pd
 from ..core.constants import TP_DEFAULT
 from ..core.devices import file_device_name
 from ..core.problems import make_problem, sharding_name
-from ..core.validate import frames
 from ..storage.rows import deployed_rows, vllm_named
 from .metrics import geomean
-from .checked import FOLDER, TEXT, TP, takes
+from .checked import FOLDER, TEXT, TP, columns, takes
 
 POINT = ["run_id", "device", "model", "tp", "ep", "ep_rank", "dtype", "routing", "mode",
          "tokens"]
@@ -68,8 +67,8 @@ def is_unread(config: str, device: str) -> bool:
         shorter_names(device)
 
 
-@frames(results=("backend", "config", "device", "model", "tp", "ep", "dtype", "mode",
-                 "tokens", "median_us"))
+@takes(results=columns("backend", "config", "device", "model", "tp", "ep", "dtype", "mode",
+       "tokens", "median_us"))
 def unread(results: pd.DataFrame) -> pd.DataFrame:
     """Module doc. `results`: rows of one or more runs (a run_id column, else one run)."""
     r = deployed_rows(results, None)
@@ -93,7 +92,7 @@ def unread(results: pd.DataFrame) -> pd.DataFrame:
     return out[COLUMNS].sort_values(["device", "model", "dtype", "tokens"]).reset_index(drop=True)
 
 
-@frames(table=("device", "unread_file", "model", "sharding", "dtype", "shipped_over_file"))
+@takes(table=columns("device", "unread_file", "model", "sharding", "dtype", "shipped_over_file"))
 def unread_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per device, file and shape: points, min/max/geomean of shipped_over_file, and
     `slower`: the points where vLLM as shipped is slower than with its own file."""

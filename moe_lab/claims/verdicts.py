@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 
 from .registry import checked, load_registry
-from ..core.validate import frames
+from ..analysis.checked import columns, takes
 
 ORDER = {"pass": 0, "warn": 1, "fail": 2}
 GSM8K_N = 1319  # GSM8K test split; gsm8k_cot uses the same questions
@@ -345,7 +345,7 @@ def run_checks(registry: dict | None = None):
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-@frames(where="claims.summary", df=("status",))
+@takes("claims.summary", df=columns("status"))
 def summary(df) -> dict[str, int]:
     return {s: int((df["status"] == s).sum()) for s in ORDER}
 

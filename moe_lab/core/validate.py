@@ -304,52 +304,6 @@ def frame(value, needs, name: str):
     return value
 
 
-def frames(where: str | None = None, **needs):
-    """Decorator of a public function taking DataFrames: each argument named in `needs` (a
-    tuple of columns, or a function of the bound arguments giving them) is checked before
-    the call (frame()). Before, a frame without them raised pandas' KeyError of the first
-    one from deep inside. None is passed on unchecked where the parameter takes it (its
-    default is None, or its annotation names None) and refused elsewhere (was: a TypeError
-    or AttributeError from inside). A frame without rows is handed on as it is (many
-    answer it with an empty result, whatever its columns); a KeyError it then raises is
-    the UsageError naming what it lacks."""
-    def deco(fn):
-        import functools
-        import inspect
-        sig = inspect.signature(fn)
-        mod = fn.__module__.split(".")  # a module of a room (analysis/tuned/files.py): the room's
-        name = where or f"{mod[2] if len(mod) > 3 else mod[-1]}.{fn.__name__}"
-        takes_none = {a for a in needs if sig.parameters[a].default is None
-                      or "None" in str(sig.parameters[a].annotation)}
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            from .errors import UsageError
-            try:
-                bound = sig.bind(*args, **kwargs)
-            except TypeError:
-                return fn(*args, **kwargs)  # Python's own message for a wrong call
-            bound.apply_defaults()
-            later = ""
-            for arg, cols in needs.items():
-                value = bound.arguments.get(arg)
-                if value is None and arg in takes_none:
-                    continue
-                why = _lacking(value, cols(bound.arguments) if callable(cols) else cols,
-                               f"{name}: {arg}")
-                if why and len(value):
-                    raise UsageError(why)
-                later = later or why
-            if not later:
-                return fn(*args, **kwargs)
-            try:
-                return fn(*args, **kwargs)
-            except KeyError:
-                raise UsageError(later) from None
-        return wrapper
-    return deco
-
-
 # --- where a report-like output may go: never into a run (its files are measured data) --------
 
 RUN_TABLES = ("results.parquet", "candidates.parquet")  # a sweep's or a tune's rows

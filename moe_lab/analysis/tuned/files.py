@@ -38,7 +38,6 @@ from ...core.constants import SEED_SWEEP_TOKENS, TUNE_TOKENS
 from ...core.errors import UsageError
 from .. import ledger as lg
 from ...core.problems import sharding_name
-from ...core.validate import frames
 from ...storage.rows import deployed_rows, published_rows
 from ...storage.store import read_json
 from .. import metrics
@@ -48,7 +47,7 @@ from ..runs import (every_run, gpu_devices, is_gpu, manifest_device, on_device a
 from ..targets import METRIC_COLUMNS
 from .paths import (PAIR_KEY, with_device, configs_folder, check_folders, is_history, file_paths,
                     check_required)
-from ..checked import FOLDER, FRAME, RUNS, TEXT, frame, takes
+from ..checked import FOLDER, FRAME, RUNS, TEXT, columns, frame, takes
 
 INVENTORY_COLUMNS = ["device", "issue", "backend", "model", "sharding", "dtype", "file", "keys",
                      "missing_keys", "run", "run_status", "candidates", "written", "commit",
@@ -223,8 +222,8 @@ def _current_pairs(runs, configs_dir) -> tuple[pd.DataFrame, int]:
     return p, len(stale - seen)
 
 
-@frames(res=("model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens", "backend", "mode",
-             "config", "median_us", "point_id"))  # (was: pandas' KeyError from inside)
+@takes("tuned.default_and_tuned", res=columns("model", "tp", "ep", "ep_rank", "dtype", "routing",
+       "tokens", "backend", "mode", "config", "median_us", "point_id"))
 def default_and_tuned(res: pd.DataFrame) -> pd.DataFrame:
     """One run's default and tuned rows of the same point side by side (suffixes _d, _t):
     the deployment's rows (deployed_rows), a published tuning never the default (vLLM as
@@ -238,7 +237,7 @@ def default_and_tuned(res: pd.DataFrame) -> pd.DataFrame:
                                              suffixes=("_d", "_t"))
 
 
-@frames(pairs=(*PAIR_KEY, "tuned_us"))
+@takes("tuned.with_two_t", pairs=columns(*PAIR_KEY, "tuned_us"))
 def with_two_t(pairs: pd.DataFrame) -> pd.DataFrame:
     """The pairs with two_t_over_t: the tuned us at 2T over the tuned us at T of the same
     shape and backend (NaN where 2T is not measured; below 1: T is slower than 2T), and
@@ -255,7 +254,7 @@ def with_two_t(pairs: pd.DataFrame) -> pd.DataFrame:
         experts_hit_2t=pd.to_numeric(nxt["experts_hit"], errors="coerce").to_numpy(dtype=float))
 
 
-@frames(pairs=(*PAIR_KEY, "tuned_us"))
+@takes("tuned.two_t_misses", pairs=columns(*PAIR_KEY, "tuned_us"))
 def two_t_misses(pairs: pd.DataFrame) -> pd.DataFrame:
     """The points slower at T than at 2T (with_two_t's two_t_over_t below 1), each with
     the local experts the routing hit at T (experts_hit) and at 2T (experts_hit_2t) and
@@ -271,7 +270,7 @@ def two_t_misses(pairs: pd.DataFrame) -> pd.DataFrame:
         drop=True)
 
 
-@frames(pairs=(*PAIR_KEY, "tuned_us", "default_over_tuned"))
+@takes("tuned.tuning_metrics", pairs=columns(*PAIR_KEY, "tuned_us", "default_over_tuned"))
 def tuning_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
     """default_over_tuned per pair (on the tuned point) and two_t_over_t (with_two_t) where
     2T is measured (on the point at T)."""
@@ -446,7 +445,7 @@ def verify_points(root=None, device: str | None = None) -> pd.DataFrame:
     return v.reset_index(drop=True)
 
 
-@frames(points=("value",))
+@takes("tuned.verify_metrics", points=columns("value"))
 def verify_metrics(points: pd.DataFrame) -> pd.DataFrame:
     """The verify target's metric frame (committed / found per point searched again)."""
     p = points[points["value"].notna()] if len(points) else points
@@ -455,7 +454,7 @@ def verify_metrics(points: pd.DataFrame) -> pd.DataFrame:
     return metrics.metric_rows(p.assign(point_id=""), "verify_ratio", "value")
 
 
-@frames(points=("run_id",))
+@takes("tuned.verify_runs", points=columns("run_id"))
 def verify_runs(points: pd.DataFrame) -> list:
     """The verify runs behind `points` (verify_points), as Runs, newest first."""
     return [tune_run(r) for r in sorted(set(points["run_id"]), reverse=True)] if len(points) else []

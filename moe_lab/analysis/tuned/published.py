@@ -34,8 +34,7 @@ from .. import metrics
 from ..targets import METRIC_COLUMNS
 from .paths import (PAIR_KEY, with_device, configs_folder, check_folders, is_history, file_paths,
                     read_provenance)
-from ...core.validate import frames
-from ..checked import FOLDER, RUNS, takes
+from ..checked import FOLDER, RUNS, columns, takes
 
 
 @takes(runs=RUNS, data_dir=FOLDER | None)
@@ -105,7 +104,8 @@ def _machines(run) -> str:
     return str(len(set(ids))) if ids and all(ids) else "not recorded"
 
 
-@frames(pairs=("run_id", "same_config", "apart_min", "machines", "value"))
+@takes("tuned.ties_by_run", pairs=columns("run_id", "same_config", "apart_min", "machines",
+       "value"))
 def ties_by_run(pairs: pd.DataFrame) -> pd.DataFrame:
     """Per run, its ties by construction: how many, published/tuned lo and hi, the most
     minutes between a tie's two rows, and the machines its invocations name."""
@@ -172,7 +172,7 @@ def _defaults(path: str, mtime_ns: int) -> dict:
     return out
 
 
-@frames(pairs=("same_config", "backend", "value"))
+@takes("tuned.published_metrics", pairs=columns("same_config", "backend", "value"))
 def published_metrics(pairs: pd.DataFrame) -> pd.DataFrame:
     """The published-tuning target's metric frame (published us / tuned us per point),
     the ties by construction (same_config True) left out."""

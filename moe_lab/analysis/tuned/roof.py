@@ -13,15 +13,14 @@ import numpy as np
 import pandas as pd
 
 from ..targets import NO_KERNELS
-from ...core.validate import frames
+from ..checked import columns, takes
 
 FROM_TOKENS = 256  # the token count from which the tuned layer's % of roof is read (issue 38)
 
 
-@frames(where="tuned.roof_from",
-        pairs=("backend", "model", "sharding", "dtype", "tokens", "pct_of_roof", "point_id",
-               "tuned_us"),
-        ledger_df=("point_id", "phase", "measured_us", "floor_us", "over_us"))
+@takes("tuned.roof_from", pairs=columns("backend", "model", "sharding", "dtype", "tokens",
+       "pct_of_roof", "point_id", "tuned_us"), ledger_df=columns("point_id", "phase", "measured_us",
+       "floor_us", "over_us") | None)
 def roof_from(pairs: pd.DataFrame, ledger_df: pd.DataFrame | None, tokens: int = FROM_TOKENS,
               missing: str = NO_KERNELS) -> pd.DataFrame:
     """Per backend, model, sharding and dtype: the tuned layer's % of roof from `tokens`
