@@ -231,7 +231,7 @@ def test_the_timing_docstring_states_the_timers_constants(monkeypatch):
     STEADY_MIN_FRAC (the half was a literal 0.5 in steady_summary); 'max(2 x L2, 256 MB), and
     512 MB on ROCm' is what flush_bytes returns."""
     torch = pytest.importorskip("torch")
-    from moe_lab.measuring import timing as tm
+    from moe_lab.measuring import timing_stats as tm  # the timers' constants and statistics
     text = docstring("measuring/timing.py")
     calls, ms = said(text, r"in blocks \(>= (\d+) calls and >= (\d+) ms each\)").groups()
     assert (int(calls), float(ms)) == (tm.EAGER_BLOCK_MIN, tm.EAGER_BLOCK_MS)
@@ -241,6 +241,7 @@ def test_the_timing_docstring_states_the_timers_constants(monkeypatch):
     half = tm.steady_summary([[1.0] * 10, [2.0] * 11])  # 10 of 21 calls steady: noisy
     assert half.noisy and not tm.steady_summary([[1.0] * 11, [2.0] * 10]).noisy
     k, floor, rocm = map(int, said(text, r"max\((\d+) x L2, (\d+) MB\), and (\d+) MB on ROCm").groups())
+    from moe_lab.measuring import timing as tm
     mb = 1 << 20
 
     class Props:

@@ -51,7 +51,7 @@ def test_fp8_against_bf16_from_two_runs(runs_dir):
         assert r.speedup == pytest.approx(r.bf16_us / r.fp8_us)
     t = fp8.targets(cmp, mode="eager")
     # 1 and 4 tokens: below every FP8-over-bf16 range, and a CPU run has no roof
-    assert t.empty and list(t.columns)[:4] == ["target", "points", "met", "missed"]
+    assert t.empty and list(t.columns)[:5] == ["target", "reading", "points", "met", "missed"]
     fig = fp8.fig_fp8_vs_bf16(cmp, run, rows)
     assert "fp8-channel" in fig.texts[-1].get_text()  # the footer names the dtype
     assert any(line.get_label().startswith("fp8-channel eager") for ax in fig.axes

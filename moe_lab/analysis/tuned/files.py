@@ -4,25 +4,10 @@
 against default points measured with the files now committed: a tuned row measured before
 its file was written is history, not evidence about that file.
 
-    REQUIRED                                   (issue, backend, model, tp, ep, dtype)
-    inventory(configs_dir=None, device=None)   a row per device and required shape: its file,
-                                               keys, provenance, whether it holds the grid
-                                               (None: every GPU device with data)
-    current_pairs(runs)                        default and tuned per point, the newest run
-                                               with both, tuned measured after its file
-    default_and_tuned(results)                 one run's default and tuned rows per point
-    with_two_t(pairs)                          the pairs with tuned us at 2T / at T
-    two_t_misses(pairs)                        the points slower at T than at 2T, with the
-                                               local experts routing hit at T and at 2T
-    tuning_metrics(pairs)                      the two tuning targets' metric frame
-    search_spread(root=None, device=None)      per tuned point: the winner beside the search's
-                                               best, median and worst candidate (None: any
-                                               device's)
-    verify_points(root=None, device=None)      per point a `tune --verify` searched again: the
-                                               committed winner against the best it found
-    tune_run(run_id, root=None)                a tune run folder as a Run (figures' footers)
-    left(mode, device, backends=None)          the work left on a GPU (tune: searches; sweep:
-                                               grid points), as the device scripts' SHAPES words
+inventory (a row per device and required shape: its file, keys, provenance, whether it
+holds the grid), current_pairs, default_and_tuned, with_two_t, two_t_misses, tuning_metrics,
+search_spread, verify_points, tune_run and left (the work left on a GPU, as the device
+scripts' SHAPES words): each with its own docstring; the room's surface: tuned/__init__.py.
 """
 from __future__ import annotations
 
