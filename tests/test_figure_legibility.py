@@ -65,8 +65,12 @@ def test_the_devices_no_roof_note_is_not_over_the_data():
 
 
 def test_the_fp8_gemm_figure_wraps_its_panels_to_a_review_width():
+    """The H200's runs (pinned: they hold five panels' worth of FP8 points with bf16 beside
+    them; the newest device's, the H100's, fewer) drawn at a width a review page takes."""
     from moe_lab.plots import fp8_gemm
-    sol = an.fp8_gemm.gemm_table(None)
+    h200 = an.runs.runs_with_phases(device="NVIDIA H200", question="fp8_ledger")
+    sol = an.fp8_gemm.gemm_table([str(r.path) for r in h200])
+    assert set(sol["device"]) == {"NVIDIA H200"}
     fig = fp8_gemm.fig_gemm_sol(sol, *an.fp8_gemm.sources(sol))
     assert len([ax for ax in fig.axes if ax.get_visible()]) == 5
     assert fig.get_figwidth() <= 15  # five panels in one row were 21 inches

@@ -1,5 +1,6 @@
 """Notebooks 01 and 03 show dtypes: the dtype table, the `dtype` filter, and FP8 against
-bf16: on the committed runs the FP8 rows moe-lab measured on the H200, and on a real CPU
+bf16: on the committed runs the FP8 rows moe-lab measured on a GPU (named by the run's own
+rows: the H200's first, now the H100's too), and on a real CPU
 sweep with both dtypes in one folder the figure and the dtype filter."""
 import pytest
 
@@ -30,9 +31,9 @@ def _html(outputs) -> str:
     return "".join(o.get("data", {}).get("text/html", "") for o in outputs)
 
 
-def newest_measured_fp8_run() -> str:
+def newest_measured_fp8_run() -> tuple[str, str]:
     """From the committed files alone: the newest run moe-lab measured (not an import of
-    aiter's table) with ok FP8 rows."""
+    aiter's table) with ok FP8 rows, and the device its FP8 rows name."""
     import json
     from pathlib import Path
 
@@ -46,9 +47,12 @@ def newest_measured_fp8_run() -> str:
         res = pd.read_parquet(d / "results.parquet")
         if m.get("kind") == "import" or (res["mode"] == "aiter-tuner").any():
             continue
-        if ((res["status"] == "ok") & res["dtype"].astype(str).str.startswith("fp8")).any():
-            found.append((m["started"], d.name))
-    return max(found)[1]
+        fp8 = (res["status"] == "ok") & res["dtype"].astype(str).str.startswith("fp8")
+        if fp8.any():
+            devices = sorted(res.loc[fp8, "device"].dropna().astype(str).unique())
+            assert len(devices) == 1, (d.name, devices)  # one run, one GPU
+            found.append((m["started"], d.name, devices[0]))
+    return max(found)[1:]
 
 
 @pytest.mark.parametrize("nb", ["01_kernel_time.ipynb", "03_roofline.ipynb"])
@@ -58,8 +62,11 @@ def test_committed_runs_show_fp8_rows_moe_lab_measured(nb):
     assert "fp8_format" in _html(outputs)  # the dtype table
     text = printed(outputs)
     line = next((ln for ln in text.splitlines() if "FP8 rows from" in ln), "")
-    # measured by moe-lab on the H200 (not aiter's imported table), the newest such run
-    assert f"FP8 rows from {newest_measured_fp8_run()} (NVIDIA H200)" in line, text[-800:]
+    # measured by moe-lab (not aiter's imported table), the newest such run, named with the
+    # GPU its own rows say measured them
+    run, device = newest_measured_fp8_run()
+    assert device.startswith("NVIDIA ")  # a GPU moe-lab measured, never an AMD import
+    assert f"FP8 rows from {run} ({device})" in line, text[-800:]
     assert "No FP8 rows measured by moe-lab" not in text and "imported" not in line
 
 

@@ -108,7 +108,7 @@ def _at(x) -> str:
 # --- 2. the best backend against the roof and the targets ----------------------------------
 
 @takes(rows=FRAME & columns("model", "tp", "ep", "ep_rank", "dtype", "backend", "tokens", "routing",
-       "config", "median_us", "sharding"), candidates=PAIRS)
+       "config", "median_us", "sharding"), candidates=PAIRS | None)
 def best_per_point(rows: pd.DataFrame, candidates=AFTER) -> pd.DataFrame:
     """Per point, the ok row with the lowest median among the candidates (None: all)."""
     r = _ok(rows, candidates).sort_values("median_us")

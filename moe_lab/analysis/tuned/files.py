@@ -362,16 +362,18 @@ def search_spread(root=None, device: str | None = None, backend: str | None = No
         # was: an empty table, as if unsearched
         _none_of("device", device, newest_of("winners", root, lambda m: m.get("kind") == "tune"),
                  root)
-    if not len(w) or "search_best_us" not in w:
-        return pd.DataFrame()
+    cols = ["backend", "model", "sharding", "dtype", "tokens", "median_us", "default_us",
+            "search_best_us", "search_median_us", "search_worst_us", "search_candidates",
+            "run_id", "git_commit", "device"]
+    if not len(w) or "search_best_us" not in w:  # no search (with its spread): empty, with
+        # the table's columns (was a frame without any: out["device"] was a KeyError)
+        return pd.DataFrame(columns=[{"median_us": "winner_us"}.get(c, c) for c in cols]
+                            + ["worst_over_best"])
     w = w[w["search_best_us"].notna()]
     if backend is not None:
         _none_of("backend", backend, w, root)
         w = w[w["backend"] == backend]
     w = w.assign(sharding=[sharding_name(t, e) for t, e in zip(w["tp"], w["ep"])])
-    cols = ["backend", "model", "sharding", "dtype", "tokens", "median_us", "default_us",
-            "search_best_us", "search_median_us", "search_worst_us", "search_candidates",
-            "run_id", "git_commit", "device"]
     out = w[cols].rename(columns={"median_us": "winner_us"})
     out["worst_over_best"] = out["search_worst_us"] / out["search_best_us"]
     return out.sort_values(["backend", "model", "sharding", "dtype", "tokens"]).reset_index(
@@ -410,6 +412,12 @@ def tune_run(run_id: str, root=None):
     return Run(p, manifest, pd.DataFrame(), pd.DataFrame())
 
 
+# the columns verify_points always has (a verify table's own columns come beside them)
+VERIFY_COLUMNS = ["backend", "model", "tp", "ep", "ep_rank", "sharding", "dtype", "tokens",
+                  "committed_us", "fastest_us", "search_best_us", "found_us", "value",
+                  "median_us", "verdict", "device", "run_id"]
+
+
 @takes(root=FOLDER | None)
 def verify_points(root=None, device: str | None = None) -> pd.DataFrame:
     """Per point of the verify runs under root (default data_dir(); `moe-lab tune --verify`,
@@ -419,8 +427,8 @@ def verify_points(root=None, device: str | None = None) -> pd.DataFrame:
     best), value = committed / that (above VERIFY_MARGIN: the second search found a
     faster configuration), the verdict, run_id. Empty when no verify run is committed."""
     v = newest_of("verify", root, on_device(device))
-    if not len(v):
-        return v
+    if not len(v):  # empty, with the columns every reader takes (was a frame without any)
+        return pd.DataFrame(columns=VERIFY_COLUMNS)
     for c in ("committed_us", "fastest_us", "search_best_us"):
         v[c] = pd.to_numeric(v[c], errors="coerce") if c in v else np.nan
     found_us = v["fastest_us"].where(v["fastest_us"].notna(), v["search_best_us"])
