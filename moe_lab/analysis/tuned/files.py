@@ -365,10 +365,8 @@ def search_spread(root=None, device: str | None = None, backend: str | None = No
     cols = ["backend", "model", "sharding", "dtype", "tokens", "median_us", "default_us",
             "search_best_us", "search_median_us", "search_worst_us", "search_candidates",
             "run_id", "git_commit", "device"]
-    if not len(w) or "search_best_us" not in w:  # no search (with its spread): empty, with
-        # the table's columns (was a frame without any: out["device"] was a KeyError)
-        return pd.DataFrame(columns=[{"median_us": "winner_us"}.get(c, c) for c in cols]
-                            + ["worst_over_best"])
+    if not len(w) or "search_best_us" not in w:  # no search: empty, with the table's columns
+        return pd.DataFrame(columns=[{"median_us": "winner_us"}.get(c, c) for c in cols] + ["worst_over_best"])
     w = w[w["search_best_us"].notna()]
     if backend is not None:
         _none_of("backend", backend, w, root)
@@ -412,11 +410,9 @@ def tune_run(run_id: str, root=None):
     return Run(p, manifest, pd.DataFrame(), pd.DataFrame())
 
 
-# the columns verify_points always has (a verify table's own columns come beside them)
-VERIFY_COLUMNS = ["backend", "model", "tp", "ep", "ep_rank", "sharding", "dtype", "tokens",
-                  "committed_us", "fastest_us", "search_best_us", "found_us", "value",
-                  "median_us", "verdict", "device", "run_id"]
-
+VERIFY_COLUMNS = ["backend", "model", "tp", "ep", "ep_rank", "sharding", "dtype", "tokens",  # verify_points' always
+                  "committed_us", "fastest_us", "search_best_us", "found_us", "value", "median_us",
+                  "verdict", "device", "run_id"]
 
 @takes(root=FOLDER | None)
 def verify_points(root=None, device: str | None = None) -> pd.DataFrame:
