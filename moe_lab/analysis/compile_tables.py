@@ -18,7 +18,7 @@ import pandas as pd
 from ..storage.modes import parse_mode
 from ..storage.rows import ok_rows
 from ..storage.store import open_run
-from .checked import DICT, RUN, takes
+from ..storage.checked import DICT, RUN, takes
 
 
 KEY = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "backend", "tokens"]

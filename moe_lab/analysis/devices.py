@@ -33,7 +33,7 @@ from .runs import (  # noqa: F401
     SEED_SHAPES, _imported, default_runs, imported_runs, on_gpu, richest_run)
 from .metrics import geomean
 from .tuned import COMPARED, LLAMA4
-from .checked import MODE, NAMES, RUN, RUNS, SHAPES, TEXT, TP, columns, frame, takes
+from ..storage.checked import MODE, NAMES, RUN, RUNS, SHAPES, TEXT, TP, columns, frame, takes
 
 
 # the series of moe-lab's rows worth drawing beside AMD's, on any GPU: the best of what it measured

@@ -45,7 +45,7 @@ from ..core.errors import CorruptFile, UsageError
 from ..storage.store import open_run
 from ..storage.traces import RANGE_NAME, config_tag, parse_trace_name
 from ..storage.vocabulary import PARTS
-from .checked import DICT, FILE, LISTED, RUN, TEXT, frame, takes
+from ..storage.checked import DICT, FILE, LISTED, RUN, TEXT, frame, takes
 
 CHECK_TOL = 0.10
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")

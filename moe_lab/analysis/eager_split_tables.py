@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from .eager_split import run_split
 from ..storage.store import open_run
-from .checked import RUN, takes
+from ..storage.checked import RUN, takes
 
 
 @takes(run=RUN)

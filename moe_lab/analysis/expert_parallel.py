@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from . import targets as tg
-from .checked import DICT, FRAME, SEED, TEXT, TP, columns, frame, takes, whole
+from ..storage.checked import DICT, FRAME, SEED, TEXT, TP, columns, frame, takes, whole
 
 KEY = ["model", "dtype", "backend", "mode", "tokens", "routing", "parallel", "world_size"]
 # the two targets' limits, from their records (moe_lab.analysis.targets)

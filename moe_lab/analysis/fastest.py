@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..core.devices import ceilings_for
 from ..core.problems import sharding_name
-from .checked import columns, takes
+from ..storage.checked import columns, takes
 from . import vllm_compare as vc
 
 POINT = ["run_id", "model", "sharding", "tp", "ep", "dtype", "mode", "tokens"]

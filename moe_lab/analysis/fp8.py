@@ -17,7 +17,7 @@ from ..storage.store import Run
 from ..storage.rows import ok_rows
 from . import metrics, targets as tg
 from .runs import default_runs
-from .checked import RUN, RUNS, TEXT, columns, frame, takes
+from ..storage.checked import RUN, RUNS, TEXT, columns, frame, takes
 
 NONE_YET = ("No FP8 rows measured by moe-lab in any run yet: FP8 schemes are measured on a GPU by "
             "`moe-lab sweep --dtype fp8-block128 ...` (or fp8-tensor, fp8-channel).")

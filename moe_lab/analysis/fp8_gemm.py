@@ -27,7 +27,7 @@ from ..core.devices import ceilings_for, spec_for
 from ..core.problems import FP8_SCHEMES, sharding_name
 from ..storage.rows import ok_rows
 from ..storage.vocabulary import GEMMS
-from .checked import MODE, RUNS, columns, takes
+from ..storage.checked import MODE, RUNS, columns, takes
 
 KEY = ["device", "model", "sharding", "tokens"]
 SOL_BACKEND = "torch-fp8-grouped"  # torch._scaled_grouped_mm, row-wise: CUTLASS's grouped GEMM

@@ -14,7 +14,7 @@ from ..storage.rows import ok_rows
 # profiler kernel sum / graph time accepted as complete: the range check_kernel_coverage
 # warns by (the rows' vocabulary), re-exported for the notebook
 from ..storage.vocabulary import COVERAGE_RANGE, PHASES
-from .checked import MODE, RUN, TEXT, WHOLES, frame, takes
+from ..storage.checked import MODE, RUN, TEXT, WHOLES, frame, takes
 
 
 PHASE_TOKENS = (1, 64, 1024, 8192)

@@ -25,7 +25,7 @@ from ..cost.ledger import (GAPS, GATHER_PHASES, PHASE_COLUMNS, UNPROFILED, gathe
                            phase_floors, phase_rows, problem_of)
 from ..storage.rows import ok_rows  # the one rule for which rows are points
 from ..storage.store import Run, open_run
-from .checked import CALLABLE, FRAME, MODE, RUNS, columns, takes
+from ..storage.checked import CALLABLE, FRAME, MODE, RUNS, columns, takes
 
 POINT = ["model", "tp", "ep", "ep_rank", "dtype", "routing", "tokens"]
 

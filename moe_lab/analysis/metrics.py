@@ -23,7 +23,7 @@ from . import ledger as lg
 from ..core.problems import sharding_name
 from .targets import METRIC_COLUMNS, metric_rows
 from ..storage.vocabulary import GEMMS
-from .checked import FORMAT, MODE, NUMBERS, STR, columns, frame, takes
+from ..storage.checked import FORMAT, MODE, NUMBERS, STR, columns, frame, takes
 
 
 @takes(values=NUMBERS, fmt=FORMAT)

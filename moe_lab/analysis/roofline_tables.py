@@ -11,7 +11,7 @@ from ..core.problems import sharding_name
 from ..cost.roofline import add_roofline_columns
 from ..storage.store import open_run
 from ..storage.rows import ok_rows
-from .checked import FRAME, RUN, TEXT, columns, takes
+from ..storage.checked import FRAME, RUN, TEXT, columns, takes
 
 
 

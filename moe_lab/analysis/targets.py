@@ -33,7 +33,7 @@ import pandas as pd
 
 from ..core.constants import VERIFY_MARGIN
 from ..storage.vocabulary import GEMMS
-from .checked import CALLABLE, FRAME, STR, TEXT, columns, frame, shown, takes
+from ..storage.checked import CALLABLE, FRAME, STR, TEXT, columns, frame, shown, takes
 
 NO_KERNELS = "no kernels"
 WITH_PEERS, OWN_KERNELS = "with vLLM's kernels", "own kernels"

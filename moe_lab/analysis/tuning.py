@@ -22,7 +22,7 @@ from . import metrics
 from .kernel_time import PHASE_TOKENS  # the phase figures' token counts, defined once
 from .runs import newest_with
 from .runs import open_tuned_run  # noqa: F401 (the run notebook 05 reads)
-from .checked import DICT, FOLDER, FRAME, LISTED, MODE, NAMES, PAIRS, RUN, STR, TEXT, columns, takes
+from ..storage.checked import DICT, FOLDER, FRAME, LISTED, MODE, NAMES, PAIRS, RUN, STR, TEXT, columns, takes
 
 DEFAULT, TUNED = "default", "tuned"
 BEFORE = (("torch-grouped", DEFAULT), ("aiter-triton", DEFAULT))  # shipped configurations

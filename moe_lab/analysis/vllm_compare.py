@@ -62,7 +62,7 @@ from .metrics import geomean, span
 from .runs import VLLM_AS_SHIPPED as BASE, vllm_choice
 from .targets import (METRIC_COLUMNS, OWN_KERNELS, WITH_PEERS, by_name, evaluate, metric_rows,
                       summary)
-from .checked import DICT, FRAME, MODE, PAIR, PAIRS, POSITIVE, RUNS, SOME_RUNS, STR, TEXT, columns, frame, shown, takes
+from ..storage.checked import DICT, FRAME, MODE, PAIR, PAIRS, POSITIVE, RUNS, SOME_RUNS, STR, TEXT, columns, frame, shown, takes
 
 OWN = (("aiter-triton", "default"), ("aiter-triton", "tuned"), ("aiter-triton-silu", "default"),
        ("aiter-triton-silu", "tuned"), ("torch-grouped", "default"),

@@ -27,7 +27,7 @@ from ..core.devices import file_device_name
 from ..core.problems import make_problem, sharding_name
 from ..storage.rows import deployed_rows, vllm_named
 from .metrics import geomean
-from .checked import FOLDER, TEXT, TP, columns, takes
+from ..storage.checked import FOLDER, TEXT, TP, columns, takes
 
 POINT = ["run_id", "device", "model", "tp", "ep", "ep_rank", "dtype", "routing", "mode",
          "tokens"]

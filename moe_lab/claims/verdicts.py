@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 
 from .registry import checked, load_registry
-from ..analysis.checked import columns, takes
+from ..storage.checked import columns, takes
 
 ORDER = {"pass": 0, "warn": 1, "fail": 2}
 GSM8K_N = 1319  # GSM8K test split; gsm8k_cot uses the same questions

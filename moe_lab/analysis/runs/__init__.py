@@ -47,7 +47,7 @@ from ...storage.scope import tracked, visible
 from ...storage.store import Run, _warn_once, data_dir, find_runs, open_run, read_json
 from .. import expert_parallel as analysis
 from .lists import default_runs, every_run, newest_with  # noqa: F401 (the lists' choosers)
-from ..checked import DICT, FOLDER, LISTED, RUN, RUN_NAMED, RUNS, TEXT, TP, takes
+from ...storage.checked import DICT, FOLDER, LISTED, RUN, RUN_NAMED, RUNS, TEXT, TP, takes
 
 TUNED = "tuned"
 

@@ -15,7 +15,7 @@ chooses runs), each saying which runs it holds and why; newest first (find_runs'
 from __future__ import annotations
 
 from ...storage.store import find_runs
-from ..checked import CALLABLE, FOLDER, TEXT, takes
+from ...storage.checked import CALLABLE, FOLDER, TEXT, takes
 
 
 @takes(root=FOLDER | None)

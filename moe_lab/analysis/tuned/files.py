@@ -32,7 +32,7 @@ from ..runs import (every_run, gpu_devices, is_gpu, manifest_device, on_device a
 from ..targets import METRIC_COLUMNS
 from .paths import (PAIR_KEY, with_device, configs_folder, check_folders, is_history, file_paths,
                     check_required)
-from ..checked import FOLDER, FRAME, RUNS, TEXT, columns, frame, takes
+from ...storage.checked import FOLDER, FRAME, RUNS, TEXT, columns, frame, takes
 
 INVENTORY_COLUMNS = ["device", "issue", "backend", "model", "sharding", "dtype", "file", "keys",
                      "missing_keys", "run", "run_status", "candidates", "written", "commit",

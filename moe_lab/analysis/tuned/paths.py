@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..checked import TEXT, TP, takes
+from ...storage.checked import TEXT, TP, takes
 
 
 @functools.lru_cache(maxsize=256)

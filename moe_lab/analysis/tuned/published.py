@@ -34,7 +34,7 @@ from .. import metrics
 from ..targets import METRIC_COLUMNS
 from .paths import (PAIR_KEY, with_device, configs_folder, check_folders, is_history, file_paths,
                     read_provenance)
-from ..checked import FOLDER, RUNS, columns, takes
+from ...storage.checked import FOLDER, RUNS, columns, takes
 
 
 @takes(runs=RUNS, data_dir=FOLDER | None)

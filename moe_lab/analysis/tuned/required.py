@@ -15,7 +15,7 @@ from ...core.devices import device_tag
 from ...core.errors import UsageError
 from ...core.problems import SEED_MODELS
 from .paths import file_names
-from ..checked import TEXT, takes
+from ...storage.checked import TEXT, takes
 
 SEEDS = SEED_MODELS  # core.problems' (was a second, reordered copy of the four names)
 LLAMA4 = tuple(m for m in SEEDS if m.startswith("llama4"))  # the seeds shipped fp8-channel

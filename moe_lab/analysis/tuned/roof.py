@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..targets import NO_KERNELS
-from ..checked import columns, takes
+from ...storage.checked import columns, takes
 
 FROM_TOKENS = 256  # the token count from which the tuned layer's % of roof is read (issue 38)
 

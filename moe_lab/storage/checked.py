@@ -53,7 +53,7 @@ def _run_like(v) -> bool:
 
 
 def _open(v, name: str):
-    from ..storage.store import open_run
+    from .store import open_run
     if _run_like(v):
         return v
     if not isinstance(v, (str, os.PathLike)) or not str(v).strip():
